@@ -1,0 +1,512 @@
+/*
+ * hurray.h -- hurray-ffi, the stable C ABI of Hurray.
+ *
+ * Hurray is a device-aware tensor interchange format. This header is the whole public API of
+ * the C library: whatever is not declared here is not API. The normative byte layouts live in
+ * docs/spec/; the ownership rules are collected in docs/impl/c-ffi.md.
+ *
+ * Conventions used throughout:
+ *  - Every function that can fail returns an int status: HURRAY_OK (0) or one of HurrayStatus.
+ *    Details go into an optional caller-owned HurrayError (NULL is allowed everywhere).
+ *  - Ownership is named by the verb: `create`/`destroy` for heap objects (destroy(NULL) is a
+ *    no-op), `release` for exchange structs, `wrap` borrows nothing and takes ownership only on
+ *    success, and a function documented as a SINK takes ownership of its argument whether it
+ *    succeeds or not (on failure it destroys the argument itself).
+ *  - Integers in encoded byte layouts are little-endian; structs in this header are host-order
+ *    in-memory objects and are never written to a file or a socket as they are.
+ *  - Thread safety: functions are safe to call concurrently on distinct objects. The private
+ *    device-tag registry is internally synchronised.
+ */
+#ifndef HURRAY_HURRAY_H
+#define HURRAY_HURRAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hurray/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#if defined(HURRAY_BUILDING_SHARED)
+#define HURRAY_API __declspec(dllexport)
+#elif defined(HURRAY_USING_SHARED)
+#define HURRAY_API __declspec(dllimport)
+#else
+#define HURRAY_API
+#endif
+#elif defined(__GNUC__)
+#define HURRAY_API __attribute__((visibility("default")))
+#else
+#define HURRAY_API
+#endif
+
+/* ============================================================================================
+ * Versions
+ * ============================================================================================ */
+
+/* The C ABI version of this header. Every struct below is laid out for this version. */
+#define HURRAY_C_ABI_VERSION 4
+
+/* Runtime counterparts of the macros, so a caller can check that the header it was compiled
+ * against and the library it runs with agree. */
+HURRAY_API uint32_t hurray_c_abi_version(void);
+/* (major << 16) | (minor << 8) | patch, the same number as HURRAY_VERSION. */
+HURRAY_API uint32_t hurray_version(void);
+/* "MAJOR.MINOR.PATCH", static storage. */
+HURRAY_API const char *hurray_version_string(void);
+
+/* ============================================================================================
+ * Status codes and errors
+ * ============================================================================================ */
+
+/* X-macro: (NAME, value, message). Values are stable forever; new codes are appended. */
+#define HURRAY_STATUS_LIST(X)                                                                  \
+  X(OK, 0, "success")                                                                          \
+  X(EINVAL, 1, "invalid argument")                                                             \
+  X(ENOMEM, 2, "out of memory")                                                                \
+  X(EOVERFLOW, 3, "size arithmetic overflows")                                                 \
+  X(ELIMIT, 4, "a limit is exceeded")                                                          \
+  X(EDTYPE, 5, "unknown or invalid dtype")                                                     \
+  X(EDEVICE, 6, "unknown, reserved or invalid device tag")                                     \
+  X(EMEMCLASS, 7, "unknown or invalid memory class")                                           \
+  X(ESYNC, 8, "unknown or invalid sync mode")                                                  \
+  X(EALIGN, 9, "invalid alignment or misaligned address")                                      \
+  X(ELAYOUT, 10, "invalid tensor layout")                                                      \
+  X(EBOUNDS, 11, "an element lies outside its buffer")                                         \
+  X(EABI, 12, "C ABI version mismatch")                                                        \
+  X(EUNSUPPORTED, 13, "valid but not supported")                                               \
+  X(EFORMAT, 14, "malformed encoded bytes")                                                    \
+  X(EIO, 15, "input/output error")                                                             \
+  X(ESTATE, 16, "object in the wrong state")                                                   \
+  X(ECHECKSUM, 17, "checksum mismatch")
+
+typedef enum HurrayStatus {
+#define HURRAY_X_ENUM(name, value, message) HURRAY_##name = value,
+  HURRAY_STATUS_LIST(HURRAY_X_ENUM)
+#undef HURRAY_X_ENUM
+} HurrayStatus;
+
+#define HURRAY_ERROR_MESSAGE_SIZE 256
+
+/* Caller-owned error details. Functions that fail write `code` and a NUL-terminated,
+ * human-readable `message` naming what was wrong; on success they leave it untouched. */
+typedef struct HurrayError {
+  int32_t code;
+  uint32_t reserved;
+  char message[HURRAY_ERROR_MESSAGE_SIZE];
+} HurrayError;
+
+/* "HURRAY_EINVAL" etc.; "HURRAY_UNKNOWN_STATUS" for a value not in the list. Static storage. */
+HURRAY_API const char *hurray_status_name(int status);
+/* The generic message of a status ("invalid argument"); static storage. */
+HURRAY_API const char *hurray_status_message(int status);
+
+/* ============================================================================================
+ * Dtypes
+ *
+ * One table of every element type Hurray knows. Codes are forever (docs/spec/dtypes.md).
+ * Tier 1: the array API dtypes. Tier 2: further floating types. Tier 3: quantised integers.
+ * Sub-byte dtypes are packed: element i of a contiguous run occupies bits [i*bits, (i+1)*bits)
+ * of the little-endian bit stream, so int4 puts its first element in the low nibble.
+ * ============================================================================================ */
+
+typedef enum HurrayDTypeCode {
+  HURRAY_DTYPE_INVALID = 0,
+  /* Tier 1 */
+  HURRAY_DTYPE_BOOL = 1,
+  HURRAY_DTYPE_INT8 = 2,
+  HURRAY_DTYPE_INT16 = 3,
+  HURRAY_DTYPE_INT32 = 4,
+  HURRAY_DTYPE_INT64 = 5,
+  HURRAY_DTYPE_UINT8 = 6,
+  HURRAY_DTYPE_UINT16 = 7,
+  HURRAY_DTYPE_UINT32 = 8,
+  HURRAY_DTYPE_UINT64 = 9,
+  HURRAY_DTYPE_FLOAT32 = 10,
+  HURRAY_DTYPE_FLOAT64 = 11,
+  HURRAY_DTYPE_COMPLEX64 = 12,
+  HURRAY_DTYPE_COMPLEX128 = 13,
+  /* Tier 2 */
+  HURRAY_DTYPE_FLOAT16 = 32,
+  HURRAY_DTYPE_BFLOAT16 = 33,
+  HURRAY_DTYPE_FLOAT8_E4M3FN = 34,
+  HURRAY_DTYPE_FLOAT8_E5M2 = 35,
+  HURRAY_DTYPE_FLOAT8_E4M3FNUZ = 36,
+  HURRAY_DTYPE_FLOAT8_E5M2FNUZ = 37,
+  HURRAY_DTYPE_FLOAT8_E8M0FNU = 38,
+  HURRAY_DTYPE_FLOAT8_E3M4 = 39,
+  HURRAY_DTYPE_FLOAT8_E4M3 = 40,
+  HURRAY_DTYPE_FLOAT8_E4M3B11FNUZ = 41,
+  HURRAY_DTYPE_FLOAT6_E2M3FN = 42,
+  HURRAY_DTYPE_FLOAT6_E3M2FN = 43,
+  HURRAY_DTYPE_FLOAT4_E2M1FN = 44,
+  HURRAY_DTYPE_COMPLEX32 = 45,
+  /* Tier 3: quantised integers */
+  HURRAY_DTYPE_INT4 = 64,
+  HURRAY_DTYPE_UINT4 = 65,
+  HURRAY_DTYPE_INT2 = 66,
+  HURRAY_DTYPE_UINT2 = 67,
+  HURRAY_DTYPE_UINT1 = 68
+} HurrayDTypeCode;
+
+typedef enum HurrayDTypeKind {
+  HURRAY_KIND_BOOL = 0,
+  HURRAY_KIND_SIGNED = 1,
+  HURRAY_KIND_UNSIGNED = 2,
+  HURRAY_KIND_FLOAT = 3,
+  HURRAY_KIND_COMPLEX = 4
+} HurrayDTypeKind;
+
+/* DLPack's DLDataTypeCode values, for HurrayDTypeInfo.dlpack_code (DLPack's integers). */
+#define HURRAY_DLPACK_NONE 0xFF /* no DLPack form: dlpack_lanes is 0 as well */
+
+typedef struct HurrayDTypeInfo {
+  const char *name;    /* "float32", "int4", ...: the dtype's one spelling */
+  uint8_t code;        /* HurrayDTypeCode */
+  uint8_t tier;        /* 1, 2 or 3 */
+  uint8_t kind;        /* HurrayDTypeKind */
+  uint8_t bits;        /* storage bits per element: 1, 2, 4, 6, 8, 16, 32, 64 or 128 */
+  uint8_t dlpack_code; /* DLPack DLDataTypeCode, or HURRAY_DLPACK_NONE */
+  uint8_t dlpack_bits; /* DLPack bits (0 when none) */
+  uint16_t dlpack_lanes; /* 1, or 0 when DLPack cannot carry the dtype */
+} HurrayDTypeInfo;
+
+/* The table entry of `code`, or NULL for a code Hurray does not know. Static storage. */
+HURRAY_API const HurrayDTypeInfo *hurray_dtype_info(int code);
+/* Looks a dtype up by its name; HURRAY_EDTYPE if there is none. */
+HURRAY_API int hurray_dtype_from_name(const char *name, uint8_t *code, HurrayError *error);
+/* The Hurray dtype of a DLPack (code, bits, lanes); HURRAY_EUNSUPPORTED if Hurray has none. */
+HURRAY_API int hurray_dtype_from_dlpack(uint8_t dl_code, uint8_t dl_bits, uint16_t dl_lanes,
+                                        uint8_t *code, HurrayError *error);
+/* Bytes needed to store `count` packed elements: ceil(count * bits / 8), overflow-checked. */
+HURRAY_API int hurray_dtype_storage_bytes(int code, uint64_t count, uint64_t *bytes,
+                                          HurrayError *error);
+/* The table in code order: hurray_dtype_at(i) for i < hurray_dtype_count(), else NULL. */
+HURRAY_API size_t hurray_dtype_count(void);
+HURRAY_API const HurrayDTypeInfo *hurray_dtype_at(size_t index);
+
+/* ============================================================================================
+ * Device tags, memory classes, sync modes (ADR-016, docs/spec/buffer-protocol.md)
+ * ============================================================================================ */
+
+typedef enum HurrayDeviceTag {
+  HURRAY_DEVICE_CPU = 0x00,
+  HURRAY_DEVICE_CUDA = 0x01,
+  HURRAY_DEVICE_ROCM = 0x02,
+  HURRAY_DEVICE_METAL = 0x03,
+  HURRAY_DEVICE_VULKAN = 0x04,
+  HURRAY_DEVICE_WEBGPU = 0x05,
+  HURRAY_DEVICE_HEXAGON = 0x06,
+  HURRAY_DEVICE_LEVEL_ZERO = 0x07,
+  HURRAY_DEVICE_OPENCL = 0x08,
+  HURRAY_DEVICE_LAST_NAMED = 0x08,
+  HURRAY_DEVICE_RESERVED_FIRST = 0x09, /* 0x09..0xEF: reserved for future spec versions */
+  HURRAY_DEVICE_RESERVED_LAST = 0xEF,
+  HURRAY_DEVICE_PRIVATE_FIRST = 0xF0, /* 0xF0..0xFE: implementation-private */
+  HURRAY_DEVICE_PRIVATE_LAST = 0xFE,
+  HURRAY_DEVICE_INVALID = 0xFF
+} HurrayDeviceTag;
+
+typedef enum HurrayMemoryClass {
+  HURRAY_MEM_DEVICE = 0,  /* the device's own memory (ordinary RAM for CPU) */
+  HURRAY_MEM_HOST = 1,    /* host memory pinned for, and accessible by, the device */
+  HURRAY_MEM_UNIFIED = 2, /* managed memory migrating between host and device */
+  HURRAY_MEM_PEER = 3     /* memory of device peer_device_id mapped into device device_id */
+} HurrayMemoryClass;
+
+typedef enum HurraySyncMode {
+  HURRAY_SYNC_READY = 0,   /* the bytes are ready now */
+  HURRAY_SYNC_STREAM = 1,  /* ordered on the producer's stream/queue in sync_handle */
+  HURRAY_SYNC_EVENT = 2,   /* ready once the event/fence in sync_handle has signalled */
+  HURRAY_SYNC_TIMELINE = 3 /* ready once the timeline semaphore in sync_handle reaches
+                              sync_value */
+} HurraySyncMode;
+
+/* Name of a named or registered private tag ("cpu", "cuda", ...), else NULL. */
+HURRAY_API const char *hurray_device_name(int tag);
+/* HURRAY_OK for a named tag or a registered private tag; HURRAY_EDEVICE otherwise, with a
+ * message that says whether the tag is reserved, private and unregistered, or invalid. */
+HURRAY_API int hurray_device_check(int tag, HurrayError *error);
+/* Registers a private tag (0xF0..0xFE) under a name (1..31 bytes of [a-z0-9_]), for peers that
+ * agreed on its meaning out of band. Registering the same tag with the same name again is a
+ * no-op; another name is HURRAY_ESTATE. The registry belongs to this copy of the library. */
+HURRAY_API int hurray_device_register_private(int tag, const char *name, HurrayError *error);
+/* Forgets a registered private tag; HURRAY_ESTATE if it was not registered. */
+HURRAY_API int hurray_device_unregister_private(int tag, HurrayError *error);
+/* "device", "host", "unified", "peer"; NULL for an unknown class. */
+HURRAY_API const char *hurray_memory_class_name(int memory_class);
+/* "ready", "stream", "event", "timeline"; NULL for an unknown mode. */
+HURRAY_API const char *hurray_sync_mode_name(int sync_mode);
+
+/* DLPack's DLDeviceType for (tag, memory class), e.g. (CUDA, HOST) -> kDLCUDAHost = 3.
+ * HURRAY_EUNSUPPORTED, with the reason, where DLPack has no form (ROCm UNIFIED, any PEER,
+ * private tags). */
+HURRAY_API int hurray_device_to_dlpack(int tag, int memory_class, int32_t *dl_device_type,
+                                       HurrayError *error);
+/* The inverse: HURRAY_EUNSUPPORTED for DLPack devices Hurray does not name (kDLVPI, kDLExtDev,
+ * kDLMAIA, kDLTrn, ...). */
+HURRAY_API int hurray_device_from_dlpack(int32_t dl_device_type, uint8_t *tag,
+                                         uint8_t *memory_class, HurrayError *error);
+
+/* ============================================================================================
+ * The buffer descriptor and its fixed 16-byte encoding (docs/spec/buffer-protocol.md)
+ *
+ *   offset size field
+ *   0      1    device_tag
+ *   1      1    memory_class
+ *   2      1    sync_mode
+ *   3      1    alignment exponent: alignment = 1 << e, 6 <= e <= 30
+ *   4      2    device_id        (uint16 little-endian)
+ *   6      2    peer_device_id   (uint16 little-endian; zero unless memory_class is PEER)
+ *   8      8    byte_size        (uint64 little-endian)
+ * ============================================================================================ */
+
+#define HURRAY_DESC_SIZE 16
+#define HURRAY_MIN_ALIGNMENT 64u
+#define HURRAY_MAX_ALIGNMENT (1u << 30)
+
+typedef struct HurrayBufferDesc {
+  uint64_t byte_size;
+  uint32_t alignment; /* bytes: a power of two in [HURRAY_MIN_ALIGNMENT, HURRAY_MAX_ALIGNMENT] */
+  uint16_t device_id;
+  uint16_t peer_device_id;
+  uint8_t device_tag;
+  uint8_t memory_class;
+  uint8_t sync_mode;
+  uint8_t reserved[5]; /* zero */
+} HurrayBufferDesc;
+
+/* Checks every rule of the descriptor: tag (named or registered private), memory class valid
+ * for the tag, sync mode, alignment, peer_device_id, reserved bytes zero. */
+HURRAY_API int hurray_desc_validate(const HurrayBufferDesc *desc, HurrayError *error);
+/* Validates, then writes the 16-byte encoding. Nothing is written on failure. */
+HURRAY_API int hurray_desc_encode(const HurrayBufferDesc *desc, uint8_t out[HURRAY_DESC_SIZE],
+                                  HurrayError *error);
+/* Decodes and validates 16 untrusted bytes. `*desc` is written only on success. */
+HURRAY_API int hurray_desc_decode(const uint8_t in[HURRAY_DESC_SIZE], HurrayBufferDesc *desc,
+                                  HurrayError *error);
+
+/* ============================================================================================
+ * HurrayBuffer: one owned region of memory on some device
+ *
+ * A heap handle made by hurray_buffer_wrap or hurray_buffer_alloc and destroyed, exactly once,
+ * by hurray_buffer_destroy, which calls `release` exactly once. Handles are not refcounted:
+ * a producer serving several consumers issues a distinct handle to each.
+ * `data` is aligned to desc.alignment. A producer whose memory starts at an unaligned address p
+ * wraps p rounded down and addresses the data with a byte offset (as DLPack's byte_offset);
+ * bytes that no array of a tensor addresses are never read or written by Hurray.
+ * ============================================================================================ */
+
+#define HURRAY_BUFFER_READ_ONLY (1u << 0)
+
+typedef struct HurrayBuffer HurrayBuffer;
+typedef void (*HurrayBufferReleaseFn)(HurrayBuffer *self);
+
+struct HurrayBuffer {
+  void *data;              /* device address; NULL only when desc.byte_size is 0 */
+  HurrayBufferDesc desc;
+  uint32_t flags;          /* HURRAY_BUFFER_READ_ONLY */
+  uint32_t reserved0;
+  void *sync_handle;       /* stream, event or semaphore per desc.sync_mode; NULL for READY */
+  uint64_t sync_value;     /* TIMELINE: the value to wait for; else 0 */
+  HurrayBufferReleaseFn release; /* frees the memory; may be NULL for borrowed static memory */
+  void *release_ctx;       /* the producer's state for `release` */
+  uint64_t reserved1[2];
+};
+
+/* Wraps foreign memory of any device. Validates `desc` and that `data` is aligned. On success
+ * the handle owns the memory and will call `release(handle)` exactly once; on failure nothing
+ * is taken and `release` is not called. */
+HURRAY_API int hurray_buffer_wrap(void *data, const HurrayBufferDesc *desc, uint32_t flags,
+                                  void *sync_handle, uint64_t sync_value,
+                                  HurrayBufferReleaseFn release, void *release_ctx,
+                                  HurrayBuffer **out, HurrayError *error);
+
+#define HURRAY_ALLOC_ZERO (1u << 0)
+
+/* Allocates `byte_size` bytes of CPU memory aligned to `alignment` (0 means 64). */
+HURRAY_API int hurray_buffer_alloc(uint64_t byte_size, uint32_t alignment, uint32_t flags,
+                                   HurrayBuffer **out, HurrayError *error);
+/* Calls buffer->release(buffer) once, then frees the handle. NULL is a no-op. */
+HURRAY_API void hurray_buffer_destroy(HurrayBuffer *buffer);
+
+/* ============================================================================================
+ * HurrayBufferList (ADR-030): every buffer of one tensor, in order, each with a role
+ * ============================================================================================ */
+
+typedef enum HurrayBufferRole {
+  HURRAY_ROLE_VALUES = 0,
+  HURRAY_ROLE_SCALES = 1,
+  HURRAY_ROLE_ZERO_POINTS = 2,
+  HURRAY_ROLE_MINS = 3,
+  HURRAY_ROLE_INDICES = 4,
+  HURRAY_ROLE_INDPTR = 5,
+  HURRAY_ROLE_PAGES = 6,
+  HURRAY_ROLE_PAGE_TABLE = 7,
+  HURRAY_ROLE_MIXED = 8 /* one buffer holding several parts (interleaved blocks) */
+} HurrayBufferRole;
+
+#define HURRAY_MAX_BUFFERS 65536u
+
+typedef struct HurrayBufferList {
+  uint32_t count;
+  uint32_t capacity;
+  HurrayBuffer **buffers; /* `count` handles, each owned by the list */
+  uint8_t *roles;         /* `count` HurrayBufferRole values */
+  void *reserved;
+} HurrayBufferList;
+
+/* "values", "scales", ...; NULL for an unknown role. */
+HURRAY_API const char *hurray_buffer_role_name(int role);
+HURRAY_API int hurray_buffer_list_create(uint32_t capacity_hint, HurrayBufferList **out,
+                                         HurrayError *error);
+/* SINK: appends `buffer`, which the list then owns. On failure the buffer is destroyed. */
+HURRAY_API int hurray_buffer_list_append(HurrayBufferList *list, HurrayBuffer *buffer, int role,
+                                         uint32_t *index, HurrayError *error);
+/* Destroys every buffer exactly once, then the list. NULL is a no-op. */
+HURRAY_API void hurray_buffer_list_destroy(HurrayBufferList *list);
+
+/* ============================================================================================
+ * Tensor descriptors
+ *
+ * A tensor is a layout over one or more typed, strided arrays, each a view of one buffer of a
+ * HurrayBufferList. Element (i_0..i_{n-1}) of an array lies at bit
+ *     8 * byte_offset + (sum_k i_k * strides[k]) * bits
+ * of its buffer (strides in elements, negative allowed, NULL meaning row-major contiguous).
+ * The parts of each layout, in order (docs/spec/buffer-protocol.md, "Tensor layouts"):
+ *   DENSE         [values]
+ *   PER_CHANNEL   [values, scales[shape[axis]], (zero_points[shape[axis]])]
+ *   BLOCK         [values, scales[shape with shape[axis] -> ceil(shape[axis]/block_size)],
+ *                  (mins: same shape as scales)]
+ *   SPARSE_COO    [indices int32|int64 [ndim, nnz], values [nnz]]
+ *   SPARSE_CSR    [indptr int32|int64 [rows+1], indices (same dtype) [nnz], values [nnz]]
+ *   PAGED         [pages [num_pages, block_size, *shape[axis+1:]],
+ *                  page_table int32|int64 [*shape[:axis], ceil(shape[axis]/block_size)]]
+ *   COMPOSITE     no parts; named children, each a tensor over the same buffer list
+ * ============================================================================================ */
+
+#define HURRAY_MAX_NDIM 64
+#define HURRAY_MAX_PARTS 3
+#define HURRAY_MAX_CHILDREN 65536u
+#define HURRAY_MAX_DEPTH 8
+#define HURRAY_MAX_NAME 255
+#define HURRAY_MAX_DIM ((int64_t)1 << 62)
+
+typedef enum HurrayLayout {
+  HURRAY_LAYOUT_DENSE = 0,
+  HURRAY_LAYOUT_PER_CHANNEL = 1,
+  HURRAY_LAYOUT_BLOCK = 2,
+  HURRAY_LAYOUT_SPARSE_COO = 3,
+  HURRAY_LAYOUT_SPARSE_CSR = 4,
+  HURRAY_LAYOUT_PAGED = 5,
+  HURRAY_LAYOUT_COMPOSITE = 6
+} HurrayLayout;
+
+typedef struct HurrayArray {
+  uint64_t byte_offset;   /* bytes from the buffer's data to element (0, ..., 0) */
+  const int64_t *shape;   /* ndim extents, each in [0, HURRAY_MAX_DIM] */
+  const int64_t *strides; /* ndim strides in elements, or NULL for row-major contiguous */
+  int32_t ndim;           /* 0..HURRAY_MAX_NDIM */
+  uint32_t buffer;        /* index into the tensor's HurrayBufferList */
+  uint8_t dtype;          /* HurrayDTypeCode */
+  uint8_t reserved[7];
+} HurrayArray;
+
+#define HURRAY_TENSOR_COALESCED (1u << 0) /* SPARSE_COO: indices sorted and unique */
+
+typedef struct HurrayTensorDesc {
+  uint32_t layout;      /* HurrayLayout */
+  uint32_t flags;       /* HURRAY_TENSOR_* */
+  int32_t ndim;         /* logical rank; 0 for COMPOSITE */
+  int32_t axis;         /* PER_CHANNEL, BLOCK, PAGED: the axis; else 0 */
+  int64_t block_size;   /* BLOCK: elements per block; PAGED: rows per page; else 0 */
+  const int64_t *shape; /* logical shape, ndim extents */
+  const HurrayArray *parts; /* nparts arrays, in the layout's order */
+  uint32_t nparts;
+  uint8_t dtype;        /* logical element dtype (of the values); INVALID for COMPOSITE */
+  uint8_t reserved0[3];
+  uint32_t nchildren;   /* COMPOSITE only */
+  uint32_t reserved1;
+  const struct HurrayTensorDesc *children;
+  const char *const *child_names; /* nchildren unique UTF-8 names, 1..HURRAY_MAX_NAME bytes */
+  uint64_t reserved2[2];
+} HurrayTensorDesc;
+
+/* "dense", "per_channel", ...; NULL for an unknown layout. */
+HURRAY_API const char *hurray_layout_name(int layout);
+
+#define HURRAY_VALIDATE_CONTENTS (1u << 0) /* also read index data of CPU buffers */
+
+/* Validates `tensor` against `buffers`: layout rules, limits, dtypes, overflow-checked extents,
+ * and that every element each array addresses lies inside its buffer. With
+ * HURRAY_VALIDATE_CONTENTS, also checks sparse indices and page-table entries held in CPU
+ * memory (indices in range, indptr monotone, page numbers < num_pages). */
+HURRAY_API int hurray_tensor_validate(const HurrayTensorDesc *tensor,
+                                      const HurrayBufferList *buffers, uint32_t flags,
+                                      HurrayError *error);
+/* The byte range [*begin, *end) of its buffer that `array` addresses (empty arrays give
+ * begin == end == byte_offset). Fails on overflow or invalid shape/dtype. */
+HURRAY_API int hurray_array_span(const HurrayArray *array, uint64_t *begin, uint64_t *end,
+                                 HurrayError *error);
+/* Number of elements of an array (product of its shape), overflow-checked. */
+HURRAY_API int hurray_array_numel(const HurrayArray *array, uint64_t *numel,
+                                  HurrayError *error);
+/* Deep copy of a tensor descriptor (shapes, strides, parts, children, names) in one heap
+ * block, so the copy outlives the original's storage. Destroy with hurray_tensor_desc_destroy.
+ * The copy is checked structurally (limits, depth) but not against buffers. */
+HURRAY_API int hurray_tensor_desc_clone(const HurrayTensorDesc *tensor, HurrayTensorDesc **out,
+                                        HurrayError *error);
+HURRAY_API void hurray_tensor_desc_destroy(HurrayTensorDesc *tensor);
+
+/* ============================================================================================
+ * HurrayTensorContext (ADR-034): what a producer hands a consumer, in one pointer
+ *
+ * The first three fields are frozen for every ABI version: a consumer reads `abi_version`
+ * (through hurray_tensor_context_abi_version) before anything else, and one that finds a
+ * version it does not know touches nothing but `release`. Whoever owns the context calls
+ * `release` exactly once; it destroys the buffer list (each buffer's release once), the
+ * descriptor, and drops the producer's owner reference, using the producer's own code.
+ * ============================================================================================ */
+
+typedef struct HurrayTensorContext HurrayTensorContext;
+typedef void (*HurrayContextReleaseFn)(HurrayTensorContext *self);
+typedef void (*HurrayOwnerReleaseFn)(void *owner);
+
+struct HurrayTensorContext {
+  /* frozen head */
+  uint32_t abi_version;           /* HURRAY_C_ABI_VERSION of the producer */
+  uint32_t flags;                 /* HURRAY_BUFFER_READ_ONLY if the tensor is read-only */
+  HurrayContextReleaseFn release; /* NULL once released */
+  /* ABI version 4 */
+  const HurrayTensorDesc *tensor; /* owned by the context */
+  HurrayBufferList *buffers;      /* owned by the context */
+  void *owner;                    /* the producer's owner reference (e.g. its source object) */
+  HurrayOwnerReleaseFn owner_release; /* drops `owner`; may be NULL */
+  uint64_t reserved[4];
+};
+
+/* Builds a context with abi_version = HURRAY_C_ABI_VERSION. Copies `tensor`, validates it
+ * against `buffers`. SINK for `buffers` and `owner`: on failure the list is destroyed and
+ * owner_release(owner) is called, so the caller never cleans up after a failed create. */
+HURRAY_API int hurray_tensor_context_create(const HurrayTensorDesc *tensor,
+                                            HurrayBufferList *buffers, uint32_t flags,
+                                            void *owner, HurrayOwnerReleaseFn owner_release,
+                                            HurrayTensorContext **out, HurrayError *error);
+/* Reads the producer's ABI version and nothing else; 0 for NULL. */
+HURRAY_API uint32_t hurray_tensor_context_abi_version(const HurrayTensorContext *context);
+/* What a consumer calls before using a context it did not build: HURRAY_EABI naming both
+ * versions if abi_version is not HURRAY_C_ABI_VERSION (nothing else is read then), HURRAY_ESTATE
+ * if it was released, then full validation of the tensor against its buffers. */
+HURRAY_API int hurray_tensor_context_check(const HurrayTensorContext *context, uint32_t flags,
+                                           HurrayError *error);
+/* Calls context->release(context) if it is set. NULL is a no-op. */
+HURRAY_API void hurray_tensor_context_release(HurrayTensorContext *context);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HURRAY_HURRAY_H */

@@ -1,0 +1,1 @@
+/* context.c -- being written */

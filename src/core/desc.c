@@ -1,0 +1,1 @@
+/* desc.c -- being written */

@@ -1,0 +1,1 @@
+/* device.c -- being written */

@@ -1,0 +1,56 @@
+/* internal.h -- private helpers shared by the hurray-core sources. Not installed, not API.
+ * Cross-file symbols are named hurray__* and have hidden visibility. */
+#ifndef HURRAY_CORE_INTERNAL_H
+#define HURRAY_CORE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hurray/hurray.h"
+
+#if defined(__GNUC__)
+#define HURRAY_INTERNAL __attribute__((visibility("hidden")))
+#define HURRAY_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define HURRAY_INTERNAL
+#define HURRAY_PRINTF(f, a)
+#endif
+
+/* Records `code` and a formatted message in `error` (if not NULL) and returns `code`.
+ * The message is truncated to fit, never overflowing. */
+HURRAY_INTERNAL int hurray__fail(HurrayError *error, int code, const char *fmt, ...)
+    HURRAY_PRINTF(3, 4);
+
+/* Overflow-checked arithmetic: return true when the result does not fit. */
+static inline bool hurray__add_u64(uint64_t a, uint64_t b, uint64_t *r) {
+  return __builtin_add_overflow(a, b, r);
+}
+static inline bool hurray__mul_u64(uint64_t a, uint64_t b, uint64_t *r) {
+  return __builtin_mul_overflow(a, b, r);
+}
+static inline bool hurray__add_i64(int64_t a, int64_t b, int64_t *r) {
+  return __builtin_add_overflow(a, b, r);
+}
+static inline bool hurray__mul_i64(int64_t a, int64_t b, int64_t *r) {
+  return __builtin_mul_overflow(a, b, r);
+}
+
+/* Little-endian loads and stores, independent of the host's byte order. */
+static inline uint16_t hurray__load_le16(const uint8_t *p) {
+  return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint64_t hurray__load_le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+static inline void hurray__store_le16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static inline void hurray__store_le64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+#endif /* HURRAY_CORE_INTERNAL_H */

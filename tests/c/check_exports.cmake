@@ -1,0 +1,23 @@
+# Fails unless every symbol the shared library defines for dynamic linking starts with hurray_
+# (and none with the internal prefix hurray__).
+execute_process(COMMAND nm -D --defined-only ${LIBRARY} OUTPUT_VARIABLE symbols
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nm -D failed on ${LIBRARY}")
+endif()
+string(REPLACE "\n" ";" lines "${symbols}")
+set(count 0)
+foreach(line ${lines})
+  if(line MATCHES "^[0-9a-fA-F]+ ([A-Za-z]) (.+)$")
+    set(kind ${CMAKE_MATCH_1})
+    set(name ${CMAKE_MATCH_2})
+    if(NOT name MATCHES "^hurray_[a-z]" OR name MATCHES "^hurray__")
+      message(FATAL_ERROR "exported symbol outside the public ABI: ${name} (${kind})")
+    endif()
+    math(EXPR count "${count} + 1")
+  endif()
+endforeach()
+if(count LESS 10)
+  message(FATAL_ERROR "only ${count} exported symbols found; the public ABI is missing")
+endif()
+message(STATUS "${count} exported symbols, all hurray_*")
