@@ -1,1 +1,221 @@
-/* buffer.c -- being written */
+/* buffer.c -- HurrayBuffer, one owned region of memory on some device, and HurrayBufferList,
+ * every buffer of one tensor in order, each with a role (ADR-030). A buffer's `release` runs
+ * exactly once: when its handle is destroyed, or never if the handle was never made. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- HurrayBuffer -------------------------------------------------------------------------- */
+
+static int check_flags(const char *what, uint32_t flags, uint32_t known, HurrayError *error) {
+  if ((flags & ~known) == 0) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_EINVAL,
+                      "%s flags 0x%" PRIX32 " include unknown bits 0x%" PRIX32, what, flags,
+                      flags & ~known);
+}
+
+static int check_data(void *data, const HurrayBufferDesc *desc, HurrayError *error) {
+  if (data == NULL) {
+    if (desc->byte_size == 0) return HURRAY_OK;
+    return hurray__fail(error, HURRAY_EINVAL, "data is NULL but byte_size is %" PRIu64,
+                        desc->byte_size);
+  }
+  uintptr_t offset = (uintptr_t)data & (desc->alignment - 1);
+  if (offset == 0) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_EALIGN,
+                      "data %p lies %" PRIuPTR " bytes past a %" PRIu32
+                      "-byte boundary; wrap the address rounded down and address the data "
+                      "with a byte offset",
+                      data, offset, desc->alignment);
+}
+
+static int check_sync(const HurrayBufferDesc *desc, const void *sync_handle, uint64_t sync_value,
+                      HurrayError *error) {
+  const char *mode = hurray_sync_mode_name(desc->sync_mode);
+  if (desc->sync_mode == HURRAY_SYNC_READY && sync_handle != NULL) {
+    return hurray__fail(error, HURRAY_ESYNC, "sync mode ready takes no sync_handle");
+  }
+  if (desc->sync_mode != HURRAY_SYNC_READY && sync_handle == NULL) {
+    return hurray__fail(error, HURRAY_ESYNC, "sync mode %s needs a sync_handle", mode);
+  }
+  if (desc->sync_mode != HURRAY_SYNC_TIMELINE && sync_value != 0) {
+    return hurray__fail(error, HURRAY_ESYNC,
+                        "sync mode %s waits for no value, but sync_value is %" PRIu64, mode,
+                        sync_value);
+  }
+  return HURRAY_OK;
+}
+
+int hurray_buffer_wrap(void *data, const HurrayBufferDesc *desc, uint32_t flags, void *sync_handle,
+                       uint64_t sync_value, HurrayBufferReleaseFn release, void *release_ctx,
+                       HurrayBuffer **out, HurrayError *error) {
+  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "hurray_buffer_wrap: out is NULL");
+  int status = hurray_desc_validate(desc, error);
+  if (status == HURRAY_OK) status = check_flags("buffer", flags, HURRAY_BUFFER_READ_ONLY, error);
+  if (status == HURRAY_OK) status = check_data(data, desc, error);
+  if (status == HURRAY_OK) status = check_sync(desc, sync_handle, sync_value, error);
+  if (status != HURRAY_OK) return status;
+
+  HurrayBuffer *buffer = calloc(1, sizeof *buffer);
+  if (buffer == NULL) {
+    return hurray__fail(error, HURRAY_ENOMEM, "cannot allocate a buffer handle (%zu bytes)",
+                        sizeof *buffer);
+  }
+  buffer->data = data;
+  buffer->desc = *desc;
+  buffer->flags = flags;
+  buffer->sync_handle = sync_handle;
+  buffer->sync_value = sync_value;
+  buffer->release = release;
+  buffer->release_ctx = release_ctx;
+  *out = buffer;
+  return HURRAY_OK;
+}
+
+static void release_aligned(HurrayBuffer *self) {
+  free(self->data);
+}
+
+/* A zero-byte buffer gets no memory at all: data is NULL, as the contract allows, so every
+ * consumer meets the NULL case in its own tests rather than in the field. Otherwise the size is
+ * rounded up to a multiple of the alignment, as aligned_alloc requires. */
+static int allocate_aligned(uint64_t byte_size, uint32_t alignment, bool zero, void **data,
+                            HurrayError *error) {
+  *data = NULL;
+  if (byte_size == 0) return HURRAY_OK;
+  uint64_t rounded = 0;
+  if (hurray__add_u64(byte_size, alignment - 1, &rounded) || (size_t)rounded != rounded) {
+    return hurray__fail(error, HURRAY_EOVERFLOW,
+                        "%" PRIu64 " bytes aligned to %" PRIu32 " do not fit in memory", byte_size,
+                        alignment);
+  }
+  rounded &= ~(uint64_t)(alignment - 1);
+  *data = aligned_alloc(alignment, (size_t)rounded);
+  if (*data == NULL) {
+    return hurray__fail(error, HURRAY_ENOMEM,
+                        "cannot allocate %" PRIu64 " bytes aligned to %" PRIu32, byte_size,
+                        alignment);
+  }
+  if (zero) memset(*data, 0, (size_t)byte_size);
+  return HURRAY_OK;
+}
+
+int hurray_buffer_alloc(uint64_t byte_size, uint32_t alignment, uint32_t flags, HurrayBuffer **out,
+                        HurrayError *error) {
+  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "hurray_buffer_alloc: out is NULL");
+  const HurrayBufferDesc desc = {
+      .byte_size = byte_size,
+      .alignment = alignment == 0 ? HURRAY_MIN_ALIGNMENT : alignment,
+      .device_tag = HURRAY_DEVICE_CPU,
+      .memory_class = HURRAY_MEM_DEVICE,
+      .sync_mode = HURRAY_SYNC_READY,
+  };
+  int status = hurray_desc_validate(&desc, error);
+  if (status == HURRAY_OK) status = check_flags("alloc", flags, HURRAY_ALLOC_ZERO, error);
+  if (status != HURRAY_OK) return status;
+
+  void *data = NULL;
+  status =
+      allocate_aligned(desc.byte_size, desc.alignment, flags & HURRAY_ALLOC_ZERO, &data, error);
+  if (status == HURRAY_OK) {
+    status = hurray_buffer_wrap(data, &desc, 0, NULL, 0, release_aligned, NULL, out, error);
+    if (status != HURRAY_OK) free(data);
+  }
+  return status;
+}
+
+void hurray_buffer_destroy(HurrayBuffer *buffer) {
+  if (buffer == NULL) return;
+  if (buffer->release != NULL) buffer->release(buffer);
+  free(buffer);
+}
+
+/* ---- HurrayBufferList ---------------------------------------------------------------------- */
+
+static const char *const kRoleNames[] = {"values", "scales", "zero_points", "mins", "indices",
+                                         "indptr", "pages",  "page_table",  "mixed"};
+
+#define ROLE_COUNT (sizeof kRoleNames / sizeof kRoleNames[0])
+
+const char *hurray_buffer_role_name(int role) {
+  return role >= 0 && (size_t)role < ROLE_COUNT ? kRoleNames[role] : NULL;
+}
+
+/* Grows both arrays to hold `capacity` entries. On failure the list is unchanged in content
+ * and still consistent (an array may have grown; `capacity` says what both can hold). */
+static int reserve(HurrayBufferList *list, uint32_t capacity, HurrayError *error) {
+  if (capacity <= list->capacity) return HURRAY_OK;
+  HurrayBuffer **buffers = realloc(list->buffers, (size_t)capacity * sizeof *buffers);
+  if (buffers != NULL) list->buffers = buffers;
+  uint8_t *roles = buffers != NULL ? realloc(list->roles, capacity) : NULL;
+  if (roles == NULL) {
+    return hurray__fail(error, HURRAY_ENOMEM, "cannot grow a buffer list to %" PRIu32 " buffers",
+                        capacity);
+  }
+  list->roles = roles;
+  list->capacity = capacity;
+  return HURRAY_OK;
+}
+
+int hurray_buffer_list_create(uint32_t capacity_hint, HurrayBufferList **out, HurrayError *error) {
+  if (out == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_buffer_list_create: out is NULL");
+  }
+  if (capacity_hint > HURRAY_MAX_BUFFERS) {
+    return hurray__fail(error, HURRAY_ELIMIT,
+                        "capacity hint %" PRIu32 " exceeds the limit of %u buffers", capacity_hint,
+                        HURRAY_MAX_BUFFERS);
+  }
+  HurrayBufferList *list = calloc(1, sizeof *list);
+  if (list == NULL) {
+    return hurray__fail(error, HURRAY_ENOMEM, "cannot allocate a buffer list (%zu bytes)",
+                        sizeof *list);
+  }
+  int status = reserve(list, capacity_hint, error);
+  if (status != HURRAY_OK) {
+    hurray_buffer_list_destroy(list);
+    return status;
+  }
+  *out = list;
+  return HURRAY_OK;
+}
+
+/* Everything that can make an append fail, done before the buffer is stored. */
+static int prepare_append(HurrayBufferList *list, int role, HurrayError *error) {
+  if (list == NULL) return hurray__fail(error, HURRAY_EINVAL, "buffer list is NULL");
+  if (hurray_buffer_role_name(role) == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "buffer role %d is unknown", role);
+  }
+  if (list->count == HURRAY_MAX_BUFFERS) {
+    return hurray__fail(error, HURRAY_ELIMIT, "a buffer list holds at most %u buffers",
+                        HURRAY_MAX_BUFFERS);
+  }
+  if (list->count < list->capacity) return HURRAY_OK;
+  uint32_t grown = list->capacity < 4 ? 4 : 2 * list->capacity;
+  return reserve(list, grown < HURRAY_MAX_BUFFERS ? grown : HURRAY_MAX_BUFFERS, error);
+}
+
+int hurray_buffer_list_append(HurrayBufferList *list, HurrayBuffer *buffer, int role,
+                              uint32_t *index, HurrayError *error) {
+  if (buffer == NULL) return hurray__fail(error, HURRAY_EINVAL, "buffer is NULL");
+  int status = prepare_append(list, role, error);
+  if (status != HURRAY_OK) {
+    hurray_buffer_destroy(buffer); /* SINK: the buffer is ours even on failure */
+    return status;
+  }
+  list->buffers[list->count] = buffer;
+  list->roles[list->count] = (uint8_t)role;
+  if (index != NULL) *index = list->count;
+  list->count++;
+  return HURRAY_OK;
+}
+
+void hurray_buffer_list_destroy(HurrayBufferList *list) {
+  if (list == NULL) return;
+  for (uint32_t i = 0; i < list->count; i++) hurray_buffer_destroy(list->buffers[i]);
+  free(list->buffers);
+  free(list->roles);
+  free(list);
+}

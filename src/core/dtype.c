@@ -1,1 +1,148 @@
-/* dtype.c -- being written */
+/* dtype.c -- the dtype table: every element type Hurray knows, with its tier, kind, storage
+ * bits and DLPack form (docs/spec/dtypes.md). The table is the single source of truth; every
+ * function below only reads it. */
+#include <inttypes.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* DLPack's DLDataTypeCode values (dlpack.h). */
+enum {
+  DL_INT = 0,
+  DL_UINT = 1,
+  DL_FLOAT = 2,
+  DL_BFLOAT = 4,
+  DL_COMPLEX = 5,
+  DL_BOOL = 6,
+  DL_FLOAT8_E3M4 = 7,
+  DL_FLOAT8_E4M3 = 8,
+  DL_FLOAT8_E4M3B11FNUZ = 9,
+  DL_FLOAT8_E4M3FN = 10,
+  DL_FLOAT8_E4M3FNUZ = 11,
+  DL_FLOAT8_E5M2 = 12,
+  DL_FLOAT8_E5M2FNUZ = 13,
+  DL_FLOAT8_E8M0FNU = 14,
+  DL_FLOAT6_E2M3FN = 15,
+  DL_FLOAT6_E3M2FN = 16,
+  DL_FLOAT4_E2M1FN = 17,
+  DL_NONE = HURRAY_DLPACK_NONE
+};
+
+/* A DLPack form is always (dl_code, the dtype's own bits, 1 lane); without one it is
+ * (HURRAY_DLPACK_NONE, 0, 0). */
+/* clang-format off */
+#define DTYPE(name, code, tier, kind, bits, dl_code)                     \
+  {name, HURRAY_DTYPE_##code, tier, HURRAY_KIND_##kind, bits, dl_code,   \
+   (dl_code) == DL_NONE ? 0 : (bits), (dl_code) == DL_NONE ? 0 : 1}
+/* clang-format on */
+
+/* In code order, as hurray_dtype_at promises. */
+static const HurrayDTypeInfo kDTypes[] = {
+    DTYPE("bool", BOOL, 1, BOOL, 8, DL_BOOL),
+    DTYPE("int8", INT8, 1, SIGNED, 8, DL_INT),
+    DTYPE("int16", INT16, 1, SIGNED, 16, DL_INT),
+    DTYPE("int32", INT32, 1, SIGNED, 32, DL_INT),
+    DTYPE("int64", INT64, 1, SIGNED, 64, DL_INT),
+    DTYPE("uint8", UINT8, 1, UNSIGNED, 8, DL_UINT),
+    DTYPE("uint16", UINT16, 1, UNSIGNED, 16, DL_UINT),
+    DTYPE("uint32", UINT32, 1, UNSIGNED, 32, DL_UINT),
+    DTYPE("uint64", UINT64, 1, UNSIGNED, 64, DL_UINT),
+    DTYPE("float32", FLOAT32, 1, FLOAT, 32, DL_FLOAT),
+    DTYPE("float64", FLOAT64, 1, FLOAT, 64, DL_FLOAT),
+    DTYPE("complex64", COMPLEX64, 1, COMPLEX, 64, DL_COMPLEX),
+    DTYPE("complex128", COMPLEX128, 1, COMPLEX, 128, DL_COMPLEX),
+    DTYPE("float16", FLOAT16, 2, FLOAT, 16, DL_FLOAT),
+    DTYPE("bfloat16", BFLOAT16, 2, FLOAT, 16, DL_BFLOAT),
+    DTYPE("float8_e4m3fn", FLOAT8_E4M3FN, 2, FLOAT, 8, DL_FLOAT8_E4M3FN),
+    DTYPE("float8_e5m2", FLOAT8_E5M2, 2, FLOAT, 8, DL_FLOAT8_E5M2),
+    DTYPE("float8_e4m3fnuz", FLOAT8_E4M3FNUZ, 2, FLOAT, 8, DL_FLOAT8_E4M3FNUZ),
+    DTYPE("float8_e5m2fnuz", FLOAT8_E5M2FNUZ, 2, FLOAT, 8, DL_FLOAT8_E5M2FNUZ),
+    DTYPE("float8_e8m0fnu", FLOAT8_E8M0FNU, 2, FLOAT, 8, DL_FLOAT8_E8M0FNU),
+    DTYPE("float8_e3m4", FLOAT8_E3M4, 2, FLOAT, 8, DL_FLOAT8_E3M4),
+    DTYPE("float8_e4m3", FLOAT8_E4M3, 2, FLOAT, 8, DL_FLOAT8_E4M3),
+    DTYPE("float8_e4m3b11fnuz", FLOAT8_E4M3B11FNUZ, 2, FLOAT, 8, DL_FLOAT8_E4M3B11FNUZ),
+    DTYPE("float6_e2m3fn", FLOAT6_E2M3FN, 2, FLOAT, 6, DL_FLOAT6_E2M3FN),
+    DTYPE("float6_e3m2fn", FLOAT6_E3M2FN, 2, FLOAT, 6, DL_FLOAT6_E3M2FN),
+    DTYPE("float4_e2m1fn", FLOAT4_E2M1FN, 2, FLOAT, 4, DL_FLOAT4_E2M1FN),
+    DTYPE("complex32", COMPLEX32, 2, COMPLEX, 32, DL_COMPLEX),
+    DTYPE("int4", INT4, 3, SIGNED, 4, DL_NONE),
+    DTYPE("uint4", UINT4, 3, UNSIGNED, 4, DL_NONE),
+    DTYPE("int2", INT2, 3, SIGNED, 2, DL_NONE),
+    DTYPE("uint2", UINT2, 3, UNSIGNED, 2, DL_NONE),
+    DTYPE("uint1", UINT1, 3, UNSIGNED, 1, DL_NONE),
+};
+
+#undef DTYPE
+
+#define DTYPE_COUNT (sizeof kDTypes / sizeof kDTypes[0])
+
+size_t hurray_dtype_count(void) {
+  return DTYPE_COUNT;
+}
+
+const HurrayDTypeInfo *hurray_dtype_at(size_t index) {
+  return index < DTYPE_COUNT ? &kDTypes[index] : NULL;
+}
+
+const HurrayDTypeInfo *hurray_dtype_info(int code) {
+  for (size_t i = 0; i < DTYPE_COUNT; i++) {
+    if (kDTypes[i].code == code) return &kDTypes[i];
+  }
+  return NULL;
+}
+
+int hurray_dtype_from_name(const char *name, uint8_t *code, HurrayError *error) {
+  if (name == NULL || code == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_dtype_from_name: %s is NULL",
+                        name == NULL ? "name" : "code");
+  }
+  for (size_t i = 0; i < DTYPE_COUNT; i++) {
+    if (strcmp(kDTypes[i].name, name) == 0) {
+      *code = kDTypes[i].code;
+      return HURRAY_OK;
+    }
+  }
+  return hurray__fail(error, HURRAY_EDTYPE, "no dtype is named \"%s\"", name);
+}
+
+int hurray_dtype_from_dlpack(uint8_t dl_code, uint8_t dl_bits, uint16_t dl_lanes, uint8_t *code,
+                             HurrayError *error) {
+  if (code == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_dtype_from_dlpack: code is NULL");
+  }
+  if (dl_lanes != 1) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "DLPack dtype (code %u, bits %u, lanes %u) has no Hurray dtype: "
+                        "Hurray dtypes have one lane",
+                        dl_code, dl_bits, dl_lanes);
+  }
+  for (size_t i = 0; i < DTYPE_COUNT; i++) {
+    const HurrayDTypeInfo *t = &kDTypes[i];
+    if (t->dlpack_lanes == 1 && t->dlpack_code == dl_code && t->dlpack_bits == dl_bits) {
+      *code = t->code;
+      return HURRAY_OK;
+    }
+  }
+  return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                      "DLPack dtype (code %u, bits %u, lanes %u) has no Hurray dtype", dl_code,
+                      dl_bits, dl_lanes);
+}
+
+int hurray_dtype_storage_bytes(int code, uint64_t count, uint64_t *bytes, HurrayError *error) {
+  if (bytes == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_dtype_storage_bytes: bytes is NULL");
+  }
+  const HurrayDTypeInfo *t = hurray_dtype_info(code);
+  if (t == NULL) return hurray__fail(error, HURRAY_EDTYPE, "unknown dtype code %d", code);
+  /* count = 8q + r, so ceil(count * bits / 8) = q * bits + ceil(r * bits / 8): exact, and it
+   * overflows only when the result itself does not fit. */
+  uint64_t whole = 0;
+  uint64_t total = 0;
+  uint64_t rest = ((count % 8) * t->bits + 7) / 8;
+  if (hurray__mul_u64(count / 8, t->bits, &whole) || hurray__add_u64(whole, rest, &total)) {
+    return hurray__fail(error, HURRAY_EOVERFLOW,
+                        "%" PRIu64 " elements of %s take more than 2^64 - 1 bytes", count, t->name);
+  }
+  *bytes = total;
+  return HURRAY_OK;
+}
