@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything Hurray needs to build and test, idempotently: Debian packages (compilers,
+# cmocka, clang for the fuzzers) and a project-local virtual environment (.venv) with the Python
+# build tools and the real peers the tests exchange tensors with.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(build-essential pkg-config libcmocka-dev clang libclang-rt-14-dev)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.requirements-installed
+if [ ! -f "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ]; then
+  echo "setup: installing Python packages (requirements-dev.txt)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements-dev.txt
+  touch "$stamp"
+fi

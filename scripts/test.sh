@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Sets everything up and runs the whole test suite: the C tests and fuzz-corpus replays
+# (plain build, warnings as errors), the same under ASan+UBSan with leak checking, and a
+# short run of each libFuzzer target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+PATH="$PWD/.venv/bin:$PATH"
+
+echo "== C tests (gcc, -Werror)"
+scripts/build.sh build
+ctest --test-dir build --output-on-failure -j2
+
+echo "== C tests under AddressSanitizer + UndefinedBehaviorSanitizer (leaks checked)"
+scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DHURRAY_SANITIZE=address,undefined
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j2
+
+echo "== fuzz targets (clang + libFuzzer), ${HURRAY_FUZZ_SECONDS:-15} s each"
+CC=clang scripts/build.sh build-fuzz -DCMAKE_C_COMPILER=clang -DHURRAY_BUILD_FUZZERS=ON \
+  -DHURRAY_SANITIZE=address,undefined \
+  -DHURRAY_BUILD_EXAMPLES=OFF
+for fuzzer in build-fuzz/fuzz/fuzz_*; do
+  name=$(basename "$fuzzer"); name=${name#fuzz_}
+  work=$(mktemp -d)
+  "$fuzzer" -max_total_time="${HURRAY_FUZZ_SECONDS:-15}" -print_final_stats=0 \
+    "$work" "fuzz/corpus/$name" 2>&1 | tail -n 1
+  rm -rf "$work"
+done

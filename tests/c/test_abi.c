@@ -1,0 +1,160 @@
+/* test_abi.c -- pins the hurray-ffi ABI (version 4): the size and every field offset of each
+ * public struct, the frozen head of HurrayTensorContext, and the values that are forever
+ * (status codes, enum values). A change that moves any of these fails to compile. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hurray/hurray.h"
+
+#define PIN_SIZE(type, size) _Static_assert(sizeof(type) == (size), "sizeof " #type)
+#define PIN_OFFSET(type, field, offset) \
+  _Static_assert(offsetof(type, field) == (offset), "offsetof " #type "." #field)
+
+/* Layout-independent of the pointer size. */
+PIN_SIZE(HurrayBufferDesc, 24);
+PIN_OFFSET(HurrayBufferDesc, byte_size, 0);
+PIN_OFFSET(HurrayBufferDesc, alignment, 8);
+PIN_OFFSET(HurrayBufferDesc, device_id, 12);
+PIN_OFFSET(HurrayBufferDesc, peer_device_id, 14);
+PIN_OFFSET(HurrayBufferDesc, device_tag, 16);
+PIN_OFFSET(HurrayBufferDesc, memory_class, 17);
+PIN_OFFSET(HurrayBufferDesc, sync_mode, 18);
+PIN_OFFSET(HurrayBufferDesc, reserved, 19);
+
+PIN_SIZE(HurrayError, 8 + HURRAY_ERROR_MESSAGE_SIZE);
+PIN_OFFSET(HurrayError, code, 0);
+PIN_OFFSET(HurrayError, reserved, 4);
+PIN_OFFSET(HurrayError, message, 8);
+
+/* The frozen head of the context: the same offsets for every ABI version, on every platform
+ * with pointers of at most 8 bytes (release follows two uint32 fields). */
+PIN_OFFSET(HurrayTensorContext, abi_version, 0);
+PIN_OFFSET(HurrayTensorContext, flags, 4);
+PIN_OFFSET(HurrayTensorContext, release, 8);
+
+#if UINTPTR_MAX == UINT64_MAX /* LP64 / LLP64: the platforms Hurray ships for */
+PIN_SIZE(HurrayDTypeInfo, 16);
+PIN_OFFSET(HurrayDTypeInfo, name, 0);
+PIN_OFFSET(HurrayDTypeInfo, code, 8);
+PIN_OFFSET(HurrayDTypeInfo, tier, 9);
+PIN_OFFSET(HurrayDTypeInfo, kind, 10);
+PIN_OFFSET(HurrayDTypeInfo, bits, 11);
+PIN_OFFSET(HurrayDTypeInfo, dlpack_code, 12);
+PIN_OFFSET(HurrayDTypeInfo, dlpack_bits, 13);
+PIN_OFFSET(HurrayDTypeInfo, dlpack_lanes, 14);
+
+PIN_SIZE(HurrayBuffer, 88);
+PIN_OFFSET(HurrayBuffer, data, 0);
+PIN_OFFSET(HurrayBuffer, desc, 8);
+PIN_OFFSET(HurrayBuffer, flags, 32);
+PIN_OFFSET(HurrayBuffer, reserved0, 36);
+PIN_OFFSET(HurrayBuffer, sync_handle, 40);
+PIN_OFFSET(HurrayBuffer, sync_value, 48);
+PIN_OFFSET(HurrayBuffer, release, 56);
+PIN_OFFSET(HurrayBuffer, release_ctx, 64);
+PIN_OFFSET(HurrayBuffer, reserved1, 72);
+
+PIN_SIZE(HurrayBufferList, 32);
+PIN_OFFSET(HurrayBufferList, count, 0);
+PIN_OFFSET(HurrayBufferList, capacity, 4);
+PIN_OFFSET(HurrayBufferList, buffers, 8);
+PIN_OFFSET(HurrayBufferList, roles, 16);
+PIN_OFFSET(HurrayBufferList, reserved, 24);
+
+PIN_SIZE(HurrayArray, 40);
+PIN_OFFSET(HurrayArray, byte_offset, 0);
+PIN_OFFSET(HurrayArray, shape, 8);
+PIN_OFFSET(HurrayArray, strides, 16);
+PIN_OFFSET(HurrayArray, ndim, 24);
+PIN_OFFSET(HurrayArray, buffer, 28);
+PIN_OFFSET(HurrayArray, dtype, 32);
+PIN_OFFSET(HurrayArray, reserved, 33);
+
+PIN_SIZE(HurrayTensorDesc, 88);
+PIN_OFFSET(HurrayTensorDesc, layout, 0);
+PIN_OFFSET(HurrayTensorDesc, flags, 4);
+PIN_OFFSET(HurrayTensorDesc, ndim, 8);
+PIN_OFFSET(HurrayTensorDesc, axis, 12);
+PIN_OFFSET(HurrayTensorDesc, block_size, 16);
+PIN_OFFSET(HurrayTensorDesc, shape, 24);
+PIN_OFFSET(HurrayTensorDesc, parts, 32);
+PIN_OFFSET(HurrayTensorDesc, nparts, 40);
+PIN_OFFSET(HurrayTensorDesc, dtype, 44);
+PIN_OFFSET(HurrayTensorDesc, reserved0, 45);
+PIN_OFFSET(HurrayTensorDesc, nchildren, 48);
+PIN_OFFSET(HurrayTensorDesc, reserved1, 52);
+PIN_OFFSET(HurrayTensorDesc, children, 56);
+PIN_OFFSET(HurrayTensorDesc, child_names, 64);
+PIN_OFFSET(HurrayTensorDesc, reserved2, 72);
+
+PIN_SIZE(HurrayTensorContext, 80);
+PIN_OFFSET(HurrayTensorContext, tensor, 16);
+PIN_OFFSET(HurrayTensorContext, buffers, 24);
+PIN_OFFSET(HurrayTensorContext, owner, 32);
+PIN_OFFSET(HurrayTensorContext, owner_release, 40);
+PIN_OFFSET(HurrayTensorContext, reserved, 48);
+#endif
+
+/* Values that are forever. */
+_Static_assert(HURRAY_C_ABI_VERSION == 4, "C ABI version");
+_Static_assert(HURRAY_DESC_SIZE == 16, "descriptor size");
+_Static_assert(HURRAY_MIN_ALIGNMENT == 64, "minimum alignment");
+_Static_assert(HURRAY_DEVICE_CPU == 0x00 && HURRAY_DEVICE_CUDA == 0x01 &&
+                   HURRAY_DEVICE_ROCM == 0x02 && HURRAY_DEVICE_METAL == 0x03 &&
+                   HURRAY_DEVICE_VULKAN == 0x04 && HURRAY_DEVICE_WEBGPU == 0x05 &&
+                   HURRAY_DEVICE_HEXAGON == 0x06 && HURRAY_DEVICE_LEVEL_ZERO == 0x07 &&
+                   HURRAY_DEVICE_OPENCL == 0x08,
+               "named device tags (ADR-016)");
+_Static_assert(HURRAY_DEVICE_RESERVED_FIRST == 0x09 && HURRAY_DEVICE_RESERVED_LAST == 0xEF &&
+                   HURRAY_DEVICE_PRIVATE_FIRST == 0xF0 && HURRAY_DEVICE_PRIVATE_LAST == 0xFE &&
+                   HURRAY_DEVICE_INVALID == 0xFF,
+               "device tag ranges (ADR-016)");
+_Static_assert(HURRAY_MEM_DEVICE == 0 && HURRAY_MEM_HOST == 1 && HURRAY_MEM_UNIFIED == 2 &&
+                   HURRAY_MEM_PEER == 3,
+               "memory classes");
+_Static_assert(HURRAY_SYNC_READY == 0 && HURRAY_SYNC_STREAM == 1 && HURRAY_SYNC_EVENT == 2 &&
+                   HURRAY_SYNC_TIMELINE == 3,
+               "sync modes");
+_Static_assert(HURRAY_LAYOUT_DENSE == 0 && HURRAY_LAYOUT_PER_CHANNEL == 1 &&
+                   HURRAY_LAYOUT_BLOCK == 2 && HURRAY_LAYOUT_SPARSE_COO == 3 &&
+                   HURRAY_LAYOUT_SPARSE_CSR == 4 && HURRAY_LAYOUT_PAGED == 5 &&
+                   HURRAY_LAYOUT_COMPOSITE == 6,
+               "layouts");
+
+static void runtime_versions_match_the_header(void **state) {
+  (void)state;
+  assert_int_equal(hurray_c_abi_version(), HURRAY_C_ABI_VERSION);
+  assert_int_equal(hurray_version(), HURRAY_VERSION);
+  assert_string_equal(hurray_version_string(), HURRAY_VERSION_STRING);
+}
+
+static void status_values_are_forever(void **state) {
+  (void)state;
+  static const struct {
+    int value;
+    const char *name;
+  } pinned[] = {
+      {0, "HURRAY_OK"},        {1, "HURRAY_EINVAL"},        {2, "HURRAY_ENOMEM"},
+      {3, "HURRAY_EOVERFLOW"}, {4, "HURRAY_ELIMIT"},        {5, "HURRAY_EDTYPE"},
+      {6, "HURRAY_EDEVICE"},   {7, "HURRAY_EMEMCLASS"},     {8, "HURRAY_ESYNC"},
+      {9, "HURRAY_EALIGN"},    {10, "HURRAY_ELAYOUT"},      {11, "HURRAY_EBOUNDS"},
+      {12, "HURRAY_EABI"},     {13, "HURRAY_EUNSUPPORTED"}, {14, "HURRAY_EFORMAT"},
+      {15, "HURRAY_EIO"},      {16, "HURRAY_ESTATE"},       {17, "HURRAY_ECHECKSUM"},
+  };
+  for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
+    assert_string_equal(hurray_status_name(pinned[i].value), pinned[i].name);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(runtime_versions_match_the_header),
+      cmocka_unit_test(status_values_are_forever),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
