@@ -22,6 +22,12 @@ static int check_data(void *data, const HurrayBufferDesc *desc, HurrayError *err
     return hurray__fail(error, HURRAY_EINVAL, "data is NULL but byte_size is %" PRIu64,
                         desc->byte_size);
   }
+  /* Metal, WebGPU and OpenCL buffers have no address: data is the buffer object (spec 2.5),
+   * whose offset 0 the device API aligns. */
+  if (desc->device_tag == HURRAY_DEVICE_METAL || desc->device_tag == HURRAY_DEVICE_WEBGPU ||
+      desc->device_tag == HURRAY_DEVICE_OPENCL) {
+    return HURRAY_OK;
+  }
   uintptr_t offset = (uintptr_t)data & (desc->alignment - 1);
   if (offset == 0) return HURRAY_OK;
   return hurray__fail(error, HURRAY_EALIGN,

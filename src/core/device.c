@@ -243,9 +243,16 @@ int hurray_device_to_dlpack(int tag, int memory_class, int32_t *dl_device_type,
   if (hurray_memory_class_name(memory_class) == NULL) {
     return hurray__fail(error, HURRAY_EMEMCLASS, "memory class %d is unknown", memory_class);
   }
+  /* Only CUDA and ROCm have a DLPack device type per memory class. For the tags 0x03..0x08
+   * DLPack's one device type covers every kind of memory of the device except peer mappings. */
+  int lookup_class = memory_class;
+  if (tag >= HURRAY_DEVICE_METAL && tag <= HURRAY_DEVICE_LAST_NAMED &&
+      memory_class != HURRAY_MEM_PEER) {
+    lookup_class = HURRAY_MEM_DEVICE;
+  }
   for (size_t i = 0; i < DLPACK_DEVICE_COUNT; i++) {
     const DLPackDevice *d = &kDLPackDevices[i];
-    if (d->tag == tag && d->memory_class == memory_class) {
+    if (d->tag == tag && d->memory_class == lookup_class) {
       *dl_device_type = d->dl_device_type;
       return HURRAY_OK;
     }

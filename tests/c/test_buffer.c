@@ -153,6 +153,27 @@ static void wrap_rejects_misaligned_data(void **state) {
   hurray_buffer_destroy(buffer);
 }
 
+/* Metal, WebGPU and OpenCL buffers are objects, not addresses (spec 2.5): no alignment test. */
+static void wrap_takes_object_handles_without_alignment_test(void **state) {
+  (void)state;
+  static const int handle_tags[] = {HURRAY_DEVICE_METAL, HURRAY_DEVICE_WEBGPU,
+                                    HURRAY_DEVICE_OPENCL};
+  for (size_t i = 0; i < sizeof handle_tags / sizeof handle_tags[0]; i++) {
+    HurrayBufferDesc desc = cpu_desc(64, 256);
+    desc.device_tag = (uint8_t)handle_tags[i];
+    HurrayBuffer *buffer = NULL;
+    assert_int_equal(hurray_buffer_wrap((void *)(uintptr_t)0x1008, &desc, 0, NULL, 0, NULL, NULL,
+                                        &buffer, NULL),
+                     HURRAY_OK);
+    hurray_buffer_destroy(buffer);
+  }
+  HurrayBufferDesc desc = cpu_desc(64, 256); /* an address-form device is still checked */
+  desc.device_tag = HURRAY_DEVICE_CUDA;
+  assert_wrap_fails((void *)(uintptr_t)0x1008, &desc, 0, NULL, 0, HURRAY_EALIGN,
+                    "data 0x1008 lies 8 bytes past a 256-byte boundary; wrap the address rounded "
+                    "down and address the data with a byte offset");
+}
+
 static void wrap_rejects_null_data_with_bytes(void **state) {
   (void)state;
   const HurrayBufferDesc desc = cpu_desc(1, 64);
@@ -443,6 +464,7 @@ int main(void) {
       cmocka_unit_test(wrap_borrowed_memory_without_release),
       cmocka_unit_test(wrap_empty_buffers),
       cmocka_unit_test(wrap_rejects_misaligned_data),
+      cmocka_unit_test(wrap_takes_object_handles_without_alignment_test),
       cmocka_unit_test(wrap_rejects_null_data_with_bytes),
       cmocka_unit_test(wrap_rejects_invalid_descriptors),
       cmocka_unit_test(wrap_rejects_unknown_flags),
