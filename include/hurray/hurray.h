@@ -225,7 +225,8 @@ typedef enum HurraySyncMode {
                               sync_value */
 } HurraySyncMode;
 
-/* Name of a named or registered private tag ("cpu", "cuda", ...), else NULL. */
+/* Name of a named or registered private tag ("cpu", "cuda", ...), else NULL. A private tag's
+ * name stays valid until the tag is unregistered. */
 HURRAY_API const char *hurray_device_name(int tag);
 /* HURRAY_OK for a named tag or a registered private tag; HURRAY_EDEVICE otherwise, with a
  * message that says whether the tag is reserved, private and unregistered, or invalid. */
@@ -279,8 +280,8 @@ typedef struct HurrayBufferDesc {
   uint8_t reserved[5]; /* zero */
 } HurrayBufferDesc;
 
-/* Checks every rule of the descriptor: tag (named or registered private), memory class valid
- * for the tag, sync mode, alignment, peer_device_id, reserved bytes zero. */
+/* Checks every rule of the descriptor: tag (named or registered private), memory class and sync
+ * mode known (CPU buffers are DEVICE and READY), alignment, peer_device_id, reserved bytes zero. */
 HURRAY_API int hurray_desc_validate(const HurrayBufferDesc *desc, HurrayError *error);
 /* Validates, then writes the 16-byte encoding. Nothing is written on failure. */
 HURRAY_API int hurray_desc_encode(const HurrayBufferDesc *desc, uint8_t out[HURRAY_DESC_SIZE],
@@ -295,7 +296,8 @@ HURRAY_API int hurray_desc_decode(const uint8_t in[HURRAY_DESC_SIZE], HurrayBuff
  * A heap handle made by hurray_buffer_wrap or hurray_buffer_alloc and destroyed, exactly once,
  * by hurray_buffer_destroy, which calls `release` exactly once. Handles are not refcounted:
  * a producer serving several consumers issues a distinct handle to each.
- * `data` is aligned to desc.alignment. A producer whose memory starts at an unaligned address p
+ * `data` is aligned to desc.alignment (or, for Metal, WebGPU and OpenCL, is the buffer object).
+ * A producer whose memory starts at an unaligned address p
  * wraps p rounded down and addresses the data with a byte offset (as DLPack's byte_offset);
  * bytes that no array of a tensor addresses are never read or written by Hurray.
  * ============================================================================================ */
@@ -317,9 +319,12 @@ struct HurrayBuffer {
   uint64_t reserved1[2];
 };
 
-/* Wraps foreign memory of any device. Validates `desc` and that `data` is aligned. On success
- * the handle owns the memory and will call `release(handle)` exactly once; on failure nothing
- * is taken and `release` is not called. */
+/* Wraps foreign memory of any device. Validates `desc` and that `data` is aligned (Metal, WebGPU
+ * and OpenCL pass their buffer object as `data`, which is not an address and is not tested).
+ * `sync_handle` is NULL exactly when desc->sync_mode is READY; `sync_value` is 0 unless the mode
+ * is TIMELINE; `flags` may hold only HURRAY_BUFFER_READ_ONLY (else HURRAY_ESYNC / HURRAY_EINVAL).
+ * On success the handle owns the memory and will call `release(handle)` exactly once; on
+ * failure nothing is taken and `release` is not called. */
 HURRAY_API int hurray_buffer_wrap(void *data, const HurrayBufferDesc *desc, uint32_t flags,
                                   void *sync_handle, uint64_t sync_value,
                                   HurrayBufferReleaseFn release, void *release_ctx,
@@ -327,7 +332,9 @@ HURRAY_API int hurray_buffer_wrap(void *data, const HurrayBufferDesc *desc, uint
 
 #define HURRAY_ALLOC_ZERO (1u << 0)
 
-/* Allocates `byte_size` bytes of CPU memory aligned to `alignment` (0 means 64). */
+/* Allocates `byte_size` bytes of CPU memory aligned to `alignment` (0 means 64), described as
+ * (CPU, DEVICE, READY); byte_size 0 gives data NULL. `flags`: HURRAY_ALLOC_ZERO. The handle's
+ * release frees the memory. */
 HURRAY_API int hurray_buffer_alloc(uint64_t byte_size, uint32_t alignment, uint32_t flags,
                                    HurrayBuffer **out, HurrayError *error);
 /* Calls buffer->release(buffer) once, then frees the handle. NULL is a no-op. */
@@ -391,7 +398,8 @@ HURRAY_API void hurray_buffer_list_destroy(HurrayBufferList *list);
 #define HURRAY_MAX_NDIM 64
 #define HURRAY_MAX_PARTS 3
 #define HURRAY_MAX_CHILDREN 65536u
-#define HURRAY_MAX_DEPTH 8
+#define HURRAY_MAX_DEPTH 8        /* the tensor given has depth 0; a child, its parent's + 1 */
+#define HURRAY_MAX_NODES (1u << 20) /* tensor descriptors in one tree, counted with repeats */
 #define HURRAY_MAX_NAME 255
 #define HURRAY_MAX_DIM ((int64_t)1 << 62)
 
@@ -459,6 +467,8 @@ HURRAY_API int hurray_array_numel(const HurrayArray *array, uint64_t *numel,
  * The copy is checked structurally (limits, depth) but not against buffers. */
 HURRAY_API int hurray_tensor_desc_clone(const HurrayTensorDesc *tensor, HurrayTensorDesc **out,
                                         HurrayError *error);
+/* Frees a descriptor made by hurray_tensor_desc_clone (or documented as made by it); NULL is a
+ * no-op. Never pass it a descriptor the caller assembled itself. */
 HURRAY_API void hurray_tensor_desc_destroy(HurrayTensorDesc *tensor);
 
 /* ============================================================================================
@@ -504,6 +514,274 @@ HURRAY_API int hurray_tensor_context_check(const HurrayTensorContext *context, u
                                            HurrayError *error);
 /* Calls context->release(context) if it is set. NULL is a no-op. */
 HURRAY_API void hurray_tensor_context_release(HurrayTensorContext *context);
+
+/* ============================================================================================
+ * File container (docs/spec/file-format.md, ADR-010)
+ *
+ * A Hurray file holds named tensors of every layout, each buffer at an offset aligned to the
+ * file's alignment and protected by an XXH3-64 checksum, plus typed metadata for the file and
+ * for each tensor. The index sits at the end, so a writer streams data of any size with memory
+ * proportional to the tensor count only; the fixed 64-byte header points at the index once it
+ * is written. A reader validates the header and the whole index when it opens a file (the file
+ * is untrusted input), finds a tensor by name in O(1), and hands tensors out as
+ * HurrayTensorContexts: zero-copy over the mapping by default, or read into aligned memory.
+ * ============================================================================================ */
+
+#define HURRAY_FILE_HEADER_SIZE 64
+#define HURRAY_FILE_VERSION_MAJOR 1 /* the format version this library writes and reads */
+#define HURRAY_FILE_VERSION_MINOR 0
+#define HURRAY_FILE_DEFAULT_ALIGNMENT 64u
+#define HURRAY_FILE_MAX_ALIGNMENT (1u << 21) /* 2 MiB: a huge page */
+#define HURRAY_FILE_MAX_TENSORS (1u << 20)
+#define HURRAY_FILE_MAX_BUFFERS (1u << 24)        /* in the whole file */
+#define HURRAY_FILE_MAX_INDEX ((uint64_t)1 << 28) /* bytes of index, 256 MiB */
+
+/* ---- typed metadata --------------------------------------------------------------------- */
+
+typedef enum HurrayMetaType {
+  HURRAY_META_BOOL = 1,
+  HURRAY_META_INT64 = 2,
+  HURRAY_META_FLOAT64 = 3,
+  HURRAY_META_STRING = 4, /* UTF-8 */
+  HURRAY_META_LIST = 5,   /* values of any types */
+  HURRAY_META_MAP = 6     /* unique UTF-8 keys of 1..HURRAY_MAX_NAME bytes -> values */
+} HurrayMetaType;
+
+#define HURRAY_META_MAX_DEPTH 16         /* levels of nesting; the root map is level 1 */
+#define HURRAY_META_MAX_BYTES (1u << 24) /* encoded bytes of one metadata map, 16 MiB */
+
+/* One metadata value; a tree of them is metadata. Writers build trees in their own storage
+ * (the structs are plain data, like HurrayTensorDesc); readers return trees they allocated.
+ * The metadata of a file or a tensor is a MAP. */
+typedef struct HurrayMetaValue {
+  uint8_t type;        /* HurrayMetaType */
+  uint8_t reserved[3]; /* zero */
+  uint32_t count;      /* STRING: bytes (excluding any NUL); LIST, MAP: items; else 0 */
+  union {
+    uint8_t boolean; /* BOOL: 0 or 1 */
+    int64_t int64;
+    double float64;
+    const char *string; /* STRING: `count` bytes; trees from a reader add a NUL after them */
+    const struct HurrayMetaValue *items; /* LIST, MAP: `count` values */
+  } as;
+  const char *const *keys; /* MAP: `count` NUL-terminated keys (readers give them sorted by
+                              bytes); NULL otherwise */
+} HurrayMetaValue;
+
+/* "bool", "int64", "float64", "string", "list", "map"; NULL for an unknown type. */
+HURRAY_API const char *hurray_meta_type_name(int type);
+/* Frees a tree returned by hurray_file_reader_metadata (one heap block). NULL is a no-op.
+ * Never call it on a tree you built yourself. */
+HURRAY_API void hurray_meta_destroy(HurrayMetaValue *tree);
+
+/* ---- writer --------------------------------------------------------------------------- */
+
+typedef struct HurrayFileWriter HurrayFileWriter;
+
+typedef struct HurrayFileWriterOptions {
+  uint32_t alignment;   /* of every buffer's file offset: a power of two in
+                           [64, HURRAY_FILE_MAX_ALIGNMENT]; 0 means
+                           HURRAY_FILE_DEFAULT_ALIGNMENT; 4096 suits O_DIRECT and GPU direct
+                           storage */
+  uint32_t reserved0;   /* zero */
+  uint64_t reserved[3]; /* zero */
+} HurrayFileWriterOptions;
+
+/* Starts writing a file that will appear at `path` when, and only when, it is finished. The
+ * bytes go to a temporary file `path` + ".tmp-<pid>-<n>" in the same directory; finish
+ * fsyncs it, renames it over `path` and fsyncs the directory, so a crash at any moment leaves
+ * any previous file at `path` intact and never a partial file under that name (only the
+ * temporary may stay behind). HURRAY_EIO if the temporary cannot be created. `options` may
+ * be NULL for the defaults. Memory use is proportional to the number of tensors and the size
+ * of their descriptors and metadata, never to the data (writes are staged in 256 KiB).
+ * A writer is used by one thread at a time. */
+HURRAY_API int hurray_file_writer_create(const char *path, const HurrayFileWriterOptions *options,
+                                         HurrayFileWriter **out, HurrayError *error);
+
+/* Adds a tensor whose buffers are CPU memory, as one call. `tensor` is validated against
+ * `buffers` first (nothing is read before that); a buffer on another device is
+ * HURRAY_EUNSUPPORTED (copy it to the host first). For each buffer, only the bytes the tensor's
+ * arrays address (the spans of hurray_array_span, merged where they overlap) are written, and
+ * byte offsets are re-based so they index the compacted buffer: gaps between spans are
+ * dropped, each span keeping its address modulo 64 so element alignment survives. Strides,
+ * negative ones included, are kept exactly as given: a strided view is written as the span it
+ * addresses, gaps inside that span included (materialise it first for a compact copy). An
+ * empty array is written with byte_offset 0; a buffer no array addresses is written empty.
+ * `name`: 1..HURRAY_MAX_NAME bytes of UTF-8 without NUL, unique in the file. `metadata`: a MAP
+ * or NULL. On failure nothing of the tensor remains and the writer can go on, except after an
+ * I/O error (HURRAY_EIO), which leaves it failed: every later call but destroy is
+ * HURRAY_ESTATE. Borrows everything it is given. */
+HURRAY_API int hurray_file_writer_add(HurrayFileWriter *writer, const char *name,
+                                      const HurrayTensorDesc *tensor,
+                                      const HurrayBufferList *buffers,
+                                      const HurrayMetaValue *metadata, HurrayError *error);
+
+/* Streaming, for data larger than memory: begin_tensor, then for each buffer in list order
+ * begin_buffer and any number of write calls, then end_tensor with the tensor's descriptor,
+ * whose arrays index the buffers in the order they were begun and whose byte offsets are
+ * relative to the bytes streamed into each. Checksums are computed as the bytes pass. The
+ * descriptor is validated against the streamed sizes at end_tensor; if that or any step
+ * fails, the tensor is discarded as if never begun (and the writer stays usable, except after
+ * HURRAY_EIO). A call out of order is HURRAY_ESTATE and changes nothing. */
+HURRAY_API int hurray_file_writer_begin_tensor(HurrayFileWriter *writer, const char *name,
+                                               HurrayError *error);
+/* Starts the next buffer of the open tensor with a HurrayBufferRole, ending the previous. */
+HURRAY_API int hurray_file_writer_begin_buffer(HurrayFileWriter *writer, int role,
+                                               HurrayError *error);
+/* Appends `size` bytes to the current buffer. */
+HURRAY_API int hurray_file_writer_write(HurrayFileWriter *writer, const void *data, size_t size,
+                                        HurrayError *error);
+HURRAY_API int hurray_file_writer_end_tensor(HurrayFileWriter *writer,
+                                             const HurrayTensorDesc *tensor,
+                                             const HurrayMetaValue *metadata, HurrayError *error);
+
+/* Sets the file's metadata (a MAP; NULL clears it), replacing any set before. It is encoded
+ * and validated now: the tree may be freed when this returns. */
+HURRAY_API int hurray_file_writer_set_metadata(HurrayFileWriter *writer,
+                                               const HurrayMetaValue *metadata, HurrayError *error);
+
+/* Writes the index and the header and makes the file appear at its path, durably. While a
+ * tensor is open it fails with HURRAY_ESTATE and changes nothing; otherwise, after it returns,
+ * only destroy may be called. On failure no file appeared at the path, except when syncing the
+ * directory after the rename failed (HURRAY_EIO saying so): the file is there, its durability
+ * unknown. */
+HURRAY_API int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error);
+
+/* Frees the writer. If it was not finished, the temporary file is removed and nothing appears
+ * at the path (any previous file there is untouched). NULL is a no-op. */
+HURRAY_API void hurray_file_writer_destroy(HurrayFileWriter *writer);
+
+/* ---- reader --------------------------------------------------------------------------- */
+
+typedef struct HurrayFileReader HurrayFileReader;
+
+/* Open flags. The default maps the file: tensors are zero-copy, read-only views of the
+ * mapping (the file must not be truncated while mapped, as with any mmap). PREAD reads the
+ * index into memory and each tensor's buffers into fresh, writable, aligned memory when it is
+ * got; it suits network filesystems and files that may change. */
+#define HURRAY_FILE_OPEN_PREAD (1u << 0)
+
+/* Opens and fully validates a file: header, limits, every table of the index, every buffer
+ * descriptor (via hurray_desc_decode), offsets aligned and inside the data region, buffers
+ * non-overlapping, names valid and unique, every tensor descriptor (via
+ * hurray_tensor_validate against its buffers' sizes) and all metadata. Data is not read:
+ * checksums are checked by hurray_file_reader_verify or HURRAY_FILE_GET_VERIFY. Failure
+ * statuses, each with a message naming the problem: HURRAY_EFORMAT (not a Hurray file,
+ * truncated, trailing bytes, malformed or overlapping entries, duplicate names),
+ * HURRAY_EUNSUPPORTED (a format version this reader does not read), HURRAY_ECHECKSUM (header
+ * or index checksum), HURRAY_ELIMIT (a size over a limit), HURRAY_EALIGN (a misaligned
+ * offset), HURRAY_EBOUNDS (an offset outside the file), HURRAY_EIO (the system refused), and
+ * the statuses of the descriptor and tensor validators. A reader is immutable once open: its
+ * functions may be called from any number of threads at once. */
+HURRAY_API int hurray_file_reader_open(const char *path, uint32_t flags, HurrayFileReader **out,
+                                       HurrayError *error);
+
+/* Opens a file image already in memory, exactly as hurray_file_reader_open validates a file.
+ * `data` must be aligned to the file's alignment (else HURRAY_EALIGN) and stay valid and
+ * unchanged until release(owner) is called, which happens once the reader and every tensor
+ * got from it are gone. SINK for `owner`: on failure release(owner) is called before this
+ * returns. `release` may be NULL. Tensors are read-only views of `data`. */
+HURRAY_API int hurray_file_reader_open_memory(const void *data, uint64_t size,
+                                              HurrayOwnerReleaseFn release, void *owner,
+                                              HurrayFileReader **out, HurrayError *error);
+
+/* Closes the reader. Tensors got from it stay valid: each holds a reference on the mapping
+ * (or the memory) until its context is released. NULL is a no-op. */
+HURRAY_API void hurray_file_reader_destroy(HurrayFileReader *reader);
+
+typedef struct HurrayFileInfo {
+  uint16_t version_major;
+  uint16_t version_minor;
+  uint32_t alignment; /* of every buffer's file offset */
+  uint32_t tensor_count;
+  uint32_t buffer_count;
+  uint64_t file_size;
+  uint64_t data_bytes; /* sum of every buffer's byte size */
+  uint64_t index_offset;
+  uint64_t index_length;
+  uint64_t reserved[4];
+} HurrayFileInfo;
+
+typedef struct HurrayFileTensorInfo {
+  const char *name; /* NUL-terminated, owned by the reader */
+  uint32_t buffer_count;
+  uint8_t layout; /* HurrayLayout */
+  uint8_t dtype;  /* HurrayDTypeCode (INVALID for COMPOSITE) */
+  uint8_t reserved[2];
+  uint64_t data_bytes; /* sum of its buffers' byte sizes */
+  uint64_t reserved2[2];
+} HurrayFileTensorInfo;
+
+typedef struct HurrayFileBufferInfo {
+  HurrayBufferDesc desc; /* as stored: CPU, DEVICE, READY, the file's alignment, byte_size */
+  uint64_t offset;       /* of its first byte in the file */
+  uint64_t checksum;     /* XXH3-64 of its bytes, as stored */
+  uint8_t role;          /* HurrayBufferRole */
+  uint8_t reserved[7];
+} HurrayFileBufferInfo;
+
+/* Whole-file facts. Tensors are numbered 0..tensor_count-1 in the order they were written:
+ * enumerate them with hurray_file_reader_tensor_info. */
+HURRAY_API int hurray_file_reader_info(const HurrayFileReader *reader, HurrayFileInfo *out,
+                                       HurrayError *error);
+/* The tensor numbered `index` (HURRAY_EINVAL past the end). */
+HURRAY_API int hurray_file_reader_tensor_info(const HurrayFileReader *reader, uint32_t index,
+                                              HurrayFileTensorInfo *out, HurrayError *error);
+/* Buffer `buffer` (0..buffer_count-1, in list order) of tensor `index`. */
+HURRAY_API int hurray_file_reader_buffer_info(const HurrayFileReader *reader, uint32_t index,
+                                              uint32_t buffer, HurrayFileBufferInfo *out,
+                                              HurrayError *error);
+/* The number of the tensor called `name`, in O(1) through the index's hash table, without
+ * reading data. HURRAY_EINVAL naming the tensor if there is none. */
+HURRAY_API int hurray_file_reader_find(const HurrayFileReader *reader, const char *name,
+                                       uint32_t *index, HurrayError *error);
+/* A copy of tensor `index`'s descriptor, its arrays indexing the tensor's own buffers; no
+ * data is read. Destroy it with hurray_tensor_desc_destroy. */
+HURRAY_API int hurray_file_reader_describe(const HurrayFileReader *reader, uint32_t index,
+                                           HurrayTensorDesc **out, HurrayError *error);
+
+/* Get flags (besides HURRAY_VALIDATE_CONTENTS, which also checks sparse indices and page
+ * tables). HURRAY_FILE_GET_VERIFY checks the tensor's checksums first. */
+#define HURRAY_FILE_GET_VERIFY (1u << 16)
+
+/* Tensor `index` as a new HurrayTensorContext, released by the caller. Mapped and memory
+ * readers return read-only views whose buffers each hold a reference on the mapping, so the
+ * context outlives the reader; PREAD readers read every buffer into memory aligned to the
+ * file's alignment. */
+HURRAY_API int hurray_file_reader_get(const HurrayFileReader *reader, uint32_t index,
+                                      uint32_t flags, HurrayTensorContext **out,
+                                      HurrayError *error);
+/* Rows [start, stop) along the first axis of DENSE tensor `index`, as a tensor of shape
+ * [stop - start, *shape[1:]] with one buffer: only the bytes those rows address (from a
+ * 64-byte boundary, as the buffer's data must be aligned) are mapped or read. Strides,
+ * negative ones included, are kept. No checksum is checked (a checksum covers a whole
+ * buffer). HURRAY_EUNSUPPORTED for other layouts and for
+ * sub-byte rows that do not start on a byte; HURRAY_EINVAL for a 0-d tensor or rows outside
+ * [0, shape[0]]. */
+HURRAY_API int hurray_file_reader_get_rows(const HurrayFileReader *reader, uint32_t index,
+                                           int64_t start, int64_t stop, HurrayTensorContext **out,
+                                           HurrayError *error);
+
+/* Called as checksum verification proceeds: `done` of `total` bytes hashed so far. */
+typedef void (*HurrayFileProgressFn)(void *context, uint64_t done, uint64_t total);
+
+/* A tensor number meaning "the whole file" for verify and metadata. */
+#define HURRAY_FILE_WHOLE UINT32_MAX
+
+/* Recomputes the XXH3-64 checksum of every buffer of tensor `index` (or, for
+ * HURRAY_FILE_WHOLE, of every tensor in file order) and compares it with the index.
+ * HURRAY_ECHECKSUM naming the tensor and the buffer at the first mismatch. `progress` may be
+ * NULL; it is called at least once per buffer and every 64 MiB. Memory use is bounded
+ * (PREAD readers hash through a 1 MiB buffer). */
+HURRAY_API int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
+                                         HurrayFileProgressFn progress, void *context,
+                                         HurrayError *error);
+
+/* The metadata of the file (index HURRAY_FILE_WHOLE) or of tensor `index`, decoded into
+ * a new tree: a MAP, empty when none was written, its keys sorted by bytes. Destroy it with
+ * hurray_meta_destroy. */
+HURRAY_API int hurray_file_reader_metadata(const HurrayFileReader *reader, uint32_t index,
+                                           HurrayMetaValue **out, HurrayError *error);
 
 #ifdef __cplusplus
 }

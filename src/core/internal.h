@@ -22,6 +22,17 @@
 HURRAY_INTERNAL int hurray__fail(HurrayError *error, int code, const char *fmt, ...)
     HURRAY_PRINTF(3, 4);
 
+/* Whether `n` bytes are well-formed UTF-8 (Unicode 3.9, U+0000 allowed). */
+HURRAY_INTERNAL bool hurray__utf8_valid(const uint8_t *s, size_t n);
+
+static inline bool hurray__all_zero(const void *bytes, size_t n) {
+  const uint8_t *p = bytes;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] != 0) return false;
+  }
+  return true;
+}
+
 /* Overflow-checked arithmetic: return true when the result does not fit. */
 static inline bool hurray__add_u64(uint64_t a, uint64_t b, uint64_t *r) {
   return __builtin_add_overflow(a, b, r);
@@ -40,6 +51,9 @@ static inline bool hurray__mul_i64(int64_t a, int64_t b, int64_t *r) {
 static inline uint16_t hurray__load_le16(const uint8_t *p) {
   return (uint16_t)(p[0] | (p[1] << 8));
 }
+static inline uint32_t hurray__load_le32(const uint8_t *p) {
+  return (uint32_t)hurray__load_le16(p) | ((uint32_t)hurray__load_le16(p + 2) << 16);
+}
 static inline uint64_t hurray__load_le64(const uint8_t *p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
@@ -48,6 +62,10 @@ static inline uint64_t hurray__load_le64(const uint8_t *p) {
 static inline void hurray__store_le16(uint8_t *p, uint16_t v) {
   p[0] = (uint8_t)v;
   p[1] = (uint8_t)(v >> 8);
+}
+static inline void hurray__store_le32(uint8_t *p, uint32_t v) {
+  hurray__store_le16(p, (uint16_t)v);
+  hurray__store_le16(p + 2, (uint16_t)(v >> 16));
 }
 static inline void hurray__store_le64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));

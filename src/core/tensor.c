@@ -124,14 +124,6 @@ static int in_part(HurrayError *error, const HurrayTensorDesc *tensor, uint32_t 
 
 /* ---- arrays -------------------------------------------------------------------------------- */
 
-static bool all_zero(const void *bytes, size_t size) {
-  const uint8_t *p = bytes;
-  for (size_t i = 0; i < size; i++) {
-    if (p[i] != 0) return false;
-  }
-  return true;
-}
-
 /* ndim in [0, HURRAY_MAX_NDIM], shape non-NULL when ndim > 0, extents in [0, HURRAY_MAX_DIM]. */
 static int check_shape(int32_t ndim, const int64_t *shape, HurrayError *error) {
   if (ndim < 0) return hurray__fail(error, HURRAY_EINVAL, "ndim %" PRId32 " is negative", ndim);
@@ -165,7 +157,7 @@ static int check_dtype(uint8_t code, const HurrayDTypeInfo **info, HurrayError *
 /* Everything about an array that does not involve its buffer. */
 static int check_array(const HurrayArray *array, const HurrayDTypeInfo **info, HurrayError *error) {
   if (array == NULL) return hurray__fail(error, HURRAY_EINVAL, "array is NULL");
-  if (!all_zero(array->reserved, sizeof array->reserved)) {
+  if (!hurray__all_zero(array->reserved, sizeof array->reserved)) {
     return hurray__fail(error, HURRAY_EINVAL, "reserved bytes are not zero");
   }
   int status = check_shape(array->ndim, array->shape, error);
@@ -291,6 +283,7 @@ typedef struct Validator {
   HurrayError *error;
   int depth;                              /* of the tensor being checked */
   const char *path[HURRAY_MAX_DEPTH + 1]; /* child names leading to it */
+  uint32_t nodes;                         /* descriptors visited so far */
 } Validator;
 
 /* A part's dtype: `code` exactly, or (code 0) any dtype in the `accept` classes. */
@@ -578,27 +571,6 @@ static int validate_contents(const Validator *v, const HurrayTensorDesc *t) {
 /* ---- composite tensors --------------------------------------------------------------------- */
 
 /* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF. */
-static bool utf8_valid(const uint8_t *s, size_t n) {
-  static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000}; /* by sequence length */
-  for (size_t i = 0; i < n;) {
-    uint8_t c = s[i];
-    size_t len = c < 0x80             ? 1
-                 : (c & 0xE0) == 0xC0 ? 2
-                 : (c & 0xF0) == 0xE0 ? 3
-                 : (c & 0xF8) == 0xF0 ? 4
-                                      : 0;
-    if (len == 0 || n - i < len) return false;
-    uint32_t cp = len == 1 ? c : (uint32_t)(c & (0x7F >> len));
-    for (size_t k = 1; k < len; k++) {
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (s[i + k] & 0x3Fu);
-    }
-    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
-  }
-  return true;
-}
-
 /* A child name: non-NULL, 1..HURRAY_MAX_NAME bytes. */
 static int check_name(const char *name, uint32_t index, size_t *length, HurrayError *error) {
   if (name == NULL) {
@@ -643,7 +615,7 @@ static int check_child_names(const HurrayTensorDesc *t, HurrayError *error) {
   for (uint32_t i = 0; i < t->nchildren && status == HURRAY_OK; i++) {
     size_t length = 0;
     status = check_name(t->child_names[i], i, &length, error);
-    if (status == HURRAY_OK && !utf8_valid((const uint8_t *)t->child_names[i], length)) {
+    if (status == HURRAY_OK && !hurray__utf8_valid((const uint8_t *)t->child_names[i], length)) {
       status =
           hurray__fail(error, HURRAY_ELAYOUT, "child_names[%" PRIu32 "] is not valid UTF-8", i);
     }
@@ -750,14 +722,27 @@ static int check_params(const HurrayTensorDesc *t, const LayoutRule *rule, Hurra
   return HURRAY_OK;
 }
 
-static int validate_tensor(Validator *v, const HurrayTensorDesc *t) {
-  if (v->depth > HURRAY_MAX_DEPTH) {
-    return hurray__fail(v->error, HURRAY_ELIMIT,
+/* Depth and node count bound the work on any descriptor tree, including one whose children
+ * arrays are shared between parents (a DAG that would otherwise expand exponentially). */
+static int check_tree_limits(int depth, uint32_t *nodes, HurrayError *error) {
+  if (depth > HURRAY_MAX_DEPTH) {
+    return hurray__fail(error, HURRAY_ELIMIT,
                         "composite tensors nest deeper than HURRAY_MAX_DEPTH (%d)",
                         HURRAY_MAX_DEPTH);
   }
-  if (!all_zero(t->reserved0, sizeof t->reserved0) || t->reserved1 != 0 ||
-      !all_zero(t->reserved2, sizeof t->reserved2)) {
+  if (++*nodes > HURRAY_MAX_NODES) {
+    return hurray__fail(error, HURRAY_ELIMIT,
+                        "the descriptor tree has more than HURRAY_MAX_NODES (%u) tensors",
+                        HURRAY_MAX_NODES);
+  }
+  return HURRAY_OK;
+}
+
+static int validate_tensor(Validator *v, const HurrayTensorDesc *t) {
+  int limits = check_tree_limits(v->depth, &v->nodes, v->error);
+  if (limits != HURRAY_OK) return limits;
+  if (!hurray__all_zero(t->reserved0, sizeof t->reserved0) || t->reserved1 != 0 ||
+      !hurray__all_zero(t->reserved2, sizeof t->reserved2)) {
     return hurray__fail(v->error, HURRAY_EINVAL, "reserved fields of the tensor are not zero");
   }
   if (t->layout >= LAYOUT_COUNT) {
@@ -811,6 +796,7 @@ int hurray_tensor_validate(const HurrayTensorDesc *tensor, const HurrayBufferLis
 typedef struct CloneSize {
   uint64_t fixed;
   uint64_t text;
+  uint32_t nodes;
 } CloneSize;
 
 static bool add_items(uint64_t *total, uint64_t count, uint64_t size) {
@@ -827,12 +813,8 @@ static int clone_overflow(HurrayError *error) {
 
 /* Checks the structure the copy relies on (counts, limits, non-NULL arrays) and adds up sizes. */
 static int measure(const HurrayTensorDesc *t, int depth, CloneSize *size, HurrayError *error) {
-  if (depth > HURRAY_MAX_DEPTH) {
-    return hurray__fail(error, HURRAY_ELIMIT,
-                        "composite tensors nest deeper than HURRAY_MAX_DEPTH (%d)",
-                        HURRAY_MAX_DEPTH);
-  }
-  int status = check_shape(t->ndim, t->shape, error);
+  int status = check_tree_limits(depth, &size->nodes, error);
+  if (status == HURRAY_OK) status = check_shape(t->ndim, t->shape, error);
   if (status == HURRAY_OK && t->nparts > HURRAY_MAX_PARTS) {
     status = hurray__fail(error, HURRAY_ELIMIT, "%" PRIu32 " parts exceed HURRAY_MAX_PARTS (%d)",
                           t->nparts, HURRAY_MAX_PARTS);
@@ -921,7 +903,7 @@ int hurray_tensor_desc_clone(const HurrayTensorDesc *tensor, HurrayTensorDesc **
                         tensor == NULL ? "tensor" : "out");
   }
   *out = NULL;
-  CloneSize size = {0, 0};
+  CloneSize size = {0, 0, 0};
   uint64_t total = 0;
   add_items(&size.fixed, 1, sizeof(HurrayTensorDesc)); /* the root; cannot overflow */
   int status = measure(tensor, 0, &size, error);

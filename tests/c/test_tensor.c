@@ -940,6 +940,35 @@ static void composite_depth(void **state) {
   hurray_buffer_list_destroy(list);
 }
 
+/* Children arrays shared between parents make a DAG whose tree expands as fan-out^depth; the
+ * node limit bounds that work for validate and clone alike. */
+static void composite_shared_children_are_bounded(void **state) {
+  (void)state;
+  enum { FANOUT = 16, LEVELS = 6 };
+  static const char *const kNames[FANOUT] = {"a", "b", "c", "d", "e", "f", "g", "h",
+                                             "i", "j", "k", "l", "m", "n", "o", "p"};
+  HurrayBufferList *list = LIST(1);
+  HurrayArray values = array(HURRAY_DTYPE_UINT8, 0, NULL, NULL, 0, 0);
+  HurrayTensorDesc level[LEVELS][FANOUT];
+  for (int l = 0; l < LEVELS; l++) {
+    for (int i = 0; i < FANOUT; i++) {
+      level[l][i] = l == LEVELS - 1 ? dense(&values)
+                                    : (HurrayTensorDesc){.layout = HURRAY_LAYOUT_COMPOSITE,
+                                                         .nchildren = FANOUT,
+                                                         .children = level[l + 1],
+                                                         .child_names = kNames};
+    }
+  }
+  /* 1 + 16 + 256 + 4096 + 65536 nodes: within the limit */
+  expect_status(&level[LEVELS - 5][0], list, 0, HURRAY_OK);
+  /* 1 + 16 + ... + 16^5 = 1118481 nodes: over it */
+  expect_message(&level[0][0], list, 0, HURRAY_ELIMIT, "HURRAY_MAX_NODES");
+  HurrayTensorDesc *copy = NULL;
+  assert_int_equal(hurray_tensor_desc_clone(&level[0][0], &copy, NULL), HURRAY_ELIMIT);
+  assert_null(copy);
+  hurray_buffer_list_destroy(list);
+}
+
 /* HURRAY_MAX_CHILDREN children: unique names are found fast, and so is one duplicate. */
 static void composite_many_children(void **state) {
   (void)state;
@@ -1091,6 +1120,7 @@ int main(void) {
       cmocka_unit_test(composite),
       cmocka_unit_test(composite_names),
       cmocka_unit_test(composite_depth),
+      cmocka_unit_test(composite_shared_children_are_bounded),
       cmocka_unit_test(composite_many_children),
       cmocka_unit_test(clone_is_deep_and_self_contained),
       cmocka_unit_test(clone_checks_structure),

@@ -1,0 +1,196 @@
+/* info.c -- `hurray info FILE`: what a file holds, without reading its data. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char kInfoUsage[] =
+    "usage: hurray info [--buffers] [--pread] FILE\n"
+    "\n"
+    "Prints the file's format version, alignment and metadata, then each tensor: its layout,\n"
+    "dtype, shape and size, the children of composite tensors, and its metadata. Only the\n"
+    "index is read; use `hurray verify` to check the data.\n"
+    "\n"
+    "options:\n"
+    "  -b, --buffers  also list each buffer: role, size, file offset and checksum\n"
+    "      --pread    read with pread instead of mapping the file\n"
+    "  -h, --help     show this help\n";
+
+/* Names and strings are UTF-8 but may hold control characters: never send those raw to a
+ * terminal. */
+static void print_escaped(const char *s, size_t n, bool quoted) {
+  if (quoted) putchar('"');
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (quoted && (c == '"' || c == '\\')) {
+      printf("\\%c", c);
+    } else if (c < 0x20 || c == 0x7F) {
+      printf("\\u%04x", c);
+    } else {
+      putchar(c);
+    }
+  }
+  if (quoted) putchar('"');
+}
+
+/* Metadata as one line of JSON (NaN and infinities spelled as in JavaScript). */
+static void print_value(const HurrayMetaValue *v) {
+  switch (v->type) {
+    case HURRAY_META_BOOL:
+      fputs(v->as.boolean ? "true" : "false", stdout);
+      break;
+    case HURRAY_META_INT64:
+      printf("%" PRId64, v->as.int64);
+      break;
+    case HURRAY_META_FLOAT64:
+      if (isnan(v->as.float64)) {
+        fputs("NaN", stdout);
+      } else if (isinf(v->as.float64)) {
+        fputs(v->as.float64 > 0 ? "Infinity" : "-Infinity", stdout);
+      } else {
+        printf("%.17g", v->as.float64);
+      }
+      break;
+    case HURRAY_META_STRING:
+      print_escaped(v->as.string, v->count, true);
+      break;
+    default: { /* LIST, MAP */
+      bool map = v->type == HURRAY_META_MAP;
+      putchar(map ? '{' : '[');
+      for (uint32_t i = 0; i < v->count; i++) {
+        if (i > 0) fputs(", ", stdout);
+        if (map) {
+          print_escaped(v->keys[i], strlen(v->keys[i]), true);
+          fputs(": ", stdout);
+        }
+        print_value(&v->as.items[i]);
+      }
+      putchar(map ? '}' : ']');
+    }
+  }
+}
+
+static int print_metadata(const HurrayFileReader *r, uint32_t index, const char *indent) {
+  HurrayMetaValue *meta = NULL;
+  HurrayError error = {0};
+  int status = hurray_file_reader_metadata(r, index, &meta, &error);
+  if (status != HURRAY_OK) {
+    cli_error(&kInfoCommand, "%s", error.message);
+    return EXIT_BAD_FILE;
+  }
+  if (meta->count > 0) {
+    printf("%smetadata: ", indent);
+    print_value(meta);
+    putchar('\n');
+  }
+  hurray_meta_destroy(meta);
+  return EXIT_OK;
+}
+
+static void print_shape(const int64_t *shape, int32_t ndim) {
+  putchar('[');
+  for (int32_t k = 0; k < ndim; k++) printf("%s%" PRId64, k > 0 ? ", " : "", shape[k]);
+  putchar(']');
+}
+
+/* "per_channel int4 [4, 8] axis 0", "sparse_coo float32 [4, 5] nnz 3 coalesced", ... */
+static void print_node(const HurrayTensorDesc *t) {
+  fputs(hurray_layout_name((int)t->layout), stdout);
+  if (t->layout == HURRAY_LAYOUT_COMPOSITE) return;
+  printf(" %s ", hurray_dtype_info(t->dtype)->name);
+  print_shape(t->shape, t->ndim);
+  switch (t->layout) {
+    case HURRAY_LAYOUT_PER_CHANNEL:
+      printf(" axis %" PRId32 "%s", t->axis, t->nparts > 2 ? " with zero points" : "");
+      break;
+    case HURRAY_LAYOUT_BLOCK:
+      printf(" axis %" PRId32 " blocks of %" PRId64 "%s", t->axis, t->block_size,
+             t->nparts > 2 ? " with mins" : "");
+      break;
+    case HURRAY_LAYOUT_PAGED:
+      printf(" axis %" PRId32 " pages of %" PRId64 " (%" PRId64 " pages)", t->axis, t->block_size,
+             t->parts[0].shape[0]);
+      break;
+    case HURRAY_LAYOUT_SPARSE_COO:
+      printf(" nnz %" PRId64 "%s", t->parts[1].shape[0],
+             t->flags & HURRAY_TENSOR_COALESCED ? " coalesced" : "");
+      break;
+    case HURRAY_LAYOUT_SPARSE_CSR:
+      printf(" nnz %" PRId64, t->parts[2].shape[0]);
+      break;
+    default:
+      break;
+  }
+}
+
+static void print_children(const HurrayTensorDesc *t, int depth) {
+  for (uint32_t i = 0; i < t->nchildren; i++) {
+    printf("%*s", 2 * depth + 2, "");
+    print_escaped(t->child_names[i], strlen(t->child_names[i]), false);
+    fputs(": ", stdout);
+    print_node(&t->children[i]);
+    putchar('\n');
+    print_children(&t->children[i], depth + 1);
+  }
+}
+
+static int print_tensor(const HurrayFileReader *r, uint32_t index, bool buffers) {
+  HurrayFileTensorInfo ti;
+  HurrayTensorDesc *d = NULL;
+  HurrayError error = {0};
+  if (hurray_file_reader_tensor_info(r, index, &ti, &error) != HURRAY_OK ||
+      hurray_file_reader_describe(r, index, &d, &error) != HURRAY_OK) {
+    cli_error(&kInfoCommand, "%s", error.message);
+    return EXIT_BAD_FILE;
+  }
+  char size[32];
+  print_escaped(ti.name, strlen(ti.name), false);
+  fputs(": ", stdout);
+  print_node(d);
+  printf(", %s in %" PRIu32 " buffer%s\n", cli_size(ti.data_bytes, size), ti.buffer_count,
+         ti.buffer_count == 1 ? "" : "s");
+  print_children(d, 0);
+  hurray_tensor_desc_destroy(d);
+  for (uint32_t k = 0; buffers && k < ti.buffer_count; k++) {
+    HurrayFileBufferInfo bi;
+    if (hurray_file_reader_buffer_info(r, index, k, &bi, &error) != HURRAY_OK) {
+      cli_error(&kInfoCommand, "%s", error.message);
+      return EXIT_BAD_FILE;
+    }
+    printf("  buffer %" PRIu32 ": %s, %s at offset %" PRIu64 ", xxh3 %016" PRIx64 "\n", k,
+           hurray_buffer_role_name(bi.role), cli_size(bi.desc.byte_size, size), bi.offset,
+           bi.checksum);
+  }
+  return print_metadata(r, index, "  ");
+}
+
+static int run_info(int argc, char **argv) {
+  bool buffers = false, use_pread = false;
+  const CliOption options[] = {{'b', "buffers", &buffers}, {0, "pread", &use_pread}};
+  const char *path = NULL;
+  int rc = cli_parse(&kInfoCommand, argc, argv, options, 2, &path);
+  if (rc >= 0) return rc;
+  HurrayFileReader *r = cli_open(&kInfoCommand, path, use_pread);
+  if (r == NULL) return EXIT_BAD_FILE;
+  HurrayFileInfo info;
+  hurray_file_reader_info(r, &info, NULL);
+  char data[32], index[32];
+  print_escaped(path, strlen(path), false);
+  printf(": Hurray file %u.%u, %" PRIu32 " tensor%s, %s of data in %" PRIu32
+         " buffers, alignment %" PRIu32 ", index %s\n",
+         info.version_major, info.version_minor, info.tensor_count,
+         info.tensor_count == 1 ? "" : "s", cli_size(info.data_bytes, data), info.buffer_count,
+         info.alignment, cli_size(info.index_length, index));
+  rc = print_metadata(r, HURRAY_FILE_WHOLE, "");
+  for (uint32_t t = 0; t < info.tensor_count && rc == EXIT_OK; t++) {
+    rc = print_tensor(r, t, buffers);
+  }
+  hurray_file_reader_destroy(r);
+  return rc;
+}
+
+const Command kInfoCommand = {"info",
+                              "list a file's tensors, layouts, dtypes, shapes, sizes "
+                              "and metadata",
+                              kInfoUsage, run_info};

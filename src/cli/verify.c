@@ -1,0 +1,89 @@
+/* verify.c -- `hurray verify FILE`: recomputes every buffer's checksum and names each tensor
+ * whose data does not match, with progress on stderr when it is a terminal. */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char kVerifyUsage[] =
+    "usage: hurray verify [--quiet] [--pread] FILE\n"
+    "\n"
+    "Checks the file's structure, then recomputes the XXH3-64 checksum of every buffer and\n"
+    "compares it with the one stored in the index. Every tensor with a mismatch is named on\n"
+    "stderr. Progress is shown on stderr when it is a terminal.\n"
+    "\n"
+    "exit status: 0 all checksums match, 1 a checksum does not match, 2 usage error,\n"
+    "3 the file could not be opened, read or validated.\n"
+    "\n"
+    "options:\n"
+    "  -q, --quiet  print nothing on success\n"
+    "      --pread  read with pread instead of mapping the file\n"
+    "  -h, --help   show this help\n";
+
+typedef struct Progress {
+  uint64_t before; /* bytes of the tensors verified before this one */
+  uint64_t total;  /* of the whole file */
+  int shown;       /* last percentage printed, -1 for none */
+} Progress;
+
+static void show_progress(void *context, uint64_t done, uint64_t total) {
+  (void)total; /* of this tensor; the file's is in the context */
+  Progress *p = context;
+  int percent = p->total ? (int)((p->before + done) * 100 / p->total) : 100;
+  if (percent == p->shown) return;
+  char so_far[32], all[32];
+  fprintf(stderr, "\rverifying: %3d%% (%s of %s)", percent, cli_size(p->before + done, so_far),
+          cli_size(p->total, all));
+  p->shown = percent;
+}
+
+static int run_verify(int argc, char **argv) {
+  bool quiet = false, use_pread = false;
+  const CliOption options[] = {{'q', "quiet", &quiet}, {0, "pread", &use_pread}};
+  const char *path = NULL;
+  int rc = cli_parse(&kVerifyCommand, argc, argv, options, 2, &path);
+  if (rc >= 0) return rc;
+  HurrayFileReader *r = cli_open(&kVerifyCommand, path, use_pread);
+  if (r == NULL) return EXIT_BAD_FILE;
+  HurrayFileInfo info;
+  hurray_file_reader_info(r, &info, NULL);
+  bool tty = !quiet && isatty(STDERR_FILENO);
+  Progress progress = {0, info.data_bytes, -1};
+  uint32_t failed = 0;
+  rc = EXIT_OK;
+  for (uint32_t t = 0; t < info.tensor_count && rc == EXIT_OK; t++) {
+    HurrayFileTensorInfo ti;
+    HurrayError error = {0};
+    hurray_file_reader_tensor_info(r, t, &ti, NULL);
+    int status = hurray_file_reader_verify(r, t, tty ? show_progress : NULL, &progress, &error);
+    if (status != HURRAY_OK && tty) fputs("\r\033[K", stderr);
+    if (status == HURRAY_ECHECKSUM) {
+      cli_error(&kVerifyCommand, "%s: %s", path, error.message);
+      failed++;
+    } else if (status != HURRAY_OK) {
+      cli_error(&kVerifyCommand, "%s: %s (%s)", path, error.message, hurray_status_name(status));
+      rc = EXIT_BAD_FILE;
+    }
+    progress.before += ti.data_bytes;
+  }
+  if (tty) fputs("\r\033[K", stderr);
+  char size[32];
+  if (rc == EXIT_OK && failed > 0) {
+    cli_error(&kVerifyCommand,
+              "%s: FAILED: %" PRIu32 " of %" PRIu32
+              " tensors do not match "
+              "their checksums",
+              path, failed, info.tensor_count);
+    rc = EXIT_VERIFY_FAILED;
+  } else if (rc == EXIT_OK && !quiet) {
+    printf("%s: ok, %" PRIu32 " tensors, %s in %" PRIu32 " buffers verified\n", path,
+           info.tensor_count, cli_size(info.data_bytes, size), info.buffer_count);
+  }
+  hurray_file_reader_destroy(r);
+  return rc;
+}
+
+const Command kVerifyCommand = {"verify", "check every buffer's checksum, naming bad tensors",
+                                kVerifyUsage, run_verify};

@@ -1,0 +1,238 @@
+/* file.h -- private interface of the file container (docs/spec/file-format.md). Not installed,
+ * not API. The sources of src/file/ are layered, each using only those above it here:
+ *
+ *   codec.c     bounded cursor over untrusted bytes, growable byte sink, arena, name rules
+ *   checksum.c  XXH3-64, one-shot and streaming
+ *   meta.c      typed metadata: encode, validate, decode
+ *   record.c    tensor records (name + descriptor tree + metadata): encode, decode; and the
+ *               validation of a descriptor against buffer sizes alone
+ *   source.c    where the bytes live (mapping, caller memory, pread file): buffers, hashing
+ *   writer.c    HurrayFileWriter
+ *   reader.c    HurrayFileReader
+ */
+#ifndef HURRAY_FILE_FILE_H
+#define HURRAY_FILE_FILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* ---- the byte layout (spec §3, §5, §6) ---------------------------------------------------- */
+
+#define FILE_MAGIC "\x89HRY\r\n\x1a\n"
+enum {
+  FILE_MAGIC_SIZE = 8,
+  /* header field offsets */
+  HDR_VERSION_MAJOR = 8,
+  HDR_VERSION_MINOR = 10,
+  HDR_ALIGNMENT_LOG2 = 12,
+  HDR_FILE_SIZE = 16,
+  HDR_INDEX_OFFSET = 24,
+  HDR_INDEX_LENGTH = 32,
+  HDR_INDEX_CHECKSUM = 40,
+  HDR_RESERVED = 48,
+  HDR_CHECKSUM = 56,
+  /* index header */
+  IDX_HEADER_SIZE = 64,
+  IDX_TENSOR_COUNT = 0,
+  IDX_BUFFER_COUNT = 4,
+  IDX_BUCKET_BITS = 8,
+  IDX_METADATA_OFFSET = 16,
+  IDX_METADATA_LENGTH = 24,
+  IDX_RESERVED = 28,
+  /* table entries */
+  BUFFER_ENTRY_SIZE = 40, /* desc[16] offset[8] checksum[8] role[1] reserved[7] */
+  TENSOR_ENTRY_SIZE = 24, /* record_offset[8] record_length[4] first_buffer[4] count[4] rsv[4] */
+  NAME_ENTRY_SIZE = 16,   /* hash[8] tensor[4] reserved[4] */
+  BUCKET_ENTRY_SIZE = 4,
+  /* records */
+  RECORD_HEADER_SIZE = 8, /* name_length[2] reserved[2] metadata_length[4] */
+  NODE_HEADER_SIZE = 24,
+  PART_HEADER_SIZE = 16,
+  CHILD_HEADER_SIZE = 8,
+  PART_HAS_STRIDES = 1,
+};
+
+#define FILE_MIN_ALIGNMENT_LOG2 6
+#define FILE_MAX_ALIGNMENT_LOG2 21
+#define FILE_MAX_BUCKET_BITS 24
+_Static_assert((1u << FILE_MIN_ALIGNMENT_LOG2) == HURRAY_MIN_ALIGNMENT, "minimum alignment");
+_Static_assert((1u << FILE_MAX_ALIGNMENT_LOG2) == HURRAY_FILE_MAX_ALIGNMENT, "maximum alignment");
+
+static inline uint64_t hurray__pad8(uint64_t n) {
+  return (n + 7) & ~(uint64_t)7;
+}
+
+/* The bucket of a name hash: its top `bits` bits (spec §5.4). */
+static inline uint64_t hurray__bucket_of(uint64_t hash, uint32_t bits) {
+  return bits == 0 ? 0 : hash >> (64 - bits);
+}
+
+/* Prepends a formatted context ("tensor 'x': ") to the message already in `error`, keeping its
+ * code; returns the code. */
+HURRAY_INTERNAL int hurray__error_prefix(HurrayError *error, int code, const char *fmt, ...)
+    HURRAY_PRINTF(3, 4);
+
+/* ---- codec.c ------------------------------------------------------------------------------ */
+
+/* A bounded cursor over untrusted bytes: every read checks what is left first. */
+typedef struct FileCursor {
+  const uint8_t *p;
+  size_t left;
+} FileCursor;
+
+/* HURRAY_EFORMAT ("truncated") unless `n` bytes are left; then *out points at them. */
+HURRAY_INTERNAL int hurray__take(FileCursor *c, size_t n, const uint8_t **out, HurrayError *error);
+/* Takes `n` bytes that must all be zero (HURRAY_EFORMAT naming `what` otherwise). */
+HURRAY_INTERNAL int hurray__take_zeros(FileCursor *c, size_t n, const char *what,
+                                       HurrayError *error);
+
+/* A growable byte sink for encoders. An allocation failure is remembered, so encoders append
+ * without checking and look at `failed` once at the end. */
+typedef struct FileSink {
+  uint8_t *data;
+  size_t len;
+  size_t cap;
+  bool failed;
+} FileSink;
+
+HURRAY_INTERNAL void hurray__sink_bytes(FileSink *s, const void *bytes, size_t n);
+HURRAY_INTERNAL void hurray__sink_zeros(FileSink *s, size_t n);
+HURRAY_INTERNAL void hurray__sink_u8(FileSink *s, uint8_t v);
+HURRAY_INTERNAL void hurray__sink_u16(FileSink *s, uint16_t v);
+HURRAY_INTERNAL void hurray__sink_u32(FileSink *s, uint32_t v);
+HURRAY_INTERNAL void hurray__sink_u64(FileSink *s, uint64_t v);
+HURRAY_INTERNAL void hurray__sink_pad8(FileSink *s);
+HURRAY_INTERNAL void hurray__sink_reset(FileSink *s);
+
+/* A chunked bump allocator: pointers stay valid until the arena is freed; 8-byte aligned. */
+typedef struct FileArenaChunk FileArenaChunk;
+typedef struct FileArena {
+  FileArenaChunk *head;
+} FileArena;
+
+HURRAY_INTERNAL void *hurray__arena_alloc(FileArena *arena, size_t size);
+/* Copies `n` bytes and appends a NUL. */
+HURRAY_INTERNAL char *hurray__arena_strndup(FileArena *arena, const uint8_t *bytes, size_t n);
+HURRAY_INTERNAL void hurray__arena_free(FileArena *arena);
+
+/* Checks a name (spec §1): 1..HURRAY_MAX_NAME bytes of UTF-8 without NUL. `bad` is the status
+ * for malformed names (HURRAY_EINVAL from callers, HURRAY_EFORMAT from files); too long is
+ * HURRAY_ELIMIT. `what` names it in the message. */
+HURRAY_INTERNAL int hurray__check_name(const uint8_t *name, size_t len, int bad, const char *what,
+                                       HurrayError *error);
+/* Measures a caller's NUL-terminated name and checks it (HURRAY_EINVAL / HURRAY_ELIMIT). */
+HURRAY_INTERNAL int hurray__check_cname(const char *name, const char *what, size_t *len,
+                                        HurrayError *error);
+/* Byte-string order: memcmp on the common prefix, then the shorter first. */
+HURRAY_INTERNAL int hurray__compare_bytes(const void *a, size_t alen, const void *b, size_t blen);
+
+/* ---- checksum.c --------------------------------------------------------------------------- */
+
+HURRAY_INTERNAL uint64_t hurray__xxh3(const void *data, size_t len);
+
+/* Streaming XXH3-64: create, update any number of times, digest (non-destructive). */
+typedef struct FileHasher FileHasher;
+HURRAY_INTERNAL FileHasher *hurray__hasher_create(void);
+HURRAY_INTERNAL void hurray__hasher_reset(FileHasher *h);
+HURRAY_INTERNAL void hurray__hasher_update(FileHasher *h, const void *data, size_t len);
+HURRAY_INTERNAL uint64_t hurray__hasher_digest(const FileHasher *h);
+HURRAY_INTERNAL void hurray__hasher_destroy(FileHasher *h);
+
+/* ---- meta.c ------------------------------------------------------------------------------- */
+
+/* Encodes a caller's metadata MAP (or NULL) into `out`, keys sorted; an empty map encodes as
+ * no bytes. HURRAY_EINVAL for a malformed tree, HURRAY_ELIMIT past the depth or size limits. */
+HURRAY_INTERNAL int hurray__meta_encode(const HurrayMetaValue *root, FileSink *out,
+                                        HurrayError *error);
+/* Validates an encoded metadata block from a file (spec §7); `len` 0 is the empty map. With
+ * `arena`, also decodes it into `*out` (allocated in the arena); without, only validates. */
+HURRAY_INTERNAL int hurray__meta_decode(const uint8_t *bytes, size_t len, FileArena *arena,
+                                        HurrayMetaValue *out, HurrayError *error);
+/* Decodes a validated block into a new tree for hurray_meta_destroy. */
+HURRAY_INTERNAL int hurray__meta_decode_tree(const uint8_t *bytes, size_t len,
+                                             HurrayMetaValue **out, HurrayError *error);
+
+/* ---- record.c ----------------------------------------------------------------------------- */
+
+/* Maps an array of the tensor being written to the byte offset it gets in the file. */
+typedef uint64_t (*FileRebaseFn)(void *context, const HurrayArray *array);
+
+/* Encodes a tensor record (spec §6). `rebase` NULL keeps byte offsets. The descriptor is
+ * checked only as far as the encoding needs (counts, pointers, values fitting their fields);
+ * its meaning is checked by decoding the record and validating the result. */
+HURRAY_INTERNAL int hurray__record_encode(const uint8_t *name, size_t name_len,
+                                          const HurrayTensorDesc *tensor, FileRebaseFn rebase,
+                                          void *rebase_context, const uint8_t *metadata,
+                                          uint32_t metadata_len, FileSink *out, HurrayError *error);
+
+typedef struct FileRecord {
+  const char *name; /* arena copy, NUL-terminated */
+  size_t name_len;
+  HurrayTensorDesc *tensor; /* in the arena */
+  const uint8_t *metadata;  /* inside the record bytes */
+  uint32_t metadata_len;
+} FileRecord;
+
+/* Parses and checks a record from untrusted bytes, allocating the result in `arena`. */
+HURRAY_INTERNAL int hurray__record_decode(const uint8_t *bytes, size_t len, FileArena *arena,
+                                          FileRecord *out, HurrayError *error);
+
+/* A stored buffer as the index describes it. */
+typedef struct FileBufferEntry {
+  HurrayBufferDesc desc; /* byte_size is the buffer's length */
+  uint64_t offset;
+  uint64_t checksum;
+  uint8_t role;
+} FileBufferEntry;
+
+/* hurray_tensor_validate of `tensor` against `count` buffers known only by their entries
+ * (sizes and roles): contents are not read. */
+HURRAY_INTERNAL int hurray__validate_against_entries(const HurrayTensorDesc *tensor,
+                                                     const FileBufferEntry *entries, uint32_t count,
+                                                     HurrayError *error);
+
+/* ---- source.c ----------------------------------------------------------------------------- */
+
+/* Where a reader's bytes live. Reference-counted: the reader holds one reference and each
+ * zero-copy buffer one more. */
+typedef struct FileSource FileSource;
+
+/* Opens `path`: maps it at an address aligned to `alignment` once the header is known
+ * (hurray__source_map), or keeps the descriptor for pread. */
+HURRAY_INTERNAL int hurray__source_open(const char *path, bool use_pread, FileSource **out,
+                                        HurrayError *error);
+/* SINK for `owner`. */
+HURRAY_INTERNAL int hurray__source_memory(const void *data, uint64_t size,
+                                          HurrayOwnerReleaseFn release, void *owner,
+                                          FileSource **out, HurrayError *error);
+HURRAY_INTERNAL uint64_t hurray__source_size(const FileSource *source);
+/* Maps a file source (no-op for pread and memory sources) so that its first byte is aligned to
+ * `alignment`; checks a memory source's alignment. */
+HURRAY_INTERNAL int hurray__source_map(FileSource *source, uint32_t alignment, HurrayError *error);
+/* Copies bytes [offset, offset + len) into `out` (bounds already checked by the caller). */
+HURRAY_INTERNAL int hurray__source_read(const FileSource *source, uint64_t offset, void *out,
+                                        size_t len, HurrayError *error);
+/* A new CPU buffer holding bytes [offset, offset + len): a read-only view holding a reference
+ * on the source, or (pread) a copy in memory aligned to `alignment`. */
+HURRAY_INTERNAL int hurray__source_buffer(FileSource *source, uint64_t offset, uint64_t len,
+                                          uint32_t alignment, HurrayBuffer **out,
+                                          HurrayError *error);
+/* Whether buffers made by hurray__source_buffer are read-only views. */
+HURRAY_INTERNAL bool hurray__source_is_view(const FileSource *source);
+
+typedef struct FileProgress {
+  HurrayFileProgressFn fn;
+  void *context;
+  uint64_t done;
+  uint64_t total;
+} FileProgress;
+
+/* XXH3-64 of bytes [offset, offset + len), in bounded memory, reporting progress. */
+HURRAY_INTERNAL int hurray__source_hash(const FileSource *source, uint64_t offset, uint64_t len,
+                                        FileProgress *progress, uint64_t *hash, HurrayError *error);
+HURRAY_INTERNAL void hurray__source_release(FileSource *source);
+
+#endif /* HURRAY_FILE_FILE_H */

@@ -1,0 +1,260 @@
+/* source.c -- where a reader's bytes live: a read-only mapping of the file, memory the caller
+ * lent, or the file itself read with pread. A source is reference-counted so zero-copy buffers
+ * keep a mapping alive after the reader that made them is gone. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "file.h"
+
+#ifndef O_CLOEXEC
+#define O_CLOEXEC 0
+#endif
+
+struct FileSource {
+  atomic_uint_fast32_t refs;
+  int fd;              /* -1 once mapped, and for memory */
+  const uint8_t *base; /* the bytes, once mapped or lent; NULL for pread */
+  uint64_t size;
+  void *map_start; /* what munmap takes, when this source mapped the file */
+  size_t map_length;
+  bool use_pread;
+  HurrayOwnerReleaseFn release; /* memory lent by a caller */
+  void *owner;
+};
+
+enum {
+  HASH_STEP = 64u << 20, /* bytes between progress reports */
+  READ_CHUNK = 1u << 20, /* pread scratch */
+};
+
+static int system_error(HurrayError *error, const char *what, const char *detail) {
+  return hurray__fail(error, errno == ENOMEM ? HURRAY_ENOMEM : HURRAY_EIO, "%s: %s", what,
+                      detail != NULL ? detail : strerror(errno));
+}
+
+static FileSource *source_new(void) {
+  FileSource *source = calloc(1, sizeof *source);
+  if (source == NULL) return NULL;
+  atomic_init(&source->refs, 1);
+  source->fd = -1;
+  return source;
+}
+
+int hurray__source_open(const char *path, bool use_pread, FileSource **out, HurrayError *error) {
+  int fd;
+  do {
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return system_error(error, path, NULL);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int status = system_error(error, path, NULL);
+    close(fd);
+    return status;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return hurray__fail(error, HURRAY_EIO, "%s: not a regular file", path);
+  }
+  FileSource *source = source_new();
+  if (source == NULL) {
+    close(fd);
+    return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  source->fd = fd;
+  source->size = (uint64_t)st.st_size;
+  source->use_pread = use_pread;
+  *out = source;
+  return HURRAY_OK;
+}
+
+int hurray__source_memory(const void *data, uint64_t size, HurrayOwnerReleaseFn release,
+                          void *owner, FileSource **out, HurrayError *error) {
+  FileSource *source = data != NULL ? source_new() : NULL;
+  if (source == NULL) {
+    if (release != NULL) release(owner);
+    return data == NULL ? hurray__fail(error, HURRAY_EINVAL, "data is NULL")
+                        : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  source->base = data;
+  source->size = size;
+  source->release = release;
+  source->owner = owner;
+  *out = source;
+  return HURRAY_OK;
+}
+
+uint64_t hurray__source_size(const FileSource *source) {
+  return source->size;
+}
+
+bool hurray__source_is_view(const FileSource *source) {
+  return source->base != NULL;
+}
+
+/* Maps the whole file read-only at an address aligned to `alignment`. Beyond the page size,
+ * it reserves size + alignment bytes of address space, maps the file over the aligned part of
+ * that reservation (MAP_FIXED inside a range this process owns, so nothing else is replaced),
+ * and returns the rest. */
+static int map_aligned(FileSource *source, uint32_t alignment, HurrayError *error) {
+  if (source->size > SIZE_MAX - alignment) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "a file of %" PRIu64
+                        " bytes cannot be mapped here; open it with "
+                        "HURRAY_FILE_OPEN_PREAD",
+                        source->size);
+  }
+  size_t length = (size_t)source->size;
+  long page = sysconf(_SC_PAGESIZE);
+  if (page > 0 && alignment <= (unsigned long)page) {
+    void *p = mmap(NULL, length, PROT_READ, MAP_PRIVATE, source->fd, 0);
+    if (p == MAP_FAILED) return system_error(error, "mmap", NULL);
+    source->map_start = p;
+    source->map_length = length;
+    source->base = p;
+    return HURRAY_OK;
+  }
+  size_t reserved = length + alignment;
+  uint8_t *r = mmap(NULL, reserved, PROT_NONE, MAP_PRIVATE, source->fd, 0);
+  if (r == MAP_FAILED) return system_error(error, "mmap", NULL);
+  uint8_t *aligned = (uint8_t *)(((uintptr_t)r + alignment - 1) & ~(uintptr_t)(alignment - 1));
+  void *p = mmap(aligned, length, PROT_READ, MAP_PRIVATE | MAP_FIXED, source->fd, 0);
+  if (p == MAP_FAILED) {
+    int status = system_error(error, "mmap", NULL);
+    munmap(r, reserved);
+    return status;
+  }
+  /* Give back the reservation around the mapping (whole pages: `aligned` is page-aligned). */
+  size_t head = (size_t)(aligned - r);
+  size_t mapped = (length + (size_t)page - 1) & ~((size_t)page - 1);
+  if (head > 0) munmap(r, head);
+  if (reserved - head > mapped) munmap(aligned + mapped, reserved - head - mapped);
+  source->map_start = aligned;
+  source->map_length = length;
+  source->base = aligned;
+  return HURRAY_OK;
+}
+
+int hurray__source_map(FileSource *source, uint32_t alignment, HurrayError *error) {
+  if (source->base != NULL) { /* lent memory */
+    if (((uintptr_t)source->base & (alignment - 1)) == 0) return HURRAY_OK;
+    return hurray__fail(error, HURRAY_EALIGN,
+                        "the file image at %p is not aligned to the file's %" PRIu32
+                        "-byte alignment",
+                        (const void *)source->base, alignment);
+  }
+  if (source->use_pread) return HURRAY_OK;
+  int status = map_aligned(source, alignment, error);
+  if (status == HURRAY_OK) {
+    close(source->fd);
+    source->fd = -1;
+  }
+  return status;
+}
+
+static int pread_all(const FileSource *source, uint64_t offset, uint8_t *out, size_t len,
+                     HurrayError *error) {
+  while (len > 0) {
+    ssize_t n = pread(source->fd, out, len, (off_t)offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return system_error(error, "read", NULL);
+    if (n == 0) return hurray__fail(error, HURRAY_EIO, "read: the file shrank while open");
+    out += n;
+    len -= (size_t)n;
+    offset += (uint64_t)n;
+  }
+  return HURRAY_OK;
+}
+
+int hurray__source_read(const FileSource *source, uint64_t offset, void *out, size_t len,
+                        HurrayError *error) {
+  if (source->base == NULL) return pread_all(source, offset, out, len, error);
+  if (len > 0) memcpy(out, source->base + offset, len);
+  return HURRAY_OK;
+}
+
+static void release_view(HurrayBuffer *self) {
+  hurray__source_release(self->release_ctx);
+}
+
+int hurray__source_buffer(FileSource *source, uint64_t offset, uint64_t len, uint32_t alignment,
+                          HurrayBuffer **out, HurrayError *error) {
+  if (len == 0 || source->base == NULL) {
+    HurrayBuffer *buffer = NULL;
+    int status = hurray_buffer_alloc(len, alignment, 0, &buffer, error);
+    if (status == HURRAY_OK && len > 0) {
+      status = len <= SIZE_MAX ? pread_all(source, offset, buffer->data, (size_t)len, error)
+                               : hurray__fail(error, HURRAY_ENOMEM, "buffer too large");
+    }
+    if (status != HURRAY_OK) {
+      hurray_buffer_destroy(buffer);
+      return status;
+    }
+    *out = buffer;
+    return HURRAY_OK;
+  }
+  const HurrayBufferDesc desc = {.byte_size = len,
+                                 .alignment = alignment,
+                                 .device_tag = HURRAY_DEVICE_CPU,
+                                 .memory_class = HURRAY_MEM_DEVICE,
+                                 .sync_mode = HURRAY_SYNC_READY};
+  atomic_fetch_add_explicit(&source->refs, 1, memory_order_relaxed);
+  int status =
+      hurray_buffer_wrap((void *)(uintptr_t)(source->base + offset), &desc, HURRAY_BUFFER_READ_ONLY,
+                         NULL, 0, release_view, source, out, error);
+  if (status != HURRAY_OK) hurray__source_release(source); /* wrap took nothing */
+  return status;
+}
+
+static void report(FileProgress *progress, uint64_t bytes) {
+  if (progress == NULL) return;
+  progress->done += bytes;
+  if (progress->fn != NULL) progress->fn(progress->context, progress->done, progress->total);
+}
+
+int hurray__source_hash(const FileSource *source, uint64_t offset, uint64_t len,
+                        FileProgress *progress, uint64_t *hash, HurrayError *error) {
+  FileHasher *hasher = hurray__hasher_create();
+  uint8_t *chunk = source->base == NULL ? malloc(READ_CHUNK) : NULL;
+  if (hasher == NULL || (source->base == NULL && chunk == NULL)) {
+    hurray__hasher_destroy(hasher);
+    free(chunk);
+    return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  int status = HURRAY_OK;
+  uint64_t done = 0;
+  do {
+    size_t step = (size_t)(len - done < HASH_STEP ? len - done : HASH_STEP);
+    if (source->base != NULL) {
+      hurray__hasher_update(hasher, source->base + offset + done, step);
+    } else {
+      for (size_t at = 0; at < step && status == HURRAY_OK; at += READ_CHUNK) {
+        size_t n = step - at < READ_CHUNK ? step - at : READ_CHUNK;
+        status = pread_all(source, offset + done + at, chunk, n, error);
+        if (status == HURRAY_OK) hurray__hasher_update(hasher, chunk, n);
+      }
+    }
+    done += step;
+    if (status == HURRAY_OK) report(progress, step);
+  } while (done < len && status == HURRAY_OK);
+  if (status == HURRAY_OK) *hash = hurray__hasher_digest(hasher);
+  hurray__hasher_destroy(hasher);
+  free(chunk);
+  return status;
+}
+
+void hurray__source_release(FileSource *source) {
+  if (source == NULL) return;
+  if (atomic_fetch_sub_explicit(&source->refs, 1, memory_order_acq_rel) != 1) return;
+  if (source->map_start != NULL) munmap(source->map_start, source->map_length);
+  if (source->fd >= 0) close(source->fd);
+  if (source->release != NULL) source->release(source->owner);
+  free(source);
+}

@@ -1,0 +1,795 @@
+/* writer.c -- HurrayFileWriter: streams buffers into a temporary file, keeps only the index
+ * entries in memory, and at finish writes the index, then the header, and renames the file
+ * into place durably (spec §10).
+ *
+ * Every tensor goes through one path: open it, stream each buffer (checksummed as the bytes
+ * pass), then commit it, which encodes its record, decodes that record with the reader's own
+ * parser and validates the result against the streamed sizes. A tensor that fails anywhere is
+ * discarded: the write position goes back to where it began, so its bytes are overwritten or
+ * cut off at finish. hurray_file_writer_add is that path driven from memory. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "file.h"
+
+#ifndef O_CLOEXEC
+#define O_CLOEXEC 0
+#endif
+
+enum { STAGE_SIZE = 256u << 10, TEMP_ATTEMPTS = 100 };
+
+typedef enum WriterState { IDLE, IN_TENSOR, FINISHED, FAILED } WriterState;
+
+typedef struct WriterTensor {
+  char *name;
+  size_t name_len;
+  uint64_t hash;
+  uint8_t *record;
+  uint32_t record_len;
+  uint32_t first_buffer;
+  uint32_t buffer_count;
+} WriterTensor;
+
+struct HurrayFileWriter {
+  int fd;
+  WriterState state;
+  uint32_t alignment;
+  char *path;
+  char *temp_path;  /* NULL once renamed into place */
+  uint64_t flushed; /* bytes [0, flushed) were handed to the kernel */
+  size_t staged;    /* then `staged` bytes wait in `stage` */
+  uint8_t *stage;
+  FileHasher *hasher; /* the open buffer's checksum; the index's at finish */
+  WriterTensor *tensors;
+  uint32_t tensor_count, tensor_capacity;
+  FileBufferEntry *buffers;
+  uint32_t buffer_count, buffer_capacity;
+  uint32_t *names; /* open addressing set of committed names: tensor + 1, 0 empty */
+  uint32_t name_slots;
+  uint64_t records_bytes; /* sum of pad8(record_len) */
+  FileSink metadata;      /* the file's, encoded */
+  /* the open tensor */
+  char *open_name;
+  size_t open_name_len;
+  uint64_t open_hash;
+  uint64_t open_start;
+  uint32_t open_first_buffer;
+  bool buffer_open;
+};
+
+/* ---- output ------------------------------------------------------------------------------- */
+
+static uint64_t position(const HurrayFileWriter *w) {
+  return w->flushed + w->staged;
+}
+
+static int io_failed(HurrayFileWriter *w, const char *what, HurrayError *error) {
+  int code = errno;
+  w->state = FAILED;
+  return hurray__fail(error, HURRAY_EIO, "%s %s: %s", what, w->temp_path ? w->temp_path : w->path,
+                      strerror(code));
+}
+
+static int pwrite_all(HurrayFileWriter *w, const uint8_t *data, size_t len, uint64_t offset,
+                      HurrayError *error) {
+  while (len > 0) {
+    ssize_t n = pwrite(w->fd, data, len, (off_t)offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return io_failed(w, "cannot write", error);
+    data += n;
+    len -= (size_t)n;
+    offset += (uint64_t)n;
+  }
+  return HURRAY_OK;
+}
+
+static int flush(HurrayFileWriter *w, HurrayError *error) {
+  int status = pwrite_all(w, w->stage, w->staged, w->flushed, error);
+  if (status == HURRAY_OK) {
+    w->flushed += w->staged;
+    w->staged = 0;
+  }
+  return status;
+}
+
+static int emit(HurrayFileWriter *w, const void *data, size_t len, HurrayError *error) {
+  if (len > STAGE_SIZE - w->staged) {
+    int status = flush(w, error);
+    if (status != HURRAY_OK) return status;
+    if (len >= STAGE_SIZE) { /* large writes go straight from the caller's memory */
+      status = pwrite_all(w, data, len, w->flushed, error);
+      if (status == HURRAY_OK) w->flushed += len;
+      return status;
+    }
+  }
+  if (len > 0) memcpy(w->stage + w->staged, data, len);
+  w->staged += len;
+  return HURRAY_OK;
+}
+
+static int emit_zeros(HurrayFileWriter *w, uint64_t len, HurrayError *error) {
+  static const uint8_t zeros[4096];
+  int status = HURRAY_OK;
+  while (len > 0 && status == HURRAY_OK) {
+    size_t n = len < sizeof zeros ? (size_t)len : sizeof zeros;
+    status = emit(w, zeros, n, error);
+    len -= n;
+  }
+  return status;
+}
+
+/* ---- create and destroy ------------------------------------------------------------------- */
+
+static int open_temporary(HurrayFileWriter *w, HurrayError *error) {
+  static atomic_uint counter;
+  size_t size = strlen(w->path) + 64;
+  w->temp_path = malloc(size);
+  if (w->temp_path == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  for (int attempt = 0; attempt < TEMP_ATTEMPTS; attempt++) {
+    snprintf(w->temp_path, size, "%s.tmp-%ld-%u", w->path, (long)getpid(),
+             atomic_fetch_add(&counter, 1u));
+    w->fd = open(w->temp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (w->fd >= 0) return HURRAY_OK;
+    if (errno != EEXIST && errno != EINTR) break;
+  }
+  int code = errno;
+  free(w->temp_path);
+  w->temp_path = NULL;
+  return hurray__fail(error, HURRAY_EIO, "cannot create a temporary file for %s: %s", w->path,
+                      strerror(code));
+}
+
+int hurray_file_writer_create(const char *path, const HurrayFileWriterOptions *options,
+                              HurrayFileWriter **out, HurrayError *error) {
+  if (path == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_file_writer_create: %s is NULL",
+                        path == NULL ? "path" : "out");
+  }
+  const HurrayFileWriterOptions defaults = {0};
+  if (options == NULL) options = &defaults;
+  uint32_t alignment = options->alignment ? options->alignment : HURRAY_FILE_DEFAULT_ALIGNMENT;
+  if (options->reserved0 != 0 ||
+      !hurray__all_zero(options->reserved, sizeof options->reserved)) {
+    return hurray__fail(error, HURRAY_EINVAL, "reserved writer options are not zero");
+  }
+  if (alignment < HURRAY_MIN_ALIGNMENT || alignment > HURRAY_FILE_MAX_ALIGNMENT ||
+      (alignment & (alignment - 1)) != 0) {
+    return hurray__fail(error, HURRAY_EALIGN,
+                        "alignment %" PRIu32 " is not a power of two in [64, %u]", alignment,
+                        HURRAY_FILE_MAX_ALIGNMENT);
+  }
+  HurrayFileWriter *w = calloc(1, sizeof *w);
+  if (w == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  w->fd = -1;
+  w->alignment = alignment;
+  w->path = malloc(strlen(path) + 1);
+  w->stage = malloc(STAGE_SIZE);
+  w->hasher = hurray__hasher_create();
+  int status = HURRAY_OK;
+  if (w->path == NULL || w->stage == NULL || w->hasher == NULL) {
+    status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  } else {
+    strcpy(w->path, path);
+    status = open_temporary(w, error);
+  }
+  /* The header is written last; its place is held by zeros. */
+  if (status == HURRAY_OK) status = emit_zeros(w, HURRAY_FILE_HEADER_SIZE, error);
+  if (status != HURRAY_OK) {
+    hurray_file_writer_destroy(w);
+    return status;
+  }
+  *out = w;
+  return HURRAY_OK;
+}
+
+void hurray_file_writer_destroy(HurrayFileWriter *writer) {
+  if (writer == NULL) return;
+  if (writer->fd >= 0) close(writer->fd);
+  if (writer->temp_path != NULL) unlink(writer->temp_path); /* not finished: nothing appears */
+  for (uint32_t i = 0; i < writer->tensor_count; i++) {
+    free(writer->tensors[i].name);
+    free(writer->tensors[i].record);
+  }
+  free(writer->tensors);
+  free(writer->buffers);
+  free(writer->names);
+  free(writer->open_name);
+  hurray__sink_reset(&writer->metadata);
+  hurray__hasher_destroy(writer->hasher);
+  free(writer->stage);
+  free(writer->temp_path);
+  free(writer->path);
+  free(writer);
+}
+
+/* ---- the set of committed names ----------------------------------------------------------- */
+
+static uint32_t *name_slot(const HurrayFileWriter *w, const char *name, size_t len, uint64_t hash) {
+  uint32_t mask = w->name_slots - 1;
+  for (uint32_t i = (uint32_t)hash & mask;; i = (i + 1) & mask) {
+    uint32_t t = w->names[i];
+    if (t == 0) return &w->names[i];
+    const WriterTensor *tensor = &w->tensors[t - 1];
+    if (tensor->hash == hash && tensor->name_len == len && memcmp(tensor->name, name, len) == 0) {
+      return &w->names[i];
+    }
+  }
+}
+
+/* Keeps the set at most half full, so a free slot always ends a probe. */
+static int reserve_names(HurrayFileWriter *w, uint32_t count, HurrayError *error) {
+  if ((uint64_t)count * 2 <= w->name_slots) return HURRAY_OK;
+  uint32_t slots = w->name_slots ? w->name_slots * 2 : 64;
+  uint32_t *old = w->names, old_slots = w->name_slots;
+  w->names = calloc(slots, sizeof *w->names);
+  if (w->names == NULL) {
+    w->names = old;
+    return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  w->name_slots = slots;
+  for (uint32_t i = 0; i < old_slots; i++) {
+    if (old[i] == 0) continue;
+    const WriterTensor *t = &w->tensors[old[i] - 1];
+    *name_slot(w, t->name, t->name_len, t->hash) = old[i];
+  }
+  free(old);
+  return HURRAY_OK;
+}
+
+/* ---- the tensor path ---------------------------------------------------------------------- */
+
+enum { IDLE_OK = 1 << IDLE, IN_TENSOR_OK = 1 << IN_TENSOR };
+
+/* HURRAY_ESTATE, changing nothing, unless the writer is in one of the `allowed` states. */
+static int check_state(const HurrayFileWriter *w, unsigned allowed, const char *function,
+                       HurrayError *error) {
+  if (w == NULL) return hurray__fail(error, HURRAY_EINVAL, "%s: writer is NULL", function);
+  if (allowed & (1u << w->state)) return HURRAY_OK;
+  static const char *const kWhy[] = {
+      [IDLE] = "no tensor is open",
+      [IN_TENSOR] = "a tensor is open",
+      [FINISHED] = "the writer is finished",
+      [FAILED] = "the writer failed earlier with an I/O error; destroy it",
+  };
+  return hurray__fail(error, HURRAY_ESTATE, "%s: %s", function, kWhy[w->state]);
+}
+
+static int open_tensor(HurrayFileWriter *w, const char *name, HurrayError *error) {
+  size_t len = 0;
+  int status = hurray__check_cname(name, "tensor name", &len, error);
+  if (status != HURRAY_OK) return status;
+  uint64_t hash = hurray__xxh3(name, len);
+  if (w->tensor_count == HURRAY_FILE_MAX_TENSORS) {
+    return hurray__fail(error, HURRAY_ELIMIT, "a file holds at most %u tensors",
+                        HURRAY_FILE_MAX_TENSORS);
+  }
+  if (w->name_slots > 0 && *name_slot(w, name, len, hash) != 0) {
+    return hurray__fail(error, HURRAY_EINVAL, "duplicate tensor name '%s'", name);
+  }
+  char *copy = malloc(len + 1);
+  if (copy == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  memcpy(copy, name, len + 1);
+  w->open_name = copy;
+  w->open_name_len = len;
+  w->open_hash = hash;
+  w->open_start = position(w);
+  w->open_first_buffer = w->buffer_count;
+  w->buffer_open = false;
+  w->state = IN_TENSOR;
+  return HURRAY_OK;
+}
+
+static void close_buffer(HurrayFileWriter *w) {
+  if (!w->buffer_open) return;
+  w->buffers[w->buffer_count - 1].checksum = hurray__hasher_digest(w->hasher);
+  w->buffer_open = false;
+}
+
+/* Puts the writer back where it was before the open tensor began. */
+static void discard_tensor(HurrayFileWriter *w) {
+  if (w->open_start >= w->flushed) {
+    w->staged = (size_t)(w->open_start - w->flushed);
+  } else { /* already on disk: later bytes overwrite it, finish cuts off the rest */
+    w->staged = 0;
+    w->flushed = w->open_start;
+  }
+  w->buffer_count = w->open_first_buffer;
+  w->buffer_open = false;
+  free(w->open_name);
+  w->open_name = NULL;
+  if (w->state == IN_TENSOR) w->state = IDLE;
+}
+
+static int open_buffer(HurrayFileWriter *w, int role, HurrayError *error) {
+  if (hurray_buffer_role_name(role) == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "buffer role %d is unknown", role);
+  }
+  if (w->buffer_count - w->open_first_buffer == HURRAY_MAX_BUFFERS ||
+      w->buffer_count == HURRAY_FILE_MAX_BUFFERS) {
+    return hurray__fail(error, HURRAY_ELIMIT, "a tensor holds at most %u buffers, a file %u",
+                        HURRAY_MAX_BUFFERS, HURRAY_FILE_MAX_BUFFERS);
+  }
+  if (w->buffer_count == w->buffer_capacity) {
+    uint32_t capacity = w->buffer_capacity ? w->buffer_capacity * 2 : 64;
+    FileBufferEntry *grown = realloc(w->buffers, capacity * sizeof *grown);
+    if (grown == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    w->buffers = grown;
+    w->buffer_capacity = capacity;
+  }
+  close_buffer(w);
+  uint64_t at = position(w);
+  uint64_t aligned = (at + w->alignment - 1) & ~(uint64_t)(w->alignment - 1);
+  int status = emit_zeros(w, aligned - at, error);
+  if (status != HURRAY_OK) return status;
+  w->buffers[w->buffer_count++] = (FileBufferEntry){.desc = {.alignment = w->alignment,
+                                                             .device_tag = HURRAY_DEVICE_CPU,
+                                                             .memory_class = HURRAY_MEM_DEVICE,
+                                                             .sync_mode = HURRAY_SYNC_READY},
+                                                    .offset = aligned,
+                                                    .role = (uint8_t)role};
+  hurray__hasher_reset(w->hasher);
+  w->buffer_open = true;
+  return HURRAY_OK;
+}
+
+/* Appends bytes to the open buffer. */
+static int stream(HurrayFileWriter *w, const void *data, size_t len, HurrayError *error) {
+  FileBufferEntry *b = &w->buffers[w->buffer_count - 1];
+  if (len > UINT64_MAX - b->offset - b->desc.byte_size) {
+    return hurray__fail(error, HURRAY_EOVERFLOW, "the buffer's size overflows");
+  }
+  hurray__hasher_update(w->hasher, data, len);
+  b->desc.byte_size += len;
+  return emit(w, data, len, error);
+}
+
+/* The index length with `tensors`, `buffers` and `records` bytes of records (spec §5). */
+static uint64_t index_length(uint32_t tensors, uint32_t buffers, uint64_t records,
+                             uint64_t metadata, uint32_t *bucket_bits) {
+  uint32_t bits = 0;
+  while (((uint64_t)1 << bits) < tensors) bits++;
+  if (bucket_bits != NULL) *bucket_bits = bits;
+  uint64_t tables = IDX_HEADER_SIZE + (uint64_t)buffers * BUFFER_ENTRY_SIZE +
+                    (uint64_t)tensors * (TENSOR_ENTRY_SIZE + NAME_ENTRY_SIZE) +
+                    (((uint64_t)1 << bits) + 1) * BUCKET_ENTRY_SIZE;
+  return hurray__pad8(tables) + records + hurray__pad8(metadata);
+}
+
+static int check_index_limit(const HurrayFileWriter *w, uint32_t tensors, uint64_t records,
+                             uint64_t metadata, HurrayError *error) {
+  if (index_length(tensors, w->buffer_count, records, metadata, NULL) <= HURRAY_FILE_MAX_INDEX) {
+    return HURRAY_OK;
+  }
+  return hurray__fail(error, HURRAY_ELIMIT, "the index would exceed %" PRIu64 " bytes",
+                      HURRAY_FILE_MAX_INDEX);
+}
+
+/* Encodes the open tensor's record, checks it as a reader will, and commits the tensor. */
+static int commit_tensor(HurrayFileWriter *w, const HurrayTensorDesc *tensor, FileRebaseFn rebase,
+                         void *rebase_context, const FileSink *metadata, HurrayError *error) {
+  close_buffer(w);
+  uint32_t first = w->open_first_buffer, count = w->buffer_count - first;
+  FileSink record = {0};
+  FileArena arena = {0};
+  FileRecord decoded;
+  int status = hurray__record_encode((const uint8_t *)w->open_name, w->open_name_len, tensor,
+                                     rebase, rebase_context, metadata->data,
+                                     (uint32_t)metadata->len, &record, error);
+  if (status == HURRAY_OK) {
+    status = hurray__record_decode(record.data, record.len, &arena, &decoded, error);
+  }
+  if (status == HURRAY_OK) {
+    status = hurray__validate_against_entries(decoded.tensor, w->buffers + first, count, error);
+  }
+  hurray__arena_free(&arena);
+  uint64_t records = w->records_bytes + hurray__pad8(record.len);
+  if (status == HURRAY_OK) {
+    status = check_index_limit(w, w->tensor_count + 1, records, w->metadata.len, error);
+  }
+  if (status == HURRAY_OK && w->tensor_count == w->tensor_capacity) {
+    uint32_t capacity = w->tensor_capacity ? w->tensor_capacity * 2 : 16;
+    WriterTensor *grown = realloc(w->tensors, capacity * sizeof *grown);
+    if (grown == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    if (grown != NULL) {
+      w->tensors = grown;
+      w->tensor_capacity = capacity;
+    }
+  }
+  if (status == HURRAY_OK) status = reserve_names(w, w->tensor_count + 1, error);
+  if (status != HURRAY_OK) {
+    hurray__sink_reset(&record);
+    return hurray__error_prefix(error, status, "tensor '%s': ", w->open_name);
+  }
+  w->tensors[w->tensor_count] = (WriterTensor){.name = w->open_name,
+                                               .name_len = w->open_name_len,
+                                               .hash = w->open_hash,
+                                               .record = record.data,
+                                               .record_len = (uint32_t)record.len,
+                                               .first_buffer = first,
+                                               .buffer_count = count};
+  w->tensor_count++;
+  *name_slot(w, w->open_name, w->open_name_len, w->open_hash) = w->tensor_count;
+  w->records_bytes = records;
+  w->open_name = NULL;
+  w->state = IDLE;
+  return HURRAY_OK;
+}
+
+/* ---- streaming API ------------------------------------------------------------------------ */
+
+int hurray_file_writer_begin_tensor(HurrayFileWriter *writer, const char *name,
+                                    HurrayError *error) {
+  int status = check_state(writer, IDLE_OK, "hurray_file_writer_begin_tensor", error);
+  return status == HURRAY_OK ? open_tensor(writer, name, error) : status;
+}
+
+int hurray_file_writer_begin_buffer(HurrayFileWriter *writer, int role, HurrayError *error) {
+  int status = check_state(writer, IN_TENSOR_OK, "hurray_file_writer_begin_buffer", error);
+  if (status != HURRAY_OK) return status;
+  status = open_buffer(writer, role, error);
+  if (status != HURRAY_OK) discard_tensor(writer);
+  return status;
+}
+
+int hurray_file_writer_write(HurrayFileWriter *writer, const void *data, size_t size,
+                             HurrayError *error) {
+  int status = check_state(writer, IN_TENSOR_OK, "hurray_file_writer_write", error);
+  if (status == HURRAY_OK && !writer->buffer_open) {
+    status = hurray__fail(error, HURRAY_ESTATE, "hurray_file_writer_write: no buffer is open");
+  }
+  if (status != HURRAY_OK) return status;
+  status = data != NULL || size == 0
+               ? stream(writer, data, size, error)
+               : hurray__fail(error, HURRAY_EINVAL, "data is NULL but size is %zu", size);
+  if (status != HURRAY_OK) discard_tensor(writer);
+  return status;
+}
+
+int hurray_file_writer_end_tensor(HurrayFileWriter *writer, const HurrayTensorDesc *tensor,
+                                  const HurrayMetaValue *metadata, HurrayError *error) {
+  int status = check_state(writer, IN_TENSOR_OK, "hurray_file_writer_end_tensor", error);
+  if (status != HURRAY_OK) return status;
+  FileSink encoded = {0};
+  status = hurray__meta_encode(metadata, &encoded, error);
+  if (status == HURRAY_OK) status = commit_tensor(writer, tensor, NULL, NULL, &encoded, error);
+  if (status != HURRAY_OK) discard_tensor(writer);
+  hurray__sink_reset(&encoded);
+  return status;
+}
+
+/* ---- writing a tensor from memory --------------------------------------------------------- */
+
+/* A merged run of addressed bytes of one source buffer and where it goes in the file buffer. */
+typedef struct Run {
+  uint32_t buffer;
+  uint64_t begin, end; /* in the source buffer */
+  uint64_t placed;     /* its first byte's offset in the file buffer */
+} Run;
+
+typedef struct Plan {
+  Run *runs;
+  size_t count, capacity;
+} Plan;
+
+static int compare_runs(const void *a, const void *b) {
+  const Run *x = a, *y = b;
+  if (x->buffer != y->buffer) return x->buffer < y->buffer ? -1 : 1;
+  return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+/* The bytes an array addresses; false when it addresses none. Valid arrays cannot fail. */
+static bool array_bytes(const HurrayArray *array, uint64_t *begin, uint64_t *end) {
+  uint64_t numel = 0;
+  return hurray_array_numel(array, &numel, NULL) == HURRAY_OK && numel > 0 &&
+         hurray_array_span(array, begin, end, NULL) == HURRAY_OK;
+}
+
+static int collect_spans(Plan *plan, const HurrayTensorDesc *t, HurrayError *error) {
+  for (uint32_t i = 0; i < t->nparts; i++) {
+    Run run = {.buffer = t->parts[i].buffer};
+    if (!array_bytes(&t->parts[i], &run.begin, &run.end)) continue;
+    if (plan->count == plan->capacity) {
+      size_t capacity = plan->capacity ? plan->capacity * 2 : 8;
+      Run *grown = realloc(plan->runs, capacity * sizeof *grown);
+      if (grown == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+      plan->runs = grown;
+      plan->capacity = capacity;
+    }
+    plan->runs[plan->count++] = run;
+  }
+  for (uint32_t i = 0; i < t->nchildren; i++) {
+    int status = collect_spans(plan, &t->children[i], error);
+    if (status != HURRAY_OK) return status;
+  }
+  return HURRAY_OK;
+}
+
+/* Merges overlapping spans into runs and places them back to back, each at the first offset
+ * that keeps its address modulo 64 (so the gap before it is under 64 bytes). */
+static int make_plan(Plan *plan, const HurrayTensorDesc *tensor, HurrayError *error) {
+  int status = collect_spans(plan, tensor, error);
+  if (status != HURRAY_OK) return status;
+  if (plan->count > 0) qsort(plan->runs, plan->count, sizeof *plan->runs, compare_runs);
+  size_t merged = 0;
+  uint64_t at = 0;
+  for (size_t i = 0; i < plan->count; i++) {
+    Run run = plan->runs[i];
+    Run *last = merged > 0 ? &plan->runs[merged - 1] : NULL;
+    if (last != NULL && last->buffer == run.buffer && run.begin <= last->end) {
+      if (run.end > last->end) last->end = run.end;
+      at = last->placed + (last->end - last->begin);
+      continue;
+    }
+    if (last == NULL || last->buffer != run.buffer) at = 0;
+    run.placed = at + ((run.begin - at) & (HURRAY_MIN_ALIGNMENT - 1));
+    at = run.placed + (run.end - run.begin);
+    plan->runs[merged++] = run;
+  }
+  plan->count = merged;
+  return HURRAY_OK;
+}
+
+static uint64_t rebase(void *context, const HurrayArray *array) {
+  const Plan *plan = context;
+  uint64_t begin = 0, end = 0;
+  if (!array_bytes(array, &begin, &end)) return 0;
+  size_t lo = 0, hi = plan->count; /* the last run at or before (buffer, begin) */
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    const Run *r = &plan->runs[mid];
+    bool after = r->buffer > array->buffer || (r->buffer == array->buffer && r->begin > begin);
+    if (after)
+      hi = mid;
+    else
+      lo = mid;
+  }
+  const Run *run = &plan->runs[lo];
+  return array->byte_offset - (run->begin - run->placed);
+}
+
+/* Streams buffer `index` of the list as the plan lays it out. */
+static int stream_buffer(HurrayFileWriter *w, const Plan *plan, const HurrayBufferList *list,
+                         uint32_t index, HurrayError *error) {
+  static const uint8_t zeros[HURRAY_MIN_ALIGNMENT];
+  int status = open_buffer(w, list->roles[index], error);
+  const uint8_t *data = list->buffers[index]->data;
+  for (size_t i = 0; i < plan->count && status == HURRAY_OK; i++) {
+    const Run *run = &plan->runs[i];
+    if (run->buffer != index) continue;
+    uint64_t gap = run->placed - w->buffers[w->buffer_count - 1].desc.byte_size;
+    status = stream(w, zeros, (size_t)gap, error);
+    if (status == HURRAY_OK)
+      status = stream(w, data + run->begin, (size_t)(run->end - run->begin), error);
+  }
+  return status;
+}
+
+int hurray_file_writer_add(HurrayFileWriter *writer, const char *name,
+                           const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                           const HurrayMetaValue *metadata, HurrayError *error) {
+  int status = check_state(writer, IDLE_OK, "hurray_file_writer_add", error);
+  if (status == HURRAY_OK) status = hurray_tensor_validate(tensor, buffers, 0, error);
+  if (status == HURRAY_OK && buffers->count > 0 && buffers->roles == NULL) {
+    status = hurray__fail(error, HURRAY_EINVAL, "the buffer list has no roles");
+  }
+  for (uint32_t i = 0; status == HURRAY_OK && i < buffers->count; i++) {
+    const HurrayBuffer *b = buffers->buffers[i];
+    uint8_t tag = b != NULL ? b->desc.device_tag : HURRAY_DEVICE_CPU;
+    if (b == NULL || (b->data == NULL && b->desc.byte_size > 0)) {
+      status = hurray__fail(error, HURRAY_EINVAL, "buffer %" PRIu32 " %s", i,
+                            b == NULL ? "is NULL" : "has no data");
+    } else if (tag != HURRAY_DEVICE_CPU) {
+      const char *device = hurray_device_name(tag);
+      status = hurray__fail(error, HURRAY_EUNSUPPORTED,
+                            "buffer %" PRIu32 " is %s memory; copy it to the host first", i,
+                            device ? device : "device");
+    }
+  }
+  Plan plan = {0};
+  FileSink encoded = {0};
+  if (status == HURRAY_OK) status = make_plan(&plan, tensor, error);
+  if (status == HURRAY_OK) status = hurray__meta_encode(metadata, &encoded, error);
+  if (status == HURRAY_OK) status = open_tensor(writer, name, error);
+  bool opened = status == HURRAY_OK;
+  for (uint32_t i = 0; opened && i < buffers->count && status == HURRAY_OK; i++) {
+    status = stream_buffer(writer, &plan, buffers, i, error);
+  }
+  if (opened && status == HURRAY_OK) {
+    status = commit_tensor(writer, tensor, rebase, &plan, &encoded, error);
+  }
+  if (opened && status != HURRAY_OK) discard_tensor(writer);
+  free(plan.runs);
+  hurray__sink_reset(&encoded);
+  return status;
+}
+
+/* ---- metadata and finish ------------------------------------------------------------------ */
+
+int hurray_file_writer_set_metadata(HurrayFileWriter *writer, const HurrayMetaValue *metadata,
+                                    HurrayError *error) {
+  int status =
+      check_state(writer, IDLE_OK | IN_TENSOR_OK, "hurray_file_writer_set_metadata", error);
+  FileSink encoded = {0};
+  if (status == HURRAY_OK) status = hurray__meta_encode(metadata, &encoded, error);
+  if (status == HURRAY_OK) {
+    status =
+        check_index_limit(writer, writer->tensor_count, writer->records_bytes, encoded.len, error);
+  }
+  if (status != HURRAY_OK) {
+    hurray__sink_reset(&encoded);
+    return status;
+  }
+  hurray__sink_reset(&writer->metadata);
+  writer->metadata = encoded;
+  return HURRAY_OK;
+}
+
+typedef struct SortedName {
+  uint64_t hash;
+  const WriterTensor *tensor;
+  uint32_t index;
+} SortedName;
+
+static int compare_names(const void *a, const void *b) {
+  const SortedName *x = a, *y = b;
+  if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+  return hurray__compare_bytes(x->tensor->name, x->tensor->name_len, y->tensor->name,
+                               y->tensor->name_len);
+}
+
+/* Appends index bytes: to the file and to the index checksum. */
+static int emit_index(HurrayFileWriter *w, const void *data, size_t len, HurrayError *error) {
+  hurray__hasher_update(w->hasher, data, len);
+  return emit(w, data, len, error);
+}
+
+static int emit_padded(HurrayFileWriter *w, const void *data, size_t len, HurrayError *error) {
+  static const uint8_t zeros[8];
+  int status = emit_index(w, data, len, error);
+  if (status == HURRAY_OK) status = emit_index(w, zeros, (size_t)(hurray__pad8(len) - len), error);
+  return status;
+}
+
+static int write_tables(HurrayFileWriter *w, uint32_t bits, uint64_t heap, HurrayError *error) {
+  uint8_t e[IDX_HEADER_SIZE] = {0};
+  int status = HURRAY_OK;
+  hurray__store_le32(e + IDX_TENSOR_COUNT, w->tensor_count);
+  hurray__store_le32(e + IDX_BUFFER_COUNT, w->buffer_count);
+  hurray__store_le32(e + IDX_BUCKET_BITS, bits);
+  if (w->metadata.len > 0) hurray__store_le64(e + IDX_METADATA_OFFSET, heap + w->records_bytes);
+  hurray__store_le32(e + IDX_METADATA_LENGTH, (uint32_t)w->metadata.len);
+  status = emit_index(w, e, IDX_HEADER_SIZE, error);
+  for (uint32_t i = 0; i < w->buffer_count && status == HURRAY_OK; i++) {
+    const FileBufferEntry *b = &w->buffers[i];
+    memset(e, 0, BUFFER_ENTRY_SIZE);
+    status = hurray_desc_encode(&b->desc, e, error);
+    hurray__store_le64(e + 16, b->offset);
+    hurray__store_le64(e + 24, b->checksum);
+    e[32] = b->role;
+    if (status == HURRAY_OK) status = emit_index(w, e, BUFFER_ENTRY_SIZE, error);
+  }
+  uint64_t record = heap;
+  for (uint32_t i = 0; i < w->tensor_count && status == HURRAY_OK; i++) {
+    const WriterTensor *t = &w->tensors[i];
+    memset(e, 0, TENSOR_ENTRY_SIZE);
+    hurray__store_le64(e, record);
+    hurray__store_le32(e + 8, t->record_len);
+    hurray__store_le32(e + 12, t->first_buffer);
+    hurray__store_le32(e + 16, t->buffer_count);
+    status = emit_index(w, e, TENSOR_ENTRY_SIZE, error);
+    record += hurray__pad8(t->record_len);
+  }
+  SortedName *sorted = malloc((w->tensor_count ? w->tensor_count : 1) * sizeof *sorted);
+  if (sorted == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  for (uint32_t i = 0; i < w->tensor_count; i++) {
+    sorted[i] = (SortedName){.hash = w->tensors[i].hash, .tensor = &w->tensors[i], .index = i};
+  }
+  qsort(sorted, w->tensor_count, sizeof *sorted, compare_names);
+  for (uint32_t i = 0; i < w->tensor_count && status == HURRAY_OK; i++) {
+    memset(e, 0, NAME_ENTRY_SIZE);
+    hurray__store_le64(e, sorted[i].hash);
+    hurray__store_le32(e + 8, sorted[i].index);
+    status = emit_index(w, e, NAME_ENTRY_SIZE, error);
+  }
+  /* bucket[b]: the first name-table position whose bucket is >= b. */
+  uint32_t at = 0;
+  for (uint64_t b = 0; b <= ((uint64_t)1 << bits) && status == HURRAY_OK; b++) {
+    while (at < w->tensor_count && hurray__bucket_of(sorted[at].hash, bits) < b) at++;
+    hurray__store_le32(e, at);
+    status = emit_index(w, e, BUCKET_ENTRY_SIZE, error);
+  }
+  free(sorted);
+  return status;
+}
+
+static int write_index(HurrayFileWriter *w, HurrayError *error) {
+  uint32_t bits = 0;
+  uint64_t length =
+      index_length(w->tensor_count, w->buffer_count, w->records_bytes, w->metadata.len, &bits);
+  uint64_t heap = length - w->records_bytes - hurray__pad8(w->metadata.len);
+  static const uint8_t zeros[8];
+  uint64_t start = position(w);
+  hurray__hasher_reset(w->hasher);
+  int status = write_tables(w, bits, heap, error);
+  if (status == HURRAY_OK) { /* pad the tables to the heap */
+    status = emit_index(w, zeros, (size_t)(heap - (position(w) - start)), error);
+  }
+  for (uint32_t i = 0; i < w->tensor_count && status == HURRAY_OK; i++) {
+    status = emit_padded(w, w->tensors[i].record, w->tensors[i].record_len, error);
+  }
+  if (status == HURRAY_OK) status = emit_padded(w, w->metadata.data, w->metadata.len, error);
+  return status;
+}
+
+static int sync_directory(HurrayFileWriter *w, HurrayError *error) {
+  const char *slash = strrchr(w->path, '/');
+  char *dir = slash == NULL ? NULL : malloc((size_t)(slash - w->path) + 2);
+  if (slash != NULL && dir == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  if (dir != NULL) {
+    size_t len = slash == w->path ? 1 : (size_t)(slash - w->path); /* "/name": the root */
+    memcpy(dir, w->path, len);
+    dir[len] = '\0';
+  }
+  int fd = open(dir != NULL ? dir : ".", O_RDONLY | O_CLOEXEC);
+  int status = HURRAY_OK;
+  if (fd < 0 || fsync(fd) != 0) {
+    status = hurray__fail(error, HURRAY_EIO, "cannot sync the directory of %s: %s", w->path,
+                          strerror(errno));
+  }
+  if (fd >= 0) close(fd);
+  free(dir);
+  return status;
+}
+
+int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error) {
+  int status = check_state(writer, IDLE_OK, "hurray_file_writer_finish", error);
+  if (status != HURRAY_OK) return status;
+  HurrayFileWriter *w = writer;
+  uint64_t end = position(w);
+  status = emit_zeros(w, hurray__pad8(end) - end, error);
+  uint64_t index_offset = position(w);
+  if (status == HURRAY_OK) status = write_index(w, error);
+  if (status == HURRAY_OK) status = flush(w, error);
+  if (status != HURRAY_OK) {
+    w->state = FAILED;
+    return status;
+  }
+  uint64_t file_size = position(w);
+  uint8_t h[HURRAY_FILE_HEADER_SIZE] = {0};
+  memcpy(h, FILE_MAGIC, FILE_MAGIC_SIZE);
+  hurray__store_le16(h + HDR_VERSION_MAJOR, HURRAY_FILE_VERSION_MAJOR);
+  hurray__store_le16(h + HDR_VERSION_MINOR, HURRAY_FILE_VERSION_MINOR);
+  h[HDR_ALIGNMENT_LOG2] = (uint8_t)__builtin_ctz(w->alignment);
+  hurray__store_le64(h + HDR_FILE_SIZE, file_size);
+  hurray__store_le64(h + HDR_INDEX_OFFSET, index_offset);
+  hurray__store_le64(h + HDR_INDEX_LENGTH, file_size - index_offset);
+  hurray__store_le64(h + HDR_INDEX_CHECKSUM, hurray__hasher_digest(w->hasher));
+  hurray__store_le64(h + HDR_CHECKSUM, hurray__xxh3(h, HDR_CHECKSUM));
+  status = pwrite_all(w, h, sizeof h, 0, error);
+  if (status == HURRAY_OK && ftruncate(w->fd, (off_t)file_size) != 0) {
+    status = io_failed(w, "cannot truncate", error); /* drops discarded tensors' bytes */
+  }
+  if (status == HURRAY_OK && fsync(w->fd) != 0) status = io_failed(w, "cannot sync", error);
+  if (status == HURRAY_OK && close(w->fd) != 0) {
+    w->fd = -1;
+    status = io_failed(w, "cannot close", error);
+  }
+  w->fd = -1;
+  if (status == HURRAY_OK && rename(w->temp_path, w->path) != 0) {
+    status = io_failed(w, "cannot rename into place", error);
+  }
+  if (status != HURRAY_OK) {
+    w->state = FAILED;
+    return status;
+  }
+  free(w->temp_path);
+  w->temp_path = NULL;
+  w->state = FINISHED;
+  return sync_directory(w, error);
+}

@@ -1,0 +1,978 @@
+/* test_file_format.c -- the file format's bytes: the exact bytes of a tiny file (header, data
+ * and index, checksums included), and every class of bad file with the status and message a
+ * reader must give: corrupt, truncated at every length, wrong version, oversized, misaligned,
+ * overlapping, duplicate names, malformed records and metadata, bad checksums. Broken files
+ * are made by patching a valid image and, where a check after the checksums is the target,
+ * resealing the index and header checksums, exactly as a hostile writer would. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "test_file_helpers.h"
+
+#define OK(call)                                                             \
+  do {                                                                       \
+    HurrayError ok_error = {0};                                              \
+    int ok_status = (call);                                                  \
+    if (ok_status != HURRAY_OK) fail_msg("%s: %s", #call, ok_error.message); \
+  } while (0)
+#define E (&ok_error)
+
+static char g_dir[256];
+
+static int make_dir(void **state) {
+  (void)state;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(g_dir, sizeof g_dir, "%s/hurray-format-XXXXXX", tmp ? tmp : "/tmp");
+  return mkdtemp(g_dir) == NULL;
+}
+
+static int remove_dir(void **state) {
+  (void)state;
+  char command[300];
+  snprintf(command, sizeof command, "rm -rf '%s'", g_dir);
+  return system(command);
+}
+
+static const char *path_of(const char *name) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", g_dir, name);
+  return path;
+}
+
+/* ---- the ABI of the file container's structs and constants ------------------------------- */
+
+#define PIN_SIZE(type, size) _Static_assert(sizeof(type) == (size), "sizeof " #type)
+#define PIN_OFFSET(type, field, offset) \
+  _Static_assert(offsetof(type, field) == (offset), "offsetof " #type "." #field)
+
+PIN_SIZE(HurrayFileWriterOptions, 32);
+PIN_OFFSET(HurrayFileWriterOptions, alignment, 0);
+PIN_OFFSET(HurrayFileWriterOptions, reserved0, 4);
+PIN_OFFSET(HurrayFileWriterOptions, reserved, 8);
+PIN_SIZE(HurrayFileInfo, 80);
+PIN_OFFSET(HurrayFileInfo, version_major, 0);
+PIN_OFFSET(HurrayFileInfo, version_minor, 2);
+PIN_OFFSET(HurrayFileInfo, alignment, 4);
+PIN_OFFSET(HurrayFileInfo, tensor_count, 8);
+PIN_OFFSET(HurrayFileInfo, buffer_count, 12);
+PIN_OFFSET(HurrayFileInfo, file_size, 16);
+PIN_OFFSET(HurrayFileInfo, data_bytes, 24);
+PIN_OFFSET(HurrayFileInfo, index_offset, 32);
+PIN_OFFSET(HurrayFileInfo, index_length, 40);
+PIN_OFFSET(HurrayFileInfo, reserved, 48);
+PIN_SIZE(HurrayFileBufferInfo, 48);
+PIN_OFFSET(HurrayFileBufferInfo, desc, 0);
+PIN_OFFSET(HurrayFileBufferInfo, offset, 24);
+PIN_OFFSET(HurrayFileBufferInfo, checksum, 32);
+PIN_OFFSET(HurrayFileBufferInfo, role, 40);
+PIN_OFFSET(HurrayFileBufferInfo, reserved, 41);
+#if UINTPTR_MAX == UINT64_MAX
+PIN_SIZE(HurrayMetaValue, 24);
+PIN_OFFSET(HurrayMetaValue, type, 0);
+PIN_OFFSET(HurrayMetaValue, reserved, 1);
+PIN_OFFSET(HurrayMetaValue, count, 4);
+PIN_OFFSET(HurrayMetaValue, as, 8);
+PIN_OFFSET(HurrayMetaValue, keys, 16);
+PIN_SIZE(HurrayFileTensorInfo, 40);
+PIN_OFFSET(HurrayFileTensorInfo, name, 0);
+PIN_OFFSET(HurrayFileTensorInfo, buffer_count, 8);
+PIN_OFFSET(HurrayFileTensorInfo, layout, 12);
+PIN_OFFSET(HurrayFileTensorInfo, dtype, 13);
+PIN_OFFSET(HurrayFileTensorInfo, reserved, 14);
+PIN_OFFSET(HurrayFileTensorInfo, data_bytes, 16);
+PIN_OFFSET(HurrayFileTensorInfo, reserved2, 24);
+#endif
+_Static_assert(HURRAY_META_BOOL == 1 && HURRAY_META_INT64 == 2 && HURRAY_META_FLOAT64 == 3 &&
+                   HURRAY_META_STRING == 4 && HURRAY_META_LIST == 5 && HURRAY_META_MAP == 6,
+               "metadata type codes are stored in files");
+_Static_assert(HURRAY_FILE_HEADER_SIZE == 64 && HURRAY_FILE_VERSION_MAJOR == 1,
+               "the header and the format version");
+
+/* ---- file images -------------------------------------------------------------------------- */
+
+typedef struct Image {
+  uint8_t *bytes; /* aligned for hurray_file_reader_open_memory */
+  size_t size;
+} Image;
+
+static Image image_alloc(size_t size) {
+  Image im = {aligned_alloc(4096, (size + 4096) / 4096 * 4096), size};
+  assert_non_null(im.bytes);
+  return im;
+}
+
+static Image image_copy(Image im) {
+  Image copy = image_alloc(im.size);
+  memcpy(copy.bytes, im.bytes, im.size);
+  return copy;
+}
+
+static Image image_read(const char *path) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  Image im = image_alloc((size_t)ftell(f));
+  fseek(f, 0, SEEK_SET);
+  assert_int_equal(fread(im.bytes, 1, im.size, f), im.size);
+  fclose(f);
+  return im;
+}
+
+static void image_write(Image im, const char *path) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(im.bytes, 1, im.size, f), im.size);
+  fclose(f);
+}
+
+/* The tiny file of the spec's example: "x", dense float32 [2] = {1, 2}, alignment 64. */
+static Image tiny_image(void) {
+  const char *path = path_of("tiny.hurray");
+  HurrayFileWriter *w = NULL;
+  OK(hurray_file_writer_create(path, NULL, &w, E));
+  static const int64_t shape[] = {2};
+  const float values[] = {1.0f, 2.0f};
+  HurrayBufferList *list = sample_list();
+  sample_append(list, values, sizeof values, HURRAY_ROLE_VALUES);
+  const HurrayArray part = SAMPLE_ARRAY(HURRAY_DTYPE_FLOAT32, 1, shape, NULL, 0, 0);
+  const HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE,
+                                 .ndim = 1,
+                                 .shape = shape,
+                                 .parts = &part,
+                                 .nparts = 1,
+                                 .dtype = HURRAY_DTYPE_FLOAT32};
+  OK(hurray_file_writer_add(w, "x", &desc, list, NULL, E));
+  hurray_buffer_list_destroy(list);
+  OK(hurray_file_writer_finish(w, E));
+  hurray_file_writer_destroy(w);
+  return image_read(path);
+}
+
+/* Samples `first..first+count-1` with optional file metadata. */
+static Image samples_image(size_t first, size_t count, const HurrayMetaValue *file_meta,
+                           const HurrayMetaValue *tensor_meta) {
+  const char *path = path_of("samples.hurray");
+  HurrayFileWriter *w = NULL;
+  OK(hurray_file_writer_create(path, NULL, &w, E));
+  OK(hurray_file_writer_set_metadata(w, file_meta, E));
+  for (size_t i = first; i < first + count; i++) {
+    Sample s = kSamples[i]();
+    OK(hurray_file_writer_add(w, s.name, &s.desc, s.list, tensor_meta, E));
+    sample_free(&s);
+  }
+  OK(hurray_file_writer_finish(w, E));
+  hurray_file_writer_destroy(w);
+  return image_read(path);
+}
+
+static uint64_t load64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+static void store64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void store32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t index_offset(Image im) {
+  return load64(im.bytes + 24);
+}
+
+/* Recomputes the index and header checksums, as a writer of a hostile file would. */
+static void reseal(Image im) {
+  uint64_t offset = load64(im.bytes + 24), length = load64(im.bytes + 32);
+  if (offset <= im.size && length <= im.size - offset) {
+    store64(im.bytes + 40, XXH3_64bits(im.bytes + offset, (size_t)length));
+  }
+  store64(im.bytes + 56, XXH3_64bits(im.bytes, 56));
+}
+
+static size_t find_bytes(Image im, const void *pattern, size_t len) {
+  for (size_t i = 0; i + len <= im.size; i++) {
+    if (memcmp(im.bytes + i, pattern, len) == 0) return i;
+  }
+  fail_msg("pattern not found");
+  return 0;
+}
+
+/* Opens a copy of the image from memory; the reader is destroyed again on success. */
+static int open_image(Image im, HurrayError *error) {
+  Image copy = image_copy(im);
+  HurrayFileReader *r = NULL;
+  int status = hurray_file_reader_open_memory(copy.bytes, copy.size, free, copy.bytes, &r, error);
+  hurray_file_reader_destroy(r);
+  return status;
+}
+
+/* The image must be refused with `status` and a message containing `words`, both from memory
+ * and from a file opened each way. */
+static void expect_refused(Image im, int status, const char *words) {
+  const char *path = path_of("bad.hurray");
+  image_write(im, path);
+  for (int way = 0; way < 3; way++) {
+    HurrayError error = {0};
+    HurrayFileReader *r = NULL;
+    int got =
+        way == 0 ? open_image(im, &error)
+                 : hurray_file_reader_open(path, way == 2 ? HURRAY_FILE_OPEN_PREAD : 0, &r, &error);
+    hurray_file_reader_destroy(r);
+    if (got != status || strstr(error.message, words) == NULL) {
+      fail_msg("expected %s with \"%s\", got %s: %s", hurray_status_name(status), words,
+               hurray_status_name(got), error.message);
+    }
+    assert_int_equal(error.code, status);
+  }
+  free(im.bytes);
+}
+
+/* ---- golden bytes ------------------------------------------------------------------------- */
+
+static const uint8_t kTinyFile[] = {
+    /* header */
+    0x89,
+    0x48,
+    0x52,
+    0x59,
+    0x0d,
+    0x0a,
+    0x1a,
+    0x0a,
+    0x01,
+    0x00,
+    0x00,
+    0x00,
+    0x06,
+    0x00,
+    0x00,
+    0x00,
+    0x28,
+    0x01,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x48,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0xe0,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x28,
+    0xd3,
+    0x5c,
+    0x0c,
+    0xee,
+    0x63,
+    0xaa,
+    0x8f,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0xe8,
+    0x3e,
+    0x2b,
+    0x32,
+    0x6d,
+    0xbf,
+    0x1f,
+    0x81,
+    /* data: buffer 0 */
+    0x00,
+    0x00,
+    0x80,
+    0x3f,
+    0x00,
+    0x00,
+    0x00,
+    0x40,
+    /* index header */
+    0x01,
+    0x00,
+    0x00,
+    0x00,
+    0x01,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    /* buffer table */
+    0x00,
+    0x00,
+    0x00,
+    0x06,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x08,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x40,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0xb7,
+    0xf4,
+    0x34,
+    0x71,
+    0x8f,
+    0xd7,
+    0xe8,
+    0x4d,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    /* tensor table */
+    0x98,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x48,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x01,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    /* name table */
+    0x11,
+    0xcd,
+    0xb2,
+    0x80,
+    0x64,
+    0x6c,
+    0xf0,
+    0xea,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    /* bucket table */
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x01,
+    0x00,
+    0x00,
+    0x00,
+    /* record: header, name */
+    0x01,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x78,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    /* node */
+    0x00,
+    0x0a,
+    0x01,
+    0x01,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x02,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    /* part */
+    0x0a,
+    0x01,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x02,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+    0x00,
+};
+
+/* Positions in the tiny file (spec §11). */
+enum {
+  TINY_DATA = 64,
+  TINY_INDEX = 72,
+  TINY_BUFFER = TINY_INDEX + 64,
+  TINY_TENSOR = TINY_BUFFER + 40,
+  TINY_NAME = TINY_TENSOR + 24,
+  TINY_BUCKETS = TINY_NAME + 16,
+  TINY_RECORD = TINY_BUCKETS + 8,
+  TINY_NODE = TINY_RECORD + 16,
+  TINY_PART = TINY_NODE + 32,
+};
+
+static void tiny_file_bytes_are_pinned(void **state) {
+  (void)state;
+  Image im = tiny_image();
+  assert_int_equal(im.size, sizeof kTinyFile);
+  assert_memory_equal(im.bytes, kTinyFile, sizeof kTinyFile);
+  assert_int_equal(XXH3_64bits("x", 1), load64(kTinyFile + TINY_NAME)); /* the name hash */
+  free(im.bytes);
+}
+
+/* ---- truncation and corruption ------------------------------------------------------------ */
+
+static void every_prefix_fails_cleanly(void **state) {
+  (void)state;
+  Image images[] = {tiny_image(), samples_image(0, SAMPLE_COUNT, NULL, NULL)};
+  for (size_t i = 0; i < 2; i++) {
+    Image im = images[i];
+    const char *path = path_of("prefix.hurray");
+    for (size_t n = 0; n <= im.size; n++) {
+      Image prefix = {im.bytes, n};
+      HurrayError error = {0};
+      int status = open_image(prefix, &error);
+      if (n == im.size) {
+        assert_int_equal(status, HURRAY_OK);
+        continue;
+      }
+      assert_int_equal(status, HURRAY_EFORMAT);
+      assert_non_null(strstr(error.message, "truncated"));
+      if (n % 7 == 0 || n < 80) { /* through the file system too, both ways */
+        image_write(prefix, path);
+        HurrayFileReader *r = NULL;
+        assert_int_equal(hurray_file_reader_open(path, 0, &r, &error), HURRAY_EFORMAT);
+        assert_int_equal(hurray_file_reader_open(path, HURRAY_FILE_OPEN_PREAD, &r, &error),
+                         HURRAY_EFORMAT);
+      }
+    }
+    free(im.bytes);
+  }
+}
+
+/* Flipping any byte is caught: on open (header and index), or by verification (data). */
+static void every_flipped_byte_is_caught(void **state) {
+  (void)state;
+  Image im = tiny_image();
+  for (size_t at = 0; at < im.size; at++) {
+    Image bad = image_copy(im);
+    bad.bytes[at] ^= 0x5A;
+    HurrayError error = {0};
+    HurrayFileReader *r = NULL;
+    int status = hurray_file_reader_open_memory(bad.bytes, bad.size, free, bad.bytes, &r, &error);
+    if (at >= TINY_DATA && at < TINY_INDEX) {
+      assert_int_equal(status, HURRAY_OK);
+      assert_int_equal(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, &error),
+                       HURRAY_ECHECKSUM);
+    } else {
+      assert_int_not_equal(status, HURRAY_OK);
+    }
+    hurray_file_reader_destroy(r);
+  }
+  free(im.bytes);
+}
+
+static void bad_checksums_are_found_by_verify(void **state) {
+  (void)state;
+  Image im = samples_image(6, 1, NULL, NULL); /* per_channel: values, scales, zero_points */
+  HurrayFileReader *r = NULL;
+  OK(hurray_file_reader_open_memory(im.bytes, im.size, NULL, NULL, &r, E));
+  HurrayFileBufferInfo scales;
+  OK(hurray_file_reader_buffer_info(r, 0, 1, &scales, E));
+  hurray_file_reader_destroy(r);
+  im.bytes[scales.offset + 3] ^= 1; /* a bit of the scales */
+  const char *path = path_of("flipped.hurray");
+  image_write(im, path);
+  for (uint32_t flags = 0; flags <= HURRAY_FILE_OPEN_PREAD; flags++) {
+    OK(hurray_file_reader_open(path, flags, &r, E)); /* data is not read on open */
+    HurrayError error = {0};
+    assert_int_equal(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, &error),
+                     HURRAY_ECHECKSUM);
+    assert_non_null(strstr(error.message, "tensor 'per_channel', buffer 1 (scales)"));
+    assert_int_equal(hurray_file_reader_verify(r, 0, NULL, NULL, &error), HURRAY_ECHECKSUM);
+    HurrayTensorContext *c = NULL;
+    assert_int_equal(hurray_file_reader_get(r, 0, HURRAY_FILE_GET_VERIFY, &c, &error),
+                     HURRAY_ECHECKSUM);
+    assert_null(c);
+    assert_non_null(strstr(error.message, "per_channel"));
+    OK(hurray_file_reader_get(r, 0, 0, &c, E)); /* unverified reads still work */
+    hurray_tensor_context_release(c);
+    hurray_file_reader_destroy(r);
+  }
+  free(im.bytes);
+}
+
+/* ---- header ------------------------------------------------------------------------------- */
+
+static void header_violations_are_named(void **state) {
+  (void)state;
+  Image tiny = tiny_image();
+  Image im;
+
+  im = image_copy(tiny);
+  im.bytes[1] = 'X';
+  expect_refused(im, HURRAY_EFORMAT, "bad magic");
+
+  im = image_copy(tiny);
+  im.bytes[4] = '\n'; /* a CR lost in a text-mode transfer */
+  expect_refused(im, HURRAY_EFORMAT, "bad magic");
+
+  im = image_copy(tiny);
+  im.bytes[8] = 2;
+  expect_refused(im, HURRAY_EUNSUPPORTED, "version 2.0");
+
+  im = image_copy(tiny);
+  im.bytes[10] = 1; /* a newer minor than this reader */
+  expect_refused(im, HURRAY_EUNSUPPORTED, "version 1.1");
+
+  im = image_copy(tiny);
+  im.bytes[50] = 1;
+  expect_refused(im, HURRAY_ECHECKSUM, "header checksum");
+
+  im = image_copy(tiny);
+  im.bytes[50] = 1;
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "reserved header bytes");
+
+  im = image_copy(tiny);
+  im.bytes[12] = 5; /* 32-byte alignment */
+  reseal(im);
+  expect_refused(im, HURRAY_EALIGN, "alignment 2^5");
+
+  im = image_copy(tiny);
+  im.bytes[12] = 22;
+  reseal(im);
+  expect_refused(im, HURRAY_EALIGN, "alignment 2^22");
+
+  im = image_alloc(tiny.size + 1); /* one byte appended */
+  memcpy(im.bytes, tiny.bytes, tiny.size);
+  im.bytes[tiny.size] = 0;
+  expect_refused(im, HURRAY_EFORMAT, "trailing bytes");
+
+  im = image_copy(tiny);
+  store64(im.bytes + 32, ((uint64_t)1 << 28) + 8); /* index_length over the limit */
+  reseal(im);
+  expect_refused(im, HURRAY_ELIMIT, "more than the limit");
+
+  im = image_copy(tiny);
+  store64(im.bytes + 24, TINY_INDEX + 1); /* index at an odd offset, still ending the file */
+  store64(im.bytes + 32, sizeof kTinyFile - TINY_INDEX - 1);
+  reseal(im);
+  expect_refused(im, HURRAY_EALIGN, "index offset 73");
+
+  im = image_copy(tiny);
+  store64(im.bytes + 24, 32); /* index overlapping the header */
+  store64(im.bytes + 32, sizeof kTinyFile - 32);
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "between the header and the end");
+
+  im = image_copy(tiny);
+  store64(im.bytes + 24, TINY_INDEX - 8); /* index not ending the file */
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "between the header and the end");
+
+  im = image_copy(tiny);
+  im.bytes[TINY_INDEX + 20] ^= 1;
+  expect_refused(im, HURRAY_ECHECKSUM, "index checksum");
+
+  free(tiny.bytes);
+}
+
+/* ---- index tables ------------------------------------------------------------------------- */
+
+/* Patches the tiny image, reseals it, and expects the refusal. */
+static void expect_patched(size_t at, const void *bytes, size_t len, int status,
+                           const char *words) {
+  Image im = tiny_image();
+  memcpy(im.bytes + at, bytes, len);
+  reseal(im);
+  expect_refused(im, status, words);
+}
+
+static void index_violations_are_named(void **state) {
+  (void)state;
+  uint8_t v[8];
+
+  store32(v, HURRAY_FILE_MAX_TENSORS + 1);
+  expect_patched(TINY_INDEX, v, 4, HURRAY_ELIMIT, "tensors");
+  store32(v, 1000);
+  expect_patched(TINY_INDEX + 4, v, 4, HURRAY_EFORMAT, "too short for its tables");
+  store32(v, 25);
+  expect_patched(TINY_INDEX + 8, v, 4, HURRAY_ELIMIT, "bucket bits");
+  expect_patched(TINY_INDEX + 40, "\x01", 1, HURRAY_EFORMAT, "reserved index header bytes");
+  store32(v, 16);
+  expect_patched(TINY_INDEX + 24, v, 4, HURRAY_EBOUNDS, "file metadata"); /* length, no offset */
+
+  /* buffer table */
+  expect_patched(TINY_BUFFER, "\x09", 1, HURRAY_EDEVICE, "buffer 0: ");
+  expect_patched(TINY_BUFFER, "\x01", 1, HURRAY_EFORMAT, "not cpu:0/device/ready");
+  expect_patched(TINY_BUFFER + 3, "\x05", 1, HURRAY_EALIGN, "buffer 0: ");
+  expect_patched(TINY_BUFFER + 3, "\x07", 1, HURRAY_EALIGN, "is not the file's 64");
+  expect_patched(TINY_BUFFER + 16, "\x48", 1, HURRAY_EALIGN, "offset 72 is misaligned");
+  expect_patched(TINY_BUFFER + 16, "\x00", 1, HURRAY_EBOUNDS, "outside the data region");
+  expect_patched(TINY_BUFFER + 8, "\x09", 1, HURRAY_EBOUNDS, "outside the data region");
+  store64(v, UINT64_MAX - 8);
+  expect_patched(TINY_BUFFER + 8, v, 8, HURRAY_EBOUNDS, "outside the data region");
+  expect_patched(TINY_BUFFER + 32, "\x09", 1, HURRAY_EFORMAT, "role 9");
+  expect_patched(TINY_BUFFER + 39, "\x01", 1, HURRAY_EFORMAT, "reserved bytes");
+
+  /* tensor table */
+  expect_patched(TINY_TENSOR, "\x9c", 1, HURRAY_EALIGN, "record offset 156");
+  expect_patched(TINY_TENSOR, "\xa0", 1, HURRAY_EBOUNDS, "outside the index heap");
+  expect_patched(TINY_TENSOR, "\x10", 1, HURRAY_EBOUNDS, "outside the index heap");
+  expect_patched(TINY_TENSOR + 8, "\x40", 1, HURRAY_EFORMAT, "truncated");
+  expect_patched(TINY_TENSOR + 12, "\x01", 1, HURRAY_EFORMAT, "expected first buffer 0");
+  expect_patched(TINY_TENSOR + 16, "\x00", 1, HURRAY_EINVAL, "past the 0 buffers");
+  expect_patched(TINY_TENSOR + 20, "\x01", 1, HURRAY_EFORMAT, "reserved bytes");
+
+  /* name and bucket tables */
+  expect_patched(TINY_NAME, "\x12", 1, HURRAY_EFORMAT, "wrong hash for tensor 'x'");
+  expect_patched(TINY_NAME + 8, "\x01", 1, HURRAY_EFORMAT, "not a distinct tensor");
+  expect_patched(TINY_BUCKETS + 4, "\x00", 1, HURRAY_EFORMAT, "bucket table");
+}
+
+/* Two buffers claiming the same bytes. */
+static void overlapping_buffers_are_refused(void **state) {
+  (void)state;
+  Image im = samples_image(6, 1, NULL, NULL); /* per_channel: 3 buffers */
+  uint64_t index = index_offset(im);
+  uint64_t first = load64(im.bytes + index + 64 + 16);
+  store64(im.bytes + index + 64 + 40 + 16, first); /* buffer 1 at buffer 0's offset */
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "buffers 0 and 1 overlap");
+}
+
+static void duplicate_names_are_refused(void **state) {
+  (void)state;
+  Image im = samples_image(0, 2, NULL, NULL); /* "dense" and "strided" */
+  /* Rename "strided" to "stride_" in its record... */
+  size_t at = find_bytes(im, "strided", 7);
+  memcpy(im.bytes + at, "dense\0\0", 7);
+  im.bytes[at - 8] = 5; /* its name length */
+  /* ...and give its name-table entry the hash of "dense". */
+  uint64_t index = index_offset(im);
+  uint64_t names = index + 64 + 2 * 40 + 2 * 24;
+  for (int i = 0; i < 2; i++) {
+    if (im.bytes[names + 16 * (uint64_t)i + 8] == 1) {
+      store64(im.bytes + names + 16 * (uint64_t)i, XXH3_64bits("dense", 5));
+    }
+  }
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "duplicate tensor name 'dense'");
+}
+
+/* ---- records ------------------------------------------------------------------------------ */
+
+static void record_violations_are_named(void **state) {
+  (void)state;
+  uint8_t v[8];
+  expect_patched(TINY_RECORD, "\x00", 1, HURRAY_EFORMAT, "tensor name is empty");
+  expect_patched(TINY_RECORD + 2, "\x01", 1, HURRAY_EFORMAT, "record reserved bytes");
+  expect_patched(TINY_RECORD + 8, "\xff", 1, HURRAY_EFORMAT, "not valid UTF-8");
+  expect_patched(TINY_RECORD + 8, "\x00", 1, HURRAY_EFORMAT, "contains NUL");
+  expect_patched(TINY_RECORD + 9, "\x01", 1, HURRAY_EFORMAT, "name padding");
+  expect_patched(TINY_RECORD + 4, "\x01", 1, HURRAY_EFORMAT, "truncated");
+  expect_patched(TINY_NODE + 2, "\x41", 1, HURRAY_ELIMIT, "ndim 65");
+  expect_patched(TINY_NODE + 3, "\x04", 1, HURRAY_ELIMIT, "4 parts");
+  expect_patched(TINY_NODE + 3, "\x02", 1, HURRAY_EFORMAT, "truncated");
+  expect_patched(TINY_NODE + 12, "\x01", 1, HURRAY_EFORMAT, "children cannot fit");
+  expect_patched(TINY_NODE + 0, "\x07", 1, HURRAY_ELAYOUT, "tensor 0 'x': layout 7");
+  expect_patched(TINY_NODE + 1, "\x63", 1, HURRAY_EDTYPE, "'x'");
+  expect_patched(TINY_PART + 2, "\x02", 1, HURRAY_EFORMAT, "part flags");
+  expect_patched(TINY_PART + 3, "\x01", 1, HURRAY_EFORMAT, "reserved byte");
+  expect_patched(TINY_PART + 4, "\x01", 1, HURRAY_EINVAL, "buffer index 1");
+  store64(v, 3); /* 3 float32 in an 8-byte buffer */
+  expect_patched(TINY_NODE + 24, v, 8, HURRAY_ELAYOUT, "'x'");
+  Image im = tiny_image();
+  store64(im.bytes + TINY_NODE + 24, 3);
+  store64(im.bytes + TINY_PART + 16, 3);
+  reseal(im);
+  expect_refused(im, HURRAY_EBOUNDS, "tensor 0 'x': part 0 (values)");
+}
+
+/* ---- metadata ----------------------------------------------------------------------------- */
+
+static void metadata_violations_are_named(void **state) {
+  (void)state;
+  /* {"aa": 1, "ab": 2}: swapping key bytes breaks the order. */
+  static const char *const keys[] = {"aa", "ab"};
+  HurrayMetaValue two[2] = {{.type = HURRAY_META_INT64}, {.type = HURRAY_META_INT64}};
+  HurrayMetaValue meta = {.type = HURRAY_META_MAP, .count = 2, .keys = keys};
+  meta.as.items = two;
+  Image im = samples_image(0, 1, &meta, NULL);
+  size_t at = find_bytes(im,
+                         "\x02\x00"
+                         "ab",
+                         4);
+  im.bytes[at + 3] = 'a';
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "file metadata: metadata keys are not strictly increasing");
+
+  /* The root map and 15 lists, the last holding an int64: 16 levels, accepted. Rewriting the
+   * int64's 9 bytes as a list of two bools makes 17. */
+  HurrayMetaValue nest[16];
+  for (int i = 0; i < 15; i++) {
+    nest[i] = (HurrayMetaValue){.type = HURRAY_META_LIST, .count = 1};
+    nest[i].as.items = &nest[i + 1];
+  }
+  nest[15] = (HurrayMetaValue){.type = HURRAY_META_INT64};
+  nest[15].as.int64 = 0x0123456789ABCDEF;
+  static const char *const deep_keys[] = {"deep"};
+  HurrayMetaValue deep = {.type = HURRAY_META_MAP, .count = 1, .keys = deep_keys};
+  deep.as.items = &nest[0];
+  im = samples_image(0, 1, &deep, NULL);
+  OK(open_image(im, E));
+  const uint8_t leaf[] = {0xEF, 0xCD, 0xAB, 0x89, 0x67, 0x45, 0x23, 0x01};
+  at = find_bytes(im, leaf, 8) - 1;
+  memcpy(im.bytes + at, "\x05\x02\x00\x00\x00\x01\x00\x01\x00", 9);
+  reseal(im);
+  expect_refused(im, HURRAY_ELIMIT, "deeper than 16");
+
+  /* Tensor metadata is validated on open too: an unknown type. */
+  static const char *const flag_keys[] = {"flag"};
+  HurrayMetaValue flag = {.type = HURRAY_META_BOOL};
+  flag.as.boolean = 1;
+  HurrayMetaValue flags = {.type = HURRAY_META_MAP, .count = 1, .keys = flag_keys};
+  flags.as.items = &flag;
+  im = samples_image(0, 1, NULL, &flags);
+  at = find_bytes(im, "flag", 4) + 4;
+  im.bytes[at] = 9;
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "metadata type 9 is unknown");
+
+  /* A record must end where its metadata does. */
+  im = samples_image(0, 1, NULL, &flags);
+  at = find_bytes(im, "dense", 5) - 4; /* the record's metadata_length */
+  im.bytes[at] = (uint8_t)(im.bytes[at] - 1);
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "1 trailing bytes after the record");
+
+  /* A count larger than the bytes left is refused before anything is allocated. */
+  im = samples_image(0, 1, NULL, &flags);
+  at = find_bytes(im, "flag", 4) - 6; /* the map's count */
+  store32(im.bytes + at, 0x7FFFFFFF);
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "claims 2147483647 items");
+}
+
+/* ---- opening ------------------------------------------------------------------------------ */
+
+static int g_released;
+static void count_release(void *owner) {
+  (void)owner;
+  g_released++;
+}
+
+static void open_errors_are_clear(void **state) {
+  (void)state;
+  HurrayError error = {0};
+  HurrayFileReader *r = NULL;
+  assert_int_equal(hurray_file_reader_open(path_of("missing.hurray"), 0, &r, &error), HURRAY_EIO);
+  assert_non_null(strstr(error.message, "No such file"));
+  assert_int_equal(hurray_file_reader_open(g_dir, 0, &r, &error), HURRAY_EIO);
+  assert_non_null(strstr(error.message, "not a regular file"));
+  assert_int_equal(hurray_file_reader_open(g_dir, 4, &r, &error), HURRAY_EINVAL);
+
+  /* The memory image must be aligned to the file's alignment; release runs on failure. */
+  Image im = tiny_image();
+  Image shifted = image_alloc(im.size + 64);
+  memcpy(shifted.bytes + 32, im.bytes, im.size);
+  g_released = 0;
+  assert_int_equal(
+      hurray_file_reader_open_memory(shifted.bytes + 32, im.size, count_release, NULL, &r, &error),
+      HURRAY_EALIGN);
+  assert_int_equal(g_released, 1);
+  assert_int_equal(hurray_file_reader_open_memory(NULL, 0, count_release, NULL, &r, &error),
+                   HURRAY_EINVAL);
+  assert_int_equal(g_released, 2);
+  free(shifted.bytes);
+
+  /* Queries check their arguments. */
+  OK(hurray_file_reader_open_memory(im.bytes, im.size, NULL, NULL, &r, E));
+  HurrayFileTensorInfo ti;
+  HurrayFileBufferInfo bi;
+  HurrayTensorContext *c = NULL;
+  assert_int_equal(hurray_file_reader_tensor_info(r, 1, &ti, &error), HURRAY_EINVAL);
+  assert_int_equal(hurray_file_reader_buffer_info(r, 0, 1, &bi, &error), HURRAY_EINVAL);
+  assert_int_equal(hurray_file_reader_get(r, 0, 0x4, &c, &error), HURRAY_EINVAL);
+  assert_int_equal(hurray_file_reader_verify(r, 1, NULL, NULL, &error), HURRAY_EINVAL);
+  assert_int_equal(hurray_file_reader_verify(NULL, HURRAY_FILE_WHOLE, NULL, NULL, &error),
+                   HURRAY_EINVAL);
+  HurrayMetaValue *m = NULL;
+  assert_int_equal(hurray_file_reader_metadata(r, 7, &m, &error), HURRAY_EINVAL);
+  hurray_file_reader_destroy(r);
+  hurray_file_reader_destroy(NULL);
+  free(im.bytes);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(tiny_file_bytes_are_pinned),
+      cmocka_unit_test(every_prefix_fails_cleanly),
+      cmocka_unit_test(every_flipped_byte_is_caught),
+      cmocka_unit_test(bad_checksums_are_found_by_verify),
+      cmocka_unit_test(header_violations_are_named),
+      cmocka_unit_test(index_violations_are_named),
+      cmocka_unit_test(overlapping_buffers_are_refused),
+      cmocka_unit_test(duplicate_names_are_refused),
+      cmocka_unit_test(record_violations_are_named),
+      cmocka_unit_test(metadata_violations_are_named),
+      cmocka_unit_test(open_errors_are_clear),
+  };
+  return cmocka_run_group_tests(tests, make_dir, remove_dir);
+}

@@ -1,0 +1,115 @@
+#!/bin/sh
+# test_cli.sh HURRAY MAKE_FILES DIR -- runs the `hurray` command on files written by make_files
+# into DIR and checks its output and exit statuses (0 ok, 1 verification failed, 2 usage,
+# 3 bad file or I/O error).
+set -u
+hurray=$1
+make_files=$2
+dir=$3
+rm -rf "$dir" && mkdir -p "$dir" && "$make_files" "$dir" || exit 1
+cd "$dir" || exit 1
+
+failures=0
+fail() {
+  echo "FAIL: $last: $1" >&2
+  echo "$out" | sed 's/^/    | /' >&2
+  failures=$((failures + 1))
+}
+# run STATUS ARGS...: runs `hurray ARGS...`, keeping stdout and stderr in $out.
+run() {
+  expected=$1
+  shift
+  last="hurray $*"
+  out=$("$hurray" "$@" 2>&1)
+  status=$?
+  [ "$status" -eq "$expected" ] || fail "exit status $status, expected $expected"
+}
+has() { case "$out" in *"$1"*) ;; *) fail "output lacks: $1" ;; esac; }
+lacks() { case "$out" in *"$1"*) fail "output has: $1" ;; esac; }
+
+# usage
+run 2
+has "usage: hurray [--version] [--help] COMMAND"
+run 0 --help
+has "info     list a file's tensors"
+has "verify   check every buffer's checksum"
+has "3  the file could not be opened, read or validated"
+run 0 --version
+has "file format 1.0"
+run 2 convert good.hurray
+has "unknown command 'convert'"
+run 0 info --help
+has "usage: hurray info [--buffers] [--pread] FILE"
+run 0 verify -h
+has "usage: hurray verify [--quiet] [--pread] FILE"
+run 2 info
+has "FILE is missing"
+run 2 info --nope good.hurray
+has "unknown option '--nope'"
+run 2 verify good.hurray empty.hurray
+has "one FILE expected"
+
+# info
+run 0 info good.hurray
+has "good.hurray: Hurray file 1.0, 12 tensors"
+has 'metadata: {"layers": 12, "model": "test", "quantised": true, "scale": 0.5, "tags": ["a", "b"]}'
+has "dense: dense float32 [2, 3], 24 B in 1 buffer"
+has "scalar: dense float64 [], 8 B in 1 buffer"
+has "int4: dense int4 [3, 5]"
+has "per_channel: per_channel int8 [4, 3] axis 0 with zero points, 32 B in 3 buffers"
+has "block: block int4 [2, 8] axis 1 blocks of 4 with mins"
+has "sparse_coo: sparse_coo float32 [4, 5] nnz 3 coalesced"
+has "sparse_csr: sparse_csr float64 [3, 4] nnz 3"
+has "paged: paged bfloat16 [2, 10, 4] axis 1 pages of 4 (6 pages)"
+has "composite: composite, "
+has "  weight: per_channel int4 [4, 8] axis 0"
+has "    bias_view: dense float32 [4]"
+has 'metadata: {"note": "red \u001b[31mtext\u001b[0m"}' # control characters escaped
+lacks "$(printf '\033')"
+lacks "buffer 0:"
+run 0 info --buffers good.hurray
+has "  buffer 1: scales, 16 B at offset "
+has ", xxh3 "
+run 0 info --pread -- good.hurray
+has "12 tensors"
+run 0 info bad_checksum.hurray # the index is intact; data is not read
+run 0 info empty.hurray
+has "0 tensors, 0 B of data in 0 buffers"
+
+# verify
+run 0 verify good.hurray
+has "good.hurray: ok, 12 tensors"
+run 0 verify --quiet good.hurray
+[ -z "$out" ] || fail "--quiet printed something"
+run 0 verify --pread good.hurray
+run 0 verify empty.hurray
+has "ok, 0 tensors"
+run 1 verify bad_checksum.hurray
+has "tensor 'per_channel', buffer 1 (scales): checksum mismatch"
+has "FAILED: 1 of 12 tensors do not match their checksums"
+run 1 verify --pread -q bad_checksum.hurray
+has "tensor 'per_channel'"
+
+# bad files
+run 3 verify truncated.hurray
+has "truncated"
+run 3 info not_hurray.txt
+has "not a Hurray file (bad magic) (HURRAY_EFORMAT)"
+run 3 info missing.hurray
+has "missing.hurray: No such file or directory"
+run 3 verify .
+has "not a regular file"
+
+# progress, when stderr is a terminal (where `script` can provide one)
+if command -v script >/dev/null 2>&1 && script -qec true /dev/null >/dev/null 2>&1; then
+  last="verify on a terminal"
+  out=$(script -qec "'$hurray' verify good.hurray" /dev/null 2>&1)
+  has "verifying: 100%"
+  has "ok, 12 tensors"
+fi
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures CLI check(s) failed" >&2
+  exit 1
+fi
+echo "all CLI checks passed"
