@@ -27,3 +27,23 @@ for fuzzer in build-fuzz/fuzz/fuzz_*; do
     "$work" "fuzz/corpus/$name" 2>&1 | tail -n 1
   rm -rf "$work"
 done
+
+echo "== Python: pip install . into .venv, then the tests against the installed package"
+# Non-editable, without build isolation: .venv already holds scikit-build-core, cmake and
+# ninja (requirements-dev.txt); build-py/ keeps the CMake build between runs.
+.venv/bin/python -m pip install -q --no-build-isolation .
+(cd tests/python && ../../.venv/bin/python -c "import hurray; print('testing', hurray.__file__)")
+HURRAY_REQUIRE_PEERS=1 .venv/bin/python -m pytest -q tests/python
+
+echo "== Python tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+# The extension and the static core built with -fsanitize=address,undefined into
+# build-pyasan/python (an importable package). CPython itself is not instrumented, so the
+# ASan runtime is preloaded (with libstdc++, whose __cxa_throw ASan must find for jaxlib and
+# torch); leak detection is off because the interpreter does not free everything at exit.
+scripts/build.sh build-pyasan -DCMAKE_BUILD_TYPE=Debug -DHURRAY_SANITIZE=address,undefined \
+  -DHURRAY_BUILD_PYTHON=ON -DHURRAY_BUILD_TESTS=OFF -DHURRAY_BUILD_EXAMPLES=OFF \
+  -DPython_EXECUTABLE="$PWD/.venv/bin/python"
+HURRAY_SANITIZED=1 HURRAY_REQUIRE_PEERS=1 PYTHONPATH="$PWD/build-pyasan/python" \
+  LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" \
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  .venv/bin/python -m pytest -q -p no:cacheprovider tests/python

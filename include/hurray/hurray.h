@@ -509,7 +509,10 @@ HURRAY_API int hurray_tensor_context_create(const HurrayTensorDesc *tensor,
 HURRAY_API uint32_t hurray_tensor_context_abi_version(const HurrayTensorContext *context);
 /* What a consumer calls before using a context it did not build: HURRAY_EABI naming both
  * versions if abi_version is not HURRAY_C_ABI_VERSION (nothing else is read then), HURRAY_ESTATE
- * if it was released, then full validation of the tensor against its buffers. */
+ * if it was released, then every buffer handle by the rules of hurray_buffer_wrap (descriptor --
+ * a private tag must be registered with this copy of the library --, flags, alignment, sync
+ * state; the message names the buffer), then full validation of the tensor against its
+ * buffers. */
 HURRAY_API int hurray_tensor_context_check(const HurrayTensorContext *context, uint32_t flags,
                                            HurrayError *error);
 /* Calls context->release(context) if it is set. NULL is a no-op. */

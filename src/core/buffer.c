@@ -54,14 +54,27 @@ static int check_sync(const HurrayBufferDesc *desc, const void *sync_handle, uin
   return HURRAY_OK;
 }
 
-int hurray_buffer_wrap(void *data, const HurrayBufferDesc *desc, uint32_t flags, void *sync_handle,
-                       uint64_t sync_value, HurrayBufferReleaseFn release, void *release_ctx,
-                       HurrayBuffer **out, HurrayError *error) {
-  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "hurray_buffer_wrap: out is NULL");
+/* Every rule of a handle's fields: what wrap checks before it makes one, and what a consumer
+ * checks on a handle made by someone else (hurray__buffer_check). */
+static int check_fields(void *data, const HurrayBufferDesc *desc, uint32_t flags,
+                        const void *sync_handle, uint64_t sync_value, HurrayError *error) {
   int status = hurray_desc_validate(desc, error);
   if (status == HURRAY_OK) status = check_flags("buffer", flags, HURRAY_BUFFER_READ_ONLY, error);
   if (status == HURRAY_OK) status = check_data(data, desc, error);
   if (status == HURRAY_OK) status = check_sync(desc, sync_handle, sync_value, error);
+  return status;
+}
+
+int hurray__buffer_check(const HurrayBuffer *buffer, HurrayError *error) {
+  return check_fields(buffer->data, &buffer->desc, buffer->flags, buffer->sync_handle,
+                      buffer->sync_value, error);
+}
+
+int hurray_buffer_wrap(void *data, const HurrayBufferDesc *desc, uint32_t flags, void *sync_handle,
+                       uint64_t sync_value, HurrayBufferReleaseFn release, void *release_ctx,
+                       HurrayBuffer **out, HurrayError *error) {
+  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "hurray_buffer_wrap: out is NULL");
+  int status = check_fields(data, desc, flags, sync_handle, sync_value, error);
   if (status != HURRAY_OK) return status;
 
   HurrayBuffer *buffer = calloc(1, sizeof *buffer);
@@ -149,10 +162,36 @@ const char *hurray_buffer_role_name(int role) {
   return role >= 0 && (size_t)role < ROLE_COUNT ? kRoleNames[role] : NULL;
 }
 
+/* A list is made as one block: the struct, then room for the `capacity_hint` handles and roles
+ * it was asked for, so a list whose size is known when it is made -- the usual case -- costs
+ * one allocation. Growing past that moves both arrays to blocks of their own. */
+static HurrayBuffer **inline_buffers(HurrayBufferList *list) {
+  return (HurrayBuffer **)(void *)(list + 1);
+}
+
+static bool arrays_inline(HurrayBufferList *list) {
+  return list->buffers == inline_buffers(list);
+}
+
 /* Grows both arrays to hold `capacity` entries. On failure the list is unchanged in content
  * and still consistent (an array may have grown; `capacity` says what both can hold). */
 static int reserve(HurrayBufferList *list, uint32_t capacity, HurrayError *error) {
   if (capacity <= list->capacity) return HURRAY_OK;
+  if (arrays_inline(list)) {
+    HurrayBuffer **buffers = malloc((size_t)capacity * sizeof *buffers);
+    uint8_t *roles = buffers != NULL ? malloc(capacity) : NULL;
+    if (roles == NULL) {
+      free(buffers);
+      return hurray__fail(error, HURRAY_ENOMEM, "cannot grow a buffer list to %" PRIu32 " buffers",
+                          capacity);
+    }
+    memcpy(buffers, list->buffers, (size_t)list->count * sizeof *buffers);
+    memcpy(roles, list->roles, list->count);
+    list->buffers = buffers;
+    list->roles = roles;
+    list->capacity = capacity;
+    return HURRAY_OK;
+  }
   HurrayBuffer **buffers = realloc(list->buffers, (size_t)capacity * sizeof *buffers);
   if (buffers != NULL) list->buffers = buffers;
   uint8_t *roles = buffers != NULL ? realloc(list->roles, capacity) : NULL;
@@ -174,15 +213,16 @@ int hurray_buffer_list_create(uint32_t capacity_hint, HurrayBufferList **out, Hu
                         "capacity hint %" PRIu32 " exceeds the limit of %u buffers", capacity_hint,
                         HURRAY_MAX_BUFFERS);
   }
-  HurrayBufferList *list = calloc(1, sizeof *list);
+  /* At most 65536 entries of 9 bytes after the struct: no overflow. */
+  size_t size = sizeof(HurrayBufferList) + (size_t)capacity_hint * (sizeof(HurrayBuffer *) + 1);
+  HurrayBufferList *list = calloc(1, size);
   if (list == NULL) {
-    return hurray__fail(error, HURRAY_ENOMEM, "cannot allocate a buffer list (%zu bytes)",
-                        sizeof *list);
+    return hurray__fail(error, HURRAY_ENOMEM, "cannot allocate a buffer list (%zu bytes)", size);
   }
-  int status = reserve(list, capacity_hint, error);
-  if (status != HURRAY_OK) {
-    hurray_buffer_list_destroy(list);
-    return status;
+  if (capacity_hint > 0) {
+    list->buffers = inline_buffers(list);
+    list->roles = (uint8_t *)(list->buffers + capacity_hint);
+    list->capacity = capacity_hint;
   }
   *out = list;
   return HURRAY_OK;
@@ -221,7 +261,9 @@ int hurray_buffer_list_append(HurrayBufferList *list, HurrayBuffer *buffer, int 
 void hurray_buffer_list_destroy(HurrayBufferList *list) {
   if (list == NULL) return;
   for (uint32_t i = 0; i < list->count; i++) hurray_buffer_destroy(list->buffers[i]);
-  free(list->buffers);
-  free(list->roles);
+  if (!arrays_inline(list)) {
+    free(list->buffers);
+    free(list->roles);
+  }
   free(list);
 }

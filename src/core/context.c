@@ -4,16 +4,19 @@
  * release and owner_release run exactly once, either when create fails or through the context's
  * release. The context owns a deep copy of the descriptor, so the producer's storage may go.
  * check is what a consumer runs on a context it did not build: it reads the ABI version first,
- * through the frozen head, and nothing else when the version is not this library's. */
+ * through the frozen head, and nothing else when the version is not this library's; then every
+ * buffer handle by the rules of hurray_buffer_wrap, then the tensor against the buffers. */
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
-/* The release hook of every context this library builds: frees all of it exactly once. */
+/* The release hook of every context this library builds: frees all of it exactly once. The
+ * context and its copy of the descriptor are one heap block (they live and die together: one
+ * allocation fewer on every exchange). */
 static void release_context(HurrayTensorContext *self) {
   hurray_buffer_list_destroy(self->buffers);
-  hurray_tensor_desc_destroy((HurrayTensorDesc *)self->tensor); /* our own clone */
   if (self->owner_release != NULL) self->owner_release(self->owner);
   self->release = NULL;
   free(self);
@@ -42,21 +45,16 @@ int hurray_tensor_context_create(const HurrayTensorDesc *tensor, HurrayBufferLis
                           flags);
   }
   if (status == HURRAY_OK) status = hurray_tensor_validate(tensor, buffers, 0, error);
+  void *block = NULL;
   HurrayTensorDesc *copy = NULL;
-  if (status == HURRAY_OK) status = hurray_tensor_desc_clone(tensor, &copy, error);
-  HurrayTensorContext *context = NULL;
   if (status == HURRAY_OK) {
-    context = calloc(1, sizeof *context);
-    if (context == NULL) {
-      status = hurray__fail(error, HURRAY_ENOMEM, "cannot allocate a tensor context (%zu bytes)",
-                            sizeof *context);
-    }
+    status =
+        hurray__tensor_desc_clone_after(tensor, sizeof(HurrayTensorContext), &block, &copy, error);
   }
-  if (context == NULL) {
-    hurray_tensor_desc_destroy(copy);
-    return create_failed(buffers, owner, owner_release, status);
-  }
+  if (status != HURRAY_OK) return create_failed(buffers, owner, owner_release, status);
 
+  HurrayTensorContext *context = block;
+  memset(context, 0, sizeof *context);
   context->abi_version = HURRAY_C_ABI_VERSION;
   context->flags = flags;
   context->release = release_context;
@@ -70,6 +68,34 @@ int hurray_tensor_context_create(const HurrayTensorDesc *tensor, HurrayBufferLis
 
 uint32_t hurray_tensor_context_abi_version(const HurrayTensorContext *context) {
   return context == NULL ? 0 : context->abi_version;
+}
+
+/* Each handle of a list someone else built, by the rules hurray_buffer_wrap applies to the
+ * handles it makes: a private device tag this copy of the library has not registered, a sync
+ * mode without its handle or a misaligned address is refused here, before any use. */
+static int check_buffers(const HurrayBufferList *list, HurrayError *error) {
+  if (list->count > 0 && (list->buffers == NULL || list->roles == NULL)) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "the buffer list has %" PRIu32 " buffers but no arrays", list->count);
+  }
+  for (uint32_t i = 0; i < list->count; i++) {
+    const HurrayBuffer *buffer = list->buffers[i];
+    if (buffer == NULL) {
+      return hurray__fail(error, HURRAY_EINVAL, "buffer %" PRIu32 " of the list is NULL", i);
+    }
+    if (hurray_buffer_role_name(list->roles[i]) == NULL) {
+      return hurray__fail(error, HURRAY_EINVAL, "buffer %" PRIu32 " has the unknown role %u", i,
+                          (unsigned)list->roles[i]);
+    }
+    int status = hurray__buffer_check(buffer, error);
+    if (status != HURRAY_OK) {
+      if (error == NULL) return status;
+      char message[HURRAY_ERROR_MESSAGE_SIZE];
+      memcpy(message, error->message, sizeof message);
+      return hurray__fail(error, status, "buffer %" PRIu32 ": %s", i, message);
+    }
+  }
+  return HURRAY_OK;
 }
 
 int hurray_tensor_context_check(const HurrayTensorContext *context, uint32_t flags,
@@ -94,7 +120,10 @@ int hurray_tensor_context_check(const HurrayTensorContext *context, uint32_t fla
     return hurray__fail(error, HURRAY_EINVAL, "the tensor context has no %s",
                         context->tensor == NULL ? "tensor" : "buffer list");
   }
-  return hurray_tensor_validate(context->tensor, context->buffers, flags, error);
+  int status = check_buffers(context->buffers, error);
+  return status != HURRAY_OK
+             ? status
+             : hurray_tensor_validate(context->tensor, context->buffers, flags, error);
 }
 
 void hurray_tensor_context_release(HurrayTensorContext *context) {

@@ -28,53 +28,66 @@ enum {
   DL_NONE = HURRAY_DLPACK_NONE
 };
 
+/* The table, in code order as hurray_dtype_at promises: (name, code, tier, kind, bits, DLPack
+ * code). One list, from which both the table and its index by code are generated. */
+/* clang-format off */
+#define DTYPE_TABLE(X)                                                              \
+  X("bool", BOOL, 1, BOOL, 8, DL_BOOL)                                                     \
+  X("int8", INT8, 1, SIGNED, 8, DL_INT)                                                    \
+  X("int16", INT16, 1, SIGNED, 16, DL_INT)                                                 \
+  X("int32", INT32, 1, SIGNED, 32, DL_INT)                                                 \
+  X("int64", INT64, 1, SIGNED, 64, DL_INT)                                                 \
+  X("uint8", UINT8, 1, UNSIGNED, 8, DL_UINT)                                               \
+  X("uint16", UINT16, 1, UNSIGNED, 16, DL_UINT)                                            \
+  X("uint32", UINT32, 1, UNSIGNED, 32, DL_UINT)                                            \
+  X("uint64", UINT64, 1, UNSIGNED, 64, DL_UINT)                                            \
+  X("float32", FLOAT32, 1, FLOAT, 32, DL_FLOAT)                                            \
+  X("float64", FLOAT64, 1, FLOAT, 64, DL_FLOAT)                                            \
+  X("complex64", COMPLEX64, 1, COMPLEX, 64, DL_COMPLEX)                                    \
+  X("complex128", COMPLEX128, 1, COMPLEX, 128, DL_COMPLEX)                                 \
+  X("float16", FLOAT16, 2, FLOAT, 16, DL_FLOAT)                                            \
+  X("bfloat16", BFLOAT16, 2, FLOAT, 16, DL_BFLOAT)                                         \
+  X("float8_e4m3fn", FLOAT8_E4M3FN, 2, FLOAT, 8, DL_FLOAT8_E4M3FN)                         \
+  X("float8_e5m2", FLOAT8_E5M2, 2, FLOAT, 8, DL_FLOAT8_E5M2)                               \
+  X("float8_e4m3fnuz", FLOAT8_E4M3FNUZ, 2, FLOAT, 8, DL_FLOAT8_E4M3FNUZ)                   \
+  X("float8_e5m2fnuz", FLOAT8_E5M2FNUZ, 2, FLOAT, 8, DL_FLOAT8_E5M2FNUZ)                   \
+  X("float8_e8m0fnu", FLOAT8_E8M0FNU, 2, FLOAT, 8, DL_FLOAT8_E8M0FNU)                      \
+  X("float8_e3m4", FLOAT8_E3M4, 2, FLOAT, 8, DL_FLOAT8_E3M4)                               \
+  X("float8_e4m3", FLOAT8_E4M3, 2, FLOAT, 8, DL_FLOAT8_E4M3)                               \
+  X("float8_e4m3b11fnuz", FLOAT8_E4M3B11FNUZ, 2, FLOAT, 8, DL_FLOAT8_E4M3B11FNUZ)          \
+  X("float6_e2m3fn", FLOAT6_E2M3FN, 2, FLOAT, 6, DL_FLOAT6_E2M3FN)                         \
+  X("float6_e3m2fn", FLOAT6_E3M2FN, 2, FLOAT, 6, DL_FLOAT6_E3M2FN)                         \
+  X("float4_e2m1fn", FLOAT4_E2M1FN, 2, FLOAT, 4, DL_FLOAT4_E2M1FN)                         \
+  X("complex32", COMPLEX32, 2, COMPLEX, 32, DL_COMPLEX)                                    \
+  X("int4", INT4, 3, SIGNED, 4, DL_NONE)                                                   \
+  X("uint4", UINT4, 3, UNSIGNED, 4, DL_NONE)                                               \
+  X("int2", INT2, 3, SIGNED, 2, DL_NONE)                                                   \
+  X("uint2", UINT2, 3, UNSIGNED, 2, DL_NONE)                                               \
+  X("uint1", UINT1, 3, UNSIGNED, 1, DL_NONE)
+
 /* A DLPack form is always (dl_code, the dtype's own bits, 1 lane); without one it is
  * (HURRAY_DLPACK_NONE, 0, 0). */
-/* clang-format off */
-#define DTYPE(name, code, tier, kind, bits, dl_code)                     \
+#define DTYPE_ENTRY(name, code, tier, kind, bits, dl_code)               \
   {name, HURRAY_DTYPE_##code, tier, HURRAY_KIND_##kind, bits, dl_code,   \
-   (dl_code) == DL_NONE ? 0 : (bits), (dl_code) == DL_NONE ? 0 : 1}
+   (dl_code) == DL_NONE ? 0 : (bits), (dl_code) == DL_NONE ? 0 : 1},
+#define DTYPE_POSITION(name, code, tier, kind, bits, dl_code) POSITION_##code,
+#define DTYPE_INDEX(name, code, tier, kind, bits, dl_code) \
+  [HURRAY_DTYPE_##code] = POSITION_##code + 1,
 /* clang-format on */
 
-/* In code order, as hurray_dtype_at promises. */
-static const HurrayDTypeInfo kDTypes[] = {
-    DTYPE("bool", BOOL, 1, BOOL, 8, DL_BOOL),
-    DTYPE("int8", INT8, 1, SIGNED, 8, DL_INT),
-    DTYPE("int16", INT16, 1, SIGNED, 16, DL_INT),
-    DTYPE("int32", INT32, 1, SIGNED, 32, DL_INT),
-    DTYPE("int64", INT64, 1, SIGNED, 64, DL_INT),
-    DTYPE("uint8", UINT8, 1, UNSIGNED, 8, DL_UINT),
-    DTYPE("uint16", UINT16, 1, UNSIGNED, 16, DL_UINT),
-    DTYPE("uint32", UINT32, 1, UNSIGNED, 32, DL_UINT),
-    DTYPE("uint64", UINT64, 1, UNSIGNED, 64, DL_UINT),
-    DTYPE("float32", FLOAT32, 1, FLOAT, 32, DL_FLOAT),
-    DTYPE("float64", FLOAT64, 1, FLOAT, 64, DL_FLOAT),
-    DTYPE("complex64", COMPLEX64, 1, COMPLEX, 64, DL_COMPLEX),
-    DTYPE("complex128", COMPLEX128, 1, COMPLEX, 128, DL_COMPLEX),
-    DTYPE("float16", FLOAT16, 2, FLOAT, 16, DL_FLOAT),
-    DTYPE("bfloat16", BFLOAT16, 2, FLOAT, 16, DL_BFLOAT),
-    DTYPE("float8_e4m3fn", FLOAT8_E4M3FN, 2, FLOAT, 8, DL_FLOAT8_E4M3FN),
-    DTYPE("float8_e5m2", FLOAT8_E5M2, 2, FLOAT, 8, DL_FLOAT8_E5M2),
-    DTYPE("float8_e4m3fnuz", FLOAT8_E4M3FNUZ, 2, FLOAT, 8, DL_FLOAT8_E4M3FNUZ),
-    DTYPE("float8_e5m2fnuz", FLOAT8_E5M2FNUZ, 2, FLOAT, 8, DL_FLOAT8_E5M2FNUZ),
-    DTYPE("float8_e8m0fnu", FLOAT8_E8M0FNU, 2, FLOAT, 8, DL_FLOAT8_E8M0FNU),
-    DTYPE("float8_e3m4", FLOAT8_E3M4, 2, FLOAT, 8, DL_FLOAT8_E3M4),
-    DTYPE("float8_e4m3", FLOAT8_E4M3, 2, FLOAT, 8, DL_FLOAT8_E4M3),
-    DTYPE("float8_e4m3b11fnuz", FLOAT8_E4M3B11FNUZ, 2, FLOAT, 8, DL_FLOAT8_E4M3B11FNUZ),
-    DTYPE("float6_e2m3fn", FLOAT6_E2M3FN, 2, FLOAT, 6, DL_FLOAT6_E2M3FN),
-    DTYPE("float6_e3m2fn", FLOAT6_E3M2FN, 2, FLOAT, 6, DL_FLOAT6_E3M2FN),
-    DTYPE("float4_e2m1fn", FLOAT4_E2M1FN, 2, FLOAT, 4, DL_FLOAT4_E2M1FN),
-    DTYPE("complex32", COMPLEX32, 2, COMPLEX, 32, DL_COMPLEX),
-    DTYPE("int4", INT4, 3, SIGNED, 4, DL_NONE),
-    DTYPE("uint4", UINT4, 3, UNSIGNED, 4, DL_NONE),
-    DTYPE("int2", INT2, 3, SIGNED, 2, DL_NONE),
-    DTYPE("uint2", UINT2, 3, UNSIGNED, 2, DL_NONE),
-    DTYPE("uint1", UINT1, 3, UNSIGNED, 1, DL_NONE),
-};
+static const HurrayDTypeInfo kDTypes[] = {DTYPE_TABLE(DTYPE_ENTRY)};
 
-#undef DTYPE
+/* Every validation asks for dtypes by code: kIndex[code] is 1 + the entry's position, 0 for a
+ * code Hurray does not know. */
+enum { DTYPE_TABLE(DTYPE_POSITION) DTYPE_POSITIONS };
+static const uint8_t kIndex[256] = {DTYPE_TABLE(DTYPE_INDEX)};
+
+#undef DTYPE_ENTRY
+#undef DTYPE_POSITION
+#undef DTYPE_INDEX
 
 #define DTYPE_COUNT (sizeof kDTypes / sizeof kDTypes[0])
+_Static_assert(DTYPE_COUNT == DTYPE_POSITIONS, "one index per entry");
 
 size_t hurray_dtype_count(void) {
   return DTYPE_COUNT;
@@ -85,10 +98,8 @@ const HurrayDTypeInfo *hurray_dtype_at(size_t index) {
 }
 
 const HurrayDTypeInfo *hurray_dtype_info(int code) {
-  for (size_t i = 0; i < DTYPE_COUNT; i++) {
-    if (kDTypes[i].code == code) return &kDTypes[i];
-  }
-  return NULL;
+  if (code < 0 || code > 0xFF || kIndex[code] == 0) return NULL;
+  return &kDTypes[kIndex[code] - 1];
 }
 
 int hurray_dtype_from_name(const char *name, uint8_t *code, HurrayError *error) {

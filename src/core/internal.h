@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hurray/hurray.h"
 
@@ -22,15 +23,44 @@
 HURRAY_INTERNAL int hurray__fail(HurrayError *error, int code, const char *fmt, ...)
     HURRAY_PRINTF(3, 4);
 
+/* Every rule hurray_buffer_wrap checks, applied to a handle someone else made (a consumer's
+ * view of a context it did not build): descriptor, flags, data alignment, sync state. */
+HURRAY_INTERNAL int hurray__buffer_check(const HurrayBuffer *buffer, HurrayError *error);
+
+/* hurray_tensor_desc_clone with `prefix` bytes for the caller in front of the copy, in one heap
+ * block: *block is the block (the caller's bytes, released with free), *out the copy in it. */
+HURRAY_INTERNAL int hurray__tensor_desc_clone_after(const HurrayTensorDesc *tensor, size_t prefix,
+                                                    void **block, HurrayTensorDesc **out,
+                                                    HurrayError *error);
+
 /* Whether `n` bytes are well-formed UTF-8 (Unicode 3.9, U+0000 allowed). */
 HURRAY_INTERNAL bool hurray__utf8_valid(const uint8_t *s, size_t n);
 
+/* Whether `n` bytes are all zero. Word by word and without an early exit, so that the reserved
+ * fields every validation checks (a constant `n`) compile to a few loads, not a byte loop. */
 static inline bool hurray__all_zero(const void *bytes, size_t n) {
   const uint8_t *p = bytes;
-  for (size_t i = 0; i < n; i++) {
-    if (p[i] != 0) return false;
+  uint64_t any = 0;
+  size_t i = 0;
+  for (; n - i >= 8; i += 8) {
+    uint64_t word;
+    memcpy(&word, p + i, sizeof word);
+    any |= word;
   }
-  return true;
+  if (n - i >= 4) {
+    uint32_t word;
+    memcpy(&word, p + i, sizeof word);
+    any |= word;
+    i += 4;
+  }
+  if (n - i >= 2) {
+    uint16_t word;
+    memcpy(&word, p + i, sizeof word);
+    any |= word;
+    i += 2;
+  }
+  if (n - i >= 1) any |= p[i];
+  return any == 0;
 }
 
 /* Overflow-checked arithmetic: return true when the result does not fit. */

@@ -783,7 +783,14 @@ int hurray_tensor_validate(const HurrayTensorDesc *tensor, const HurrayBufferLis
     return hurray__fail(error, HURRAY_EINVAL,
                         "the buffer list has %" PRIu32 " buffers but no array", buffers->count);
   }
-  Validator v = {.buffers = buffers, .flags = flags, .error = error};
+  /* Not `= {...}`: that would clear `path` on every call, the largest cost of validating a
+   * small tensor; an entry of `path` is written before it is read. */
+  Validator v;
+  v.buffers = buffers;
+  v.flags = flags;
+  v.error = error;
+  v.depth = 0;
+  v.nodes = 0;
   return in_child(&v, validate_tensor(&v, tensor));
 }
 
@@ -896,31 +903,43 @@ static void copy_tensor(Arena *arena, HurrayTensorDesc *dst, const HurrayTensorD
   dst->child_names = names;
 }
 
+int hurray__tensor_desc_clone_after(const HurrayTensorDesc *tensor, size_t prefix, void **block,
+                                    HurrayTensorDesc **out, HurrayError *error) {
+  *block = NULL;
+  *out = NULL;
+  CloneSize size = {0, 0, 0};
+  uint64_t total = 0;
+  if (add_items(&size.fixed, 1, prefix) || /* the caller's bytes, aligned as the items are */
+      add_items(&size.fixed, 1, sizeof(HurrayTensorDesc))) { /* the root */
+    return clone_overflow(error);
+  }
+  int status = measure(tensor, 0, &size, error);
+  if (status != HURRAY_OK) return status;
+  if (hurray__add_u64(size.fixed, size.text, &total) || total > SIZE_MAX) {
+    return clone_overflow(error);
+  }
+  uint8_t *memory = malloc((size_t)total);
+  if (memory == NULL) {
+    return hurray__fail(error, HURRAY_ENOMEM, "cannot allocate %" PRIu64 " bytes for the copy",
+                        total);
+  }
+  Arena arena = {memory, (char *)memory + size.fixed};
+  (void)arena_take(&arena, 1, prefix);
+  HurrayTensorDesc *root = arena_take(&arena, 1, sizeof *root);
+  copy_tensor(&arena, root, tensor);
+  *block = memory;
+  *out = root;
+  return HURRAY_OK;
+}
+
 int hurray_tensor_desc_clone(const HurrayTensorDesc *tensor, HurrayTensorDesc **out,
                              HurrayError *error) {
   if (tensor == NULL || out == NULL) {
     return hurray__fail(error, HURRAY_EINVAL, "hurray_tensor_desc_clone: %s is NULL",
                         tensor == NULL ? "tensor" : "out");
   }
-  *out = NULL;
-  CloneSize size = {0, 0, 0};
-  uint64_t total = 0;
-  add_items(&size.fixed, 1, sizeof(HurrayTensorDesc)); /* the root; cannot overflow */
-  int status = measure(tensor, 0, &size, error);
-  if (status != HURRAY_OK) return status;
-  if (hurray__add_u64(size.fixed, size.text, &total) || total > SIZE_MAX) {
-    return clone_overflow(error);
-  }
-  uint8_t *block = malloc((size_t)total);
-  if (block == NULL) {
-    return hurray__fail(error, HURRAY_ENOMEM, "cannot allocate %" PRIu64 " bytes for the copy",
-                        total);
-  }
-  Arena arena = {block, (char *)block + size.fixed};
-  HurrayTensorDesc *root = arena_take(&arena, 1, sizeof *root);
-  copy_tensor(&arena, root, tensor);
-  *out = root;
-  return HURRAY_OK;
+  void *block = NULL; /* the root is the block: hurray_tensor_desc_destroy frees it */
+  return hurray__tensor_desc_clone_after(tensor, 0, &block, out, error);
 }
 
 void hurray_tensor_desc_destroy(HurrayTensorDesc *tensor) {

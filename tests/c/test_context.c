@@ -307,6 +307,54 @@ static void check_of_this_version(void **state) {
   hurray_buffer_list_destroy(context.buffers);
 }
 
+/* The handles of a context someone else built are checked as hurray_buffer_wrap checks the
+ * ones it makes, and a refusal names the buffer. */
+static void check_refuses_invalid_handles(void **state) {
+  (void)state;
+  Counts counts = {0};
+  Sparse s;
+  make_sparse(&s, 4);
+  HurrayTensorContext *context = NULL;
+  assert_int_equal(hurray_tensor_context_create(&s.tensor, make_list(&counts), 0, &counts,
+                                                count_owner, &context, NULL),
+                   HURRAY_OK);
+  HurrayBufferList *list = context->buffers;
+  HurrayBuffer *buffer = list->buffers[1];
+  const HurrayBuffer saved = *buffer;
+  HurrayError error = {0};
+
+  buffer->desc.device_tag = 0xF9; /* private, and not registered with this library */
+  assert_int_equal(hurray_tensor_context_check(context, 0, &error), HURRAY_EDEVICE);
+  assert_non_null(strstr(error.message, "buffer 1: "));
+  *buffer = saved;
+  buffer->sync_handle = &counts; /* a handle the sync mode (ready) has no use for */
+  assert_int_equal(hurray_tensor_context_check(context, 0, &error), HURRAY_ESYNC);
+  assert_string_equal(error.message, "buffer 1: sync mode ready takes no sync_handle");
+  *buffer = saved;
+  buffer->flags = 1u << 7;
+  assert_int_equal(hurray_tensor_context_check(context, 0, &error), HURRAY_EINVAL);
+  *buffer = saved;
+  buffer->data = (char *)buffer->data + 8; /* no longer 64-byte aligned */
+  assert_int_equal(hurray_tensor_context_check(context, 0, &error), HURRAY_EALIGN);
+  *buffer = saved;
+  list->roles[0] = 200;
+  assert_int_equal(hurray_tensor_context_check(context, 0, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message, "buffer 0 has the unknown role 200");
+  list->roles[0] = HURRAY_ROLE_MIXED;
+  list->buffers[1] = NULL;
+  assert_int_equal(hurray_tensor_context_check(context, 0, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message, "buffer 1 of the list is NULL");
+  list->buffers[1] = buffer;
+  assert_int_equal(hurray_tensor_context_check(context, 0, NULL), HURRAY_OK);
+
+  buffer->desc.memory_class = HURRAY_MEM_PEER; /* CPU memory is DEVICE only; no error struct */
+  assert_int_equal(hurray_tensor_context_check(context, 0, NULL), HURRAY_EMEMCLASS);
+  *buffer = saved;
+  expect_unreleased(&counts);
+  hurray_tensor_context_release(context);
+  expect_released_once(&counts);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(create_check_release),
@@ -317,6 +365,7 @@ int main(void) {
       cmocka_unit_test(other_versions_are_rejected_unread),
       cmocka_unit_test(only_the_version_is_read),
       cmocka_unit_test(check_of_this_version),
+      cmocka_unit_test(check_refuses_invalid_handles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -101,6 +101,19 @@ static void unknown_codes_have_no_info(void **state) {
   }
 }
 
+/* hurray_dtype_info finds entries by arithmetic over the table's runs of codes: every int a
+ * uint8 code field can hold, and its neighbours, gives what a scan of the table gives. */
+static void lookup_agrees_with_a_scan_for_every_code(void **state) {
+  (void)state;
+  for (int code = -2; code <= 0x101; code++) {
+    const HurrayDTypeInfo *scanned = NULL;
+    for (size_t i = 0; i < hurray_dtype_count(); i++) {
+      if (hurray_dtype_at(i)->code == code) scanned = hurray_dtype_at(i);
+    }
+    if (hurray_dtype_info(code) != scanned) fail_msg("dtype code %d", code);
+  }
+}
+
 static void every_name_maps_to_its_code(void **state) {
   (void)state;
   for (size_t i = 0; i < hurray_dtype_count(); i++) {
@@ -266,6 +279,7 @@ int main(void) {
       cmocka_unit_test(table_is_in_code_order_and_indexed_by_code),
       cmocka_unit_test(tiers_have_their_sizes),
       cmocka_unit_test(unknown_codes_have_no_info),
+      cmocka_unit_test(lookup_agrees_with_a_scan_for_every_code),
       cmocka_unit_test(every_name_maps_to_its_code),
       cmocka_unit_test(unknown_names_are_rejected_by_name),
       cmocka_unit_test(dlpack_forms_round_trip),

@@ -1,0 +1,695 @@
+/* dlpack.c -- DLPack interoperability: Tensor.__dlpack__, Tensor.__dlpack_device__ and
+ * hurray.from_dlpack (docs/impl/python-bindings.md, "DLPack Interoperability").
+ *
+ * Devices and dtypes are translated by hurray-core (hurray_device_to_dlpack,
+ * hurray_device_from_dlpack, HurrayDTypeInfo.dlpack_*, hurray_dtype_from_dlpack), so the
+ * mapping table has one home. What has no DLPack form -- PEER memory, ROCm UNIFIED, private
+ * tags, DLPack devices Hurray does not name, int4 and the other packed integers -- raises
+ * hurray.UnsupportedError, a builtins.BufferError as DLPack callers expect.
+ *
+ * Producer. One heap block per export holds the managed struct (versioned or legacy), its
+ * shape and strides, and a strong reference to the exported Tensor; the deleter drops the
+ * reference with the GIL taken by itself (PyGILState_Ensure), does nothing with Python once
+ * the interpreter is finalising, and frees the block. A capsule destroyed under its original
+ * name calls the deleter; one renamed by a consumer ("used_...") does not.
+ *
+ * Consumer. The capsule is checked completely before it is renamed, so a rejected capsule is
+ * released by its own destructor (the producer's deleter runs once). After the rename the
+ * managed tensor is owned by the new Tensor's context, whose owner release calls the deleter
+ * exactly once.
+ *
+ * Streams (stream.c, shared with the native protocol). hurray-python has no device runtime,
+ * so a producer cannot make a consumer's stream wait: it validates `stream` by DLPack's rules
+ * for the device and exports buffers whose data is READY with any valid stream; a buffer
+ * ordered by a stream, event or timeline (sync mode other than 'ready') is exported with
+ * stream=-1 ("the consumer synchronises"), and raises hurray.BufferError otherwise -- unless
+ * it is ordered on the consumer's own stream. As a consumer it passes no stream (DLPack's default:
+ * the producer makes the data safe on the legacy default stream of CUDA, the null stream of ROCm)
+ * and records the buffer as ordered on that stream (sync mode 'stream', handle 0x1,
+ * buffer-protocol.md §2.6.2/§2.6.3); devices without streams give 'ready'.
+ */
+#include "hurray_python.h"
+
+#include <string.h>
+
+#include "dlpack_abi.h"
+
+/* ============================================================================================
+ * Producer
+ * ============================================================================================ */
+
+typedef struct DLExport {
+  union {
+    HurrayDLManagedTensor legacy;
+    HurrayDLManagedTensorVersioned versioned;
+  } managed;
+  PyObject *tensor; /* the exported Tensor (a copy for copy=True), a strong reference */
+  int64_t dims[];   /* ndim extents, then ndim strides */
+} DLExport;
+
+static void export_release(DLExport *export) {
+  if (export == NULL) return;
+  if (!HURRAY_PY_FINALIZING()) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    HurrayPySavedError saved;
+    hurray__py_error_save(&saved);
+    Py_XDECREF(export->tensor);
+    hurray__py_error_restore(&saved);
+    PyGILState_Release(gil);
+  }
+  PyMem_RawFree(export);
+}
+
+static void legacy_deleter(HurrayDLManagedTensor *self) {
+  export_release(self->manager_ctx);
+}
+
+static void versioned_deleter(HurrayDLManagedTensorVersioned *self) {
+  export_release(self->manager_ctx);
+}
+
+/* Capsule destructors: the deleter runs only for a capsule nobody consumed. The exception in
+ * flight, if any, survives (a capsule often dies while one propagates). */
+static void capsule_destructor(PyObject *capsule, const char *name, int versioned) {
+  if (!PyCapsule_IsValid(capsule, name)) return; /* renamed by a consumer: not ours any more */
+  HurrayPySavedError saved;
+  hurray__py_error_save(&saved);
+  void *managed = PyCapsule_GetPointer(capsule, name);
+  if (managed == NULL) {
+    PyErr_WriteUnraisable(capsule);
+  } else if (versioned) {
+    HurrayDLManagedTensorVersioned *m = managed;
+    if (m->deleter != NULL) m->deleter(m);
+  } else {
+    HurrayDLManagedTensor *m = managed;
+    if (m->deleter != NULL) m->deleter(m);
+  }
+  hurray__py_error_restore(&saved);
+}
+
+static void legacy_capsule_destructor(PyObject *capsule) {
+  capsule_destructor(capsule, HURRAY_DL_CAPSULE_LEGACY, 0);
+}
+
+static void versioned_capsule_destructor(PyObject *capsule) {
+  capsule_destructor(capsule, HURRAY_DL_CAPSULE_VERSIONED, 1);
+}
+
+/* max_version: None -> 0 (legacy), else its major version (>= 0). */
+static int max_version_arg(HurrayState *st, PyObject *obj, long long *major) {
+  *major = 0;
+  if (obj == NULL || obj == Py_None) return 0;
+  if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) {
+    PyErr_Format(PyExc_TypeError, "max_version must be a (major, minor) tuple or None, not %R",
+                 obj);
+    return -1;
+  }
+  long long minor = 0;
+  if (hurray__py_int_in_range(st, PyTuple_GET_ITEM(obj, 0), 0, UINT32_MAX, "max_version major",
+                              major) < 0 ||
+      hurray__py_int_in_range(st, PyTuple_GET_ITEM(obj, 1), 0, UINT32_MAX, "max_version minor",
+                              &minor) < 0) {
+    return -1;
+  }
+  return 0;
+}
+
+/* copy: None -> -1, else 0/1. */
+static int copy_arg(PyObject *obj, int *copy) {
+  *copy = -1;
+  if (obj == NULL || obj == Py_None) return 0;
+  if (!PyBool_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "copy must be True, False or None, not %R", obj);
+    return -1;
+  }
+  *copy = obj == Py_True;
+  return 0;
+}
+
+/* A (device_type, device_id) pair. */
+static int dl_device_arg(HurrayState *st, PyObject *obj, HurrayDLDevice *device) {
+  if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) {
+    PyErr_Format(PyExc_TypeError, "dl_device must be a (device_type, device_id) tuple, not %R",
+                 obj);
+    return -1;
+  }
+  long long type = 0, id = 0;
+  if (hurray__py_int_in_range(st, PyTuple_GET_ITEM(obj, 0), INT32_MIN, INT32_MAX, "dl_device type",
+                              &type) < 0 ||
+      hurray__py_int_in_range(st, PyTuple_GET_ITEM(obj, 1), INT32_MIN, INT32_MAX, "dl_device id",
+                              &id) < 0) {
+    return -1;
+  }
+  device->device_type = (int32_t)type;
+  device->device_id = (int32_t)id;
+  return 0;
+}
+
+/* (device_type, device_id) as Python ints. */
+static PyObject *device_tuple(HurrayDLDevice device) {
+  PyObject *type = PyLong_FromLong(device.device_type);
+  PyObject *id = PyLong_FromLong(device.device_id);
+  PyObject *tuple = type == NULL || id == NULL ? NULL : PyTuple_Pack(2, type, id);
+  Py_XDECREF(type);
+  Py_XDECREF(id);
+  return tuple;
+}
+
+/* The DLPack device of a tensor's values; UnsupportedError where DLPack has none. */
+static int tensor_dl_device(HurrayState *st, HurrayTensorObject *self, HurrayDLDevice *device) {
+  const HurrayArray *values = hurray__py_tensor_values(st, self);
+  if (values == NULL) return -1;
+  const HurrayBufferDesc *desc = &hurray__py_tensor_buffer(self, values)->desc;
+  HurrayError error = {0};
+  int status =
+      hurray_device_to_dlpack(desc->device_tag, desc->memory_class, &device->device_type, &error);
+  if (status != HURRAY_OK) {
+    hurray__py_raise_status(st, status, &error);
+    return -1;
+  }
+  device->device_id = desc->device_id;
+  return 0;
+}
+
+/* The capsule over `tensor` (which the export keeps alive). */
+static PyObject *make_capsule(HurrayTensorObject *tensor, HurrayDLDevice device, int versioned,
+                              uint64_t flags) {
+  const HurrayArray *values = &tensor->desc->parts[0];
+  const HurrayDTypeInfo *dtype = hurray_dtype_info(values->dtype);
+  const HurrayBuffer *buffer = hurray__py_tensor_buffer(tensor, values);
+  int32_t ndim = values->ndim;
+  DLExport *export = PyMem_RawCalloc(1, sizeof(DLExport) + 2 * (size_t)ndim * sizeof(int64_t));
+  if (export == NULL) return PyErr_NoMemory();
+  int64_t *shape = export->dims;
+  int64_t *strides = export->dims + ndim;
+  if (ndim > 0) memcpy(shape, values->shape, (size_t)ndim * sizeof *shape);
+  /* Always explicit strides: DLPack >= 1.2 no longer allows NULL, and old consumers accept
+   * them. */
+  hurray__py_array_strides(values, strides);
+
+  HurrayDLTensor *dl =
+      versioned ? &export->managed.versioned.dl_tensor : &export->managed.legacy.dl_tensor;
+  if (hurray__py_address_form(buffer->desc.device_tag)) {
+    /* Fold the offset into the pointer, as NumPy and PyTorch do: consumers that ignore
+     * byte_offset (a known pitfall) still read the right bytes. */
+    dl->data = buffer->data == NULL ? NULL : hurray__py_buffer_at(buffer, values->byte_offset);
+    dl->byte_offset = 0;
+  } else {
+    dl->data = buffer->data; /* may be an opaque handle: only byte_offset may move */
+    dl->byte_offset = values->byte_offset;
+  }
+  dl->device.device_type = device.device_type;
+  dl->device.device_id = device.device_id;
+  dl->ndim = ndim;
+  dl->dtype.code = dtype->dlpack_code;
+  dl->dtype.bits = dtype->dlpack_bits;
+  dl->dtype.lanes = dtype->dlpack_lanes;
+  dl->shape = shape;
+  dl->strides = strides;
+  export->tensor = Py_NewRef((PyObject *)tensor);
+
+  PyObject *capsule;
+  if (versioned) {
+    HurrayDLManagedTensorVersioned *m = &export->managed.versioned;
+    m->version.major = HURRAY_DL_MAJOR_VERSION;
+    m->version.minor = HURRAY_DL_MINOR_VERSION;
+    m->manager_ctx = export;
+    m->deleter = versioned_deleter;
+    m->flags = flags;
+    capsule = PyCapsule_New(m, HURRAY_DL_CAPSULE_VERSIONED, versioned_capsule_destructor);
+    if (capsule == NULL) versioned_deleter(m);
+  } else {
+    HurrayDLManagedTensor *m = &export->managed.legacy;
+    m->manager_ctx = export;
+    m->deleter = legacy_deleter;
+    capsule = PyCapsule_New(m, HURRAY_DL_CAPSULE_LEGACY, legacy_capsule_destructor);
+    if (capsule == NULL) legacy_deleter(m);
+  }
+  return capsule;
+}
+
+static const char *const kDLPackNames[] = {"stream", "max_version", "dl_device", "copy", NULL};
+
+const char hurray__py_tensor_dlpack_doc[] =
+    "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+    "Exports the tensor as a DLPack capsule: 'dltensor_versioned' (DLPack 1.x, with the "
+    "READ_ONLY and IS_COPIED flags) when max_version is (1, x) or newer, else the legacy "
+    "'dltensor'.\n\n"
+    "A legacy capsule cannot say read-only: a read-only tensor is exported legacy only as a "
+    "copy (copy=None or True) and raises hurray.BufferError with copy=False. copy=True copies "
+    "CPU tensors; dl_device must be the tensor's own device (there is no runtime to copy "
+    "across devices). stream follows DLPack: only None on devices without streams; for CUDA "
+    "None/1 (legacy default), 2 (per-thread default), a pointer or -1, never 0; for ROCm "
+    "None/0, a pointer or -1. Buffers not yet ready (sync mode other than 'ready') are "
+    "exported only on the stream they are ordered on, or with stream=-1. PEER memory, ROCm UNIFIED "
+    "memory, private device tags and "
+    "dtypes without a DLPack code (int4, uint4, int2, uint2, uint1) raise "
+    "hurray.UnsupportedError.";
+
+PyObject *hurray__py_tensor_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames) {
+  static const HurrayPyParser parser = {"__dlpack__", kDLPackNames, 0, 0, 0};
+  PyObject *a[4];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  HurrayState *st = hurray__py_state_of(op);
+  HurrayTensorObject *self = (HurrayTensorObject *)op;
+  long long major = 0;
+  int copy = -1;
+  if (max_version_arg(st, a[1], &major) < 0 || copy_arg(a[3], &copy) < 0) return NULL;
+  int versioned = major >= 1;
+
+  const HurrayArray *values = hurray__py_tensor_values(st, self);
+  if (values == NULL) return NULL;
+  if (self->desc->layout != HURRAY_LAYOUT_DENSE) {
+    return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                            "DLPack carries dense tensors only; this one is %s (the native "
+                            "protocol carries every layout)",
+                            hurray_layout_name((int)self->desc->layout));
+  }
+  const HurrayDTypeInfo *dtype = hurray_dtype_info(values->dtype);
+  if (dtype->dlpack_lanes == 0) {
+    return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                            "%s has no DLPack dtype (DLPack has no code for packed %d-bit "
+                            "integers)",
+                            dtype->name, (int)dtype->bits);
+  }
+  HurrayDLDevice device;
+  if (tensor_dl_device(st, self, &device) < 0) return NULL;
+  if (a[2] != NULL && a[2] != Py_None) {
+    HurrayDLDevice wanted;
+    if (dl_device_arg(st, a[2], &wanted) < 0) return NULL;
+    if (wanted.device_type != device.device_type || wanted.device_id != device.device_id) {
+      if (copy == 0) {
+        return hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
+                                "dl_device (%d, %d) differs from the tensor's (%d, %d) and "
+                                "copy=False",
+                                (int)wanted.device_type, (int)wanted.device_id,
+                                (int)device.device_type, (int)device.device_id);
+      }
+      return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                              "cannot export to dl_device (%d, %d): the tensor is on (%d, %d) "
+                              "and hurray-python has no runtime to copy across devices",
+                              (int)wanted.device_type, (int)wanted.device_id,
+                              (int)device.device_type, (int)device.device_id);
+    }
+  }
+  /* Without a runtime nothing can be made to wait: the bytes must already be safe on the
+   * consumer's stream (None included: DLPack's legacy default stream), see stream.c. */
+  const HurrayBuffer *buffer = hurray__py_tensor_buffer(self, values);
+  HurrayPyStream stream;
+  if (hurray__py_stream_arg(st, a[0], buffer->desc.device_tag, &stream) < 0 ||
+      hurray__py_stream_ready(st, buffer, &stream) < 0) {
+    return NULL;
+  }
+
+  int readonly = hurray__py_tensor_readonly(self);
+  int make_copy = copy == 1;
+  if (readonly && !versioned) {
+    if (copy == 0) {
+      return hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
+                              "the tensor is read-only and a legacy 'dltensor' capsule cannot "
+                              "say so: ask for max_version=(1, 0) or allow a copy");
+    }
+    make_copy = 1; /* copy=None: the copy is needed to keep the source read-only */
+  }
+  if (!make_copy) {
+    uint64_t flags = readonly ? HURRAY_DL_FLAG_READ_ONLY : 0;
+    return make_capsule(self, device, versioned, flags);
+  }
+  PyObject *copied = hurray__py_tensor_copy(st, self, "__dlpack__ (copying)");
+  if (copied == NULL) return NULL;
+  HurrayDLDevice cpu = {HURRAY_DL_CPU, 0};
+  PyObject *capsule =
+      make_capsule((HurrayTensorObject *)copied, cpu, versioned, HURRAY_DL_FLAG_IS_COPIED);
+  Py_DECREF(copied);
+  return capsule;
+}
+
+const char hurray__py_tensor_dlpack_device_doc[] =
+    "__dlpack_device__($self, /)\n--\n\n"
+    "(device_type, device_id) in DLPack's integers, e.g. (1, 0) for CPU memory, (3, 0) for "
+    "CUDA pinned host memory. hurray.UnsupportedError where DLPack has no device type.";
+
+PyObject *hurray__py_tensor_dlpack_device(PyObject *op, PyObject *unused) {
+  (void)unused;
+  HurrayState *st = hurray__py_state_of(op);
+  HurrayDLDevice device;
+  if (tensor_dl_device(st, (HurrayTensorObject *)op, &device) < 0) return NULL;
+  return device_tuple(device);
+}
+
+/* ============================================================================================
+ * Consumer
+ * ============================================================================================ */
+
+/* The owner of an imported managed tensor: its release calls the producer's deleter once. */
+typedef struct DLImport {
+  void *managed;
+  int versioned;
+} DLImport;
+
+static void import_release(void *opaque) {
+  DLImport *import = opaque;
+  if (import == NULL) return;
+  /* DLPack deleters take the GIL themselves, but some producers' deleters assume it held;
+   * holding it is always safe. After finalisation nothing may run Python: leak. */
+  if (!HURRAY_PY_FINALIZING()) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    HurrayPySavedError saved;
+    hurray__py_error_save(&saved);
+    if (import->versioned) {
+      HurrayDLManagedTensorVersioned *m = import->managed;
+      if (m->deleter != NULL) m->deleter(m);
+    } else {
+      HurrayDLManagedTensor *m = import->managed;
+      if (m->deleter != NULL) m->deleter(m);
+    }
+    hurray__py_error_restore(&saved);
+    PyGILState_Release(gil);
+  }
+  PyMem_RawFree(import);
+}
+
+/* Everything a capsule says, checked and translated, before anything is taken from it. */
+typedef struct Imported {
+  HurrayArray array;
+  int64_t shape[HURRAY_MAX_NDIM];
+  int64_t strides[HURRAY_MAX_NDIM];
+  HurrayPyMemory memory;
+  HurrayDLDevice dl_device;
+  void *start;   /* the lowest byte any element touches */
+  uint64_t size; /* bytes from `start` */
+  int copied;    /* the producer says it made a copy */
+} Imported;
+
+static int translate(HurrayState *st, const HurrayDLTensor *dl, uint64_t flags, Imported *out) {
+  HurrayError error = {0};
+  if (dl->ndim < 0 || dl->ndim > HURRAY_MAX_NDIM) {
+    hurray__py_raise_statusf(st, HURRAY_ELIMIT, "DLPack tensor has %d dimensions; at most %d",
+                             (int)dl->ndim, HURRAY_MAX_NDIM);
+    return -1;
+  }
+  if (dl->ndim > 0 && dl->shape == NULL) {
+    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER, "DLPack tensor has a NULL shape");
+    return -1;
+  }
+  uint8_t code = 0;
+  int status =
+      hurray_dtype_from_dlpack(dl->dtype.code, dl->dtype.bits, dl->dtype.lanes, &code, &error);
+  if (status != HURRAY_OK) {
+    hurray__py_raise_status(st, status, &error);
+    return -1;
+  }
+  const HurrayDTypeInfo *dtype = hurray_dtype_info(code);
+  if ((flags & HURRAY_DL_FLAG_IS_SUBBYTE_TYPE_PADDED) != 0 && dtype->bits < 8) {
+    hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                     "DLPack tensor stores %s padded to one element per byte; Hurray packs "
+                     "sub-byte elements",
+                     dtype->name);
+    return -1;
+  }
+  uint8_t tag = 0, memory_class = 0;
+  status = hurray_device_from_dlpack(dl->device.device_type, &tag, &memory_class, &error);
+  if (status != HURRAY_OK) {
+    hurray__py_raise_status(st, status, &error);
+    return -1;
+  }
+  if (dl->device.device_id < 0 || dl->device.device_id > UINT16_MAX) {
+    hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED, "DLPack device id %d is out of range",
+                     (int)dl->device.device_id);
+    return -1;
+  }
+  int32_t ndim = dl->ndim;
+  out->array = (HurrayArray){.ndim = ndim, .shape = out->shape, .dtype = code};
+  uint64_t numel = 1;
+  for (int32_t i = 0; i < ndim; i++) {
+    out->shape[i] = dl->shape[i];
+    if (dl->shape[i] < 0) {
+      hurray__py_raise_statusf(st, HURRAY_ELAYOUT, "DLPack shape[%d] is %lld", (int)i,
+                               (long long)dl->shape[i]);
+      return -1;
+    }
+    if (__builtin_mul_overflow(numel, (uint64_t)dl->shape[i], &numel)) {
+      hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "DLPack shape has too many elements");
+      return -1;
+    }
+  }
+  if (dl->strides != NULL) { /* NULL from old producers: row-major compact */
+    if (ndim > 0) memcpy(out->strides, dl->strides, (size_t)ndim * sizeof(int64_t));
+    out->array.strides = out->strides;
+  }
+  if (dl->data == NULL && numel != 0) {
+    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER, "DLPack tensor of %llu elements has NULL data",
+                     (unsigned long long)numel);
+    return -1;
+  }
+
+  /* Where the elements lie, relative to element (0, ..., 0). */
+  int64_t lo = 0, hi = 0;
+  if (numel != 0) {
+    if (dtype->bits % 8 == 0) {
+      int64_t strides[HURRAY_MAX_NDIM];
+      hurray__py_array_strides(&out->array, strides);
+      if (hurray__py_relative_span(ndim, out->shape, strides, dtype->bits / 8, &lo, &hi) < 0) {
+        hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "DLPack strides overflow");
+        return -1;
+      }
+    } else if (hurray__py_array_is_c_contiguous(&out->array)) {
+      uint64_t nbytes = 0;
+      status = hurray_dtype_storage_bytes(code, numel, &nbytes, &error);
+      if (status != HURRAY_OK || nbytes > INT64_MAX) {
+        hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "DLPack tensor is too large");
+        return -1;
+      }
+      hi = (int64_t)nbytes;
+    } else {
+      hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                       "DLPack tensor of %s is strided; Hurray reads sub-byte elements packed",
+                       dtype->name);
+      return -1;
+    }
+  }
+  if (hurray__py_address_form(tag)) {
+    uintptr_t first = 0;
+    if (dl->data != NULL &&
+        (__builtin_add_overflow((uintptr_t)dl->data, (uintptr_t)dl->byte_offset, &first) ||
+         (uintptr_t)-lo > first)) {
+      hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "DLPack data + byte_offset overflows");
+      return -1;
+    }
+    out->start = dl->data == NULL ? NULL : (void *)(first - (uintptr_t)-lo);
+    out->array.byte_offset = (uint64_t)-lo;
+    out->size = (uint64_t)hi + (uint64_t)-lo;
+  } else {
+    /* An opaque handle: the offset stays an offset and elements may not precede it. */
+    if ((uint64_t)-lo > dl->byte_offset) {
+      hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                       "negative strides reach before the start of an opaque DLPack buffer");
+      return -1;
+    }
+    out->start = dl->data;
+    out->array.byte_offset = dl->byte_offset;
+    if (__builtin_add_overflow(dl->byte_offset, (uint64_t)hi, &out->size)) {
+      hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "DLPack byte_offset overflows");
+      return -1;
+    }
+  }
+  /* from_dlpack passes no stream, so a producer with streams made the data safe on the
+   * (legacy) default stream: STREAM on cudaStreamLegacy / HIP's null stream, named 0x1. */
+  int streams = hurray__py_stream_device(tag);
+  out->memory = (HurrayPyMemory){
+      .tag = tag,
+      .memory_class = memory_class,
+      .sync_mode = streams ? HURRAY_SYNC_STREAM : HURRAY_SYNC_READY,
+      .sync_handle = streams ? (void *)(uintptr_t)1 : NULL,
+      .device_id = (uint16_t)dl->device.device_id,
+      .readonly = (flags & HURRAY_DL_FLAG_READ_ONLY) != 0,
+  };
+  out->dl_device = dl->device;
+  out->copied = (flags & HURRAY_DL_FLAG_IS_COPIED) != 0;
+  return 0;
+}
+
+/* x.__dlpack__(max_version=(1, 1)[, copy=...][, dl_device=...]); producers that predate
+ * DLPack 1.0 take none of these keywords: on TypeError the method is called again without
+ * them (*legacy_call is then set). An object without __dlpack__ is a TypeError. */
+static PyObject *call_dlpack(HurrayState *st, PyObject *x, PyObject *dl_device, int copy,
+                             int *legacy_call) {
+  *legacy_call = 0;
+  PyObject *args[4] = {x, st->dl_max_version, NULL, NULL};
+  PyObject *names[3] = {st->str_max_version, NULL, NULL};
+  Py_ssize_t nkw = 1;
+  if (copy >= 0) {
+    names[nkw] = st->str_copy;
+    args[1 + nkw++] = copy ? Py_True : Py_False;
+  }
+  if (dl_device != NULL) {
+    names[nkw] = st->str_dl_device;
+    args[1 + nkw++] = dl_device;
+  }
+  PyObject *kwnames = PyTuple_New(nkw);
+  if (kwnames == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < nkw; i++) PyTuple_SET_ITEM(kwnames, i, Py_NewRef(names[i]));
+  PyObject *result = PyObject_VectorcallMethod(st->str_dlpack, args, 1, kwnames);
+  Py_DECREF(kwnames);
+  if (result == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+    PyErr_Clear();
+    *legacy_call = 1;
+    result = PyObject_CallMethodNoArgs(x, st->str_dlpack);
+  }
+  return result != NULL ? result : hurray__py_protocol_missing(x, st->str_dlpack, "from_dlpack");
+}
+
+/* The capsule x.__dlpack__ returns, asked for `wanted` when that differs from x's own device
+ * (wanted->device_type is 0 when no device was asked for). */
+static PyObject *export_from(HurrayState *st, PyObject *x, const HurrayDLDevice *wanted, int copy,
+                             int *legacy_call) {
+  PyObject *dl_device = NULL;
+  if (wanted->device_type != 0) {
+    PyObject *current = PyObject_CallMethodNoArgs(x, st->str_dlpack_device);
+    if (current == NULL) hurray__py_protocol_missing(x, st->str_dlpack_device, "from_dlpack");
+    HurrayDLDevice have;
+    int status = current == NULL ? -1 : dl_device_arg(st, current, &have);
+    Py_XDECREF(current);
+    if (status == 0 &&
+        (have.device_type != wanted->device_type || have.device_id != wanted->device_id)) {
+      dl_device = device_tuple(*wanted);
+      if (dl_device == NULL) status = -1;
+    }
+    if (status < 0) return NULL;
+  }
+  PyObject *capsule = call_dlpack(st, x, dl_device, copy, legacy_call);
+  if (capsule != NULL && *legacy_call && dl_device != NULL) {
+    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
+                     "the producer's __dlpack__ takes no dl_device, and its data is not on "
+                     "the device asked for");
+    capsule = hurray__py_drop_and_fail(capsule); /* its destructor releases it */
+  }
+  Py_XDECREF(dl_device);
+  return capsule;
+}
+
+static const char *const kFromDLPackNames[] = {"x", "device", "copy", NULL};
+
+static PyObject *from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames) {
+  static const HurrayPyParser parser = {"from_dlpack", kFromDLPackNames, 1, 1, 1};
+  PyObject *a[3];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  HurrayState *st = PyModule_GetState(module);
+  PyObject *x = a[0];
+  int copy = -1;
+  if (copy_arg(a[2], &copy) < 0) return NULL;
+  HurrayDLDevice wanted = {0, 0}; /* device_type 0 is no DLPack device: none asked for */
+  if (a[1] != NULL && a[1] != Py_None) {
+    uint8_t tag = 0;
+    uint16_t index = 0;
+    HurrayError error = {0};
+    if (hurray__py_device_arg(st, a[1], &tag, &index) < 0) return NULL;
+    int status = hurray_device_to_dlpack(tag, HURRAY_MEM_DEVICE, &wanted.device_type, &error);
+    if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+    wanted.device_id = index;
+  }
+  int legacy_call = 0;
+  PyObject *capsule = export_from(st, x, &wanted, copy, &legacy_call);
+  if (capsule == NULL) return NULL;
+  if (!PyCapsule_CheckExact(capsule)) {
+    PyErr_Format(PyExc_TypeError, "__dlpack__ returned %.200s, not a PyCapsule",
+                 Py_TYPE(capsule)->tp_name);
+    return hurray__py_drop_and_fail(capsule);
+  }
+  const char *name = PyCapsule_GetName(capsule);
+  int versioned;
+  if (name != NULL && strcmp(name, HURRAY_DL_CAPSULE_VERSIONED) == 0) {
+    versioned = 1;
+  } else if (name != NULL && strcmp(name, HURRAY_DL_CAPSULE_LEGACY) == 0) {
+    versioned = 0;
+  } else {
+    int used = name != NULL && (strcmp(name, HURRAY_DL_CAPSULE_VERSIONED_USED) == 0 ||
+                                strcmp(name, HURRAY_DL_CAPSULE_LEGACY_USED) == 0);
+    PyErr_Clear();
+    hurray__py_raise(
+        st, HURRAY_PY_EXC_BUFFER,
+        used ? "the DLPack capsule was already consumed" : "not a DLPack capsule (name %s)",
+        name == NULL ? "NULL" : name);
+    return hurray__py_drop_and_fail(capsule);
+  }
+  void *managed = PyCapsule_GetPointer(capsule, name);
+  if (managed == NULL) {
+    PyErr_Clear();
+    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER, "the DLPack capsule holds NULL");
+    return hurray__py_drop_and_fail(capsule);
+  }
+  const char *used_name =
+      versioned ? HURRAY_DL_CAPSULE_VERSIONED_USED : HURRAY_DL_CAPSULE_LEGACY_USED;
+  const HurrayDLTensor *dl;
+  uint64_t flags = 0;
+  if (versioned) {
+    HurrayDLManagedTensorVersioned *m = managed;
+    if (m->version.major != HURRAY_DL_MAJOR_VERSION) {
+      /* Only `version` and `deleter` may be read: take it, release it, reject it. */
+      unsigned major = m->version.major, minor = m->version.minor;
+      if (PyCapsule_SetName(capsule, used_name) == 0 && m->deleter != NULL) m->deleter(m);
+      if (!PyErr_Occurred()) {
+        hurray__py_raise(st, HURRAY_PY_EXC_ABI,
+                         "DLPack %u.%u is not supported: this consumer reads major version %u",
+                         major, minor, HURRAY_DL_MAJOR_VERSION);
+      }
+      return hurray__py_drop_and_fail(capsule);
+    }
+    dl = &m->dl_tensor;
+    flags = m->flags;
+  } else {
+    dl = &((HurrayDLManagedTensor *)managed)->dl_tensor;
+  }
+
+  /* Until the rename below the capsule keeps its name: on any failure its destructor runs
+   * the producer's deleter when the capsule is dropped. */
+  Imported imported;
+  if (translate(st, dl, flags, &imported) < 0) return hurray__py_drop_and_fail(capsule);
+  if (wanted.device_type != 0 && (imported.dl_device.device_type != wanted.device_type ||
+                                  imported.dl_device.device_id != wanted.device_id)) {
+    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
+                     "the producer exported device (%d, %d), not the (%d, %d) asked for",
+                     (int)imported.dl_device.device_type, (int)imported.dl_device.device_id,
+                     (int)wanted.device_type, (int)wanted.device_id);
+    return hurray__py_drop_and_fail(capsule);
+  }
+
+  DLImport *import = PyMem_RawMalloc(sizeof *import);
+  if (import == NULL) {
+    PyErr_NoMemory();
+    return hurray__py_drop_and_fail(capsule);
+  }
+  import->managed = managed;
+  import->versioned = versioned;
+  if (PyCapsule_SetName(capsule, used_name) < 0) {
+    PyMem_RawFree(import);
+    return hurray__py_drop_and_fail(capsule);
+  }
+  Py_DECREF(capsule); /* renamed: its destructor leaves the managed tensor to us */
+  PyObject *tensor = hurray__py_tensor_from_memory(
+      st, imported.start, imported.size, &imported.memory, &imported.array, import, import_release);
+  /* A producer that accepted copy=True made the copy (a versioned capsule also says so). */
+  int producer_copied = !legacy_call && (!versioned || imported.copied);
+  if (tensor == NULL || copy != 1 || producer_copied) return tensor;
+  PyObject *copied =
+      hurray__py_tensor_copy(st, (HurrayTensorObject *)tensor, "from_dlpack(copy=True)");
+  Py_DECREF(tensor); /* releases the producer's memory */
+  return copied;
+}
+
+PyMethodDef hurray__py_dlpack_functions[] = {
+    {"from_dlpack", HURRAY_PY_CFUNC(from_dlpack), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("from_dlpack($module, x, /, *, device=None, copy=None)\n--\n\n"
+               "A hurray.Tensor over the memory of any DLPack producer (an object with "
+               "__dlpack__), without copying unless copy=True.\n\n"
+               "Calls x.__dlpack__(max_version=(1, 1), ...) and, for producers that predate "
+               "DLPack 1.0, again without the new keywords on TypeError. Consumes versioned "
+               "and legacy capsules; read-only is kept (versioned capsules). device (a "
+               "hurray.Device, tuple, tag or name) is passed on as dl_device when it differs "
+               "from the producer's. A consumed capsule raises hurray.BufferError; an unknown "
+               "DLPack major version hurray.ABIError (after running its deleter); DLPack "
+               "devices and dtypes Hurray does not name hurray.UnsupportedError.")},
+    {NULL, NULL, 0, NULL},
+};

@@ -1,0 +1,183 @@
+/* dtype.c -- hurray.dtype: one immutable singleton per entry of hurray-core's dtype table.
+ *
+ * The C table (hurray_dtype_at / hurray_dtype_count) is the only list of dtypes: every dtype is
+ * reachable as hurray.dtype.<name>, the Tier 1 ones also as hurray.<name>. Singletons make
+ * == and hash identity-based and exact; pickling reduces to hurray.dtype(<name>), which hands
+ * back the singleton.
+ */
+#include "hurray_python.h"
+
+#include <string.h>
+
+static const char kKindChars[] = {
+    [HURRAY_KIND_BOOL] = 'b',  [HURRAY_KIND_SIGNED] = 'i',  [HURRAY_KIND_UNSIGNED] = 'u',
+    [HURRAY_KIND_FLOAT] = 'f', [HURRAY_KIND_COMPLEX] = 'c',
+};
+
+PyObject *hurray__py_dtype_object(HurrayState *st, int code) {
+  if (code < 0 || code > 0xFF || st->dtype_index[code] == HURRAY_PY_NO_DTYPE) return NULL;
+  return PyTuple_GET_ITEM(st->dtypes, st->dtype_index[code]);
+}
+
+const HurrayDTypeInfo *hurray__py_dtype_arg(HurrayState *st, PyObject *obj) {
+  if (Py_IS_TYPE(obj, st->dtype_type)) return ((HurrayDTypeObject *)obj)->info;
+  if (!PyUnicode_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "dtype must be a hurray.dtype or a dtype name, not %.200s",
+                 Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  const char *name = PyUnicode_AsUTF8(obj);
+  if (name == NULL) return NULL;
+  uint8_t code = 0;
+  HurrayError error = {0};
+  int status = hurray_dtype_from_name(name, &code, &error);
+  if (status != HURRAY_OK) {
+    hurray__py_raise_status(st, status, &error);
+    return NULL;
+  }
+  return hurray_dtype_info(code);
+}
+
+static const HurrayDTypeInfo *info_of(PyObject *self) {
+  return ((HurrayDTypeObject *)self)->info;
+}
+
+static PyObject *dtype_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  PyObject *spec = NULL;
+  static char *kwlist[] = {"name", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:dtype", kwlist, &spec)) return NULL;
+  HurrayState *st = hurray__py_state_of_type(type);
+  const HurrayDTypeInfo *info = hurray__py_dtype_arg(st, spec);
+  return info == NULL ? NULL : Py_NewRef(hurray__py_dtype_object(st, info->code));
+}
+
+static int dtype_traverse(PyObject *self, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(self));
+  return 0;
+}
+
+static void dtype_dealloc(PyObject *self) {
+  PyTypeObject *type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+static PyObject *dtype_repr(PyObject *self) {
+  const HurrayDTypeInfo *info = info_of(self);
+  return PyUnicode_FromFormat(info->tier == 1 ? "hurray.%s" : "hurray.dtype.%s", info->name);
+}
+
+static PyObject *dtype_str(PyObject *self) {
+  return PyUnicode_FromString(info_of(self)->name);
+}
+
+static PyObject *dtype_reduce(PyObject *self, PyObject *unused) {
+  (void)unused;
+  return Py_BuildValue("O(s)", (PyObject *)Py_TYPE(self), info_of(self)->name);
+}
+
+static PyObject *get_name(PyObject *self, void *c) {
+  (void)c;
+  return PyUnicode_FromString(info_of(self)->name);
+}
+static PyObject *get_bits(PyObject *self, void *c) {
+  (void)c;
+  return PyLong_FromLong(info_of(self)->bits);
+}
+static PyObject *get_itemsize(PyObject *self, void *c) {
+  (void)c;
+  const HurrayDTypeInfo *info = info_of(self);
+  if (info->bits % 8 != 0) Py_RETURN_NONE;
+  return PyLong_FromLong(info->bits / 8);
+}
+static PyObject *get_tier(PyObject *self, void *c) {
+  (void)c;
+  return PyLong_FromLong(info_of(self)->tier);
+}
+static PyObject *get_kind(PyObject *self, void *c) {
+  (void)c;
+  const HurrayDTypeInfo *info = info_of(self);
+  char kind = info->kind < sizeof kKindChars ? kKindChars[info->kind] : '?';
+  return PyUnicode_FromStringAndSize(&kind, 1);
+}
+static PyObject *get_code(PyObject *self, void *c) {
+  (void)c;
+  return PyLong_FromLong(info_of(self)->code);
+}
+
+static PyGetSetDef dtype_getset[] = {
+    {"name", get_name, NULL, PyDoc_STR("The dtype's one spelling, e.g. 'float32', 'int4'."), NULL},
+    {"bits", get_bits, NULL, PyDoc_STR("Storage bits per element (1 to 128)."), NULL},
+    {"itemsize", get_itemsize, NULL,
+     PyDoc_STR("Bytes per element, or None for sub-byte dtypes (packed, see bits)."), NULL},
+    {"tier", get_tier, NULL,
+     PyDoc_STR("1: array API dtypes; 2: further floating types; 3: quantised integers."), NULL},
+    {"kind", get_kind, NULL,
+     PyDoc_STR("'b' bool, 'i' signed, 'u' unsigned, 'f' floating, 'c' complex."), NULL},
+    {"code", get_code, NULL, PyDoc_STR("The dtype code of the Hurray format (forever)."), NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef dtype_methods[] = {
+    {"__reduce__", dtype_reduce, METH_NOARGS,
+     PyDoc_STR("__reduce__($self, /)\n--\n\nPickles as hurray.dtype(<name>).")},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(dtype_doc,
+             "dtype(name)\n--\n\n"
+             "The element type of a hurray.Tensor. Every dtype is a singleton: "
+             "hurray.dtype.<name> (hurray.dtype.int4, hurray.dtype.bfloat16, ...), the Tier 1 "
+             "ones also hurray.<name> (hurray.float32). hurray.dtype(name) returns the "
+             "singleton of a name.");
+
+static PyType_Slot dtype_slots[] = {
+    {Py_tp_new, dtype_new},
+    {Py_tp_dealloc, dtype_dealloc},
+    {Py_tp_traverse, dtype_traverse},
+    {Py_tp_repr, dtype_repr},
+    {Py_tp_str, dtype_str},
+    {Py_tp_getset, dtype_getset},
+    {Py_tp_methods, dtype_methods},
+    {Py_tp_doc, (void *)dtype_doc},
+    {0, NULL},
+};
+
+PyType_Spec hurray__py_dtype_spec = {
+    .name = "hurray.dtype",
+    .basicsize = sizeof(HurrayDTypeObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = dtype_slots,
+};
+
+int hurray__py_dtypes_init(PyObject *module, HurrayState *st) {
+  size_t count = hurray_dtype_count();
+  if (count >= HURRAY_PY_NO_DTYPE) {
+    PyErr_Format(PyExc_ImportError, "hurray-core has %zu dtypes; this extension handles %d", count,
+                 HURRAY_PY_NO_DTYPE - 1);
+    return -1;
+  }
+  memset(st->dtype_index, HURRAY_PY_NO_DTYPE, sizeof st->dtype_index);
+  st->dtypes = PyTuple_New((Py_ssize_t)count);
+  st->numpy_dtypes = PyList_New((Py_ssize_t)count);
+  if (st->dtypes == NULL || st->numpy_dtypes == NULL) return -1;
+  /* The type is immutable to Python code; its namespace is filled here, once. */
+  PyObject *namespace = st->dtype_type->tp_dict;
+  for (size_t i = 0; i < count; i++) {
+    const HurrayDTypeInfo *info = hurray_dtype_at(i);
+    HurrayDTypeObject *obj = PyObject_GC_New(HurrayDTypeObject, st->dtype_type);
+    if (obj == NULL) return -1;
+    obj->info = info;
+    PyObject_GC_Track(obj);
+    PyTuple_SET_ITEM(st->dtypes, (Py_ssize_t)i, (PyObject *)obj);
+    PyList_SET_ITEM(st->numpy_dtypes, (Py_ssize_t)i, Py_NewRef(Py_None));
+    st->dtype_index[info->code] = (uint8_t)i;
+    if (PyDict_SetItemString(namespace, info->name, (PyObject *)obj) < 0) return -1;
+    if (info->tier == 1 && PyModule_AddObjectRef(module, info->name, (PyObject *)obj) < 0) {
+      return -1;
+    }
+  }
+  PyType_Modified(st->dtype_type);
+  return 0;
+}

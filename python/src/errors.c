@@ -1,0 +1,259 @@
+/* errors.c -- the hurray exception hierarchy and the one mapping from a Hurray C status to a
+ * Python exception (docs/impl/python-bindings.md, "Error Handling").
+ *
+ *   HurrayError(Exception)
+ *   ├── BufferError(HurrayError, builtins.BufferError)     consumed capsule, no host access...
+ *   ├── UnsupportedError(HurrayError, builtins.BufferError)  HURRAY_EUNSUPPORTED
+ *   │   └── ABIError(UnsupportedError)                       HURRAY_EABI
+ *   ├── InvalidArgumentError(HurrayError, ValueError)        HURRAY_EINVAL
+ *   ├── OutOfMemoryError(HurrayError, MemoryError)           HURRAY_ENOMEM
+ *   ├── LimitError(HurrayError, ValueError)                  HURRAY_EOVERFLOW, HURRAY_ELIMIT
+ *   ├── DTypeError(HurrayError, TypeError)                   HURRAY_EDTYPE
+ *   ├── DescriptorError(HurrayError, ValueError)             HURRAY_EDEVICE, EMEMCLASS, ESYNC,
+ *   │                                                        EALIGN
+ *   ├── LayoutError(HurrayError, ValueError)                 HURRAY_ELAYOUT, HURRAY_EBOUNDS
+ *   ├── FormatError(HurrayError, ValueError)                 HURRAY_EFORMAT
+ *   │   └── ChecksumError(FormatError)                       HURRAY_ECHECKSUM
+ *   ├── InputOutputError(HurrayError, OSError)               HURRAY_EIO
+ *   └── StateError(HurrayError, RuntimeError)                HURRAY_ESTATE
+ *
+ * UnsupportedError derives from builtins.BufferError (not from hurray.BufferError) because the
+ * DLPack and array API contract is that "this array cannot be exported that way" surfaces as
+ * BufferError: a generic DLPack caller that catches BufferError to fall back to another path
+ * also catches "DLPack has no form for peer memory" or "int4 has no DLPack dtype". It is not a
+ * NotImplementedError: the answer is "not representable", not "not yet written".
+ */
+#include "hurray_python.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+typedef struct ExcSpec {
+  const char *name;   /* qualified: "hurray.<Name>" */
+  int parent;         /* HurrayPyExc of the Hurray parent, or -1 for Exception */
+  PyObject **builtin; /* the builtin second base, or NULL */
+  const char *doc;
+} ExcSpec;
+
+/* Indexed by HurrayPyExc; parents come before their children. */
+static const ExcSpec kExcSpecs[HURRAY_PY_EXC_COUNT] = {
+    [HURRAY_PY_EXC_ERROR] = {"hurray.HurrayError", -1, NULL,
+                             "Base class of every error raised by hurray.\n\n"
+                             "Instances raised for a hurray-core status carry it as `code` (an "
+                             "int of HURRAY_STATUS_LIST); `code` is None otherwise."},
+    [HURRAY_PY_EXC_BUFFER] = {"hurray.BufferError", HURRAY_PY_EXC_ERROR, &PyExc_BufferError,
+                              "The memory cannot be shared or reached as asked: a consumed or "
+                              "invalid capsule, host access to device memory, a non-contiguous "
+                              "buffer export, a copy needed where copy=False."},
+    [HURRAY_PY_EXC_UNSUPPORTED] = {"hurray.UnsupportedError", HURRAY_PY_EXC_ERROR,
+                                   &PyExc_BufferError,
+                                   "Valid, but not representable through the protocol asked for "
+                                   "(e.g. PEER memory or int4 through DLPack). A "
+                                   "builtins.BufferError, as DLPack callers expect."},
+    [HURRAY_PY_EXC_ABI] = {"hurray.ABIError", HURRAY_PY_EXC_UNSUPPORTED, NULL,
+                           "A producer built against another hurray-ffi or DLPack ABI version."},
+    [HURRAY_PY_EXC_INVALID_ARGUMENT] = {"hurray.InvalidArgumentError", HURRAY_PY_EXC_ERROR,
+                                        &PyExc_ValueError, "An argument has an invalid value."},
+    [HURRAY_PY_EXC_OUT_OF_MEMORY] = {"hurray.OutOfMemoryError", HURRAY_PY_EXC_ERROR,
+                                     &PyExc_MemoryError, "hurray-core could not allocate."},
+    [HURRAY_PY_EXC_LIMIT] = {"hurray.LimitError", HURRAY_PY_EXC_ERROR, &PyExc_ValueError,
+                             "A limit is exceeded or a size does not fit in 64 bits."},
+    [HURRAY_PY_EXC_DTYPE] = {"hurray.DTypeError", HURRAY_PY_EXC_ERROR, &PyExc_TypeError,
+                             "An unknown or invalid dtype."},
+    [HURRAY_PY_EXC_DESCRIPTOR] = {"hurray.DescriptorError", HURRAY_PY_EXC_ERROR, &PyExc_ValueError,
+                                  "An invalid buffer descriptor field: device tag, memory "
+                                  "class, sync mode or alignment."},
+    [HURRAY_PY_EXC_LAYOUT] = {"hurray.LayoutError", HURRAY_PY_EXC_ERROR, &PyExc_ValueError,
+                              "Shape, strides, byte offset or byte count do not describe a "
+                              "valid tensor over its buffers."},
+    [HURRAY_PY_EXC_FORMAT] = {"hurray.FormatError", HURRAY_PY_EXC_ERROR, &PyExc_ValueError,
+                              "Malformed encoded bytes."},
+    [HURRAY_PY_EXC_CHECKSUM] = {"hurray.ChecksumError", HURRAY_PY_EXC_FORMAT, NULL,
+                                "A checksum does not match the bytes it covers."},
+    [HURRAY_PY_EXC_IO] = {"hurray.InputOutputError", HURRAY_PY_EXC_ERROR, &PyExc_OSError,
+                          "An input/output operation failed."},
+    [HURRAY_PY_EXC_STATE] = {"hurray.StateError", HURRAY_PY_EXC_ERROR, &PyExc_RuntimeError,
+                             "An object is in the wrong state for the operation."},
+};
+
+/* The table: every status of HURRAY_STATUS_LIST maps to exactly one class. A switch over the
+ * enum without a default, so -Wswitch (in -Wall) flags a status added to the list but not
+ * here. */
+HurrayPyExc hurray__py_exc_for_status(int status) {
+  switch ((HurrayStatus)status) {
+    case HURRAY_OK: /* not an error; callers never raise it */
+      return HURRAY_PY_EXC_ERROR;
+    case HURRAY_EINVAL:
+      return HURRAY_PY_EXC_INVALID_ARGUMENT;
+    case HURRAY_ENOMEM:
+      return HURRAY_PY_EXC_OUT_OF_MEMORY;
+    case HURRAY_EOVERFLOW:
+    case HURRAY_ELIMIT:
+      return HURRAY_PY_EXC_LIMIT;
+    case HURRAY_EDTYPE:
+      return HURRAY_PY_EXC_DTYPE;
+    case HURRAY_EDEVICE:
+    case HURRAY_EMEMCLASS:
+    case HURRAY_ESYNC:
+    case HURRAY_EALIGN:
+      return HURRAY_PY_EXC_DESCRIPTOR;
+    case HURRAY_ELAYOUT:
+    case HURRAY_EBOUNDS:
+      return HURRAY_PY_EXC_LAYOUT;
+    case HURRAY_EABI:
+      return HURRAY_PY_EXC_ABI;
+    case HURRAY_EUNSUPPORTED:
+      return HURRAY_PY_EXC_UNSUPPORTED;
+    case HURRAY_EFORMAT:
+      return HURRAY_PY_EXC_FORMAT;
+    case HURRAY_EIO:
+      return HURRAY_PY_EXC_IO;
+    case HURRAY_ESTATE:
+      return HURRAY_PY_EXC_STATE;
+    case HURRAY_ECHECKSUM:
+      return HURRAY_PY_EXC_CHECKSUM;
+  }
+  return HURRAY_PY_EXC_ERROR; /* a status newer than this extension */
+}
+
+int hurray__py_errors_init(PyObject *module, HurrayState *st) {
+  for (int i = 0; i < HURRAY_PY_EXC_COUNT; i++) {
+    const ExcSpec *spec = &kExcSpecs[i];
+    PyObject *parent = spec->parent < 0 ? PyExc_Exception : st->exceptions[spec->parent];
+    PyObject *bases =
+        spec->builtin == NULL ? PyTuple_Pack(1, parent) : PyTuple_Pack(2, parent, *spec->builtin);
+    if (bases == NULL) return -1;
+    PyObject *dict = NULL;
+    if (i == HURRAY_PY_EXC_ERROR) {
+      dict = Py_BuildValue("{sO}", "code", Py_None);
+      if (dict == NULL) {
+        Py_DECREF(bases);
+        return -1;
+      }
+    }
+    st->exceptions[i] = PyErr_NewExceptionWithDoc(spec->name, spec->doc, bases, dict);
+    Py_DECREF(bases);
+    Py_XDECREF(dict);
+    if (st->exceptions[i] == NULL) return -1;
+    if (PyModule_AddObjectRef(module, strchr(spec->name, '.') + 1, st->exceptions[i]) < 0) {
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Raises `kind` with `message` (stolen) and, when `code` is not None, `.code`. */
+static PyObject *raise_message(HurrayState *st, HurrayPyExc kind, int code, PyObject *message) {
+  if (message == NULL) return NULL;
+  PyObject *exc = PyObject_CallOneArg(st->exceptions[kind], message);
+  Py_DECREF(message);
+  if (exc == NULL) return NULL;
+  if (code >= 0) {
+    PyObject *value = PyLong_FromLong(code);
+    int failed = value == NULL || PyObject_SetAttrString(exc, "code", value) < 0;
+    Py_XDECREF(value);
+    if (failed) {
+      Py_DECREF(exc);
+      return NULL;
+    }
+  }
+  PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+  Py_DECREF(exc);
+  return NULL;
+}
+
+PyObject *hurray__py_raise_status(HurrayState *st, int status, const HurrayError *error) {
+  const char *text =
+      error != NULL && error->message[0] != '\0' ? error->message : hurray_status_message(status);
+  size_t length = strnlen(text, HURRAY_ERROR_MESSAGE_SIZE);
+  PyObject *message = PyUnicode_DecodeUTF8(text, (Py_ssize_t)length, "replace");
+  return raise_message(st, hurray__py_exc_for_status(status), status, message);
+}
+
+PyObject *hurray__py_raise_statusf(HurrayState *st, int status, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  PyObject *message = PyUnicode_FromFormatV(fmt, args);
+  va_end(args);
+  return raise_message(st, hurray__py_exc_for_status(status), status, message);
+}
+
+PyObject *hurray__py_raise(HurrayState *st, HurrayPyExc kind, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  PyObject *message = PyUnicode_FromFormatV(fmt, args);
+  va_end(args);
+  return raise_message(st, kind, -1, message);
+}
+
+/* ---- private helpers for the tests: the status table as Python sees it ------------------- */
+
+static int status_arg(PyObject *arg, int *status) {
+  int overflow = 0;
+  long value = PyLong_AsLongAndOverflow(arg, &overflow);
+  if (value == -1 && PyErr_Occurred()) return -1;
+  if (overflow != 0 || value <= HURRAY_OK || value > INT32_MAX ||
+      strcmp(hurray_status_name((int)value), "HURRAY_UNKNOWN_STATUS") == 0) {
+    PyErr_Format(PyExc_ValueError, "%R is not an error status of HURRAY_STATUS_LIST", arg);
+    return -1;
+  }
+  *status = (int)value;
+  return 0;
+}
+
+static PyObject *exception_for_status(PyObject *module, PyObject *arg) {
+  int status = 0;
+  if (status_arg(arg, &status) < 0) return NULL;
+  HurrayState *st = PyModule_GetState(module);
+  return Py_NewRef(st->exceptions[hurray__py_exc_for_status(status)]);
+}
+
+static PyObject *raise_status(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    return PyErr_Format(PyExc_TypeError, "_raise_status() takes 2 arguments (%zd given)", nargs);
+  }
+  int status = 0;
+  if (status_arg(args[0], &status) < 0) return NULL;
+  if (!PyUnicode_Check(args[1])) {
+    return PyErr_Format(PyExc_TypeError, "message must be str, not %.200s",
+                        Py_TYPE(args[1])->tp_name);
+  }
+  const char *text = PyUnicode_AsUTF8(args[1]);
+  if (text == NULL) return NULL;
+  HurrayError error = {.code = status};
+  strncpy(error.message, text, sizeof error.message - 1);
+  return hurray__py_raise_status(PyModule_GetState(module), status, &error);
+}
+
+static PyObject *status_names(PyObject *module, PyObject *unused) {
+  (void)module;
+  (void)unused;
+  PyObject *names = PyDict_New();
+  if (names == NULL) return NULL;
+#define HURRAY_X_NAME(name, value, message)                                            \
+  {                                                                                    \
+    PyObject *key = PyLong_FromLong(value);                                            \
+    int failed = key == NULL || PyDict_SetItemString(names, "HURRAY_" #name, key) < 0; \
+    Py_XDECREF(key);                                                                   \
+    if (failed) {                                                                      \
+      Py_DECREF(names);                                                                \
+      return NULL;                                                                     \
+    }                                                                                  \
+  }
+  HURRAY_STATUS_LIST(HURRAY_X_NAME)
+#undef HURRAY_X_NAME
+  return names;
+}
+
+PyMethodDef hurray__py_error_functions[] = {
+    {"_exception_for_status", exception_for_status, METH_O,
+     PyDoc_STR("_exception_for_status($module, status, /)\n--\n\n"
+               "The exception class a hurray-core status maps to (private, for tests).")},
+    {"_raise_status", HURRAY_PY_CFUNC(raise_status), METH_FASTCALL,
+     PyDoc_STR("_raise_status($module, status, message, /)\n--\n\n"
+               "Raises the exception of a status as a failing C call would (private).")},
+    {"_status_codes", status_names, METH_NOARGS,
+     PyDoc_STR("_status_codes($module, /)\n--\n\n"
+               "{name: code} of the HURRAY_STATUS_LIST this extension was compiled with.")},
+    {NULL, NULL, 0, NULL},
+};

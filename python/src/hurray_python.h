@@ -1,0 +1,431 @@
+/* hurray_python.h -- private header of the hurray._hurray extension (hurray-python).
+ *
+ * The extension is one module, hurray._hurray, written over hurray-ffi (include/hurray/hurray.h)
+ * and nothing else of the core. Its sources are split by concern:
+ *
+ *   module.c   module definition (PEP 489 multi-phase init), module state, argument parsing
+ *   errors.c   the exception hierarchy and the one Hurray status -> exception mapping
+ *   modes.c    compliance modes (ADR-022): strict / relaxed, hurray.mode, array API admission
+ *   dtype.c    hurray.dtype: one immutable singleton per entry of the C dtype table
+ *   device.c   hurray.Device and the parsing of device / memory class / sync mode arguments
+ *   tensor.c   hurray.Tensor: owner references, construction, properties, host reads, the
+ *              Python buffer protocol, __array_namespace__
+ *   numpy.c    __array__ and hurray.from_numpy
+ *   stream.c   the stream rules of DLPack, shared by __dlpack__ and __hurray__
+ *   dlpack.c   __dlpack__, __dlpack_device__ and hurray.from_dlpack
+ *   native.c   the native interchange protocol (Layer 8c): __hurray__ and hurray.from_hurray
+ *
+ * There are no static PyObject globals: every Python object the extension keeps lives in the
+ * module state (HurrayState), reached from a type with PyType_GetModuleState. Cross-file
+ * symbols are named hurray__py_* and have hidden visibility (the static core's hurray__*
+ * internals and the public hurray_* ABI are not exported from the module either: see
+ * python/CMakeLists.txt).
+ */
+#ifndef HURRAY_PYTHON_H
+#define HURRAY_PYTHON_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "hurray/hurray.h"
+
+#if PY_VERSION_HEX < 0x030B0000
+#error "hurray-python needs CPython 3.11 or newer"
+#endif
+
+/* Py_IsFinalizing became public API in 3.13; 3.11 and 3.12 spell it _Py_IsFinalizing. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define HURRAY_PY_FINALIZING() Py_IsFinalizing()
+#else
+#define HURRAY_PY_FINALIZING() _Py_IsFinalizing()
+#endif
+
+/* A METH_FASTCALL / METH_FASTCALL | METH_KEYWORDS function as the PyCFunction a PyMethodDef
+ * holds, without -Wcast-function-type noise. */
+#define HURRAY_PY_CFUNC(f) ((PyCFunction)(void (*)(void))(f))
+
+/* Keeps the exception in flight (if any) across code that may run Python and clear it:
+ * owner releases and DLPack deleters run from destructors. */
+typedef struct HurrayPySavedError {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject *exc;
+#else
+  PyObject *type, *value, *traceback;
+#endif
+} HurrayPySavedError;
+
+static inline void hurray__py_error_save(HurrayPySavedError *saved) {
+#if PY_VERSION_HEX >= 0x030C0000
+  saved->exc = PyErr_GetRaisedException();
+#else
+  PyErr_Fetch(&saved->type, &saved->value, &saved->traceback);
+#endif
+}
+
+static inline void hurray__py_error_restore(HurrayPySavedError *saved) {
+  if (PyErr_Occurred()) PyErr_WriteUnraisable(NULL); /* the release itself failed */
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(saved->exc);
+#else
+  PyErr_Restore(saved->type, saved->value, saved->traceback);
+#endif
+}
+
+/* Drops a reference while an error is set, and returns NULL: what a consumer does with a
+ * capsule it rejects. The capsule's destructor (which releases a capsule still under its
+ * original name) may run Python, so it runs with the error put aside, and the error raised
+ * stays the one in flight. */
+static inline PyObject *hurray__py_drop_and_fail(PyObject *object) {
+  HurrayPySavedError saved;
+  hurray__py_error_save(&saved);
+  Py_DECREF(object);
+  hurray__py_error_restore(&saved);
+  return NULL;
+}
+
+/* Copies at least this large are made with the GIL released. */
+#define HURRAY_PY_NOGIL_COPY_BYTES ((uint64_t)1 << 16)
+
+/* ============================================================================================
+ * Exceptions (errors.c)
+ * ============================================================================================ */
+
+typedef enum HurrayPyExc {
+  HURRAY_PY_EXC_ERROR = 0,        /* HurrayError(Exception): the base */
+  HURRAY_PY_EXC_BUFFER,           /* BufferError(HurrayError, builtins.BufferError) */
+  HURRAY_PY_EXC_UNSUPPORTED,      /* UnsupportedError(HurrayError, builtins.BufferError) */
+  HURRAY_PY_EXC_ABI,              /* ABIError(UnsupportedError) */
+  HURRAY_PY_EXC_INVALID_ARGUMENT, /* InvalidArgumentError(HurrayError, ValueError) */
+  HURRAY_PY_EXC_OUT_OF_MEMORY,    /* OutOfMemoryError(HurrayError, MemoryError) */
+  HURRAY_PY_EXC_LIMIT,            /* LimitError(HurrayError, ValueError) */
+  HURRAY_PY_EXC_DTYPE,            /* DTypeError(HurrayError, TypeError) */
+  HURRAY_PY_EXC_DESCRIPTOR,       /* DescriptorError(HurrayError, ValueError) */
+  HURRAY_PY_EXC_LAYOUT,           /* LayoutError(HurrayError, ValueError) */
+  HURRAY_PY_EXC_FORMAT,           /* FormatError(HurrayError, ValueError) */
+  HURRAY_PY_EXC_CHECKSUM,         /* ChecksumError(FormatError) */
+  HURRAY_PY_EXC_IO,               /* InputOutputError(HurrayError, OSError) */
+  HURRAY_PY_EXC_STATE,            /* StateError(HurrayError, RuntimeError) */
+  HURRAY_PY_EXC_COUNT
+} HurrayPyExc;
+
+/* ============================================================================================
+ * Module state (module.c)
+ * ============================================================================================ */
+
+typedef enum HurrayPyMode { HURRAY_PY_MODE_STRICT = 0, HURRAY_PY_MODE_RELAXED = 1 } HurrayPyMode;
+
+#define HURRAY_PY_NO_DTYPE 0xFF
+
+typedef struct HurrayState {
+  PyTypeObject *dtype_type;
+  PyTypeObject *device_type;
+  PyTypeObject *tensor_type;
+  PyTypeObject *mode_type;      /* hurray.mode, the context manager */
+  PyTypeObject *host_span_type; /* private: the byte exporter behind __array__ */
+  PyObject *exceptions[HURRAY_PY_EXC_COUNT];
+  PyObject *dtypes;              /* tuple of the dtype singletons, in C table order */
+  uint8_t dtype_index[256];      /* dtype code -> index into `dtypes`, or HURRAY_PY_NO_DTYPE */
+  PyObject *mode_var;            /* contextvars.ContextVar set by `with hurray.mode(...)` */
+  PyObject *mode_names[2];       /* "strict", "relaxed" (indexed by HurrayPyMode) */
+  int default_mode;              /* HurrayPyMode: set_mode() and HURRAY_MODE */
+  PyObject *array_api;           /* the namespace module, imported on first use */
+  PyObject *numpy;               /* numpy, imported on first use */
+  PyObject *ml_dtypes;           /* ml_dtypes on first use; Py_None when it is not installed */
+  PyObject *numpy_dtypes;        /* list: numpy dtype per C table index, or None (lazy) */
+  PyObject *numpy_ndarray;       /* numpy.ndarray, with `numpy` */
+  PyObject *str_array_namespace; /* interned "__array_namespace__" */
+  PyObject *str_dlpack;          /* interned "__dlpack__" */
+  PyObject *str_dlpack_device;   /* interned "__dlpack_device__" */
+  PyObject *str_max_version;     /* interned keyword names from_dlpack passes */
+  PyObject *str_copy;
+  PyObject *str_dl_device;
+  PyObject *dl_max_version; /* (1, 1): the DLPack version from_dlpack reads */
+  PyObject *str_hurray;     /* interned "__hurray__" */
+} HurrayState;
+
+/* The state of the module that defines `type` (one of the extension's own final types). */
+static inline HurrayState *hurray__py_state_of_type(PyTypeObject *type) {
+  return (HurrayState *)PyType_GetModuleState(type);
+}
+static inline HurrayState *hurray__py_state_of(PyObject *self) {
+  return hurray__py_state_of_type(Py_TYPE(self));
+}
+
+/* Fast-call argument parsing shared by the hot entry points. `names` lists every parameter in
+ * order (NULL-terminated); the first `posonly` are positional-only, at most `maxpos` may be
+ * passed by position (the rest are keyword-only) and the first `required` must be given.
+ * `out[i]` receives a borrowed reference, or NULL for a parameter not passed. */
+typedef struct HurrayPyParser {
+  const char *fname;
+  const char *const *names;
+  int posonly;
+  int maxpos;
+  int required;
+} HurrayPyParser;
+
+int hurray__py_parse(const HurrayPyParser *parser, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames, PyObject **out);
+
+/* Integers from Python objects with __index__: TypeError for anything else, and
+ * hurray.InvalidArgumentError (a ValueError) naming `what` for a value out of range. */
+int hurray__py_int_in_range(HurrayState *st, PyObject *obj, long long lo, long long hi,
+                            const char *what, long long *out);
+int hurray__py_i64(HurrayState *st, PyObject *obj, const char *what, int64_t *out);
+int hurray__py_u64(HurrayState *st, PyObject *obj, const char *what, uint64_t *out);
+
+/* After a failed call of obj.<method>(...) made on a consumer's behalf: an AttributeError from
+ * an object that has no such method becomes the TypeError the protocols specify ("`fname`()
+ * needs an object with <method>"); any other error is left as it is. Returns NULL. */
+PyObject *hurray__py_protocol_missing(PyObject *obj, PyObject *method, const char *fname);
+
+/* ============================================================================================
+ * errors.c
+ * ============================================================================================ */
+
+int hurray__py_errors_init(PyObject *module, HurrayState *st);
+/* The class a Hurray status maps to (exactly one per status). */
+HurrayPyExc hurray__py_exc_for_status(int status);
+/* Raises the exception of `status` with `error`'s message (the generic message of the status
+ * when `error` is NULL or empty); the instance carries `.code`. Returns NULL. */
+PyObject *hurray__py_raise_status(HurrayState *st, int status, const HurrayError *error);
+/* The same with a formatted message (PyUnicode_FromFormat syntax). */
+PyObject *hurray__py_raise_statusf(HurrayState *st, int status, const char *fmt, ...);
+/* Raises one of the extension's classes with a formatted message; `.code` is None. */
+PyObject *hurray__py_raise(HurrayState *st, HurrayPyExc kind, const char *fmt, ...);
+
+extern PyMethodDef hurray__py_error_functions[];
+
+/* ============================================================================================
+ * modes.c
+ * ============================================================================================ */
+
+int hurray__py_modes_init(PyObject *module, HurrayState *st);
+/* The mode in force in the current context (HurrayPyMode), or -1 with an exception. */
+int hurray__py_mode(HurrayState *st);
+/* Whether the array API namespace admits `dtype` in the current mode: Tier 1 always, Tier 2
+ * and Tier 3 only in relaxed mode. 1 yes, 0 no, -1 error. The one rule behind both mode gates
+ * (namespace functions and __array_namespace__ visibility). */
+int hurray__py_array_api_admits(HurrayState *st, const HurrayDTypeInfo *dtype);
+
+extern PyType_Spec hurray__py_mode_spec;
+extern PyMethodDef hurray__py_mode_functions[];
+
+/* ============================================================================================
+ * dtype.c
+ * ============================================================================================ */
+
+typedef struct HurrayDTypeObject {
+  PyObject_HEAD const HurrayDTypeInfo *info; /* static storage in hurray-core */
+} HurrayDTypeObject;
+
+extern PyType_Spec hurray__py_dtype_spec;
+/* Creates the singletons, hurray.dtype.<name> and the module-level Tier 1 names. */
+int hurray__py_dtypes_init(PyObject *module, HurrayState *st);
+/* Borrowed singleton of `code`; NULL (no exception set) for a code Hurray does not know. */
+PyObject *hurray__py_dtype_object(HurrayState *st, int code);
+/* A hurray.dtype or its name -> the table entry; NULL with DTypeError/TypeError. */
+const HurrayDTypeInfo *hurray__py_dtype_arg(HurrayState *st, PyObject *obj);
+
+/* ============================================================================================
+ * device.c
+ * ============================================================================================ */
+
+typedef struct HurrayDeviceObject {
+  PyObject_HEAD uint16_t index;
+  uint8_t tag;
+} HurrayDeviceObject;
+
+extern PyType_Spec hurray__py_device_spec;
+extern PyMethodDef hurray__py_device_functions[];
+PyObject *hurray__py_device_new(HurrayState *st, int tag, int index);
+/* hurray.Device, (tag or name, index), tag int or name str -> (tag, index). -1 on error. */
+int hurray__py_device_arg(HurrayState *st, PyObject *obj, uint8_t *tag, uint16_t *index);
+/* A small enumeration of hurray-core given by name or number (`names(i)` is NULL for an
+ * unknown value): the error is `status`'s, naming `what`. */
+int hurray__py_enum_arg(HurrayState *st, PyObject *obj, const char *(*names)(int), int status,
+                        const char *what, uint8_t *out);
+/* "device" | "host" | "unified" | "peer" or the int -> HurrayMemoryClass. */
+int hurray__py_memory_class_arg(HurrayState *st, PyObject *obj, uint8_t *out);
+/* "ready" | "stream" | "event" | "timeline" or the int -> HurraySyncMode. */
+int hurray__py_sync_mode_arg(HurrayState *st, PyObject *obj, uint8_t *out);
+
+/* ============================================================================================
+ * tensor.c
+ * ============================================================================================ */
+
+/* A hurray.Tensor is one HurrayTensorContext -- the very object the native capsule protocol
+ * hands across -- plus a cached view of its descriptor. The context owns the buffers, a copy
+ * of the descriptor and the owner reference that keeps the memory alive. */
+typedef struct HurrayTensorObject {
+  PyObject_HEAD HurrayTensorContext *context; /* NULL only after tp_clear broke a reference cycle */
+  const HurrayTensorDesc *desc;               /* context->tensor */
+  Py_ssize_t exports; /* live Python buffer exports (memoryview, __array__) */
+  PyObject *weakreflist;
+} HurrayTensorObject;
+
+extern PyType_Spec hurray__py_tensor_spec;
+
+/* Owner references: what keeps the memory of a context alive. Two kinds, each with its
+ * HurrayOwnerReleaseFn; both releases take the GIL themselves (PyGILState_Ensure), keep any
+ * exception in flight, and do nothing once the interpreter is finalising.
+ *  - an object: the owner is the PyObject * itself, a strong reference the caller made
+ *    (Py_NewRef), dropped by hurray__py_owner_release_object;
+ *  - a held buffer export: hurray__py_owner_new_view moves a Py_buffer into a small block
+ *    (NULL + exception), released by hurray__py_owner_release_view (PyBuffer_Release). */
+void hurray__py_owner_release_object(void *object);
+void *hurray__py_owner_new_view(Py_buffer *view);
+void hurray__py_owner_release_view(void *owner);
+
+/* A new Tensor over a one-buffer DENSE tensor: `buffer` holds the bytes, `array` addresses
+ * them (array->buffer must be 0). SINK for `buffer` and for `owner` (owner_release(owner) is
+ * called on failure). The descriptor is copied and validated by hurray_tensor_context_create. */
+PyObject *hurray__py_tensor_wrap(HurrayState *st, HurrayBuffer *buffer, const HurrayArray *array,
+                                 uint32_t flags, void *owner, HurrayOwnerReleaseFn owner_release);
+/* Where a region of memory lives and how it is synchronised (the fields of its HurrayBuffer). */
+typedef struct HurrayPyMemory {
+  uint8_t tag;
+  uint8_t memory_class;
+  uint8_t sync_mode;
+  uint16_t device_id;
+  uint16_t peer_device_id;
+  void *sync_handle;
+  uint64_t sync_value;
+  int readonly;
+} HurrayPyMemory;
+
+/* Whether a device's buffer data is an address (buffer-protocol.md §2.5: CPU, CUDA, ROCm,
+ * Vulkan, Hexagon, Level Zero and private tags), so that data + k is byte k; Metal, WebGPU and
+ * OpenCL hold an object handle there, which only a byte_offset may move. */
+static inline int hurray__py_address_form(int tag) {
+  return tag != HURRAY_DEVICE_METAL && tag != HURRAY_DEVICE_WEBGPU && tag != HURRAY_DEVICE_OPENCL;
+}
+
+/* A new Tensor over `size` bytes at `data`, addressed by `array` (byte_offset relative to
+ * `data`). On an address-form device an address that is not 64-byte aligned is wrapped rounded
+ * down, the difference added to byte_offset and size (ADR-008): the bytes before `data` are
+ * never touched. SINK for `owner`. */
+PyObject *hurray__py_tensor_from_memory(HurrayState *st, void *data, uint64_t size,
+                                        const HurrayPyMemory *memory, const HurrayArray *array,
+                                        void *owner, HurrayOwnerReleaseFn owner_release);
+
+/* A new Tensor owning `context` (SINK: released on failure). The native capsule protocol's
+ * consumer ends here too. */
+PyObject *hurray__py_tensor_adopt(HurrayState *st, HurrayTensorContext *context);
+
+/* Appends to `list` a new handle over `buffer`'s memory: the same data, descriptor, flags and
+ * sync state, and no release of its own (the memory stays with whoever owns `buffer`). Handles
+ * are not refcounted, so every context that shares memory gets handles of its own. */
+int hurray__py_share_buffer(HurrayBufferList *list, const HurrayBuffer *buffer, int role,
+                            HurrayError *error);
+
+/* A new context over the memory of the live tensor `self`, described by `desc` -- self's own
+ * descriptor (the native protocol's producer) or one of its parts or children (views) -- with
+ * an owner reference to `self`. `only` < 0 shares every buffer of self, in order (`desc`
+ * indexes self's list); otherwise only buffer `only`, which `desc`'s one array indexes as 0.
+ * NULL with an exception on failure. */
+HurrayTensorContext *hurray__py_tensor_share(HurrayState *st, HurrayTensorObject *self,
+                                             const HurrayTensorDesc *desc, int64_t only);
+
+/* A new tensor holding a C-order, contiguous, writable copy of a CPU tensor's elements in
+ * memory from hurray_buffer_alloc (the GIL is released for large copies). `operation` names
+ * the caller in errors. */
+PyObject *hurray__py_tensor_copy(HurrayState *st, HurrayTensorObject *self, const char *operation);
+
+/* 0 for a live tensor; -1 with StateError for one tp_clear released (a broken cycle). */
+int hurray__py_tensor_live(HurrayState *st, HurrayTensorObject *self);
+/* The first part of a live tensor (the values of a DENSE one), or NULL with an exception
+ * (cleared, or a COMPOSITE tensor, which has no parts of its own). */
+const HurrayArray *hurray__py_tensor_values(HurrayState *st, HurrayTensorObject *self);
+static inline HurrayBuffer *hurray__py_tensor_buffer(HurrayTensorObject *self,
+                                                     const HurrayArray *array) {
+  return self->context->buffers->buffers[array->buffer];
+}
+static inline int hurray__py_tensor_readonly(HurrayTensorObject *self) {
+  return (self->context->flags & HURRAY_BUFFER_READ_ONLY) != 0;
+}
+
+/* Bytes of a DENSE CPU tensor, as the host may read them. */
+typedef struct HurrayHostView {
+  const HurrayArray *array;
+  const HurrayDTypeInfo *dtype;
+  HurrayBuffer *buffer;
+  uint64_t begin, end; /* the bytes the array addresses, relative to buffer->data */
+  int readonly;
+} HurrayHostView;
+
+/* Fills `view` or raises naming `operation`: hurray.BufferError for memory the host may not
+ * read (another device), hurray.UnsupportedError for a layout other than DENSE. */
+int hurray__py_tensor_host_view(HurrayState *st, HurrayTensorObject *self, const char *operation,
+                                HurrayHostView *view);
+/* The address of byte `offset` of a buffer (buffer->data may be NULL when it is empty). */
+static inline char *hurray__py_buffer_at(const HurrayBuffer *buffer, uint64_t offset) {
+  return (char *)((uintptr_t)buffer->data + (uintptr_t)offset);
+}
+/* Row-major contiguity of an array: dimensions of extent 1 may have any stride; an empty
+ * array is contiguous. */
+int hurray__py_array_is_c_contiguous(const HurrayArray *array);
+/* The row-major strides of `shape` (elements). */
+void hurray__py_row_major_strides(int32_t ndim, const int64_t *shape, int64_t *strides);
+/* Element strides of `array` (its own, or row-major when NULL). */
+void hurray__py_array_strides(const HurrayArray *array, int64_t *strides);
+/* The byte span [begin, end) relative to the address of element (0, ..., 0) that the array
+ * touches when its element 0 sits at an arbitrary byte; `lo` may be negative (negative
+ * strides). Only for whole-byte dtypes. Returns -1 (no exception) on overflow. */
+int hurray__py_relative_span(int32_t ndim, const int64_t *shape, const int64_t *strides,
+                             uint64_t itemsize, int64_t *lo, int64_t *hi);
+
+/* ============================================================================================
+ * numpy.c
+ * ============================================================================================ */
+
+extern PyType_Spec hurray__py_host_span_spec;
+extern PyMethodDef hurray__py_numpy_functions[];
+extern const char hurray__py_tensor_array_doc[];
+PyObject *hurray__py_tensor_array(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames);
+
+/* ============================================================================================
+ * stream.c
+ * ============================================================================================ */
+
+/* The `stream` of __dlpack__ and __hurray__, as DLPack defines it for the buffer's device. */
+typedef struct HurrayPyStream {
+  int given;        /* a stream other than None was passed */
+  int no_sync;      /* stream=-1: the consumer synchronises itself */
+  uintptr_t handle; /* the consumer's stream as a sync handle (None: the legacy default stream,
+                       0x1, for CUDA and ROCm); 0 on devices without streams */
+} HurrayPyStream;
+
+/* Checks `stream` (NULL or None when not passed) by DLPack's rules for the devices of `tag`:
+ * CUDA None/1/2/pointer/-1 (never 0), ROCm None/0/pointer/-1 (never 1 or 2), every other
+ * device None only. -1 with hurray.InvalidArgumentError (a ValueError) otherwise. */
+int hurray__py_stream_arg(HurrayState *st, PyObject *stream, int tag, HurrayPyStream *out);
+/* Whether `buffer`'s bytes are safe on the consumer's stream without a device runtime: READY,
+ * ordered on that very stream, or stream=-1. 0 if so; -1 with hurray.BufferError if not. */
+int hurray__py_stream_ready(HurrayState *st, const HurrayBuffer *buffer,
+                            const HurrayPyStream *stream);
+/* Whether the devices of `tag` have streams (CUDA, ROCm). */
+int hurray__py_stream_device(int tag);
+
+/* ============================================================================================
+ * dlpack.c
+ * ============================================================================================ */
+
+extern PyMethodDef hurray__py_dlpack_functions[];
+extern const char hurray__py_tensor_dlpack_doc[];
+extern const char hurray__py_tensor_dlpack_device_doc[];
+PyObject *hurray__py_tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames);
+PyObject *hurray__py_tensor_dlpack_device(PyObject *self, PyObject *unused);
+
+/* ============================================================================================
+ * native.c
+ * ============================================================================================ */
+
+extern PyMethodDef hurray__py_native_functions[];
+extern const char hurray__py_tensor_hurray_doc[];
+PyObject *hurray__py_tensor_hurray(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames);
+
+#endif /* HURRAY_PYTHON_H */

@@ -1,0 +1,188 @@
+/* native.c -- the native interchange protocol: Tensor.__hurray__ and hurray.from_hurray
+ * (Layer 8c; ADR-023 as amended by ADR-030, ADR-033 and ADR-034; docs/impl/python-bindings.md,
+ * "Native Buffer Interchange Protocol").
+ *
+ * The capsule's pointer is a HurrayTensorContext: the tensor's descriptor and every one of its
+ * buffers as one HurrayBufferList, an owner reference, and the producer's C ABI version in a
+ * head that is frozen for every version. Any binding over hurray-ffi -- another Python
+ * extension with its own copy of the library, a C or Rust program -- reads it with three
+ * functions, so nothing here depends on who is at the other end.
+ *
+ * Producer. Each call builds a fresh context over the same memory (hurray__py_tensor_share: a
+ * distinct handle per buffer, since handles are not refcounted, and a strong reference to the
+ * Tensor as the owner, dropped by the context's release with the GIL taken there) and puts it
+ * in a capsule named "hurray_tensor". The capsule's destructor releases the context if, and
+ * only if, the capsule still has that name: nobody took it.
+ *
+ * Consumer. Everything is checked while the capsule still has its name, so a capsule that is
+ * refused is released by its own producer's destructor: the name, a non-NULL pointer, the
+ * producer's ABI version -- read through hurray_tensor_context_abi_version before anything
+ * else of the context, and on a mismatch nothing else is read -- then the whole tensor against
+ * its buffers (hurray_tensor_context_check). Only then is the capsule renamed
+ * "used_hurray_tensor" and the context adopted by a new Tensor, which releases it exactly once
+ * when it is finalised. The producer stays alive through the context's owner.
+ *
+ * Streams follow DLPack (stream.c). A consumer that names a stream asks for the bytes to be
+ * safe on it, as with __dlpack__; without one (None) nothing needs to be made safe, because
+ * unlike a DLPack tensor the context carries every buffer's sync state (mode, handle, value)
+ * for the consumer to honour. from_hurray therefore passes no stream, and keeps the state.
+ */
+#include "hurray_python.h"
+
+#include <string.h>
+
+#define CAPSULE_NAME "hurray_tensor"
+#define CAPSULE_USED_NAME "used_hurray_tensor"
+
+/* ============================================================================================
+ * Producer
+ * ============================================================================================ */
+
+/* Releases the context of a capsule nobody consumed, keeping the exception in flight (a
+ * capsule often dies while one propagates). */
+static void capsule_destructor(PyObject *capsule) {
+  if (!PyCapsule_IsValid(capsule, CAPSULE_NAME)) return; /* renamed: the consumer's now */
+  HurrayPySavedError saved;
+  hurray__py_error_save(&saved);
+  hurray_tensor_context_release(PyCapsule_GetPointer(capsule, CAPSULE_NAME));
+  hurray__py_error_restore(&saved);
+}
+
+/* With a stream named, every buffer must be safe on it, exactly as __dlpack__ requires. */
+static int check_stream(HurrayState *st, HurrayTensorObject *self, PyObject *stream_obj) {
+  const HurrayBufferList *buffers = self->context->buffers;
+  for (uint32_t i = 0; i < buffers->count; i++) {
+    const HurrayBuffer *buffer = buffers->buffers[i];
+    HurrayPyStream stream;
+    if (hurray__py_stream_arg(st, stream_obj, buffer->desc.device_tag, &stream) < 0 ||
+        hurray__py_stream_ready(st, buffer, &stream) < 0) {
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The producer's one step, shared by __hurray__ and the hand-over in from_hurray: a fresh
+ * context over the memory of a live tensor, owned by whoever receives it. */
+static HurrayTensorContext *produce(HurrayState *st, HurrayTensorObject *self) {
+  if (hurray__py_tensor_live(st, self) < 0) return NULL;
+  return hurray__py_tensor_share(st, self, self->desc, -1);
+}
+
+static const char *const kHurrayNames[] = {"stream", NULL};
+
+const char hurray__py_tensor_hurray_doc[] =
+    "__hurray__($self, /, stream=None)\n--\n\n"
+    "The native interchange protocol: a new PyCapsule named 'hurray_tensor' whose pointer is a "
+    "HurrayTensorContext of C ABI version 4 -- the tensor's descriptor and a fresh handle "
+    "over every one of its buffers, whatever its layout, dtype, device, memory class and sync "
+    "state -- that keeps this tensor alive until it is released.\n\n"
+    "Consume it with hurray.from_hurray or any other hurray-ffi consumer, which renames it "
+    "'used_hurray_tensor' and then owns the context; a capsule destroyed unconsumed releases "
+    "it. stream is DLPack's: validated by DLPack's rules for each buffer's device, and when "
+    "one is named every buffer must be ready on it (or stream=-1) else hurray.BufferError. "
+    "With stream=None each buffer's sync state travels in the capsule for the consumer to "
+    "honour.";
+
+PyObject *hurray__py_tensor_hurray(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames) {
+  static const HurrayPyParser parser = {"__hurray__", kHurrayNames, 0, 1, 0};
+  PyObject *stream = NULL;
+  if ((nargs != 0 || kwnames != NULL) &&
+      hurray__py_parse(&parser, args, nargs, kwnames, &stream) < 0) {
+    return NULL;
+  }
+  HurrayState *st = hurray__py_state_of(op);
+  HurrayTensorObject *self = (HurrayTensorObject *)op;
+  if (stream != NULL && stream != Py_None &&
+      (hurray__py_tensor_live(st, self) < 0 || check_stream(st, self, stream) < 0)) {
+    return NULL;
+  }
+  HurrayTensorContext *context = produce(st, self);
+  if (context == NULL) return NULL;
+  PyObject *capsule = PyCapsule_New(context, CAPSULE_NAME, capsule_destructor);
+  if (capsule == NULL) hurray_tensor_context_release(context);
+  return capsule;
+}
+
+/* ============================================================================================
+ * Consumer
+ * ============================================================================================ */
+
+static PyObject *from_hurray(PyObject *module, PyObject *obj) {
+  HurrayState *st = PyModule_GetState(module);
+  if (Py_IS_TYPE(obj, st->tensor_type)) {
+    /* A Tensor of this module: its type is final and immutable, so obj.__hurray__() is
+     * Tensor.__hurray__ itself, and the capsule it would return would be made and consumed
+     * inside this call, by this very library. Its checks hold by construction (this ABI
+     * version; validated by hurray_tensor_context_create a moment ago; nobody else saw it),
+     * so the context goes from the producer to the consumer directly. */
+    HurrayTensorContext *context = produce(st, (HurrayTensorObject *)obj);
+    return context == NULL ? NULL : hurray__py_tensor_adopt(st, context);
+  }
+  PyObject *argv[2] = {NULL, obj}; /* argv[0]: scratch for PY_VECTORCALL_ARGUMENTS_OFFSET */
+  PyObject *capsule =
+      PyObject_VectorcallMethod(st->str_hurray, argv + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+  if (capsule == NULL) return hurray__py_protocol_missing(obj, st->str_hurray, "from_hurray");
+  if (!PyCapsule_CheckExact(capsule)) {
+    PyErr_Format(PyExc_TypeError, "__hurray__ returned %.200s, not a PyCapsule",
+                 Py_TYPE(capsule)->tp_name);
+    return hurray__py_drop_and_fail(capsule);
+  }
+  /* Until the rename below the capsule keeps its name: whatever is refused is released by
+   * the producer's destructor when the capsule is dropped. */
+  const char *name = PyCapsule_GetName(capsule); /* fails only for a NULL pointer */
+  if (name == NULL && PyErr_Occurred()) {
+    PyErr_Clear();
+    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER, "the hurray_tensor capsule holds a NULL pointer");
+    return hurray__py_drop_and_fail(capsule);
+  }
+  if (name == NULL || strcmp(name, CAPSULE_NAME) != 0) {
+    if (name != NULL && strcmp(name, CAPSULE_USED_NAME) == 0) {
+      hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
+                       "the hurray_tensor capsule was already consumed (it is named "
+                       "'used_hurray_tensor')");
+    } else {
+      hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
+                       "__hurray__ returned a capsule named %s%s%s, not 'hurray_tensor'",
+                       name == NULL ? "" : "'", name == NULL ? "NULL" : name,
+                       name == NULL ? "" : "'");
+    }
+    return hurray__py_drop_and_fail(capsule);
+  }
+  HurrayTensorContext *context = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+  /* The frozen head's version first, and nothing else of a context of another version. */
+  uint32_t version = hurray_tensor_context_abi_version(context);
+  if (version != HURRAY_C_ABI_VERSION) {
+    hurray__py_raise_statusf(st, HURRAY_EABI,
+                             "producer C ABI version %u, consumer C ABI version %d: the "
+                             "capsule's tensor context is left to its producer",
+                             (unsigned)version, HURRAY_C_ABI_VERSION);
+    return hurray__py_drop_and_fail(capsule);
+  }
+  HurrayError error; /* written only on failure: not cleared on this hot path */
+  error.message[0] = '\0';
+  int status = hurray_tensor_context_check(context, 0, &error);
+  if (status != HURRAY_OK) {
+    hurray__py_raise_status(st, status, &error);
+    return hurray__py_drop_and_fail(capsule);
+  }
+  if (PyCapsule_SetName(capsule, CAPSULE_USED_NAME) < 0) return hurray__py_drop_and_fail(capsule);
+  Py_DECREF(capsule); /* renamed: its destructor leaves the context to us */
+  return hurray__py_tensor_adopt(st, context);
+}
+
+PyMethodDef hurray__py_native_functions[] = {
+    {"from_hurray", from_hurray, METH_O,
+     PyDoc_STR("from_hurray($module, obj, /)\n--\n\n"
+               "A hurray.Tensor over the memory of any object whose __hurray__() returns a "
+               "'hurray_tensor' capsule (the native interchange protocol), without copying: "
+               "every buffer, the descriptor and each buffer's device, memory class and sync "
+               "state come across as they are, and the producer is kept alive.\n\n"
+               "An object without __hurray__ raises TypeError; a capsule already consumed, of "
+               "another name or holding NULL raises hurray.BufferError; one from a producer of "
+               "another hurray-ffi C ABI version raises hurray.ABIError (an "
+               "UnsupportedError) naming both versions and is left to its producer; a tensor "
+               "that does not fit its buffers raises the error hurray-core reports.")},
+    {NULL, NULL, 0, NULL},
+};

@@ -1,0 +1,405 @@
+/* numpy.c -- NumPy interoperability: Tensor.__array__ and hurray.from_numpy.
+ *
+ * NumPy is an optional run-time dependency, reached through its Python API only: the extension
+ * is not compiled against NumPy's C API, so it needs no NumPy at build time, keeps no static
+ * C-API table, and works with every NumPy 2.x. Both directions are zero-copy:
+ *
+ *   __array__   numpy.ndarray(shape, dtype, buffer=<span>, offset, strides) over a private
+ *               exporter (HostSpan) of the bytes the tensor addresses; the array's base keeps
+ *               the tensor alive; strides (any sign) and read-only are preserved.
+ *   from_numpy  a Python buffer export of the array (held until the tensor's memory is
+ *               released), its byte strides turned into element strides.
+ *
+ * The one dtype mapping is numpy_dtype(): Tier 1 and float16 by NumPy's own name, the other
+ * whole-byte Tier 2 floats through ml_dtypes when it is installed (bfloat16, float8_*).
+ * from_numpy maps back by name and checks that the result maps to the very same NumPy dtype,
+ * which rejects byte-swapped, structured and ml_dtypes' unpacked sub-byte types (int4, int2,
+ * float4_e2m1fn, ... store one element per byte there; Hurray packs them) without a second
+ * table. complex32 has no NumPy dtype.
+ */
+#include "hurray_python.h"
+
+#include <string.h>
+
+/* ---- lazily imported modules ---------------------------------------------------------------- */
+
+/* numpy (borrowed), imported with numpy.ndarray on first use. */
+static PyObject *numpy_module(HurrayState *st) {
+  if (st->numpy == NULL) {
+    PyObject *numpy = PyImport_ImportModule("numpy");
+    if (numpy == NULL) return NULL;
+    st->numpy_ndarray = PyObject_GetAttrString(numpy, "ndarray");
+    if (st->numpy_ndarray == NULL) {
+      Py_DECREF(numpy);
+      return NULL;
+    }
+    st->numpy = numpy;
+  }
+  return st->numpy;
+}
+
+/* ml_dtypes, or Py_None when it cannot be imported (borrowed; NULL on another error). */
+static PyObject *ml_dtypes_module(HurrayState *st) {
+  if (st->ml_dtypes == NULL) {
+    st->ml_dtypes = PyImport_ImportModule("ml_dtypes");
+    if (st->ml_dtypes == NULL) {
+      if (!PyErr_ExceptionMatches(PyExc_ImportError)) return NULL;
+      PyErr_Clear();
+      st->ml_dtypes = Py_NewRef(Py_None);
+    }
+  }
+  return st->ml_dtypes;
+}
+
+/* The NumPy dtype of a Hurray dtype (a new reference), or NULL with UnsupportedError. */
+static PyObject *numpy_dtype(HurrayState *st, const HurrayDTypeInfo *info) {
+  PyObject *cached = PyList_GET_ITEM(st->numpy_dtypes, st->dtype_index[info->code]);
+  if (cached != Py_None) return Py_NewRef(cached);
+  if (info->bits % 8 != 0) {
+    return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                            "%s has no NumPy form: Hurray packs its %d-bit elements, NumPy "
+                            "(and ml_dtypes) store one element per byte; use tobytes()",
+                            info->name, (int)info->bits);
+  }
+  PyObject *numpy = numpy_module(st);
+  if (numpy == NULL) return NULL;
+  PyObject *spec = NULL;
+  if (info->tier == 1 || info->code == HURRAY_DTYPE_FLOAT16) {
+    spec = PyUnicode_FromString(info->name);
+  } else {
+    PyObject *ml_dtypes = ml_dtypes_module(st);
+    if (ml_dtypes == NULL) return NULL;
+    if (ml_dtypes == Py_None) {
+      return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                              "%s has no NumPy dtype without ml_dtypes (pip install ml_dtypes)",
+                              info->name);
+    }
+    spec = PyObject_GetAttrString(ml_dtypes, info->name);
+    if (spec == NULL) {
+      if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+      PyErr_Clear();
+      return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED, "NumPy has no dtype for %s",
+                              info->name);
+    }
+  }
+  if (spec == NULL) return NULL;
+  PyObject *dtype = PyObject_CallMethod(numpy, "dtype", "O", spec);
+  Py_DECREF(spec);
+  if (dtype == NULL) return NULL;
+  PyObject *itemsize = PyObject_GetAttrString(dtype, "itemsize");
+  long bytes = itemsize == NULL ? -1 : PyLong_AsLong(itemsize);
+  Py_XDECREF(itemsize);
+  if (bytes != info->bits / 8) {
+    Py_DECREF(dtype);
+    if (PyErr_Occurred()) return NULL;
+    return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                            "the NumPy dtype named %s does not store %d bits per element",
+                            info->name, (int)info->bits);
+  }
+  PyList_SET_ITEM(st->numpy_dtypes, st->dtype_index[info->code], Py_NewRef(dtype));
+  Py_DECREF(cached);
+  return dtype;
+}
+
+/* ---- HostSpan: the bytes of a CPU tensor, as the buffer behind an ndarray ----------------- */
+
+typedef struct HostSpan {
+  PyObject_HEAD PyObject *tensor; /* keeps the memory alive; counted in tensor->exports */
+  char *data;
+  Py_ssize_t length;
+  int readonly;
+} HostSpan;
+
+static PyObject *host_span_new(HurrayState *st, PyObject *tensor, char *data, Py_ssize_t length,
+                               int readonly) {
+  HostSpan *self = PyObject_GC_New(HostSpan, st->host_span_type);
+  if (self == NULL) return NULL;
+  self->tensor = Py_NewRef(tensor);
+  ((HurrayTensorObject *)tensor)->exports++;
+  self->data = data;
+  self->length = length;
+  self->readonly = readonly;
+  PyObject_GC_Track(self);
+  return (PyObject *)self;
+}
+
+static int host_span_traverse(PyObject *op, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(op));
+  Py_VISIT(((HostSpan *)op)->tensor);
+  return 0;
+}
+
+static int host_span_clear(PyObject *op) {
+  HostSpan *self = (HostSpan *)op;
+  if (self->tensor != NULL) {
+    ((HurrayTensorObject *)self->tensor)->exports--;
+    Py_CLEAR(self->tensor);
+  }
+  self->data = NULL;
+  self->length = 0;
+  return 0;
+}
+
+static void host_span_dealloc(PyObject *op) {
+  PyTypeObject *type = Py_TYPE(op);
+  PyObject_GC_UnTrack(op);
+  (void)host_span_clear(op);
+  type->tp_free(op);
+  Py_DECREF(type);
+}
+
+static int host_span_getbuffer(PyObject *op, Py_buffer *view, int flags) {
+  HostSpan *self = (HostSpan *)op;
+  if (self->tensor == NULL) {
+    PyErr_SetString(PyExc_BufferError, "the span was cleared");
+    return -1;
+  }
+  return PyBuffer_FillInfo(view, op, self->data, self->length, self->readonly, flags);
+}
+
+static PyType_Slot host_span_slots[] = {
+    {Py_tp_dealloc, host_span_dealloc},
+    {Py_tp_traverse, host_span_traverse},
+    {Py_tp_clear, host_span_clear},
+    {Py_bf_getbuffer, host_span_getbuffer},
+    {Py_tp_doc, (void *)"The bytes of a CPU hurray.Tensor, exported to NumPy (private)."},
+    {0, NULL},
+};
+
+PyType_Spec hurray__py_host_span_spec = {
+    .name = "hurray._hurray._HostSpan",
+    .basicsize = sizeof(HostSpan),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = host_span_slots,
+};
+
+/* ---- Tensor.__array__ ----------------------------------------------------------------------- */
+
+/* A zero-copy ndarray over a CPU tensor. */
+static PyObject *ndarray_view(HurrayState *st, PyObject *self) {
+  HurrayHostView host;
+  if (hurray__py_tensor_host_view(st, (HurrayTensorObject *)self, "__array__", &host) < 0) {
+    return NULL;
+  }
+  PyObject *dtype = numpy_dtype(st, host.dtype);
+  if (dtype == NULL) return NULL;
+  const HurrayArray *array = host.array;
+  int64_t strides[HURRAY_MAX_NDIM];
+  hurray__py_array_strides(array, strides);
+  uint64_t itemsize = host.dtype->bits / 8;
+  PyObject *shape = PyTuple_New(array->ndim);
+  PyObject *byte_strides = PyTuple_New(array->ndim);
+  PyObject *result = NULL;
+  for (int32_t i = 0; shape != NULL && byte_strides != NULL && i < array->ndim; i++) {
+    /* Validated: |stride * itemsize| fits for every dimension of extent > 1. */
+    int64_t step = array->shape[i] > 1 ? strides[i] * (int64_t)itemsize : 0;
+    PyObject *extent = PyLong_FromLongLong(array->shape[i]);
+    PyObject *stride = PyLong_FromLongLong(step);
+    if (extent == NULL || stride == NULL) {
+      Py_XDECREF(extent);
+      Py_XDECREF(stride);
+      Py_CLEAR(shape);
+      break;
+    }
+    PyTuple_SET_ITEM(shape, i, extent);
+    PyTuple_SET_ITEM(byte_strides, i, stride);
+  }
+  if (shape != NULL && byte_strides != NULL && host.end - host.begin > PY_SSIZE_T_MAX) {
+    hurray__py_raise_statusf(st, HURRAY_ELIMIT, "the tensor's bytes do not fit a Py_ssize_t");
+  } else if (shape != NULL && byte_strides != NULL) {
+    PyObject *span = host_span_new(st, self, hurray__py_buffer_at(host.buffer, host.begin),
+                                   (Py_ssize_t)(host.end - host.begin), host.readonly);
+    if (span != NULL) {
+      result = PyObject_CallFunction(st->numpy_ndarray, "OOOKO", shape, dtype, span,
+                                     (unsigned long long)(array->byte_offset - host.begin),
+                                     byte_strides);
+      Py_DECREF(span);
+    }
+  }
+  Py_XDECREF(shape);
+  Py_XDECREF(byte_strides);
+  Py_DECREF(dtype);
+  return result;
+}
+
+static const char *const kArrayNames[] = {"dtype", "copy", NULL};
+
+const char hurray__py_tensor_array_doc[] =
+    "__array__($self, /, dtype=None, copy=None)\n--\n\n"
+    "NumPy's array protocol (NumPy 2 semantics). Without dtype and copy, a zero-copy ndarray "
+    "over the tensor's memory: strides (negative ones included) and read-only kept, the "
+    "tensor kept alive by the array. copy=True copies; copy=False never copies and raises "
+    "ValueError where a copy would be needed (another dtype). CPU memory that is ready only; "
+    "Tier 1 dtypes and float16, plus bfloat16 and the float8 types through ml_dtypes.";
+
+PyObject *hurray__py_tensor_array(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames) {
+  static const HurrayPyParser parser = {"__array__", kArrayNames, 0, 2, 0};
+  PyObject *a[2];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  PyObject *want_dtype = a[0] == Py_None ? NULL : a[0];
+  int copy = -1; /* None */
+  if (a[1] != NULL && a[1] != Py_None) {
+    copy = PyObject_IsTrue(a[1]);
+    if (copy < 0) return NULL;
+  }
+  HurrayState *st = hurray__py_state_of(self);
+  PyObject *array = ndarray_view(st, self);
+  if (array == NULL) return NULL;
+  if (want_dtype != NULL) {
+    PyObject *target = PyObject_CallMethod(st->numpy, "dtype", "O", want_dtype);
+    PyObject *have = target == NULL ? NULL : PyObject_GetAttrString(array, "dtype");
+    int same = have == NULL ? -1 : PyObject_RichCompareBool(have, target, Py_EQ);
+    Py_XDECREF(have);
+    PyObject *converted = NULL;
+    if (same == 0 && copy == 0) {
+      PyErr_Format(PyExc_ValueError, "__array__(copy=False): converting %s to %R needs a copy",
+                   hurray_dtype_info(((HurrayTensorObject *)self)->desc->dtype)->name, target);
+    } else if (same == 0) {
+      converted = PyObject_CallMethod(array, "astype", "O", target);
+      copy = 0; /* astype made the copy */
+    }
+    Py_XDECREF(target);
+    if (same != 1) {
+      Py_DECREF(array);
+      return converted;
+    }
+  }
+  if (copy == 1) {
+    PyObject *copied = PyObject_CallMethod(array, "copy", NULL);
+    Py_DECREF(array);
+    return copied;
+  }
+  return array;
+}
+
+/* ---- hurray.from_numpy ---------------------------------------------------------------------- */
+
+/* The Hurray dtype of a NumPy dtype, or NULL with UnsupportedError. NumPy's dtypes of native
+ * byte order are singletons: one already mapped is found by identity, without asking NumPy
+ * for its name (which NumPy computes in Python, at microseconds a call). */
+static const HurrayDTypeInfo *dtype_from_numpy(HurrayState *st, PyObject *np_dtype) {
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->numpy_dtypes); i++) {
+    if (PyList_GET_ITEM(st->numpy_dtypes, i) == np_dtype) {
+      return ((HurrayDTypeObject *)PyTuple_GET_ITEM(st->dtypes, i))->info;
+    }
+  }
+  PyObject *name = PyObject_GetAttrString(np_dtype, "name");
+  if (name == NULL) return NULL;
+  const char *text = PyUnicode_AsUTF8(name);
+  uint8_t code = 0;
+  const HurrayDTypeInfo *info = NULL;
+  if (text != NULL && hurray_dtype_from_name(text, &code, NULL) == HURRAY_OK) {
+    info = hurray_dtype_info(code);
+  }
+  Py_DECREF(name);
+  if (text == NULL) return NULL;
+  if (info == NULL) {
+    hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED, "NumPy dtype %R has no Hurray dtype", np_dtype);
+    return NULL;
+  }
+  PyObject *back = numpy_dtype(st, info);
+  if (back == NULL) return NULL;
+  int same = PyObject_RichCompareBool(back, np_dtype, Py_EQ);
+  Py_DECREF(back);
+  if (same < 0) return NULL;
+  if (!same) {
+    hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                     "NumPy dtype %R is not Hurray's %s (byte order or layout differs)", np_dtype,
+                     info->name);
+    return NULL;
+  }
+  return info;
+}
+
+/* The object whose buffer export carries the array's memory: the array itself for dtypes the
+ * PEP 3118 format can spell, else a same-itemsize unsigned view (ml_dtypes' types cannot be
+ * exported as themselves); the view's base keeps the array alive. */
+static PyObject *buffer_exporter(PyObject *arr, const HurrayDTypeInfo *info) {
+  if (info->tier == 1 || info->code == HURRAY_DTYPE_FLOAT16) return Py_NewRef(arr);
+  char spec[8];
+  snprintf(spec, sizeof spec, "u%d", info->bits / 8);
+  return PyObject_CallMethod(arr, "view", "s", spec);
+}
+
+static PyObject *from_numpy(PyObject *module, PyObject *arr) {
+  HurrayState *st = PyModule_GetState(module);
+  if (numpy_module(st) == NULL) return NULL;
+  int is_array = PyObject_IsInstance(arr, st->numpy_ndarray);
+  if (is_array <= 0) {
+    if (is_array == 0) {
+      PyErr_Format(PyExc_TypeError,
+                   "from_numpy() takes a numpy.ndarray, not %.200s (hurray.from_dlpack takes "
+                   "any DLPack producer)",
+                   Py_TYPE(arr)->tp_name);
+    }
+    return NULL;
+  }
+  PyObject *np_dtype = PyObject_GetAttrString(arr, "dtype");
+  if (np_dtype == NULL) return NULL;
+  const HurrayDTypeInfo *info = dtype_from_numpy(st, np_dtype);
+  Py_DECREF(np_dtype);
+  if (info == NULL) return NULL;
+  PyObject *exporter = buffer_exporter(arr, info);
+  if (exporter == NULL) return NULL;
+  Py_buffer view;
+  int status = PyObject_GetBuffer(exporter, &view, PyBUF_RECORDS_RO);
+  Py_DECREF(exporter);
+  if (status < 0) return NULL;
+
+  if (view.ndim > HURRAY_MAX_NDIM) {
+    PyBuffer_Release(&view);
+    return hurray__py_raise_statusf(st, HURRAY_ELIMIT, "the array has %d dimensions; at most %d",
+                                    view.ndim, HURRAY_MAX_NDIM);
+  }
+  int64_t shape[HURRAY_MAX_NDIM];
+  int64_t strides[HURRAY_MAX_NDIM];
+  int64_t itemsize = view.itemsize;
+  HurrayArray array = {.ndim = view.ndim, .shape = shape, .strides = strides, .dtype = info->code};
+  for (int i = 0; i < view.ndim; i++) {
+    shape[i] = view.shape[i];
+    Py_ssize_t step = view.strides[i];
+    if (step % itemsize == 0) {
+      strides[i] = step / itemsize;
+    } else if (view.shape[i] <= 1) {
+      strides[i] = 0; /* never stepped: any stride is as good */
+    } else {
+      PyBuffer_Release(&view);
+      return hurray__py_raise_statusf(st, HURRAY_ELAYOUT,
+                                      "NumPy stride %zd of axis %d is not a multiple of the "
+                                      "itemsize %zd; Hurray strides count elements",
+                                      step, i, (Py_ssize_t)itemsize);
+    }
+  }
+  int64_t lo = 0, hi = 0;
+  if (hurray__py_relative_span(array.ndim, shape, strides, (uint64_t)itemsize, &lo, &hi) < 0) {
+    PyBuffer_Release(&view);
+    return hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "the array's extent overflows");
+  }
+  array.byte_offset = (uint64_t)-lo;
+  HurrayPyMemory memory = {
+      .tag = HURRAY_DEVICE_CPU,
+      .memory_class = HURRAY_MEM_DEVICE,
+      .sync_mode = HURRAY_SYNC_READY,
+      .readonly = view.readonly,
+  };
+  char *start = (char *)((uintptr_t)view.buf - (uintptr_t)-lo);
+  void *owner = hurray__py_owner_new_view(&view);
+  if (owner == NULL) {
+    PyBuffer_Release(&view);
+    return NULL;
+  }
+  return hurray__py_tensor_from_memory(st, start, (uint64_t)(hi - lo), &memory, &array, owner,
+                                       hurray__py_owner_release_view);
+}
+
+PyMethodDef hurray__py_numpy_functions[] = {
+    {"from_numpy", from_numpy, METH_O,
+     PyDoc_STR("from_numpy($module, arr, /)\n--\n\n"
+               "A zero-copy hurray.Tensor over a numpy.ndarray: strides kept (NumPy's byte "
+               "strides must be multiples of the itemsize), read-only kept, the array kept "
+               "alive. Tier 1 dtypes and float16, plus bfloat16 and the float8 types of "
+               "ml_dtypes; byte-swapped arrays are rejected.")},
+    {NULL, NULL, 0, NULL},
+};

@@ -1,0 +1,92 @@
+/* stream.c -- the `stream` argument of __dlpack__ and __hurray__ (docs/impl/python-bindings.md,
+ * "Streams"). One set of rules, DLPack's, for both protocols (ADR-023 §6).
+ *
+ * A stream is the consumer's: it asks the producer to make the bytes safe to use on it. Which
+ * values are valid depends on the device (DLPack, "Stream parameter semantics"): for CUDA
+ * None and 1 name the legacy default stream, 2 the per-thread default stream, 0 is ambiguous
+ * and disallowed; for ROCm None and 0 name the null stream and 1 and 2 mean nothing; larger
+ * values are stream pointers; -1 says "do not synchronise, I will"; devices without streams
+ * take None only. The device family follows the Hurray device tag, whatever the memory class,
+ * so CUDA and ROCm PEER or UNIFIED memory -- which have no DLPack device type -- get the same
+ * rules in the native protocol.
+ *
+ * hurray-python has no device runtime: it cannot make a stream wait. The bytes are safe on the
+ * consumer's stream when the buffer is READY, or ordered (sync mode 'stream') on exactly that
+ * stream, or when the consumer said it synchronises itself (-1). CUDA's cudaStreamLegacy and
+ * HIP's null stream are both named 0x1 (buffer-protocol.md §2.6.2-§2.6.3).
+ */
+#include "hurray_python.h"
+
+typedef enum StreamFamily { STREAMS_NONE, STREAMS_CUDA, STREAMS_ROCM } StreamFamily;
+
+static StreamFamily stream_family(int tag) {
+  switch (tag) {
+    case HURRAY_DEVICE_CUDA:
+      return STREAMS_CUDA;
+    case HURRAY_DEVICE_ROCM:
+      return STREAMS_ROCM;
+    default:
+      return STREAMS_NONE;
+  }
+}
+
+int hurray__py_stream_device(int tag) {
+  return stream_family(tag) != STREAMS_NONE;
+}
+
+int hurray__py_stream_arg(HurrayState *st, PyObject *stream, int tag, HurrayPyStream *out) {
+  StreamFamily family = stream_family(tag);
+  out->given = stream != NULL && stream != Py_None;
+  out->no_sync = 0;
+  out->handle = family == STREAMS_NONE ? 0 : 1;
+  if (!out->given) return 0;
+  if (family == STREAMS_NONE) {
+    const char *name = hurray_device_name(tag);
+    if (name != NULL) {
+      hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                       "stream must be None for %s memory (the device has no streams), not %R",
+                       name, stream);
+    } else {
+      hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                       "stream must be None for memory of device tag 0x%02X (it has no "
+                       "streams), not %R",
+                       (unsigned)tag, stream);
+    }
+    return -1;
+  }
+  long long value = 0;
+  if (hurray__py_int_in_range(st, stream, -1, (long long)INTPTR_MAX, "stream", &value) < 0) {
+    return -1;
+  }
+  if (family == STREAMS_CUDA && value == 0) {
+    hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                     "stream=0 is ambiguous for CUDA and disallowed: pass None or 1 (legacy "
+                     "default stream), 2 (per-thread default stream) or a stream pointer");
+    return -1;
+  }
+  if (family == STREAMS_ROCM && (value == 1 || value == 2)) {
+    hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                     "stream=%lld is not valid for ROCm: pass None or 0 (default stream) or a "
+                     "stream pointer",
+                     value);
+    return -1;
+  }
+  out->no_sync = value == -1;
+  if (value > 0) out->handle = (uintptr_t)value;
+  return 0;
+}
+
+int hurray__py_stream_ready(HurrayState *st, const HurrayBuffer *buffer,
+                            const HurrayPyStream *stream) {
+  if (buffer->desc.sync_mode == HURRAY_SYNC_READY || stream->no_sync ||
+      (buffer->desc.sync_mode == HURRAY_SYNC_STREAM &&
+       (uintptr_t)buffer->sync_handle == stream->handle)) {
+    return 0;
+  }
+  hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
+                   "the tensor's data is not ready on the consumer's stream (sync mode '%s') "
+                   "and hurray-python has no device runtime to make that stream wait; "
+                   "synchronise first and pass stream=-1",
+                   hurray_sync_mode_name(buffer->desc.sync_mode));
+  return -1;
+}

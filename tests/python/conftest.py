@@ -1,0 +1,139 @@
+"""Shared fixtures of the hurray-python tests."""
+
+import gc
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import hurray
+
+sys.path.insert(0, os.path.dirname(__file__))  # dlpack_fake
+
+# scripts/test.sh sets HURRAY_REQUIRE_PEERS=1: there a missing peer (numpy, torch, jax,
+# ml_dtypes) is a failure, not a skip.
+REQUIRE_PEERS = os.environ.get("HURRAY_REQUIRE_PEERS") == "1"
+# The sanitizer stage sets HURRAY_SANITIZED=1: memory-growth and timing tests measure the
+# sanitizer there, not hurray, and are skipped.
+SANITIZED = os.environ.get("HURRAY_SANITIZED") == "1"
+
+
+def peer(name):
+    """Imports a test peer; a skip when it is absent, unless peers are required."""
+    if REQUIRE_PEERS:
+        return __import__(name)
+    return pytest.importorskip(name)
+
+
+@pytest.fixture(autouse=True)
+def _strict_mode_around_each_test():
+    """Every test starts and ends in strict mode, the default."""
+    hurray.set_mode("strict")
+    yield
+    hurray.set_mode("strict")
+
+
+@pytest.fixture
+def gc_collect():
+    def collect():
+        for _ in range(3):
+            gc.collect()
+    return collect
+
+
+def rss_bytes():
+    """Resident set size of this process (Linux)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+# ---- the native peer: a second extension with its own copy of hurray-core ------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+PEER_SOURCE = ROOT / "tests" / "native_peer" / "peer.c"
+
+
+def _run(command):
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, command))}\n{result.stdout}{result.stderr}")
+
+
+def _build_peers(directory, versions):
+    """Compiles tests/native_peer/peer.c once per C ABI version in `versions` (module `peer`
+    for the default, `peer_v<N>` otherwise) with the system C compiler, each linked with one
+    shared compilation of src/core/*.c into a module that exports only its PyInit_ (so its
+    hurray_* are its own). The same sanitizers as the extension when HURRAY_SANITIZED=1.
+    Returns {version: module}."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        if REQUIRE_PEERS:
+            pytest.fail("the native peer needs a C compiler ($CC or cc)")
+        pytest.skip("the native peer needs a C compiler")
+    paths = sysconfig.get_paths()
+    common = ["-std=c11", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",
+              "-I", str(ROOT / "include")]
+    if SANITIZED:
+        common += ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                   "-fno-omit-frame-pointer"]
+    else:
+        common += ["-O2"]
+    jobs = []
+    objects = []
+    for source in sorted((ROOT / "src" / "core").glob("*.c")):
+        obj = directory / f"core_{source.stem}.o"
+        objects.append(obj)
+        jobs.append(common + ["-D_POSIX_C_SOURCE=200809L", "-c", str(source), "-o", str(obj)])
+    modules = {}
+    for version in versions:
+        name = "peer" if version is None else f"peer_v{version}"
+        defines = [f"-DPEER_MODULE={name}"]
+        if version is not None:
+            defines.append(f"-DPEER_ABI_VERSION={version}")
+        obj = directory / f"{name}.o"
+        jobs.append(common + defines + ["-I", paths["include"], "-I", paths["platinclude"],
+                                        "-c", str(PEER_SOURCE), "-o", str(obj)])
+        modules[version] = (name, obj)
+    processes = [(job, subprocess.Popen([cc] + job, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)) for job in jobs]
+    for job, process in processes:
+        output, _ = process.communicate()
+        if process.returncode != 0:
+            raise RuntimeError(f"{cc} {' '.join(job)}\n{output}")
+    script = directory / "exports.map"
+    script.write_text("{ global: PyInit_*; local: *; };\n")
+    link = ["-shared", f"-Wl,--version-script={script}"]
+    if SANITIZED:
+        link.append("-fsanitize=address,undefined")
+    loaded = {}
+    for version, (name, obj) in modules.items():
+        library = directory / (name + sysconfig.get_config_var("EXT_SUFFIX"))
+        _run([cc, *link, "-o", str(library), str(obj), *map(str, objects), "-lpthread"])
+        spec = importlib.util.spec_from_file_location(name, library)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        loaded[version] = module
+    return loaded
+
+
+@pytest.fixture(scope="session")
+def _peers(tmp_path_factory):
+    return _build_peers(tmp_path_factory.mktemp("native_peer"), [None, 5])
+
+
+@pytest.fixture(scope="session")
+def peer_ext(_peers):
+    """The native peer built for this C ABI version (4)."""
+    return _peers[None]
+
+
+@pytest.fixture(scope="session")
+def peer_v5(_peers):
+    """The native peer built with -DPEER_ABI_VERSION=5: a producer and consumer of a future
+    hurray-ffi."""
+    return _peers[5]

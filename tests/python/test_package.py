@@ -1,0 +1,122 @@
+"""The package as a whole: its namespace, exact signatures, exported symbols."""
+
+import inspect
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import hurray
+from hurray import _hurray
+
+
+def test_all_is_complete_and_importable():
+    for name in hurray.__all__:
+        assert hasattr(hurray, name), name
+    public = {n for n in vars(_hurray) if not n.startswith("_") and n != "C_ABI_VERSION"}
+    assert public <= set(hurray.__all__)
+    assert hurray.__version__ == _hurray.__version__
+    assert hurray.C_ABI_VERSION == 4
+
+
+SIGNATURES = {
+    hurray.Tensor: "(data, dtype, shape, strides=None, byte_offset=0)",
+    hurray.Tensor.from_address: "(address, dtype, shape, *, device, memory_class='device', "
+                                "sync_mode='ready', sync_handle=0, sync_value=0, byte_size=None, "
+                                "strides=None, byte_offset=0, peer_index=0, owner=None, "
+                                "readonly=False)",
+    hurray.Tensor.from_parts: "(layout, parts=(), *, dtype=None, shape=None, axis=0, "
+                              "block_size=0, coalesced=False, children=None)",
+    hurray.Tensor.__hurray__: "(self, /, stream=None)",
+    hurray.Tensor.tobytes: "(self, /)",
+    hurray.Tensor.tolist: "(self, /)",
+    hurray.Tensor.__array__: "(self, /, dtype=None, copy=None)",
+    hurray.Tensor.__dlpack__: "(self, /, *, stream=None, max_version=None, dl_device=None, "
+                              "copy=None)",
+    hurray.Tensor.__dlpack_device__: "(self, /)",
+    hurray.from_dlpack: "(x, /, *, device=None, copy=None)",
+    hurray.from_hurray: "(obj, /)",
+    hurray.from_numpy: "(arr, /)",
+    hurray.set_mode: "(name, /)",
+    hurray.get_mode: "()",
+    hurray.mode: "(name, /)",
+    hurray.register_device: "(tag, name, /)",
+    hurray.unregister_device: "(tag, /)",
+    hurray.dtype: "(name)",
+    hurray.Device: "(tag, index=0)",
+}
+
+
+@pytest.mark.parametrize("obj", SIGNATURES, ids=lambda o: o.__qualname__)
+def test_exact_text_signatures(obj):
+    assert str(inspect.signature(obj)) == SIGNATURES[obj]
+
+
+def test_the_bound_namespace_method_has_its_signature():
+    t = hurray.Tensor(bytes(4), hurray.float32, [1])
+    assert str(inspect.signature(t.__array_namespace__)) == "(*, api_version=None)"
+
+
+def test_signatures_match_the_parsers():
+    """Each keyword a signature names is accepted, and positional-only really is."""
+    t = hurray.Tensor(data=bytes(8), dtype="float32", shape=[2], strides=None, byte_offset=0)
+    t.__dlpack__(stream=None, max_version=None, dl_device=None, copy=None)
+    t.__hurray__(stream=None)
+    t.__hurray__(None)
+    hurray.Tensor.from_parts(layout="dense", parts=[t], dtype=None, shape=None, axis=0,
+                             block_size=0, coalesced=False, children=None)
+    with pytest.raises(TypeError):
+        hurray.Tensor.from_parts("dense", [t], None)  # dtype is keyword-only
+    with pytest.raises(TypeError):
+        hurray.from_hurray(obj=t)
+    t.__array__(dtype=None, copy=None)
+    hurray.from_dlpack(t, device=None, copy=None)
+    with pytest.raises(TypeError):
+        hurray.from_dlpack(x=t)
+    with pytest.raises(TypeError):
+        hurray.from_numpy(arr=None)
+    hurray.Tensor.from_address(address=0x1000, dtype="int8", shape=[64], device="cuda")
+
+
+def test_the_native_protocol_is_present_under_its_final_names_only():
+    """Layer 8c shipped: __hurray__ / from_hurray exist (ADR-033); the names ADR-023 first
+    gave them never do."""
+    t = hurray.Tensor(bytes(8), hurray.float32, [2])
+    for mode in ("strict", "relaxed"):
+        with hurray.mode(mode):
+            assert hasattr(t, "__hurray__")
+            assert not hasattr(t, "__hurray_buffer__")
+    assert callable(hurray.from_hurray) and "from_hurray" in hurray.__all__
+    assert not hasattr(hurray, "from_hurray_buffer")
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm")
+def test_only_the_module_init_function_is_exported():
+    out = subprocess.run(["nm", "-D", "--defined-only", _hurray.__file__], capture_output=True,
+                         text=True, check=True).stdout
+    symbols = {line.split()[-1] for line in out.splitlines() if line.split()[1:2] != ["A"]}
+    assert symbols == {"PyInit__hurray"}
+
+
+def test_the_module_has_no_state_in_globals():
+    """A second, independent copy of the module (multi-phase init, state per module) works
+    beside the first: its own types, its own singletons."""
+    import importlib.util
+    spec = importlib.util.find_spec("hurray._hurray")
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)
+    assert other is not _hurray
+    assert other.Tensor is not hurray.Tensor and other.float32 is not hurray.float32
+    t = other.Tensor(bytes(8), other.float32, [2])
+    assert t.dtype is other.float32 and t.shape == (2,)
+    with pytest.raises(other.LayoutError):
+        other.Tensor(bytes(7), other.float32, [2])
+    assert not issubclass(other.LayoutError, hurray.LayoutError)
+
+
+def test_importing_twice_in_subprocesses_is_clean():
+    code = "import hurray, gc; t = hurray.Tensor(bytes(4), 'float32', [1]); del t; gc.collect()"
+    result = subprocess.run([sys.executable, "-X", "dev", "-W", "error", "-c", code],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
