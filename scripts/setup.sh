@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs everything Hurray needs to build and test, idempotently: Debian packages (compilers,
-# cmocka, clang for the fuzzers) and a project-local virtual environment (.venv) with the Python
-# build tools and the real peers the tests exchange tensors with.
+# cmocka, xxhash, zlib, clang for the fuzzers) and a project-local virtual environment (.venv)
+# with the Python build tools and the real peers the tests exchange tensors with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(build-essential pkg-config libcmocka-dev libxxhash-dev clang libclang-rt-14-dev)
+apt_packages=(build-essential pkg-config libcmocka-dev libxxhash-dev zlib1g-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

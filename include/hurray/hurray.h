@@ -786,6 +786,86 @@ HURRAY_API int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_
 HURRAY_API int hurray_file_reader_metadata(const HurrayFileReader *reader, uint32_t index,
                                            HurrayMetaValue **out, HurrayError *error);
 
+
+/* ============================================================================================
+ * Conversion (docs/impl/conversion.md)
+ *
+ * hurray_convert copies the tensors of one file into a new file of another format: a Hurray
+ * container, safetensors, .npy or .npz, in either direction (and between any two of them).
+ * It streams: inputs are mapped and their bytes copied to the output chunk by chunk, so
+ * converting a file of any size needs memory for its headers only, never for its data. Every
+ * input is untrusted: each parser has explicit limits and overflow-checked arithmetic, and
+ * each error names the byte offset (or the tensor, or the zip member) and what was wrong.
+ * The output appears at its path only when it is complete, as with hurray_file_writer_*: it
+ * is written under a temporary name in the same directory, fsynced, renamed into place and
+ * the directory fsynced, so a failed conversion leaves no output and any previous file at
+ * the path intact.
+ *
+ * Nothing is lost silently. What the output cannot hold is refused with HURRAY_EUNSUPPORTED
+ * naming the tensor and the reason: layouts other than DENSE (quantised, sparse, paged,
+ * composite) and dtypes the output format lacks (int4, float8_e3m4, ... in safetensors;
+ * everything beyond bool, integers, float16/32/64 and complex64/128 in .npy), and metadata
+ * the output has no place for (see the flags). Strided dense tensors are kept as they are in
+ * a Hurray output, written in Fortran order to .npy/.npz when they are Fortran-contiguous,
+ * and gathered into C order otherwise. Checksums are verified on the way: XXH3-64 of Hurray
+ * buffers, CRC-32 of .npz members; a mismatch fails the conversion (HURRAY_ECHECKSUM).
+ * ============================================================================================ */
+
+typedef enum HurrayFormat {
+  HURRAY_FORMAT_AUTO = 0,        /* from the file name's extension (inputs: else their bytes) */
+  HURRAY_FORMAT_HURRAY = 1,      /* .hurray, .hry */
+  HURRAY_FORMAT_SAFETENSORS = 2, /* .safetensors */
+  HURRAY_FORMAT_NPY = 3,         /* .npy: one array */
+  HURRAY_FORMAT_NPZ = 4          /* .npz: a zip of .npy members */
+} HurrayFormat;
+
+/* Metadata a safetensors output cannot hold as it is: non-string values of the file's
+ * metadata are written as their JSON text (12 -> "12", [1, 2] -> "[1,2]") instead of being
+ * refused. */
+#define HURRAY_CONVERT_METADATA_JSON (1u << 0)
+/* Drop the metadata the output has no place for (all metadata for .npy and .npz, per-tensor
+ * metadata for safetensors) instead of refusing to convert. */
+#define HURRAY_CONVERT_DROP_METADATA (1u << 1)
+
+typedef struct HurrayConvertOptions {
+  uint8_t input_format;  /* HurrayFormat; AUTO infers it */
+  uint8_t output_format; /* HurrayFormat; AUTO infers it from the output's extension */
+  uint8_t reserved0[2];  /* zero */
+  uint32_t flags;        /* HURRAY_CONVERT_* */
+  uint32_t alignment;    /* Hurray output: every buffer's file offset, as
+                            HurrayFileWriterOptions.alignment (0: 64). safetensors output: the
+                            data region's offset, the header padded with spaces up to it (0: 8,
+                            as safetensors; else a power of two in [8, 2 MiB]); each tensor then
+                            starts at a multiple of its element size. Others: 0 */
+  uint32_t reserved1;    /* zero */
+  const char *name;      /* .npy input: the tensor's name (NULL: the file's stem). .npy
+                            output: the tensor to write (NULL: the input must hold one) */
+  HurrayFileProgressFn progress; /* NULL, or called with the data bytes written so far and in
+                                    all: at the start, at least every 64 MiB and after each
+                                    tensor */
+  void *progress_context;
+  uint64_t reserved[4]; /* zero */
+} HurrayConvertOptions;
+
+/* "auto", "hurray", "safetensors", "npy", "npz"; NULL for an unknown format. */
+HURRAY_API const char *hurray_format_name(int format);
+/* The format a path's extension names (case-insensitive): .hurray and .hry, .safetensors,
+ * .npy, .npz. HURRAY_EINVAL naming the path for any other. */
+HURRAY_API int hurray_format_from_path(const char *path, int *format, HurrayError *error);
+
+/* Converts `input` into a new file at `output` (which may be `input` itself: the result
+ * replaces it atomically). `options` may be NULL for the defaults. Tensors keep their names
+ * and order (a .npy input's array is named by options->name or the file's stem; .npz members
+ * are `<name>.npy`); a safetensors output orders them as safetensors' own writer does. File
+ * metadata maps to safetensors' __metadata__ strings and back. A .npy output needs an input
+ * of one tensor or options->name. Statuses: those of the parsers for a malformed input
+ * (HURRAY_EFORMAT, HURRAY_ELIMIT, HURRAY_EOVERFLOW, HURRAY_EBOUNDS, HURRAY_EDTYPE,
+ * HURRAY_ECHECKSUM, HURRAY_EUNSUPPORTED for versions and features not read), HURRAY_EINVAL
+ * for bad options or an unknown extension, HURRAY_EUNSUPPORTED for what the output cannot
+ * hold, HURRAY_EIO when the system refuses. Thread-safe for distinct outputs. */
+HURRAY_API int hurray_convert(const char *input, const char *output,
+                              const HurrayConvertOptions *options, HurrayError *error);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,19 +26,32 @@ typedef struct Command {
 
 extern const Command kInfoCommand;
 extern const Command kVerifyCommand;
+extern const Command kConvertCommand;
 
-/* Parsing of a subcommand's arguments: options (each a short and a long spelling) before or
- * after one FILE operand, "--" ending options, and --help. */
+/* Parsing of a subcommand's arguments: options (each a short and a long spelling; a valued
+ * one as `--name VALUE` or `--name=VALUE`) before or after the operands, "--" ending options,
+ * and --help. */
 typedef struct CliOption {
   char short_name; /* 0 for none */
   const char *long_name;
-  bool *set;
+  bool *set;          /* flags: set to true when given */
+  const char **value; /* valued options: their value (the last one given); NULL for flags */
 } CliOption;
 
-/* Sets the options given and `*file`. Returns -1 when the command should go on; otherwise
- * the exit status: EXIT_OK after printing the usage for --help, EXIT_USAGE after an error. */
+/* Sets the options given and the `count` operands, named `names` in messages ("FILE",
+ * "IN and OUT"). Returns -1 when the command should go on; otherwise the exit status: EXIT_OK
+ * after printing the usage for --help, EXIT_USAGE after an error. */
+int cli_parse_operands(const Command *command, int argc, char **argv, const CliOption *options,
+                       int option_count, const char **operands, int count, const char *names);
+/* The one-FILE form. */
 int cli_parse(const Command *command, int argc, char **argv, const CliOption *options,
               int option_count, const char **file);
+
+/* "\rverb: 42% (1.0 GiB of 2.4 GiB)" on stderr, when the percentage changed since `*shown`
+ * (-1 before the first). */
+void cli_progress(const char *verb, uint64_t done, uint64_t total, int *shown);
+/* Erases the progress line. */
+void cli_progress_clear(void);
 
 /* "hurray NAME: message" on stderr. */
 void cli_error(const Command *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -167,7 +167,7 @@ static int print_tensor(const HurrayFileReader *r, uint32_t index, bool buffers)
 
 static int run_info(int argc, char **argv) {
   bool buffers = false, use_pread = false;
-  const CliOption options[] = {{'b', "buffers", &buffers}, {0, "pread", &use_pread}};
+  const CliOption options[] = {{'b', "buffers", &buffers, NULL}, {0, "pread", &use_pread, NULL}};
   const char *path = NULL;
   int rc = cli_parse(&kInfoCommand, argc, argv, options, 2, &path);
   if (rc >= 0) return rc;

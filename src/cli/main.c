@@ -7,14 +7,14 @@
 
 #include "cli.h"
 
-static const Command *const kCommands[] = {&kInfoCommand, &kVerifyCommand};
+static const Command *const kCommands[] = {&kInfoCommand, &kVerifyCommand, &kConvertCommand};
 enum { COMMAND_COUNT = sizeof kCommands / sizeof kCommands[0] };
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: hurray [--version] [--help] COMMAND [ARGS]\n"
           "\n"
-          "Inspects and checks Hurray tensor files (docs/spec/file-format.md).\n"
+          "Inspects, checks and converts Hurray tensor files (docs/spec/file-format.md).\n"
           "\n"
           "commands:\n");
   for (int i = 0; i < COMMAND_COUNT; i++) {
@@ -28,7 +28,7 @@ static void usage(FILE *out) {
           "  0  success\n"
           "  1  verification failed: a checksum did not match\n"
           "  2  usage error\n"
-          "  3  the file could not be opened, read or validated\n");
+          "  3  the file could not be opened, read or validated, or could not be converted\n");
 }
 
 void cli_error(const Command *command, const char *fmt, ...) {
@@ -40,9 +40,31 @@ void cli_error(const Command *command, const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
-int cli_parse(const Command *command, int argc, char **argv, const CliOption *options,
-              int option_count, const char **file) {
-  *file = NULL;
+/* The option `arg` names, or NULL; `*inline_value` points after '=' in "--name=VALUE". */
+static const CliOption *find_option(const char *arg, const CliOption *options, int option_count,
+                                    const char **inline_value) {
+  *inline_value = NULL;
+  for (int k = 0; k < option_count; k++) {
+    const CliOption *o = &options[k];
+    if (arg[1] == '-') {
+      size_t n = strlen(o->long_name);
+      if (strncmp(arg + 2, o->long_name, n) != 0) continue;
+      if (arg[2 + n] == '\0') return o;
+      if (arg[2 + n] == '=' && o->value != NULL) {
+        *inline_value = arg + 3 + n;
+        return o;
+      }
+    } else if (o->short_name && arg[1] == o->short_name && !arg[2]) {
+      return o;
+    }
+  }
+  return NULL;
+}
+
+int cli_parse_operands(const Command *command, int argc, char **argv, const CliOption *options,
+                       int option_count, const char **operands, int count, const char *names) {
+  int given = 0;
+  for (int i = 0; i < count; i++) operands[i] = NULL;
   bool options_ended = false;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
@@ -55,30 +77,61 @@ int cli_parse(const Command *command, int argc, char **argv, const CliOption *op
         fputs(command->usage, stdout);
         return EXIT_OK;
       }
-      int k = 0;
-      for (; k < option_count; k++) {
-        bool is_long = arg[1] == '-' && strcmp(arg + 2, options[k].long_name) == 0;
-        bool is_short = options[k].short_name && arg[1] == options[k].short_name && !arg[2];
-        if (is_long || is_short) break;
-      }
-      if (k == option_count) {
+      const char *value = NULL;
+      const CliOption *o = find_option(arg, options, option_count, &value);
+      if (o == NULL) {
         cli_error(command, "unknown option '%s' (see hurray %s --help)", arg, command->name);
         return EXIT_USAGE;
       }
-      *options[k].set = true;
+      if (o->value == NULL) {
+        *o->set = true;
+        continue;
+      }
+      if (value == NULL) {
+        if (i + 1 == argc) {
+          cli_error(command, "option '%s' needs a value", arg);
+          return EXIT_USAGE;
+        }
+        value = argv[++i];
+      }
+      *o->value = value;
+      if (o->set != NULL) *o->set = true;
       continue;
     }
-    if (*file != NULL) {
-      cli_error(command, "one FILE expected, got '%s' and '%s'", *file, arg);
+    if (given == count) {
+      if (count == 1) {
+        cli_error(command, "one %s expected, got '%s' and '%s'", names, operands[0], arg);
+      } else {
+        cli_error(command, "%s expected, got also '%s'", names, arg);
+      }
       return EXIT_USAGE;
     }
-    *file = arg;
+    operands[given++] = arg;
   }
-  if (*file == NULL) {
-    cli_error(command, "FILE is missing (see hurray %s --help)", command->name);
+  if (given < count) {
+    cli_error(command, "%s %s missing (see hurray %s --help)", names, count == 1 ? "is" : "are",
+              command->name);
     return EXIT_USAGE;
   }
   return -1;
+}
+
+int cli_parse(const Command *command, int argc, char **argv, const CliOption *options,
+              int option_count, const char **file) {
+  return cli_parse_operands(command, argc, argv, options, option_count, file, 1, "FILE");
+}
+
+void cli_progress(const char *verb, uint64_t done, uint64_t total, int *shown) {
+  int percent = total ? (int)(done * 100 / total) : 100;
+  if (percent == *shown) return;
+  char so_far[32], all[32];
+  fprintf(stderr, "\r%s: %3d%% (%s of %s)", verb, percent, cli_size(done, so_far),
+          cli_size(total, all));
+  *shown = percent;
+}
+
+void cli_progress_clear(void) {
+  fputs("\r\033[K", stderr);
 }
 
 HurrayFileReader *cli_open(const Command *command, const char *path, bool use_pread) {

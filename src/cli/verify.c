@@ -31,17 +31,12 @@ typedef struct Progress {
 static void show_progress(void *context, uint64_t done, uint64_t total) {
   (void)total; /* of this tensor; the file's is in the context */
   Progress *p = context;
-  int percent = p->total ? (int)((p->before + done) * 100 / p->total) : 100;
-  if (percent == p->shown) return;
-  char so_far[32], all[32];
-  fprintf(stderr, "\rverifying: %3d%% (%s of %s)", percent, cli_size(p->before + done, so_far),
-          cli_size(p->total, all));
-  p->shown = percent;
+  cli_progress("verifying", p->before + done, p->total, &p->shown);
 }
 
 static int run_verify(int argc, char **argv) {
   bool quiet = false, use_pread = false;
-  const CliOption options[] = {{'q', "quiet", &quiet}, {0, "pread", &use_pread}};
+  const CliOption options[] = {{'q', "quiet", &quiet, NULL}, {0, "pread", &use_pread, NULL}};
   const char *path = NULL;
   int rc = cli_parse(&kVerifyCommand, argc, argv, options, 2, &path);
   if (rc >= 0) return rc;
@@ -58,7 +53,7 @@ static int run_verify(int argc, char **argv) {
     HurrayError error = {0};
     hurray_file_reader_tensor_info(r, t, &ti, NULL);
     int status = hurray_file_reader_verify(r, t, tty ? show_progress : NULL, &progress, &error);
-    if (status != HURRAY_OK && tty) fputs("\r\033[K", stderr);
+    if (status != HURRAY_OK && tty) cli_progress_clear();
     if (status == HURRAY_ECHECKSUM) {
       cli_error(&kVerifyCommand, "%s: %s", path, error.message);
       failed++;
@@ -68,7 +63,7 @@ static int run_verify(int argc, char **argv) {
     }
     progress.before += ti.data_bytes;
   }
-  if (tty) fputs("\r\033[K", stderr);
+  if (tty) cli_progress_clear();
   char size[32];
   if (rc == EXIT_OK && failed > 0) {
     cli_error(&kVerifyCommand,

@@ -7,6 +7,7 @@
  *   record.c    tensor records (name + descriptor tree + metadata): encode, decode; and the
  *               validation of a descriptor against buffer sizes alone
  *   source.c    where the bytes live (mapping, caller memory, pread file): buffers, hashing
+ *   output.c    a file that appears at its path only when complete (temporary, fsync, rename)
  *   writer.c    HurrayFileWriter
  *   reader.c    HurrayFileReader
  */
@@ -234,5 +235,49 @@ typedef struct FileProgress {
 HURRAY_INTERNAL int hurray__source_hash(const FileSource *source, uint64_t offset, uint64_t len,
                                         FileProgress *progress, uint64_t *hash, HurrayError *error);
 HURRAY_INTERNAL void hurray__source_release(FileSource *source);
+
+/* The bytes of a mapped or memory source (after hurray__source_map), NULL for a pread one. */
+HURRAY_INTERNAL const uint8_t *hurray__source_bytes(const FileSource *source);
+
+/* ---- output.c ----------------------------------------------------------------------------- */
+
+/* A file written under a temporary name `path` + ".tmp-<pid>-<n>" in the destination's
+ * directory, through a 256 KiB staging buffer, and renamed over `path` only by
+ * hurray__output_commit: until then nothing appears at `path` and any previous file there is
+ * untouched. After an I/O error (HURRAY_EIO) every call fails; only close remains. */
+typedef struct FileOutput {
+  int fd;
+  bool failed;
+  char *path;
+  char *temp_path;  /* NULL before open and once renamed into place */
+  uint64_t flushed; /* bytes [0, flushed) were handed to the kernel */
+  size_t staged;    /* then `staged` bytes wait in `stage` */
+  uint8_t *stage;
+} FileOutput;
+
+/* Creates the temporary (HURRAY_EIO if it cannot be). On failure `*o` needs no close. */
+HURRAY_INTERNAL int hurray__output_open(FileOutput *o, const char *path, HurrayError *error);
+/* Appends bytes (zeros). */
+HURRAY_INTERNAL int hurray__output_write(FileOutput *o, const void *data, size_t len,
+                                         HurrayError *error);
+HURRAY_INTERNAL int hurray__output_zeros(FileOutput *o, uint64_t len, HurrayError *error);
+/* The length written so far: where the next byte goes. */
+static inline uint64_t hurray__output_position(const FileOutput *o) {
+  return o->flushed + o->staged;
+}
+/* Moves the end back to `position` (<= the current one): later bytes overwrite what followed,
+ * and commit cuts off whatever was on disk beyond the end. */
+HURRAY_INTERNAL void hurray__output_rewind(FileOutput *o, uint64_t position);
+/* Overwrites bytes [offset, offset + len) already written (a header written last, a checksum
+ * known only after the data). */
+HURRAY_INTERNAL int hurray__output_patch(FileOutput *o, uint64_t offset, const void *data,
+                                         size_t len, HurrayError *error);
+/* Flushes, truncates to the current position, fsyncs, closes, renames into place and fsyncs
+ * the directory. On failure nothing appeared at the path, except when syncing the directory
+ * failed (HURRAY_EIO saying so; temp_path is NULL then): the file is there, its durability
+ * unknown. */
+HURRAY_INTERNAL int hurray__output_commit(FileOutput *o, HurrayError *error);
+/* Closes and, unless committed, removes the temporary; frees. Safe on a closed output. */
+HURRAY_INTERNAL void hurray__output_close(FileOutput *o);
 
 #endif /* HURRAY_FILE_FILE_H */

@@ -95,6 +95,10 @@ uint64_t hurray__source_size(const FileSource *source) {
   return source->size;
 }
 
+const uint8_t *hurray__source_bytes(const FileSource *source) {
+  return source->base;
+}
+
 bool hurray__source_is_view(const FileSource *source) {
   return source->base != NULL;
 }

@@ -1,28 +1,18 @@
 /* writer.c -- HurrayFileWriter: streams buffers into a temporary file, keeps only the index
  * entries in memory, and at finish writes the index, then the header, and renames the file
- * into place durably (spec §10).
+ * into place durably (spec §10) through FileOutput (output.c).
  *
  * Every tensor goes through one path: open it, stream each buffer (checksummed as the bytes
  * pass), then commit it, which encodes its record, decodes that record with the reader's own
  * parser and validates the result against the streamed sizes. A tensor that fails anywhere is
  * discarded: the write position goes back to where it began, so its bytes are overwritten or
  * cut off at finish. hurray_file_writer_add is that path driven from memory. */
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "file.h"
-
-#ifndef O_CLOEXEC
-#define O_CLOEXEC 0
-#endif
-
-enum { STAGE_SIZE = 256u << 10, TEMP_ATTEMPTS = 100 };
 
 typedef enum WriterState { IDLE, IN_TENSOR, FINISHED, FAILED } WriterState;
 
@@ -37,14 +27,9 @@ typedef struct WriterTensor {
 } WriterTensor;
 
 struct HurrayFileWriter {
-  int fd;
+  FileOutput out;
   WriterState state;
   uint32_t alignment;
-  char *path;
-  char *temp_path;  /* NULL once renamed into place */
-  uint64_t flushed; /* bytes [0, flushed) were handed to the kernel */
-  size_t staged;    /* then `staged` bytes wait in `stage` */
-  uint8_t *stage;
   FileHasher *hasher; /* the open buffer's checksum; the index's at finish */
   WriterTensor *tensors;
   uint32_t tensor_count, tensor_capacity;
@@ -66,84 +51,24 @@ struct HurrayFileWriter {
 /* ---- output ------------------------------------------------------------------------------- */
 
 static uint64_t position(const HurrayFileWriter *w) {
-  return w->flushed + w->staged;
+  return hurray__output_position(&w->out);
 }
 
-static int io_failed(HurrayFileWriter *w, const char *what, HurrayError *error) {
-  int code = errno;
-  w->state = FAILED;
-  return hurray__fail(error, HURRAY_EIO, "%s %s: %s", what, w->temp_path ? w->temp_path : w->path,
-                      strerror(code));
-}
-
-static int pwrite_all(HurrayFileWriter *w, const uint8_t *data, size_t len, uint64_t offset,
-                      HurrayError *error) {
-  while (len > 0) {
-    ssize_t n = pwrite(w->fd, data, len, (off_t)offset);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return io_failed(w, "cannot write", error);
-    data += n;
-    len -= (size_t)n;
-    offset += (uint64_t)n;
-  }
-  return HURRAY_OK;
-}
-
-static int flush(HurrayFileWriter *w, HurrayError *error) {
-  int status = pwrite_all(w, w->stage, w->staged, w->flushed, error);
-  if (status == HURRAY_OK) {
-    w->flushed += w->staged;
-    w->staged = 0;
-  }
+/* Output errors leave the writer FAILED. */
+static int checked(HurrayFileWriter *w, int status) {
+  if (status != HURRAY_OK) w->state = FAILED;
   return status;
 }
 
 static int emit(HurrayFileWriter *w, const void *data, size_t len, HurrayError *error) {
-  if (len > STAGE_SIZE - w->staged) {
-    int status = flush(w, error);
-    if (status != HURRAY_OK) return status;
-    if (len >= STAGE_SIZE) { /* large writes go straight from the caller's memory */
-      status = pwrite_all(w, data, len, w->flushed, error);
-      if (status == HURRAY_OK) w->flushed += len;
-      return status;
-    }
-  }
-  if (len > 0) memcpy(w->stage + w->staged, data, len);
-  w->staged += len;
-  return HURRAY_OK;
+  return checked(w, hurray__output_write(&w->out, data, len, error));
 }
 
 static int emit_zeros(HurrayFileWriter *w, uint64_t len, HurrayError *error) {
-  static const uint8_t zeros[4096];
-  int status = HURRAY_OK;
-  while (len > 0 && status == HURRAY_OK) {
-    size_t n = len < sizeof zeros ? (size_t)len : sizeof zeros;
-    status = emit(w, zeros, n, error);
-    len -= n;
-  }
-  return status;
+  return checked(w, hurray__output_zeros(&w->out, len, error));
 }
 
 /* ---- create and destroy ------------------------------------------------------------------- */
-
-static int open_temporary(HurrayFileWriter *w, HurrayError *error) {
-  static atomic_uint counter;
-  size_t size = strlen(w->path) + 64;
-  w->temp_path = malloc(size);
-  if (w->temp_path == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  for (int attempt = 0; attempt < TEMP_ATTEMPTS; attempt++) {
-    snprintf(w->temp_path, size, "%s.tmp-%ld-%u", w->path, (long)getpid(),
-             atomic_fetch_add(&counter, 1u));
-    w->fd = open(w->temp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (w->fd >= 0) return HURRAY_OK;
-    if (errno != EEXIST && errno != EINTR) break;
-  }
-  int code = errno;
-  free(w->temp_path);
-  w->temp_path = NULL;
-  return hurray__fail(error, HURRAY_EIO, "cannot create a temporary file for %s: %s", w->path,
-                      strerror(code));
-}
 
 int hurray_file_writer_create(const char *path, const HurrayFileWriterOptions *options,
                               HurrayFileWriter **out, HurrayError *error) {
@@ -154,8 +79,7 @@ int hurray_file_writer_create(const char *path, const HurrayFileWriterOptions *o
   const HurrayFileWriterOptions defaults = {0};
   if (options == NULL) options = &defaults;
   uint32_t alignment = options->alignment ? options->alignment : HURRAY_FILE_DEFAULT_ALIGNMENT;
-  if (options->reserved0 != 0 ||
-      !hurray__all_zero(options->reserved, sizeof options->reserved)) {
+  if (options->reserved0 != 0 || !hurray__all_zero(options->reserved, sizeof options->reserved)) {
     return hurray__fail(error, HURRAY_EINVAL, "reserved writer options are not zero");
   }
   if (alignment < HURRAY_MIN_ALIGNMENT || alignment > HURRAY_FILE_MAX_ALIGNMENT ||
@@ -166,18 +90,11 @@ int hurray_file_writer_create(const char *path, const HurrayFileWriterOptions *o
   }
   HurrayFileWriter *w = calloc(1, sizeof *w);
   if (w == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  w->fd = -1;
+  w->out.fd = -1;
   w->alignment = alignment;
-  w->path = malloc(strlen(path) + 1);
-  w->stage = malloc(STAGE_SIZE);
   w->hasher = hurray__hasher_create();
-  int status = HURRAY_OK;
-  if (w->path == NULL || w->stage == NULL || w->hasher == NULL) {
-    status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  } else {
-    strcpy(w->path, path);
-    status = open_temporary(w, error);
-  }
+  int status = w->hasher == NULL ? hurray__fail(error, HURRAY_ENOMEM, "out of memory")
+                                 : hurray__output_open(&w->out, path, error);
   /* The header is written last; its place is held by zeros. */
   if (status == HURRAY_OK) status = emit_zeros(w, HURRAY_FILE_HEADER_SIZE, error);
   if (status != HURRAY_OK) {
@@ -190,8 +107,7 @@ int hurray_file_writer_create(const char *path, const HurrayFileWriterOptions *o
 
 void hurray_file_writer_destroy(HurrayFileWriter *writer) {
   if (writer == NULL) return;
-  if (writer->fd >= 0) close(writer->fd);
-  if (writer->temp_path != NULL) unlink(writer->temp_path); /* not finished: nothing appears */
+  hurray__output_close(&writer->out); /* not finished: nothing appears */
   for (uint32_t i = 0; i < writer->tensor_count; i++) {
     free(writer->tensors[i].name);
     free(writer->tensors[i].record);
@@ -202,9 +118,6 @@ void hurray_file_writer_destroy(HurrayFileWriter *writer) {
   free(writer->open_name);
   hurray__sink_reset(&writer->metadata);
   hurray__hasher_destroy(writer->hasher);
-  free(writer->stage);
-  free(writer->temp_path);
-  free(writer->path);
   free(writer);
 }
 
@@ -293,12 +206,7 @@ static void close_buffer(HurrayFileWriter *w) {
 
 /* Puts the writer back where it was before the open tensor began. */
 static void discard_tensor(HurrayFileWriter *w) {
-  if (w->open_start >= w->flushed) {
-    w->staged = (size_t)(w->open_start - w->flushed);
-  } else { /* already on disk: later bytes overwrite it, finish cuts off the rest */
-    w->staged = 0;
-    w->flushed = w->open_start;
-  }
+  hurray__output_rewind(&w->out, w->open_start);
   w->buffer_count = w->open_first_buffer;
   w->buffer_open = false;
   free(w->open_name);
@@ -727,26 +635,6 @@ static int write_index(HurrayFileWriter *w, HurrayError *error) {
   return status;
 }
 
-static int sync_directory(HurrayFileWriter *w, HurrayError *error) {
-  const char *slash = strrchr(w->path, '/');
-  char *dir = slash == NULL ? NULL : malloc((size_t)(slash - w->path) + 2);
-  if (slash != NULL && dir == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  if (dir != NULL) {
-    size_t len = slash == w->path ? 1 : (size_t)(slash - w->path); /* "/name": the root */
-    memcpy(dir, w->path, len);
-    dir[len] = '\0';
-  }
-  int fd = open(dir != NULL ? dir : ".", O_RDONLY | O_CLOEXEC);
-  int status = HURRAY_OK;
-  if (fd < 0 || fsync(fd) != 0) {
-    status = hurray__fail(error, HURRAY_EIO, "cannot sync the directory of %s: %s", w->path,
-                          strerror(errno));
-  }
-  if (fd >= 0) close(fd);
-  free(dir);
-  return status;
-}
-
 int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error) {
   int status = check_state(writer, IDLE_OK, "hurray_file_writer_finish", error);
   if (status != HURRAY_OK) return status;
@@ -755,7 +643,6 @@ int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error) {
   status = emit_zeros(w, hurray__pad8(end) - end, error);
   uint64_t index_offset = position(w);
   if (status == HURRAY_OK) status = write_index(w, error);
-  if (status == HURRAY_OK) status = flush(w, error);
   if (status != HURRAY_OK) {
     w->state = FAILED;
     return status;
@@ -771,25 +658,9 @@ int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error) {
   hurray__store_le64(h + HDR_INDEX_LENGTH, file_size - index_offset);
   hurray__store_le64(h + HDR_INDEX_CHECKSUM, hurray__hasher_digest(w->hasher));
   hurray__store_le64(h + HDR_CHECKSUM, hurray__xxh3(h, HDR_CHECKSUM));
-  status = pwrite_all(w, h, sizeof h, 0, error);
-  if (status == HURRAY_OK && ftruncate(w->fd, (off_t)file_size) != 0) {
-    status = io_failed(w, "cannot truncate", error); /* drops discarded tensors' bytes */
-  }
-  if (status == HURRAY_OK && fsync(w->fd) != 0) status = io_failed(w, "cannot sync", error);
-  if (status == HURRAY_OK && close(w->fd) != 0) {
-    w->fd = -1;
-    status = io_failed(w, "cannot close", error);
-  }
-  w->fd = -1;
-  if (status == HURRAY_OK && rename(w->temp_path, w->path) != 0) {
-    status = io_failed(w, "cannot rename into place", error);
-  }
-  if (status != HURRAY_OK) {
-    w->state = FAILED;
-    return status;
-  }
-  free(w->temp_path);
-  w->temp_path = NULL;
-  w->state = FINISHED;
-  return sync_directory(w, error);
+  status = hurray__output_patch(&w->out, 0, h, sizeof h, error);
+  if (status == HURRAY_OK) status = hurray__output_commit(&w->out, error);
+  /* Once renamed (temp_path NULL) the file is there, even if syncing its directory failed. */
+  w->state = w->out.temp_path == NULL ? FINISHED : FAILED;
+  return status;
 }

@@ -2,7 +2,8 @@
  * file fuzzer, through the public API (the layouts come from tests/c/test_file_helpers.h).
  *
  *   make_files DIR            good.hurray (every layout, with metadata), bad_checksum.hurray,
- *                             truncated.hurray, empty.hurray, not_hurray.txt
+ *                             truncated.hurray, empty.hurray, not_hurray.txt, dense.hurray
+ *                             (the dense samples only, for `hurray convert`)
  *   make_files --corpus DIR   a small valid file per layout, files with metadata and large
  *                             alignment, and broken ones (the corpus of fuzz/fuzz_file.c)
  */
@@ -117,6 +118,8 @@ static void write_cli_files(const char *dir) {
   damage(good, join(dir, "truncated.hurray"), size / 2, true);
   write_samples(join(dir, "empty.hurray"), 0, 0, 0, false);
   write_all(join(dir, "not_hurray.txt"), (const unsigned char *)"hello\n", 6);
+  write_samples(join(dir, "dense.hurray"), 0, 5, 0, false); /* dense, strided, negative, scalar,
+                                                               empty */
 }
 
 static void write_corpus(const char *dir) {

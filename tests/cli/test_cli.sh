@@ -1,11 +1,13 @@
 #!/bin/sh
-# test_cli.sh HURRAY MAKE_FILES DIR -- runs the `hurray` command on files written by make_files
-# into DIR and checks its output and exit statuses (0 ok, 1 verification failed, 2 usage,
-# 3 bad file or I/O error).
+# test_cli.sh HURRAY MAKE_FILES DIR [PYTHON] -- runs the `hurray` command on files written by
+# make_files into DIR and checks its output and exit statuses (0 ok, 1 verification failed,
+# 2 usage, 3 bad file or I/O error). With a PYTHON that has numpy and safetensors, the files
+# `hurray convert` writes are also loaded by those packages, and theirs converted.
 set -u
 hurray=$1
 make_files=$2
 dir=$3
+python=${4:-}
 rm -rf "$dir" && mkdir -p "$dir" && "$make_files" "$dir" || exit 1
 cd "$dir" || exit 1
 
@@ -36,8 +38,8 @@ has "verify   check every buffer's checksum"
 has "3  the file could not be opened, read or validated"
 run 0 --version
 has "file format 1.0"
-run 2 convert good.hurray
-has "unknown command 'convert'"
+run 2 serve good.hurray
+has "unknown command 'serve'"
 run 0 info --help
 has "usage: hurray info [--buffers] [--pread] FILE"
 run 0 verify -h
@@ -100,12 +102,98 @@ has "missing.hurray: No such file or directory"
 run 3 verify .
 has "not a regular file"
 
+# convert
+run 0 convert --help
+has "usage: hurray convert [options] IN OUT"
+run 2 convert dense.hurray
+has "IN and OUT are missing"
+run 2 convert a b c
+has "IN and OUT expected, got also 'c'"
+run 2 convert --alignment 100 dense.hurray x.hurray
+has "--alignment 100 is not a power of two"
+run 2 convert --from bogus dense.hurray x.hurray
+has "unknown format 'bogus'"
+run 2 convert --name
+has "option '--name' needs a value"
+run 2 convert dense.hurray out.txt
+has "cannot tell the format of"
+run 0 convert dense.hurray dense.safetensors
+has "dense.hurray -> dense.safetensors: "
+has " of tensor data converted"
+run 0 convert dense.safetensors back.hurray
+run 0 info back.hurray
+has "dense: dense float32 [2, 3], 24 B in 1 buffer"
+has "scalar: dense float64 []"
+run 0 convert --quiet dense.hurray dense.npz
+[ -z "$out" ] || fail "--quiet printed something"
+run 0 convert dense.npz back2.hurray
+run 2 convert dense.hurray dense.npy
+has "holds 5 tensors: choose one by name"
+run 0 convert --name=strided dense.hurray strided.npy
+run 0 convert -n col -a 4096 strided.npy col.hurray
+run 0 info col.hurray
+has "alignment 4096"
+has "col: dense float32 [4]"
+run 0 convert --to npz --from hurray dense.hurray dense.zip
+run 0 convert dense.zip back3.hurray # sniffed
+run 3 convert good.hurray good.npz
+has "the input has file metadata, which npz cannot hold"
+run 3 convert --drop-metadata good.hurray good.safetensors
+has "tensor 'int4' is int4, which safetensors has no dtype for (HURRAY_EUNSUPPORTED)"
+[ ! -e good.safetensors ] || fail "a refused conversion left good.safetensors"
+run 1 convert bad_checksum.hurray copy.hurray
+has "checksum mismatch"
+[ ! -e copy.hurray ] || fail "a failed conversion left copy.hurray"
+run 3 convert not_hurray.txt x.hurray
+has "neither its extension nor its first bytes tell the input's format"
+run 3 convert truncated.hurray x.safetensors
+has "truncated"
+ls | grep -q '\.tmp-' && fail "a temporary file was left behind"
+
+# the outputs loaded by numpy and safetensors, and theirs converted
+if [ -n "$python" ] && "$python" -c "import numpy, safetensors" >/dev/null 2>&1; then
+  last="interop with numpy and safetensors"
+  out=$("$python" - "$hurray" 2>&1 <<'PYTHON'
+import subprocess, sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+st = load_file("dense.safetensors")
+assert st["dense"].dtype == np.float32 and st["dense"].tolist() == [[1, 2, 3], [4, 5, 6]], st
+assert st["strided"].tolist() == [0.5, 2.0, 3.5, 5.0], st["strided"]
+assert st["scalar"].shape == () and st["empty"].shape == (0, 5)
+z = np.load("dense.npz")
+assert sorted(z.files) == ["dense", "empty", "negative", "scalar", "strided"], z.files
+assert np.array_equal(z["negative"], st["negative"])
+assert np.load("strided.npy").tolist() == [0.5, 2.0, 3.5, 5.0]
+ref = {"f": np.asfortranarray(np.arange(12, dtype=">f4").reshape(3, 4)), "c": np.arange(5, dtype=np.complex128),
+       "b": np.array([True, False]), "u": np.arange(7, dtype=np.uint64)}
+np.savez_compressed("np.npz", **ref)
+save_file({"x": np.arange(6, dtype=np.int16).reshape(2, 3)}, "theirs.safetensors", metadata={"format": "np"})
+run = lambda *a: subprocess.run(list(a), check=True, capture_output=True)
+run(sys.argv[1], "convert", "np.npz", "np.hurray")
+run(sys.argv[1], "convert", "np.hurray", "np2.npz")
+run(sys.argv[1], "convert", "--drop-metadata", "theirs.safetensors", "theirs.npz")
+back = np.load("np2.npz")
+for k, v in ref.items():
+    assert np.array_equal(back[k], v) and back[k].dtype == v.dtype.newbyteorder("<"), (k, back[k])
+assert np.load("theirs.npz")["x"].tolist() == [[0, 1, 2], [3, 4, 5]]
+print("interop ok")
+PYTHON
+  )
+  has "interop ok"
+else
+  echo "interop with numpy and safetensors: skipped (no Python with both)"
+fi
+
 # progress, when stderr is a terminal (where `script` can provide one)
 if command -v script >/dev/null 2>&1 && script -qec true /dev/null >/dev/null 2>&1; then
   last="verify on a terminal"
   out=$(script -qec "'$hurray' verify good.hurray" /dev/null 2>&1)
   has "verifying: 100%"
   has "ok, 12 tensors"
+  last="convert on a terminal"
+  out=$(script -qec "'$hurray' convert dense.hurray tty.safetensors" /dev/null 2>&1)
+  has "converting: 100%"
 fi
 
 if [ "$failures" -ne 0 ]; then

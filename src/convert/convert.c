@@ -1,0 +1,815 @@
+/* convert.c -- hurray_convert: opens the input as a source (what it holds: dense arrays, or
+ * for Hurray files any tensors, and metadata), checks that the output format can hold all of
+ * it, then streams every array into the output through one of four sinks. The Hurray sink
+ * writes through HurrayFileWriter; the others through FileOutput, so every output appears at
+ * its path only when complete. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "convert.h"
+
+/* ---- formats ------------------------------------------------------------------------------ */
+
+const char *hurray_format_name(int format) {
+  switch (format) {
+    case HURRAY_FORMAT_AUTO:
+      return "auto";
+    case HURRAY_FORMAT_HURRAY:
+      return "hurray";
+    case HURRAY_FORMAT_SAFETENSORS:
+      return "safetensors";
+    case HURRAY_FORMAT_NPY:
+      return "npy";
+    case HURRAY_FORMAT_NPZ:
+      return "npz";
+    default:
+      return NULL;
+  }
+}
+
+int hurray_format_from_path(const char *path, int *format, HurrayError *error) {
+  if (path == NULL || format == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_format_from_path: %s is NULL",
+                        path == NULL ? "path" : "format");
+  }
+  static const struct {
+    const char *extension;
+    int format;
+  } kExtensions[] = {{".hurray", HURRAY_FORMAT_HURRAY},
+                     {".hry", HURRAY_FORMAT_HURRAY},
+                     {".safetensors", HURRAY_FORMAT_SAFETENSORS},
+                     {".npy", HURRAY_FORMAT_NPY},
+                     {".npz", HURRAY_FORMAT_NPZ}};
+  size_t len = strlen(path);
+  for (size_t i = 0; i < sizeof kExtensions / sizeof kExtensions[0]; i++) {
+    size_t n = strlen(kExtensions[i].extension);
+    if (len > n && strcasecmp(path + len - n, kExtensions[i].extension) == 0) {
+      *format = kExtensions[i].format;
+      return HURRAY_OK;
+    }
+  }
+  return hurray__fail(error, HURRAY_EINVAL,
+                      "cannot tell the format of '%.128s' from its extension (.hurray, .hry, "
+                      ".safetensors, .npy, .npz): name it in the options",
+                      path);
+}
+
+/* An input's format from its first bytes, for inputs without a known extension. */
+static int sniff(const FileSource *file, int *format, HurrayError *error) {
+  const uint8_t *b = hurray__source_bytes(file);
+  uint64_t size = hurray__source_size(file);
+  if (size >= 8 && memcmp(b, "\x89HRY\r\n\x1a\n", 8) == 0) {
+    *format = HURRAY_FORMAT_HURRAY;
+  } else if (size >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) {
+    *format = HURRAY_FORMAT_NPY;
+  } else if (size >= 4 && (memcmp(b, "PK\x03\x04", 4) == 0 || memcmp(b, "PK\x05\x06", 4) == 0)) {
+    *format = HURRAY_FORMAT_NPZ;
+  } else if (size >= 9 && hurray__load_le64(b) <= size - 8 && b[8] == '{') {
+    *format = HURRAY_FORMAT_SAFETENSORS;
+  } else {
+    return hurray__fail(error, HURRAY_EFORMAT,
+                        "neither its extension nor its first bytes tell the input's format");
+  }
+  return HURRAY_OK;
+}
+
+/* ---- sources ------------------------------------------------------------------------------ */
+
+static int arena_fail(HurrayError *error) {
+  return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+}
+
+static int64_t *arena_copy(FileArena *arena, const int64_t *values, int32_t n) {
+  int64_t *copy = hurray__arena_alloc(arena, (size_t)n * sizeof *copy);
+  if (copy != NULL && n > 0) memcpy(copy, values, (size_t)n * sizeof *copy);
+  return copy;
+}
+
+/* numel and data_bytes of an array, overflow-checked. */
+static int measure(ConvArray *a, HurrayError *error) {
+  uint64_t numel = 1, bits = 0;
+  for (int32_t k = 0; k < a->ndim; k++) {
+    if (hurray__mul_u64(numel, (uint64_t)a->shape[k], &numel)) {
+      return hurray__fail(error, HURRAY_EOVERFLOW, "tensor '%.64s': the element count overflows",
+                          a->name);
+    }
+  }
+  if (hurray__mul_u64(numel, hurray_dtype_info(a->dtype)->bits, &bits)) {
+    return hurray__fail(error, HURRAY_EOVERFLOW, "tensor '%.64s': the size overflows", a->name);
+  }
+  a->numel = numel;
+  a->data_bytes = bits / 8 + (bits % 8 != 0);
+  return HURRAY_OK;
+}
+
+static int open_hurray(ConvSource *s, const char *path, HurrayError *error) {
+  int status = hurray_file_reader_open(path, 0, &s->reader, error);
+  HurrayFileInfo info;
+  if (status == HURRAY_OK) status = hurray_file_reader_info(s->reader, &info, error);
+  if (status == HURRAY_OK)
+    status = hurray_file_reader_metadata(s->reader, HURRAY_FILE_WHOLE, &s->metadata_tree, error);
+  if (status != HURRAY_OK) return status;
+  s->metadata = s->metadata_tree;
+  s->arrays = hurray__arena_alloc(&s->arena, info.tensor_count * sizeof *s->arrays);
+  if (s->arrays == NULL) return arena_fail(error);
+  for (uint32_t i = 0; i < info.tensor_count && status == HURRAY_OK; i++) {
+    HurrayFileTensorInfo ti;
+    HurrayTensorDesc *d = NULL;
+    HurrayMetaValue *meta = NULL;
+    status = hurray_file_reader_tensor_info(s->reader, i, &ti, error);
+    if (status == HURRAY_OK) status = hurray_file_reader_describe(s->reader, i, &d, error);
+    if (status == HURRAY_OK) status = hurray_file_reader_metadata(s->reader, i, &meta, error);
+    ConvArray *a = &s->arrays[i];
+    *a = (ConvArray){.index = i};
+    if (status == HURRAY_OK) {
+      a->name_len = strlen(ti.name);
+      a->name = hurray__arena_strndup(&s->arena, (const uint8_t *)ti.name, a->name_len);
+      a->has_metadata = meta->count > 0;
+      if (a->name == NULL) status = arena_fail(error);
+    }
+    if (status == HURRAY_OK && d->layout != HURRAY_LAYOUT_DENSE) {
+      a->refusal = hurray_layout_name((int)d->layout);
+    } else if (status == HURRAY_OK) {
+      const HurrayArray *v = &d->parts[0];
+      HurrayFileBufferInfo bi;
+      a->dtype = v->dtype;
+      a->ndim = v->ndim;
+      a->shape = arena_copy(&s->arena, v->shape, v->ndim);
+      a->strides = v->strides != NULL ? arena_copy(&s->arena, v->strides, v->ndim) : NULL;
+      a->byte_offset = v->byte_offset;
+      a->buffer = v->buffer;
+      if (a->shape == NULL || (v->strides != NULL && a->strides == NULL))
+        status = arena_fail(error);
+      if (status == HURRAY_OK)
+        status = hurray_file_reader_buffer_info(s->reader, i, v->buffer, &bi, error);
+      if (status == HURRAY_OK) {
+        a->region_size = bi.desc.byte_size;
+        status = measure(a, error);
+      }
+    }
+    hurray_meta_destroy(meta);
+    hurray_tensor_desc_destroy(d);
+    s->count = i + 1;
+  }
+  return status;
+}
+
+static int open_safetensors(ConvSource *s, HurrayError *error) {
+  SafetensorsHeader h;
+  int status = hurray__safetensors_parse(s->bytes, s->size, &s->arena, &h, error);
+  if (status != HURRAY_OK) return status;
+  s->count = h.count;
+  s->arrays = h.arrays;
+  if (h.metadata.count > 0) {
+    s->metadata = hurray__arena_alloc(&s->arena, sizeof *s->metadata);
+    if (s->metadata == NULL) return arena_fail(error);
+    *s->metadata = h.metadata;
+  }
+  return HURRAY_OK;
+}
+
+/* An array from a parsed .npy header whose data is `available` bytes from data_offset on. */
+static int npy_array(ConvSource *s, const NpyHeader *h, uint64_t available, ConvArray *a,
+                     HurrayError *error) {
+  if (available != h->data_bytes) {
+    return hurray__fail(error, HURRAY_EFORMAT,
+                        "the .npy header promises %" PRIu64 " bytes of data (%" PRIu64
+                        " elements) but %" PRIu64 " follow it: %s",
+                        h->data_bytes, h->numel, available,
+                        available < h->data_bytes ? "truncated" : "trailing bytes");
+  }
+  a->dtype = h->dtype;
+  a->swap = h->swap;
+  a->ndim = h->ndim;
+  a->shape = arena_copy(&s->arena, h->shape, h->ndim);
+  if (a->shape == NULL) return arena_fail(error);
+  if (h->fortran_order && h->ndim > 1) {
+    int64_t strides[HURRAY_MAX_NDIM];
+    hurray__fortran_strides(h->ndim, h->shape, strides);
+    a->strides = arena_copy(&s->arena, strides, h->ndim);
+    if (a->strides == NULL) return arena_fail(error);
+  }
+  a->region_size = h->data_bytes;
+  a->numel = h->numel;
+  a->data_bytes = h->data_bytes;
+  return HURRAY_OK;
+}
+
+static int open_npy(ConvSource *s, const char *name, HurrayError *error) {
+  NpyHeader h;
+  size_t len = s->size < SIZE_MAX ? (size_t)s->size : SIZE_MAX;
+  int status = hurray__npy_parse(s->bytes, len, 0, &h, error);
+  if (status != HURRAY_OK) return status;
+  s->arrays = hurray__arena_alloc(&s->arena, sizeof *s->arrays);
+  if (s->arrays == NULL) return arena_fail(error);
+  ConvArray *a = &s->arrays[0];
+  *a = (ConvArray){.name = name, .name_len = strlen(name), .region_offset = h.data_offset};
+  status = npy_array(s, &h, s->size - h.data_offset, a, error);
+  if (status == HURRAY_OK) s->count = 1;
+  return status;
+}
+
+static int open_npz(ConvSource *s, HurrayError *error) {
+  int status = hurray__zip_read(s->bytes, s->size, &s->arena, &s->zip, error);
+  if (status != HURRAY_OK) return status;
+  s->arrays = hurray__arena_alloc(&s->arena, s->zip.count * sizeof *s->arrays);
+  uint8_t *peek = malloc(12 + CONV_NPY_MAX_HEADER);
+  if (s->arrays == NULL || peek == NULL) {
+    free(peek);
+    return arena_fail(error);
+  }
+  for (uint32_t i = 0; i < s->zip.count && status == HURRAY_OK; i++) {
+    const ZipMember *m = &s->zip.members[i];
+    ConvArray *a = &s->arrays[i];
+    *a = (ConvArray){.name = m->name, .name_len = m->name_len - 4, .index = i};
+    if (m->name_len < 5 || strcasecmp(m->name + m->name_len - 4, ".npy") != 0) {
+      status = hurray__fail(error, HURRAY_EUNSUPPORTED,
+                            "member '%.64s' is not a .npy array (a .npz holds NAME.npy members)",
+                            m->name);
+      break;
+    }
+    char *stem = hurray__arena_strndup(&s->arena, (const uint8_t *)m->name, a->name_len);
+    if (stem == NULL) {
+      status = arena_fail(error);
+      break;
+    }
+    a->name = stem;
+    status = hurray__check_name((const uint8_t *)stem, a->name_len, HURRAY_EUNSUPPORTED,
+                                "the member's name (a Hurray name, without .npy)", error);
+    size_t got = 0;
+    NpyHeader h;
+    if (status == HURRAY_OK) {
+      status = hurray__zip_peek(s->bytes, m, peek, 12 + CONV_NPY_MAX_HEADER, &got, error);
+      if (status != HURRAY_OK) break; /* zip errors name the member */
+    }
+    /* Byte offsets of a stored member are file offsets; of a deflated one, inflated ones. */
+    if (status == HURRAY_OK) {
+      status = hurray__npy_parse(peek, got, m->method == 0 ? m->data_offset : 0, &h, error);
+    }
+    if (status == HURRAY_OK) {
+      a->region_offset = h.data_offset;
+      status = npy_array(s, &h, m->size - h.data_offset, a, error);
+    }
+    if (status != HURRAY_OK) {
+      hurray__error_prefix(error, status, "member '%.64s'%s: ", m->name,
+                           m->method == 0 ? "" : " (inflated)");
+    }
+  }
+  free(peek);
+  s->count = status == HURRAY_OK ? s->zip.count : 0;
+  return status;
+}
+
+int hurray__source_open_input(FileSource *file, int format, const char *name, ConvSource *out,
+                              HurrayError *error) {
+  ConvSource *s = out;
+  *s = (ConvSource){.format = format, .file = file};
+  int status = HURRAY_OK;
+  s->size = hurray__source_size(file);
+  if (s->size == 0) status = hurray__fail(error, HURRAY_EFORMAT, "the input is empty");
+  if (status == HURRAY_OK) status = hurray__source_map(file, HURRAY_MIN_ALIGNMENT, error);
+  if (status == HURRAY_OK) {
+    s->bytes = hurray__source_bytes(file);
+    switch (format) {
+      case HURRAY_FORMAT_SAFETENSORS:
+        status = open_safetensors(s, error);
+        break;
+      case HURRAY_FORMAT_NPY:
+        status = open_npy(s, name, error);
+        break;
+      case HURRAY_FORMAT_NPZ:
+        status = open_npz(s, error);
+        break;
+      default:
+        status = hurray__fail(error, HURRAY_EINVAL, "format %d is no input format here", format);
+    }
+  }
+  if (status != HURRAY_OK) hurray__source_close(s);
+  return status;
+}
+
+void hurray__source_close(ConvSource *s) {
+  hurray_file_reader_destroy(s->reader);
+  hurray_meta_destroy(s->metadata_tree);
+  hurray__source_release(s->file);
+  hurray__arena_free(&s->arena);
+  *s = (ConvSource){0};
+}
+
+/* ---- reading arrays ----------------------------------------------------------------------- */
+
+/* Hashes what passes on the way to the next function: for Hurray buffers. */
+typedef struct Hashing {
+  FileHasher *hasher;
+  ConvChunkFn fn;
+  void *context;
+} Hashing;
+
+static int hash_chunk(void *context, const uint8_t *bytes, size_t len, HurrayError *error) {
+  Hashing *h = context;
+  hurray__hasher_update(h->hasher, bytes, len);
+  return h->fn(h->context, bytes, len, error);
+}
+
+static int checksum_mismatch(const ConvArray *a, HurrayError *error) {
+  return hurray__fail(error, HURRAY_ECHECKSUM,
+                      "tensor '%.64s', buffer %" PRIu32 ": checksum mismatch: the input is corrupt",
+                      a->name, a->buffer);
+}
+
+/* A Hurray tensor's buffer, zero-copy, held by `context` (released by the caller). */
+static int hurray_buffer(ConvSource *s, const ConvArray *a, HurrayTensorContext **context,
+                         const uint8_t **data, uint64_t *checksum, HurrayError *error) {
+  HurrayFileBufferInfo bi;
+  int status = hurray_file_reader_buffer_info(s->reader, a->index, a->buffer, &bi, error);
+  if (status == HURRAY_OK) status = hurray_file_reader_get(s->reader, a->index, 0, context, error);
+  if (status == HURRAY_OK) {
+    *data = (*context)->buffers->buffers[a->buffer]->data;
+    *checksum = bi.checksum;
+  }
+  return status;
+}
+
+static int stream_hurray(ConvSource *s, const ConvArray *a, uint64_t offset, uint64_t len,
+                         ConvChunkFn fn, void *context, HurrayError *error) {
+  HurrayTensorContext *tensor = NULL;
+  const uint8_t *data = NULL;
+  uint64_t checksum = 0;
+  Hashing h = {.hasher = hurray__hasher_create(), .fn = fn, .context = context};
+  int status =
+      h.hasher != NULL ? hurray_buffer(s, a, &tensor, &data, &checksum, error) : arena_fail(error);
+  /* The whole buffer is hashed, in order: the bytes before, the bytes streamed, those after. */
+  if (status == HURRAY_OK) {
+    hurray__hasher_update(h.hasher, data, (size_t)offset);
+    status = hurray__stream_bytes(data, offset, len, 0, s->drop_pages, hash_chunk, &h, error);
+  }
+  if (status == HURRAY_OK) {
+    hurray__hasher_update(h.hasher, data + offset + len, (size_t)(a->region_size - offset - len));
+    if (hurray__hasher_digest(h.hasher) != checksum) status = checksum_mismatch(a, error);
+  }
+  hurray__hasher_destroy(h.hasher);
+  hurray_tensor_context_release(tensor);
+  return status;
+}
+
+int hurray__source_stream(ConvSource *s, const ConvArray *a, uint64_t offset, uint64_t len,
+                          ConvChunkFn fn, void *context, HurrayError *error) {
+  if (offset > a->region_size || len > a->region_size - offset) {
+    return hurray__fail(error, HURRAY_EINVAL, "tensor '%.64s': bytes past its region requested",
+                        a->name);
+  }
+  switch (s->format) {
+    case HURRAY_FORMAT_HURRAY:
+      return stream_hurray(s, a, offset, len, fn, context, error);
+    case HURRAY_FORMAT_NPZ: {
+      SwapAdapter adapter;
+      if (a->swap > 1) {
+        int status = hurray__swap_init(&adapter, a->swap, fn, context, error);
+        if (status != HURRAY_OK) return status;
+        fn = hurray__swap_chunk;
+        context = &adapter;
+      }
+      int status =
+          hurray__zip_stream(s->bytes, &s->zip.members[a->index], a->region_offset + offset, len,
+                             s->drop_pages, fn, context, error);
+      if (a->swap > 1) {
+        if (status == HURRAY_OK) return hurray__swap_finish(&adapter, error);
+        hurray__swap_free(&adapter);
+      }
+      if (status != HURRAY_OK) hurray__error_prefix(error, status, "tensor '%.64s': ", a->name);
+      return status;
+    }
+    default: /* mapped: safetensors, npy */
+      return hurray__stream_bytes(s->bytes + a->region_offset, offset, len, a->swap, s->drop_pages,
+                                  fn, context, error);
+  }
+}
+
+int hurray__source_c_order(ConvSource *s, const ConvArray *a, ConvChunkFn fn, void *context,
+                           HurrayError *error) {
+  if (hurray__array_is_c_order(a)) {
+    return hurray__source_stream(s, a, a->byte_offset, a->data_bytes, fn, context, error);
+  }
+  /* Gathering reads the region out of order: check it first, then read it from memory. */
+  if (s->format == HURRAY_FORMAT_HURRAY) {
+    HurrayTensorContext *tensor = NULL;
+    const uint8_t *data = NULL;
+    uint64_t checksum = 0;
+    int status = hurray_buffer(s, a, &tensor, &data, &checksum, error);
+    if (status == HURRAY_OK && hurray__xxh3(data, (size_t)a->region_size) != checksum) {
+      status = checksum_mismatch(a, error);
+    }
+    if (status == HURRAY_OK) status = hurray__stream_gather(a, data, fn, context, error);
+    hurray_tensor_context_release(tensor);
+    return status;
+  }
+  if (s->format == HURRAY_FORMAT_NPZ) {
+    const ZipMember *m = &s->zip.members[a->index];
+    if (m->method != 0) {
+      return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                          "tensor '%.64s' is a compressed Fortran-order member: reordering it "
+                          "into C order needs it uncompressed (convert to Hurray or .npy first)",
+                          a->name);
+    }
+    int status = hurray__zip_stream(s->bytes, m, 0, 0, false, NULL, NULL, error); /* CRC-32 */
+    if (status != HURRAY_OK) return status;
+    return hurray__stream_gather(a, s->bytes + m->data_offset + a->region_offset, fn, context,
+                                 error);
+  }
+  return hurray__stream_gather(a, s->bytes + a->region_offset, fn, context, error);
+}
+
+/* ---- progress ----------------------------------------------------------------------------- */
+
+enum { REPORT_STEP = 64u << 20 };
+
+/* Counts the data bytes written on their way to the output. */
+typedef struct Pipe {
+  ConvChunkFn fn;
+  void *context;
+  HurrayFileProgressFn progress;
+  void *progress_context;
+  uint64_t done, total, reported;
+} Pipe;
+
+static void report(Pipe *p) {
+  if (p->progress != NULL) p->progress(p->progress_context, p->done, p->total);
+  p->reported = p->done;
+}
+
+static int pipe_chunk(void *context, const uint8_t *bytes, size_t len, HurrayError *error) {
+  Pipe *p = context;
+  int status = p->fn(p->context, bytes, len, error);
+  p->done += len;
+  if (p->done - p->reported >= REPORT_STEP) report(p);
+  return status;
+}
+
+static int output_chunk(void *context, const uint8_t *bytes, size_t len, HurrayError *error) {
+  return hurray__output_write(context, bytes, len, error);
+}
+
+static int writer_chunk(void *context, const uint8_t *bytes, size_t len, HurrayError *error) {
+  return hurray_file_writer_write(context, bytes, len, error);
+}
+
+/* ---- what an output can hold -------------------------------------------------------------- */
+
+static int check_holdable(const ConvArray *a, int format, HurrayError *error) {
+  const char *what = hurray_format_name(format);
+  if (a->refusal != NULL) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "tensor '%.64s' is a %s tensor: %s holds dense arrays only", a->name,
+                        a->refusal, what);
+  }
+  const char *dtype = format == HURRAY_FORMAT_SAFETENSORS ? hurray__safetensors_dtype_name(a->dtype)
+                                                          : hurray__npy_descr(a->dtype);
+  if (dtype == NULL) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "tensor '%.64s' is %s, which %s has no dtype for", a->name,
+                        hurray_dtype_info(a->dtype)->name, what);
+  }
+  uint32_t bits = hurray_dtype_info(a->dtype)->bits;
+  if (bits % 8 != 0 && (a->numel * bits) % 8 != 0) { /* numel * bits fits: measured */
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "tensor '%.64s': %" PRIu64
+                        " %s elements are not a whole number of bytes, "
+                        "which safetensors requires",
+                        a->name, a->numel, hurray_dtype_info(a->dtype)->name);
+  }
+  return HURRAY_OK;
+}
+
+/* Metadata an output without a place for it would lose. */
+static int check_metadata(const ConvSource *s, int format, uint32_t flags, HurrayError *error) {
+  if (flags & HURRAY_CONVERT_DROP_METADATA) return HURRAY_OK;
+  if (format != HURRAY_FORMAT_SAFETENSORS && s->metadata != NULL && s->metadata->count > 0) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "the input has file metadata, which %s cannot hold (drop it with "
+                        "HURRAY_CONVERT_DROP_METADATA, hurray convert --drop-metadata)",
+                        hurray_format_name(format));
+  }
+  for (uint32_t i = 0; i < s->count; i++) {
+    if (s->arrays[i].has_metadata) {
+      return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                          "tensor '%.64s' has metadata of its own, which %s cannot hold (drop it "
+                          "with HURRAY_CONVERT_DROP_METADATA, hurray convert --drop-metadata)",
+                          s->arrays[i].name, hurray_format_name(format));
+    }
+  }
+  return HURRAY_OK;
+}
+
+/* ---- sinks -------------------------------------------------------------------------------- */
+
+static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions *o, Pipe *pipe,
+                     HurrayError *error) {
+  HurrayFileWriterOptions wo = {.alignment = o->alignment};
+  HurrayFileWriter *w = NULL;
+  bool drop = (o->flags & HURRAY_CONVERT_DROP_METADATA) != 0;
+  int status = hurray_file_writer_create(path, &wo, &w, error);
+  if (status == HURRAY_OK && s->metadata != NULL && !drop) {
+    status = hurray_file_writer_set_metadata(w, s->metadata, error);
+  }
+  for (uint32_t i = 0; i < s->count; i++)
+    pipe->total += s->format == HURRAY_FORMAT_HURRAY ? 0 : s->arrays[i].region_size;
+  if (s->format == HURRAY_FORMAT_HURRAY) {
+    HurrayFileInfo info;
+    hurray_file_reader_info(s->reader, &info, NULL);
+    pipe->total = info.data_bytes;
+  }
+  report(pipe);
+  pipe->fn = writer_chunk;
+  pipe->context = w;
+  for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
+    const ConvArray *a = &s->arrays[i];
+    if (s->format == HURRAY_FORMAT_HURRAY) { /* any layout, as it is */
+      HurrayTensorContext *t = NULL;
+      HurrayMetaValue *meta = NULL;
+      HurrayFileTensorInfo ti;
+      status = hurray_file_reader_get(s->reader, i, HURRAY_FILE_GET_VERIFY, &t, error);
+      if (status == HURRAY_OK && !drop)
+        status = hurray_file_reader_metadata(s->reader, i, &meta, error);
+      if (status == HURRAY_OK)
+        status = hurray_file_writer_add(w, a->name, t->tensor, t->buffers, meta, error);
+      if (status == HURRAY_OK) status = hurray_file_reader_tensor_info(s->reader, i, &ti, error);
+      if (status == HURRAY_OK) pipe->done += ti.data_bytes;
+      hurray_meta_destroy(meta);
+      hurray_tensor_context_release(t);
+    } else {
+      HurrayArray part = {
+          .shape = a->shape, .strides = a->strides, .ndim = a->ndim, .dtype = a->dtype};
+      HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE,
+                               .ndim = a->ndim,
+                               .shape = a->shape,
+                               .parts = &part,
+                               .nparts = 1,
+                               .dtype = a->dtype};
+      status = hurray_file_writer_begin_tensor(w, a->name, error);
+      if (status == HURRAY_OK)
+        status = hurray_file_writer_begin_buffer(w, HURRAY_ROLE_VALUES, error);
+      if (status == HURRAY_OK)
+        status = hurray__source_stream(s, a, 0, a->region_size, pipe_chunk, pipe, error);
+      if (status == HURRAY_OK) status = hurray_file_writer_end_tensor(w, &desc, NULL, error);
+    }
+    if (status == HURRAY_OK) report(pipe);
+  }
+  if (status == HURRAY_OK) status = hurray_file_writer_finish(w, error);
+  hurray_file_writer_destroy(w);
+  return status;
+}
+
+static int to_safetensors(ConvSource *s, const char *path, const HurrayConvertOptions *o,
+                          Pipe *pipe, HurrayError *error) {
+  uint32_t alignment = o->alignment ? o->alignment : 8;
+  if (alignment < 8 || alignment > HURRAY_FILE_MAX_ALIGNMENT || (alignment & (alignment - 1))) {
+    return hurray__fail(error, HURRAY_EALIGN,
+                        "alignment %" PRIu32 " is not a power of two in [8, %u]", alignment,
+                        HURRAY_FILE_MAX_ALIGNMENT);
+  }
+  const ConvArray **order = malloc((s->count ? s->count : 1) * sizeof *order);
+  if (order == NULL) return arena_fail(error);
+  int status = HURRAY_OK;
+  for (uint32_t i = 0; i < s->count; i++) {
+    order[i] = &s->arrays[i];
+    if (status == HURRAY_OK) status = check_holdable(order[i], HURRAY_FORMAT_SAFETENSORS, error);
+    pipe->total += order[i]->data_bytes;
+  }
+  hurray__safetensors_sort(order, s->count);
+  FileSink header = {0};
+  bool drop = (o->flags & HURRAY_CONVERT_DROP_METADATA) != 0;
+  if (status == HURRAY_OK) {
+    status = hurray__safetensors_header(&header, order, s->count, drop ? NULL : s->metadata,
+                                        (o->flags & HURRAY_CONVERT_METADATA_JSON) != 0, alignment,
+                                        error);
+  }
+  FileOutput out = {.fd = -1};
+  if (status == HURRAY_OK) status = hurray__output_open(&out, path, error);
+  if (status == HURRAY_OK) status = hurray__output_write(&out, header.data, header.len, error);
+  hurray__sink_reset(&header);
+  pipe->fn = output_chunk;
+  pipe->context = &out;
+  if (status == HURRAY_OK) report(pipe);
+  for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
+    status = hurray__source_c_order(s, order[i], pipe_chunk, pipe, error);
+    if (status == HURRAY_OK) report(pipe);
+  }
+  if (status == HURRAY_OK) status = hurray__output_commit(&out, error);
+  hurray__output_close(&out);
+  free(order);
+  return status;
+}
+
+/* The preamble and then the data of one array as .npy, to `fn`. Fortran-contiguous arrays are
+ * written as they are with fortran_order True; other strided ones are gathered into C order. */
+static int write_npy(ConvSource *s, const ConvArray *a, Pipe *pipe, FileSink *preamble,
+                     HurrayError *error) {
+  bool fortran = !hurray__array_is_c_order(a) && hurray__array_is_f_order(a);
+  preamble->len = 0;
+  int status = hurray__npy_write_header(preamble, a->dtype, fortran, a->ndim, a->shape, error);
+  if (status == HURRAY_OK) status = pipe->fn(pipe->context, preamble->data, preamble->len, error);
+  if (status != HURRAY_OK) return status;
+  if (fortran)
+    return hurray__source_stream(s, a, a->byte_offset, a->data_bytes, pipe_chunk, pipe, error);
+  return hurray__source_c_order(s, a, pipe_chunk, pipe, error);
+}
+
+static int choose_array(const ConvSource *s, const char *name, const ConvArray **out,
+                        HurrayError *error) {
+  if (name == NULL) {
+    if (s->count == 1) {
+      *out = &s->arrays[0];
+      return HURRAY_OK;
+    }
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "a .npy file holds one array but the input holds %" PRIu32
+                        " tensors: choose one by name",
+                        s->count);
+  }
+  for (uint32_t i = 0; i < s->count; i++) {
+    if (strcmp(s->arrays[i].name, name) == 0) {
+      *out = &s->arrays[i];
+      return HURRAY_OK;
+    }
+  }
+  return hurray__fail(error, HURRAY_EINVAL, "the input has no tensor named '%.64s'", name);
+}
+
+static int to_npy(ConvSource *s, const char *path, const HurrayConvertOptions *o, Pipe *pipe,
+                  HurrayError *error) {
+  const ConvArray *a = NULL;
+  int status = choose_array(s, o->name, &a, error);
+  if (status == HURRAY_OK) status = check_holdable(a, HURRAY_FORMAT_NPY, error);
+  FileOutput out = {.fd = -1};
+  FileSink preamble = {0};
+  if (status == HURRAY_OK) status = hurray__output_open(&out, path, error);
+  pipe->fn = output_chunk;
+  pipe->context = &out;
+  if (status == HURRAY_OK) {
+    pipe->total = a->data_bytes;
+    report(pipe);
+    status = write_npy(s, a, pipe, &preamble, error);
+  }
+  if (status == HURRAY_OK) report(pipe);
+  if (status == HURRAY_OK) status = hurray__output_commit(&out, error);
+  hurray__output_close(&out);
+  hurray__sink_reset(&preamble);
+  return status;
+}
+
+static int to_npz(ConvSource *s, const char *path, Pipe *pipe, HurrayError *error) {
+  int status = HURRAY_OK;
+  for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
+    status = check_holdable(&s->arrays[i], HURRAY_FORMAT_NPZ, error);
+    pipe->total += s->arrays[i].data_bytes;
+  }
+  FileOutput out = {.fd = -1};
+  ZipWriter *zip = NULL;
+  FileSink preamble = {0};
+  char *member = malloc(HURRAY_MAX_NAME + 5);
+  if (member == NULL && status == HURRAY_OK) status = arena_fail(error);
+  if (status == HURRAY_OK) status = hurray__output_open(&out, path, error);
+  if (status == HURRAY_OK) status = hurray__zip_writer_create(&out, &zip, error);
+  pipe->fn = hurray__zip_writer_write;
+  pipe->context = zip;
+  if (status == HURRAY_OK) report(pipe);
+  for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
+    const ConvArray *a = &s->arrays[i];
+    bool fortran = !hurray__array_is_c_order(a) && hurray__array_is_f_order(a);
+    preamble.len = 0;
+    status = hurray__npy_write_header(&preamble, a->dtype, fortran, a->ndim, a->shape, error);
+    memcpy(member, a->name, a->name_len);
+    memcpy(member + a->name_len, ".npy", 4);
+    if (status == HURRAY_OK) {
+      status = hurray__zip_writer_begin(zip, member, a->name_len + 4, preamble.len + a->data_bytes,
+                                        error);
+    }
+    if (status == HURRAY_OK) status = write_npy(s, a, pipe, &preamble, error);
+    if (status == HURRAY_OK) status = hurray__zip_writer_end(zip, error);
+    if (status == HURRAY_OK) report(pipe);
+  }
+  if (status == HURRAY_OK) status = hurray__zip_writer_finish(zip, error);
+  if (status == HURRAY_OK) status = hurray__output_commit(&out, error);
+  hurray__zip_writer_destroy(zip);
+  hurray__output_close(&out);
+  hurray__sink_reset(&preamble);
+  free(member);
+  return status;
+}
+
+/* ---- hurray_convert ----------------------------------------------------------------------- */
+
+static int check_options(const HurrayConvertOptions *o, HurrayError *error) {
+  if (o->reserved0[0] | o->reserved0[1] || o->reserved1 != 0 ||
+      !hurray__all_zero(o->reserved, sizeof o->reserved)) {
+    return hurray__fail(error, HURRAY_EINVAL, "reserved conversion options are not zero");
+  }
+  if (hurray_format_name(o->input_format) == NULL || hurray_format_name(o->output_format) == NULL) {
+    return hurray__fail(
+        error, HURRAY_EINVAL, "unknown format %u",
+        hurray_format_name(o->input_format) == NULL ? o->input_format : o->output_format);
+  }
+  if (o->flags & ~(HURRAY_CONVERT_METADATA_JSON | HURRAY_CONVERT_DROP_METADATA)) {
+    return hurray__fail(error, HURRAY_EINVAL, "conversion flags 0x%" PRIX32 " include unknown bits",
+                        o->flags);
+  }
+  return HURRAY_OK;
+}
+
+/* The stem of a path: its last component without its last extension. */
+static int stem_name(const char *path, FileArena *arena, const char **out, HurrayError *error) {
+  const char *base = strrchr(path, '/');
+  base = base != NULL ? base + 1 : path;
+  const char *dot = strrchr(base, '.');
+  size_t len = dot != NULL && dot != base ? (size_t)(dot - base) : strlen(base);
+  if (len == 0 || len > HURRAY_MAX_NAME ||
+      hurray__check_name((const uint8_t *)base, len, HURRAY_EINVAL, "", NULL) != HURRAY_OK) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "the stem of '%.128s' is no tensor name: give the .npy array a name", path);
+  }
+  *out = hurray__arena_strndup(arena, (const uint8_t *)base, len);
+  return *out != NULL ? HURRAY_OK : arena_fail(error);
+}
+
+int hurray_convert(const char *input, const char *output, const HurrayConvertOptions *options,
+                   HurrayError *error) {
+  if (input == NULL || output == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_convert: %s is NULL",
+                        input == NULL ? "input" : "output");
+  }
+  const HurrayConvertOptions defaults = {0};
+  const HurrayConvertOptions *o = options != NULL ? options : &defaults;
+  int status = check_options(o, error);
+  int in = o->input_format, out = o->output_format;
+  if (status == HURRAY_OK && out == HURRAY_FORMAT_AUTO) {
+    status = hurray_format_from_path(output, &out, error);
+  }
+  if (status == HURRAY_OK && o->alignment != 0 && out != HURRAY_FORMAT_HURRAY &&
+      out != HURRAY_FORMAT_SAFETENSORS) {
+    status = hurray__fail(error, HURRAY_EINVAL,
+                          "alignment applies to Hurray and safetensors outputs, not %s",
+                          hurray_format_name(out));
+  }
+  if (status == HURRAY_OK && in == HURRAY_FORMAT_AUTO &&
+      hurray_format_from_path(input, &in, NULL) != HURRAY_OK) {
+    in = HURRAY_FORMAT_AUTO; /* sniffed below, once mapped */
+  }
+  if (status != HURRAY_OK) return status;
+
+  ConvSource source = {0};
+  FileArena names = {0};
+  if (in == HURRAY_FORMAT_HURRAY) {
+    source.format = in;
+    status = open_hurray(&source, input, error);
+    if (status != HURRAY_OK) hurray__source_close(&source);
+  } else {
+    FileSource *file = NULL;
+    const char *name = o->name;
+    status = hurray__source_open(input, false, &file, error);
+    if (status == HURRAY_OK && in == HURRAY_FORMAT_AUTO) {
+      uint64_t size = hurray__source_size(file);
+      status = size == 0 ? hurray__fail(error, HURRAY_EFORMAT, "the input is empty")
+                         : hurray__source_map(file, HURRAY_MIN_ALIGNMENT, error);
+      if (status == HURRAY_OK) status = sniff(file, &in, error);
+      if (status == HURRAY_OK && in == HURRAY_FORMAT_HURRAY) {
+        hurray__source_release(file);
+        file = NULL;
+        source.format = in;
+        status = open_hurray(&source, input, error);
+        if (status != HURRAY_OK) hurray__source_close(&source);
+      }
+    }
+    if (status == HURRAY_OK && in == HURRAY_FORMAT_NPY && name == NULL) {
+      status = stem_name(input, &names, &name, error);
+    }
+    if (status == HURRAY_OK && in != HURRAY_FORMAT_HURRAY) {
+      status = hurray__source_open_input(file, in, name, &source, error); /* SINK for file */
+      file = NULL;
+    }
+    hurray__source_release(file);
+  }
+  source.drop_pages = true; /* a file this function mapped, read once in order */
+  Pipe pipe = {.progress = o->progress, .progress_context = o->progress_context};
+  if (status == HURRAY_OK && out != HURRAY_FORMAT_HURRAY)
+    status = check_metadata(&source, out, o->flags, error);
+  if (status == HURRAY_OK) {
+    switch (out) {
+      case HURRAY_FORMAT_HURRAY:
+        status = to_hurray(&source, output, o, &pipe, error);
+        break;
+      case HURRAY_FORMAT_SAFETENSORS:
+        status = to_safetensors(&source, output, o, &pipe, error);
+        break;
+      case HURRAY_FORMAT_NPY:
+        status = to_npy(&source, output, o, &pipe, error);
+        break;
+      default:
+        status = to_npz(&source, output, &pipe, error);
+    }
+  }
+  hurray__source_close(&source);
+  hurray__arena_free(&names);
+  return status;
+}

@@ -1,0 +1,293 @@
+/* convert.h -- private interface of the converters between Hurray files, safetensors, .npy and
+ * .npz (docs/impl/conversion.md). Not installed, not API. The sources of src/convert/:
+ *
+ *   json.c         a bounded, strict JSON cursor (exactly what a safetensors header needs)
+ *   safetensors.c  the safetensors header: parse and validate; write
+ *   npy.c          the .npy header (a Python dict literal): parse; write
+ *   zip.c          the zip directory of .npz files (ZIP64 included): read, inflate, write
+ *   array.c        streaming an array's bytes: chunks of a mapping, byte swaps, inflate,
+ *                  gathering a strided array into C order; checksums on the way
+ *   convert.c      hurray_convert: sources (what each input holds) and sinks (each output)
+ *
+ * Every parser takes untrusted bytes: each length and count is checked against the bytes
+ * that hold it before use, arithmetic is overflow-checked, and each error names the byte
+ * offset (in the input file) where the problem was found and what was expected there.
+ */
+#ifndef HURRAY_CONVERT_CONVERT_H
+#define HURRAY_CONVERT_CONVERT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../file/file.h"
+
+/* ---- limits ------------------------------------------------------------------------------- */
+
+#define CONV_SAFETENSORS_MAX_HEADER 100000000u /* bytes, as the safetensors package */
+#define CONV_NPY_MAX_HEADER 10000u             /* bytes of the dict literal, as numpy.load */
+#define CONV_ZIP_MAX_RATIO 1032u /* deflate cannot expand one byte into more than this */
+
+/* ---- an array to convert ------------------------------------------------------------------ */
+
+/* One dense array as an input holds it: its bytes are a region of `region_size` bytes and
+ * element (0, ..., 0) lies at `byte_offset` in it. Shape and strides live in the source's
+ * arena. The region is a view of the mapped input (`bytes`), except for deflated .npz
+ * members, which can only be streamed. */
+typedef struct ConvArray {
+  const char *name; /* NUL-terminated, a valid Hurray name once the source is open */
+  size_t name_len;
+  uint8_t dtype; /* HurrayDTypeCode; INVALID when `refusal` is set */
+  uint8_t swap;  /* big-endian .npy: bytes per byte-swapped unit (0: none) */
+  int32_t ndim;
+  const int64_t *shape;
+  const int64_t *strides; /* in elements; NULL means C order */
+  uint64_t region_offset; /* file offset of the region's first byte (mapped inputs); for
+                             .npz, its offset in the uncompressed member */
+  uint64_t byte_offset;
+  uint64_t region_size;
+  uint64_t numel;
+  uint64_t data_bytes; /* numel * bits / 8, rounded up: the bytes of the elements */
+  const char *refusal; /* Hurray input: why this tensor is no dense array (layout), or NULL */
+  uint32_t index;      /* the source's own number for it: tensor, zip member */
+  uint32_t buffer;     /* Hurray input: the buffer its values are in */
+  bool has_metadata;   /* Hurray input: the tensor has metadata of its own */
+} ConvArray;
+
+/* Where the bytes of an array go, chunk by chunk. */
+typedef int (*ConvChunkFn)(void *context, const uint8_t *bytes, size_t len, HurrayError *error);
+
+/* ---- json.c ------------------------------------------------------------------------------- */
+
+/* A cursor over a JSON text of at most CONV_SAFETENSORS_MAX_HEADER bytes. `base` is the file
+ * offset of text[0], so errors name offsets in the file. The grammar is RFC 8259's, but each
+ * call accepts only the token it is asked for: there is no generic value, so a float, true,
+ * false or null where the caller wants something else is an error naming what was expected. */
+typedef struct JsonCursor {
+  const uint8_t *text;
+  size_t len;
+  size_t at;
+  uint64_t base;
+} JsonCursor;
+
+/* Skips whitespace, then: whether the next byte is `c` (consumed if so). */
+HURRAY_INTERNAL bool hurray__json_accept(JsonCursor *j, char c);
+/* Skips whitespace, then requires `c` (HURRAY_EFORMAT naming the offset and `what`). */
+HURRAY_INTERNAL int hurray__json_expect(JsonCursor *j, char c, const char *what,
+                                        HurrayError *error);
+/* Skips whitespace, then reads a string, unescaping \" \\ \/ \b \f \n \r \t and \uXXXX
+ * (surrogate pairs combined) into UTF-8 in `arena`, NUL-terminated; `*len` excludes the NUL.
+ * Raw bytes must be well-formed UTF-8 without control characters. */
+HURRAY_INTERNAL int hurray__json_string(JsonCursor *j, FileArena *arena, const char **out,
+                                        size_t *len, const char *what, HurrayError *error);
+/* Skips whitespace, then reads a non-negative integer without sign, fraction, exponent or
+ * leading zero that fits in uint64. */
+HURRAY_INTERNAL int hurray__json_uint(JsonCursor *j, uint64_t *out, const char *what,
+                                      HurrayError *error);
+/* Skips whitespace, then requires the literal `null`. Whether it is there (consumed if so). */
+HURRAY_INTERNAL bool hurray__json_accept_null(JsonCursor *j);
+/* Only whitespace may remain. */
+HURRAY_INTERNAL int hurray__json_end(JsonCursor *j, HurrayError *error);
+/* The file offset of the next byte that is not whitespace. */
+HURRAY_INTERNAL uint64_t hurray__json_offset(JsonCursor *j);
+/* Appends `len` bytes as the inside of a JSON string, escaped as serde_json escapes: \" \\,
+ * \b \f \n \r \t, other control characters as \u00XX; everything else as it is. */
+HURRAY_INTERNAL void hurray__json_escape(FileSink *out, const char *s, size_t len);
+
+/* ---- safetensors.c ------------------------------------------------------------------------ */
+
+/* The safetensors dtype name of a Hurray dtype, or NULL where safetensors has none. */
+HURRAY_INTERNAL const char *hurray__safetensors_dtype_name(int dtype);
+/* Its rank in safetensors' Dtype enum, or -1. */
+HURRAY_INTERNAL int hurray__safetensors_rank(int dtype);
+
+typedef struct SafetensorsHeader {
+  uint64_t header_len; /* N: the JSON is bytes [8, 8 + N) */
+  uint64_t data_start; /* 8 + N */
+  uint32_t count;
+  ConvArray *arrays;        /* in data order, in the arena */
+  HurrayMetaValue metadata; /* __metadata__ as a MAP of strings (count 0 when absent) */
+} SafetensorsHeader;
+
+/* Parses and validates the header of a safetensors file of `size` bytes whose first bytes
+ * are `bytes` (at least min(size, 8 + N) of them): the length, the JSON, every entry (dtype
+ * known, shape, offsets), and that the data offsets tile [0, size - 8 - N) exactly, each
+ * tensor's size being numel * dtype size. Names and metadata keys must also be valid Hurray
+ * names. Everything is allocated in `arena`. */
+HURRAY_INTERNAL int hurray__safetensors_parse(const uint8_t *bytes, uint64_t size, FileArena *arena,
+                                              SafetensorsHeader *out, HurrayError *error);
+
+/* Sorts arrays as safetensors' writer does: dtype rank descending, then name (bytes). Each
+ * array then starts at a multiple of its element size in the data. */
+HURRAY_INTERNAL void hurray__safetensors_sort(const ConvArray **order, uint32_t count);
+/* Appends the 8-byte length and the JSON header for `count` arrays in `order`, with data
+ * offsets packed in that order, and the file metadata (a MAP or NULL): string values as they
+ * are; other values as their JSON text when `metadata_json`, else HURRAY_EUNSUPPORTED naming
+ * the key. The JSON is written as safetensors' writer (serde_json) writes it, then padded
+ * with spaces so that the data starts at a multiple of `alignment` (8 or more). */
+HURRAY_INTERNAL int hurray__safetensors_header(FileSink *out, const ConvArray *const *order,
+                                               uint32_t count, const HurrayMetaValue *metadata,
+                                               bool metadata_json, uint32_t alignment,
+                                               HurrayError *error);
+
+/* ---- npy.c -------------------------------------------------------------------------------- */
+
+typedef struct NpyHeader {
+  uint8_t version_major;
+  uint8_t dtype; /* HurrayDTypeCode */
+  uint8_t swap;  /* bytes per byte-swapped unit for big-endian data, else 0 */
+  bool fortran_order;
+  int32_t ndim;
+  int64_t shape[HURRAY_MAX_NDIM];
+  uint64_t numel;
+  uint64_t data_offset; /* the preamble's length: the data starts here */
+  uint64_t data_bytes;  /* numel * itemsize */
+} NpyHeader;
+
+/* Parses the preamble of a .npy image: magic, version 1.0, 2.0 or 3.0, header length (at most
+ * CONV_NPY_MAX_HEADER), and the dict literal {'descr': ..., 'fortran_order': ..., 'shape':
+ * (...)} with exactly those keys. `len` bytes are available (a prefix of the image is
+ * enough); `base` is the file offset of bytes[0], for messages. Does not look at the data. */
+HURRAY_INTERNAL int hurray__npy_parse(const uint8_t *bytes, size_t len, uint64_t base,
+                                      NpyHeader *out, HurrayError *error);
+/* The descr ('<f4') of a Hurray dtype, or NULL where .npy has none. */
+HURRAY_INTERNAL const char *hurray__npy_descr(int dtype);
+/* Appends the preamble numpy.save writes for (descr, fortran_order, shape): version 1.0, the
+ * dict with its growth padding, spaces and a newline up to a multiple of 64 bytes. */
+HURRAY_INTERNAL int hurray__npy_write_header(FileSink *out, int dtype, bool fortran_order,
+                                             int32_t ndim, const int64_t *shape,
+                                             HurrayError *error);
+
+/* ---- zip.c -------------------------------------------------------------------------------- */
+
+typedef struct ZipMember {
+  const char *name; /* NUL-terminated copy, in the arena */
+  size_t name_len;
+  uint16_t method; /* 0 stored, 8 deflate */
+  uint32_t crc32;
+  uint64_t compressed_size;
+  uint64_t size;          /* uncompressed */
+  uint64_t header_offset; /* of the local header */
+  uint64_t data_offset;   /* of the first byte of (compressed) data */
+} ZipMember;
+
+typedef struct ZipDirectory {
+  uint32_t count;
+  ZipMember *members; /* in central directory order, in the arena */
+} ZipDirectory;
+
+/* Reads the zip directory of the `size` bytes at `bytes`: the end of central directory record
+ * (and the ZIP64 locator and record where present), every central directory entry (ZIP64
+ * extra fields included) and every local header; checks that each member lies inside the
+ * file before the central directory, that no two overlap, that names are unique and that
+ * local and central headers agree. Encrypted members, multi-disk archives and methods other
+ * than stored and deflate are HURRAY_EUNSUPPORTED. Data is not read. */
+HURRAY_INTERNAL int hurray__zip_read(const uint8_t *bytes, uint64_t size, FileArena *arena,
+                                     ZipDirectory *out, HurrayError *error);
+
+/* Streams member bytes [skip, skip + len) of its uncompressed data to `fn`, having read (and
+ * inflated) all of it in bounded memory, and checks its CRC-32 and sizes at the end
+ * (HURRAY_ECHECKSUM, HURRAY_EFORMAT). `fn` may be NULL to only check. `drop`: the file's
+ * pages are dropped as they are consumed (a mapped file: hurray__drop_pages). */
+HURRAY_INTERNAL int hurray__zip_stream(const uint8_t *bytes, const ZipMember *member, uint64_t skip,
+                                       uint64_t len, bool drop, ConvChunkFn fn, void *context,
+                                       HurrayError *error);
+/* Inflates up to `cap` bytes of the start of a member into `out` (no CRC check). */
+HURRAY_INTERNAL int hurray__zip_peek(const uint8_t *bytes, const ZipMember *member, uint8_t *out,
+                                     size_t cap, size_t *got, HurrayError *error);
+
+/* Sizes at or above this use ZIP64 fields when writing: 0xFFFFFFFF, lowered only by tests. */
+HURRAY_INTERNAL extern uint64_t hurray__zip64_threshold;
+
+typedef struct ZipWriter ZipWriter;
+/* A zip writer over an output, members ZIP_STORED. */
+HURRAY_INTERNAL int hurray__zip_writer_create(FileOutput *out, ZipWriter **writer,
+                                              HurrayError *error);
+/* Starts a member of `size` bytes, known in advance; its bytes follow through
+ * hurray__zip_writer_write, exactly `size` of them. */
+HURRAY_INTERNAL int hurray__zip_writer_begin(ZipWriter *w, const char *name, size_t name_len,
+                                             uint64_t size, HurrayError *error);
+HURRAY_INTERNAL int hurray__zip_writer_write(void *writer, const uint8_t *bytes, size_t len,
+                                             HurrayError *error);
+/* Ends the member: patches its CRC-32 into the local header. */
+HURRAY_INTERNAL int hurray__zip_writer_end(ZipWriter *w, HurrayError *error);
+/* Writes the central directory and the end records. */
+HURRAY_INTERNAL int hurray__zip_writer_finish(ZipWriter *w, HurrayError *error);
+HURRAY_INTERNAL void hurray__zip_writer_destroy(ZipWriter *w);
+
+/* ---- array.c ------------------------------------------------------------------------------ */
+
+/* Whether the array's strides are C order (NULL, or equal to row-major ones where extents
+ * exceed 1), or Fortran order. Empty arrays are both. */
+HURRAY_INTERNAL bool hurray__array_is_c_order(const ConvArray *a);
+HURRAY_INTERNAL bool hurray__array_is_f_order(const ConvArray *a);
+/* Column-major strides for `shape` into `strides`. */
+HURRAY_INTERNAL void hurray__fortran_strides(int32_t ndim, const int64_t *shape, int64_t *strides);
+
+/* Gives the whole pages inside [bytes, bytes + len) of a read-only file mapping back to the
+ * kernel (MADV_DONTNEED: touched again, they are read from the file again), so streaming a
+ * mapped file keeps its resident memory bounded. Only for private read-only file mappings:
+ * on anonymous or lent memory it would lose the bytes. */
+HURRAY_INTERNAL void hurray__drop_pages(const void *bytes, uint64_t len);
+
+/* Streams `len` bytes starting at `offset` of `region` to `fn` in chunks, byte-swapping units
+ * of `swap` bytes when `swap` > 1 (offset and len then multiples of it); with `drop`, the
+ * pages of each chunk are dropped once it has been handed on (hurray__drop_pages). */
+HURRAY_INTERNAL int hurray__stream_bytes(const uint8_t *region, uint64_t offset, uint64_t len,
+                                         uint8_t swap, bool drop, ConvChunkFn fn, void *context,
+                                         HurrayError *error);
+/* Re-chunks bytes into whole units of `unit` bytes, byte-swaps each, and hands them on: a
+ * ConvChunkFn over a SwapAdapter, then hurray__swap_finish once the bytes end. */
+typedef struct SwapAdapter {
+  uint8_t unit;
+  uint8_t *scratch; /* 1 MiB */
+  size_t used;
+  ConvChunkFn fn;
+  void *context;
+} SwapAdapter;
+HURRAY_INTERNAL int hurray__swap_init(SwapAdapter *s, uint8_t unit, ConvChunkFn fn, void *context,
+                                      HurrayError *error);
+HURRAY_INTERNAL int hurray__swap_chunk(void *adapter, const uint8_t *bytes, size_t len,
+                                       HurrayError *error);
+/* Hands on what is left (HURRAY_EFORMAT if a partial unit is) and frees the scratch. */
+HURRAY_INTERNAL int hurray__swap_finish(SwapAdapter *s, HurrayError *error);
+HURRAY_INTERNAL void hurray__swap_free(SwapAdapter *s);
+
+/* Streams the elements of `a`, whose region is `region`, in C order, packed (sub-byte
+ * elements as a little-endian bit stream), byte-swapped per `a->swap`. */
+HURRAY_INTERNAL int hurray__stream_gather(const ConvArray *a, const uint8_t *region, ConvChunkFn fn,
+                                          void *context, HurrayError *error);
+
+/* ---- convert.c ---------------------------------------------------------------------------- */
+
+/* What an input holds, opened and validated: its arrays in input order and its metadata. */
+typedef struct ConvSource {
+  int format;       /* HurrayFormat */
+  FileSource *file; /* the mapped input (not for Hurray files) */
+  const uint8_t *bytes;
+  uint64_t size;
+  HurrayFileReader *reader; /* Hurray input */
+  FileArena arena;
+  uint32_t count;
+  ConvArray *arrays;
+  ZipDirectory zip;
+  HurrayMetaValue *metadata;      /* the input's file metadata (a MAP), or NULL */
+  HurrayMetaValue *metadata_tree; /* owned tree from a Hurray reader */
+  bool drop_pages; /* the input is a file mapped here: drop its pages once streamed */
+} ConvSource;
+
+/* Opens an input already held by `file` (SINK: released with the source) as `format`
+ * (not AUTO). `name` names the array of a .npy input (required for it). */
+HURRAY_INTERNAL int hurray__source_open_input(FileSource *file, int format, const char *name,
+                                              ConvSource *out, HurrayError *error);
+/* Streams bytes [offset, offset + len) of array `a`'s region to `fn`, checking the input's
+ * checksum of them on the way (XXH3-64 of Hurray buffers, CRC-32 of zip members). */
+HURRAY_INTERNAL int hurray__source_stream(ConvSource *s, const ConvArray *a, uint64_t offset,
+                                          uint64_t len, ConvChunkFn fn, void *context,
+                                          HurrayError *error);
+/* Streams the elements of `a` in C order (gathering when it is strided). */
+HURRAY_INTERNAL int hurray__source_c_order(ConvSource *s, const ConvArray *a, ConvChunkFn fn,
+                                           void *context, HurrayError *error);
+HURRAY_INTERNAL void hurray__source_close(ConvSource *s);
+
+#endif /* HURRAY_CONVERT_CONVERT_H */

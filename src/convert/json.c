@@ -1,0 +1,262 @@
+/* json.c -- a strict, bounded JSON cursor: exactly the tokens a safetensors header is made of
+ * (objects, arrays, strings, unsigned integers, and `null` where the schema allows it). The
+ * schema drives the parse (safetensors.c), so nesting is bounded by construction (three
+ * levels: the header, an entry, its shape or offsets) and no value of an unexpected type is
+ * ever skipped over: it is an error naming its offset and what was expected. */
+#include <inttypes.h>
+#include <string.h>
+
+#include "convert.h"
+
+static void skip_space(JsonCursor *j) {
+  while (j->at < j->len) {
+    uint8_t c = j->text[j->at];
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+    j->at++;
+  }
+}
+
+uint64_t hurray__json_offset(JsonCursor *j) {
+  skip_space(j);
+  return j->base + j->at;
+}
+
+/* "byte 42: expected X, found 'c'" / "found the end of the header". */
+static int unexpected(JsonCursor *j, const char *what, HurrayError *error) {
+  uint64_t at = j->base + j->at;
+  if (j->at >= j->len) {
+    return hurray__fail(error, HURRAY_EFORMAT,
+                        "byte %" PRIu64 ": expected %s, found the end of the header", at, what);
+  }
+  uint8_t c = j->text[j->at];
+  if (c >= 0x20 && c < 0x7F) {
+    return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": expected %s, found '%c'", at,
+                        what, c);
+  }
+  return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": expected %s, found byte 0x%02X", at,
+                      what, c);
+}
+
+bool hurray__json_accept(JsonCursor *j, char c) {
+  skip_space(j);
+  if (j->at < j->len && j->text[j->at] == (uint8_t)c) {
+    j->at++;
+    return true;
+  }
+  return false;
+}
+
+int hurray__json_expect(JsonCursor *j, char c, const char *what, HurrayError *error) {
+  return hurray__json_accept(j, c) ? HURRAY_OK : unexpected(j, what, error);
+}
+
+bool hurray__json_accept_null(JsonCursor *j) {
+  skip_space(j);
+  if (j->len - j->at >= 4 && memcmp(j->text + j->at, "null", 4) == 0) {
+    j->at += 4;
+    return true;
+  }
+  return false;
+}
+
+int hurray__json_end(JsonCursor *j, HurrayError *error) {
+  skip_space(j);
+  return j->at == j->len ? HURRAY_OK
+                         : unexpected(j, "only whitespace after the header's object", error);
+}
+
+static int hex_digit(uint8_t c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* Reads the 4 hex digits of a \u escape whose backslash is at j->at - 2. */
+static int read_hex4(JsonCursor *j, uint32_t *out, HurrayError *error) {
+  if (j->len - j->at < 4) {
+    return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": \\u escape needs 4 hex digits",
+                        j->base + j->at - 2);
+  }
+  uint32_t v = 0;
+  for (int k = 0; k < 4; k++) {
+    int d = hex_digit(j->text[j->at + (size_t)k]);
+    if (d < 0) {
+      return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": \\u escape needs 4 hex digits",
+                          j->base + j->at - 2);
+    }
+    v = v << 4 | (uint32_t)d;
+  }
+  j->at += 4;
+  *out = v;
+  return HURRAY_OK;
+}
+
+static size_t put_utf8(uint8_t *p, uint32_t cp) {
+  if (cp < 0x80) {
+    p[0] = (uint8_t)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    p[0] = (uint8_t)(0xC0 | cp >> 6);
+    p[1] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    p[0] = (uint8_t)(0xE0 | cp >> 12);
+    p[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+    p[2] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  p[0] = (uint8_t)(0xF0 | cp >> 18);
+  p[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+  p[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+  p[3] = (uint8_t)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+/* One escape sequence whose backslash was at j->at - 1; appends its UTF-8 to `out`. */
+static int read_escape(JsonCursor *j, uint8_t *out, size_t *n, HurrayError *error) {
+  uint64_t at = j->base + j->at - 1;
+  if (j->at >= j->len) {
+    return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": unfinished escape sequence", at);
+  }
+  uint8_t c = j->text[j->at++];
+  static const char kFrom[] = "\"\\/bfnrt", kTo[] = "\"\\/\b\f\n\r\t";
+  const char *simple = c != 0 ? strchr(kFrom, c) : NULL;
+  if (simple != NULL) {
+    out[(*n)++] = (uint8_t)kTo[simple - kFrom];
+    return HURRAY_OK;
+  }
+  if (c != 'u') {
+    return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": invalid escape sequence", at);
+  }
+  uint32_t cp = 0;
+  int status = read_hex4(j, &cp, error);
+  if (status != HURRAY_OK) return status;
+  if (cp >= 0xDC00 && cp <= 0xDFFF) {
+    return hurray__fail(error, HURRAY_EFORMAT,
+                        "byte %" PRIu64 ": \\u%04" PRIX32 " is a low surrogate without a high one",
+                        at, cp);
+  }
+  if (cp >= 0xD800 && cp <= 0xDBFF) {
+    uint32_t low = 0;
+    if (j->len - j->at < 2 || j->text[j->at] != '\\' || j->text[j->at + 1] != 'u') {
+      return hurray__fail(error, HURRAY_EFORMAT,
+                          "byte %" PRIu64 ": high surrogate \\u%04" PRIX32
+                          " is not followed by a \\u low surrogate",
+                          at, cp);
+    }
+    j->at += 2;
+    status = read_hex4(j, &low, error);
+    if (status != HURRAY_OK) return status;
+    if (low < 0xDC00 || low > 0xDFFF) {
+      return hurray__fail(error, HURRAY_EFORMAT,
+                          "byte %" PRIu64 ": high surrogate \\u%04" PRIX32
+                          " is followed by \\u%04" PRIX32 ", not a low surrogate",
+                          at, cp, low);
+    }
+    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+  }
+  *n += put_utf8(out + *n, cp);
+  return HURRAY_OK;
+}
+
+int hurray__json_string(JsonCursor *j, FileArena *arena, const char **out, size_t *len,
+                        const char *what, HurrayError *error) {
+  skip_space(j);
+  if (j->at >= j->len || j->text[j->at] != '"') return unexpected(j, what, error);
+  uint64_t start = j->base + j->at;
+  j->at++;
+  /* First pass: find the closing quote; escapes never make the text longer (\uXXXX is 6
+   * bytes for at most 3 of UTF-8; a surrogate pair is 12 for 4), so the raw length bounds
+   * the decoded one. */
+  size_t begin = j->at, end = begin;
+  while (end < j->len && j->text[end] != '"') end += j->text[end] == '\\' ? 2 : 1;
+  if (end >= j->len) {
+    return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": unterminated string", start);
+  }
+  uint8_t *decoded = hurray__arena_alloc(arena, end - begin + 1);
+  if (decoded == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  size_t n = 0;
+  while (j->at < end) {
+    uint8_t c = j->text[j->at];
+    if (c == '\\') {
+      j->at++;
+      int status = read_escape(j, decoded, &n, error);
+      if (status != HURRAY_OK) return status;
+      continue;
+    }
+    if (c < 0x20) {
+      return hurray__fail(error, HURRAY_EFORMAT,
+                          "byte %" PRIu64 ": control character 0x%02X must be escaped in a string",
+                          j->base + j->at, c);
+    }
+    size_t run = j->at; /* a run of raw bytes, checked as UTF-8 as a whole */
+    while (run < end && j->text[run] != '\\' && j->text[run] >= 0x20) run++;
+    if (!hurray__utf8_valid(j->text + j->at, run - j->at)) {
+      return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": the string is not valid UTF-8",
+                          start);
+    }
+    memcpy(decoded + n, j->text + j->at, run - j->at);
+    n += run - j->at;
+    j->at = run;
+  }
+  j->at = end + 1;
+  decoded[n] = '\0';
+  *out = (const char *)decoded;
+  *len = n;
+  return HURRAY_OK;
+}
+
+int hurray__json_uint(JsonCursor *j, uint64_t *out, const char *what, HurrayError *error) {
+  skip_space(j);
+  uint64_t at = j->base + j->at;
+  if (j->at >= j->len || j->text[j->at] < '0' || j->text[j->at] > '9') {
+    return unexpected(j, what, error);
+  }
+  uint64_t v = 0;
+  size_t first = j->at;
+  while (j->at < j->len && j->text[j->at] >= '0' && j->text[j->at] <= '9') {
+    if (hurray__mul_u64(v, 10, &v) || hurray__add_u64(v, (uint64_t)(j->text[j->at] - '0'), &v)) {
+      return hurray__fail(error, HURRAY_EOVERFLOW, "byte %" PRIu64 ": %s does not fit in 64 bits",
+                          at, what);
+    }
+    j->at++;
+  }
+  if (j->text[first] == '0' && j->at - first > 1) {
+    return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": %s has a leading zero", at, what);
+  }
+  if (j->at < j->len && (j->text[j->at] == '.' || j->text[j->at] == 'e' || j->text[j->at] == 'E')) {
+    return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": %s must be an integer", at, what);
+  }
+  *out = v;
+  return HURRAY_OK;
+}
+
+void hurray__json_escape(FileSink *out, const char *s, size_t len) {
+  static const char kHex[] = "0123456789abcdef";
+  size_t run = 0; /* bytes [run, i) still to copy as they are */
+  for (size_t i = 0; i < len; i++) {
+    uint8_t c = (uint8_t)s[i];
+    char simple = c == '"'    ? '"'
+                  : c == '\\' ? '\\'
+                  : c == '\b' ? 'b'
+                  : c == '\f' ? 'f'
+                  : c == '\n' ? 'n'
+                  : c == '\r' ? 'r'
+                  : c == '\t' ? 't'
+                              : 0;
+    if (simple == 0 && c >= 0x20) continue;
+    hurray__sink_bytes(out, s + run, i - run);
+    run = i + 1;
+    if (simple != 0) {
+      char e[2] = {'\\', simple};
+      hurray__sink_bytes(out, e, 2);
+    } else {
+      char e[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+      hurray__sink_bytes(out, e, 6);
+    }
+  }
+  hurray__sink_bytes(out, s + run, len - run);
+}
