@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   hurray__safetensors_sort(order, source.count);
   FileSink header = {0};
-  if (hurray__safetensors_header(&header, order, source.count, source.metadata, false, 8, NULL) ==
+  if (hurray__safetensors_header(&header, order, source.count, source.metadata, NON_STRING_REFUSE, 8, NULL) ==
       HURRAY_OK) {
     /* the header followed by zeros for the data parses back to the same arrays */
     uint8_t *file = calloc(1, header.len + data_bytes + 1);

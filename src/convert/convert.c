@@ -508,9 +508,8 @@ static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions
                      HurrayError *error) {
   HurrayFileWriterOptions wo = {.alignment = o->alignment};
   HurrayFileWriter *w = NULL;
-  bool drop = (o->flags & HURRAY_CONVERT_DROP_METADATA) != 0;
   int status = hurray_file_writer_create(path, &wo, &w, error);
-  if (status == HURRAY_OK && s->metadata != NULL && !drop) {
+  if (status == HURRAY_OK && s->metadata != NULL) { /* a Hurray file holds every metadata */
     status = hurray_file_writer_set_metadata(w, s->metadata, error);
   }
   for (uint32_t i = 0; i < s->count; i++)
@@ -530,8 +529,7 @@ static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions
       HurrayMetaValue *meta = NULL;
       HurrayFileTensorInfo ti;
       status = hurray_file_reader_get(s->reader, i, HURRAY_FILE_GET_VERIFY, &t, error);
-      if (status == HURRAY_OK && !drop)
-        status = hurray_file_reader_metadata(s->reader, i, &meta, error);
+      if (status == HURRAY_OK) status = hurray_file_reader_metadata(s->reader, i, &meta, error);
       if (status == HURRAY_OK)
         status = hurray_file_writer_add(w, a->name, t->tensor, t->buffers, meta, error);
       if (status == HURRAY_OK) status = hurray_file_reader_tensor_info(s->reader, i, &ti, error);
@@ -579,11 +577,14 @@ static int to_safetensors(ConvSource *s, const char *path, const HurrayConvertOp
   }
   hurray__safetensors_sort(order, s->count);
   FileSink header = {0};
-  bool drop = (o->flags & HURRAY_CONVERT_DROP_METADATA) != 0;
+  /* The file metadata has a place in safetensors (per-tensor metadata does not: see
+   * check_metadata); a value that is not a string has one only as JSON text. */
+  SafetensorsNonString non_string = (o->flags & HURRAY_CONVERT_METADATA_JSON) ? NON_STRING_JSON
+                                    : (o->flags & HURRAY_CONVERT_DROP_METADATA) ? NON_STRING_DROP
+                                                                                : NON_STRING_REFUSE;
   if (status == HURRAY_OK) {
-    status = hurray__safetensors_header(&header, order, s->count, drop ? NULL : s->metadata,
-                                        (o->flags & HURRAY_CONVERT_METADATA_JSON) != 0, alignment,
-                                        error);
+    status = hurray__safetensors_header(&header, order, s->count, s->metadata, non_string,
+                                        alignment, error);
   }
   FileOutput out = {.fd = -1};
   if (status == HURRAY_OK) status = hurray__output_open(&out, path, error);

@@ -120,15 +120,22 @@ HURRAY_INTERNAL int hurray__safetensors_parse(const uint8_t *bytes, uint64_t siz
 /* Sorts arrays as safetensors' writer does: dtype rank descending, then name (bytes). Each
  * array then starts at a multiple of its element size in the data. */
 HURRAY_INTERNAL void hurray__safetensors_sort(const ConvArray **order, uint32_t count);
+/* What becomes of a file metadata value that is not a string, which safetensors cannot hold. */
+typedef enum SafetensorsNonString {
+  NON_STRING_REFUSE, /* HURRAY_EUNSUPPORTED naming the key */
+  NON_STRING_JSON,   /* its JSON text, as a string */
+  NON_STRING_DROP    /* left out */
+} SafetensorsNonString;
+
 /* Appends the 8-byte length and the JSON header for `count` arrays in `order`, with data
  * offsets packed in that order, and the file metadata (a MAP or NULL): string values as they
- * are; other values as their JSON text when `metadata_json`, else HURRAY_EUNSUPPORTED naming
- * the key. The JSON is written as safetensors' writer (serde_json) writes it, then padded
- * with spaces so that the data starts at a multiple of `alignment` (8 or more). */
+ * are, others as `non_string` says. The JSON is written as safetensors' writer (serde_json)
+ * writes it, then padded with spaces so that the data starts at a multiple of `alignment`
+ * (8 or more). */
 HURRAY_INTERNAL int hurray__safetensors_header(FileSink *out, const ConvArray *const *order,
                                                uint32_t count, const HurrayMetaValue *metadata,
-                                               bool metadata_json, uint32_t alignment,
-                                               HurrayError *error);
+                                               SafetensorsNonString non_string,
+                                               uint32_t alignment, HurrayError *error);
 
 /* ---- npy.c -------------------------------------------------------------------------------- */
 

@@ -556,13 +556,15 @@ static void sink_meta_json(FileSink *out, const HurrayMetaValue *v) {
   }
 }
 
-static int sink_metadata(FileSink *out, const HurrayMetaValue *metadata, bool metadata_json,
-                         HurrayError *error) {
+static int sink_metadata(FileSink *out, const HurrayMetaValue *metadata,
+                         SafetensorsNonString non_string, HurrayError *error) {
   sink_text(out, "\"__metadata__\":{");
   FileSink text = {0};
+  bool first = true;
   for (uint32_t i = 0; i < metadata->count; i++) {
     const HurrayMetaValue *v = &metadata->as.items[i];
-    if (v->type != HURRAY_META_STRING && !metadata_json) {
+    if (v->type != HURRAY_META_STRING && non_string == NON_STRING_DROP) continue;
+    if (v->type != HURRAY_META_STRING && non_string == NON_STRING_REFUSE) {
       hurray__sink_reset(&text);
       return hurray__fail(
           error, HURRAY_EUNSUPPORTED,
@@ -571,7 +573,8 @@ static int sink_metadata(FileSink *out, const HurrayMetaValue *metadata, bool me
           "--metadata-json)",
           metadata->keys[i], hurray_meta_type_name(v->type));
     }
-    if (i > 0) hurray__sink_u8(out, ',');
+    if (!first) hurray__sink_u8(out, ',');
+    first = false;
     sink_string(out, metadata->keys[i], strlen(metadata->keys[i]));
     hurray__sink_u8(out, ':');
     if (v->type == HURRAY_META_STRING) {
@@ -589,13 +592,13 @@ static int sink_metadata(FileSink *out, const HurrayMetaValue *metadata, bool me
 }
 
 int hurray__safetensors_header(FileSink *out, const ConvArray *const *order, uint32_t count,
-                               const HurrayMetaValue *metadata, bool metadata_json,
+                               const HurrayMetaValue *metadata, SafetensorsNonString non_string,
                                uint32_t alignment, HurrayError *error) {
   hurray__sink_u64(out, 0); /* the length, patched below */
   hurray__sink_u8(out, '{');
   bool first = true;
   if (metadata != NULL && metadata->count > 0) {
-    int status = sink_metadata(out, metadata, metadata_json, error);
+    int status = sink_metadata(out, metadata, non_string, error);
     if (status != HURRAY_OK) return status;
     first = false;
   }
