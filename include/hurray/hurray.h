@@ -823,8 +823,10 @@ typedef enum HurrayFormat {
  * metadata are written as their JSON text (12 -> "12", [1, 2] -> "[1,2]") instead of being
  * refused. */
 #define HURRAY_CONVERT_METADATA_JSON (1u << 0)
-/* Drop the metadata the output has no place for (all metadata for .npy and .npz, per-tensor
- * metadata for safetensors) instead of refusing to convert. */
+/* Drop the metadata the output has no place for (all metadata for .npy and .npz; per-tensor
+ * metadata, and file metadata values that are not strings unless METADATA_JSON is given, for
+ * safetensors) instead of refusing to convert. A Hurray output holds all metadata: nothing is
+ * dropped there. */
 #define HURRAY_CONVERT_DROP_METADATA (1u << 1)
 
 typedef struct HurrayConvertOptions {

@@ -2,7 +2,8 @@
 
 Everything public lives in the C extension ``hurray._hurray``; this file only re-exports it.
 See docs/impl/python-bindings.md for the API, the DLPack mapping table, the native interchange
-protocol (``__hurray__`` / ``from_hurray``), the error hierarchy and the compliance modes.
+protocol (``__hurray__`` / ``from_hurray``), the file container (``save`` / ``load`` /
+``open``), the error hierarchy and the compliance modes.
 """
 
 from hurray import _hurray
@@ -14,6 +15,7 @@ from hurray._hurray import (  # noqa: F401  (re-exports)
     DescriptorError,
     Device,
     DTypeError,
+    File,
     FormatError,
     HurrayError,
     InputOutputError,
@@ -25,13 +27,17 @@ from hurray._hurray import (  # noqa: F401  (re-exports)
     Tensor,
     UnsupportedError,
     __version__,
+    convert,
     dtype,
     from_dlpack,
     from_hurray,
     from_numpy,
     get_mode,
+    load,
     mode,
+    open,
     register_device,
+    save,
     set_mode,
     unregister_device,
 )
@@ -49,6 +55,7 @@ __all__ = [
     "DescriptorError",
     "Device",
     "DTypeError",
+    "File",
     "FormatError",
     "HurrayError",
     "InputOutputError",
@@ -60,15 +67,20 @@ __all__ = [
     "Tensor",
     "UnsupportedError",
     "__version__",
+    "convert",
     "dtype",
     "from_dlpack",
     "from_hurray",
     "from_numpy",
     "get_mode",
+    "load",
     "mode",
     "register_device",
+    "save",
     "set_mode",
     "unregister_device",
     *sorted(_tier1),
 ]
+# hurray.open is public but left out of __all__, so `from hurray import *` never shadows the
+# builtin open().
 del _tier1

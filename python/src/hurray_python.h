@@ -14,6 +14,7 @@
  *   stream.c   the stream rules of DLPack, shared by __dlpack__ and __hurray__
  *   dlpack.c   __dlpack__, __dlpack_device__ and hurray.from_dlpack
  *   native.c   the native interchange protocol (Layer 8c): __hurray__ and hurray.from_hurray
+ *   file.c     the file container (Layer 8b): hurray.save, load, open, File and convert
  *
  * There are no static PyObject globals: every Python object the extension keeps lives in the
  * module state (HurrayState), reached from a type with PyType_GetModuleState. Cross-file
@@ -123,6 +124,7 @@ typedef struct HurrayState {
   PyTypeObject *tensor_type;
   PyTypeObject *mode_type;      /* hurray.mode, the context manager */
   PyTypeObject *host_span_type; /* private: the byte exporter behind __array__ */
+  PyTypeObject *file_type;      /* hurray.File, made by hurray.open */
   PyObject *exceptions[HURRAY_PY_EXC_COUNT];
   PyObject *dtypes;              /* tuple of the dtype singletons, in C table order */
   uint8_t dtype_index[256];      /* dtype code -> index into `dtypes`, or HURRAY_PY_NO_DTYPE */
@@ -427,5 +429,12 @@ extern PyMethodDef hurray__py_native_functions[];
 extern const char hurray__py_tensor_hurray_doc[];
 PyObject *hurray__py_tensor_hurray(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames);
+
+/* ============================================================================================
+ * file.c
+ * ============================================================================================ */
+
+extern PyType_Spec hurray__py_file_spec;
+extern PyMethodDef hurray__py_file_functions[];
 
 #endif /* HURRAY_PYTHON_H */

@@ -155,7 +155,8 @@ static int hurray_exec(PyObject *module) {
       add_type(module, &hurray__py_device_spec, &st->device_type, 1) < 0 ||
       add_type(module, &hurray__py_tensor_spec, &st->tensor_type, 1) < 0 ||
       add_type(module, &hurray__py_mode_spec, &st->mode_type, 1) < 0 ||
-      add_type(module, &hurray__py_host_span_spec, &st->host_span_type, 0) < 0) {
+      add_type(module, &hurray__py_host_span_spec, &st->host_span_type, 0) < 0 ||
+      add_type(module, &hurray__py_file_spec, &st->file_type, 1) < 0) {
     return -1;
   }
   if (intern(&st->str_array_namespace, "__array_namespace__") < 0 ||
@@ -173,7 +174,8 @@ static int hurray_exec(PyObject *module) {
       PyModule_AddFunctions(module, hurray__py_device_functions) < 0 ||
       PyModule_AddFunctions(module, hurray__py_numpy_functions) < 0 ||
       PyModule_AddFunctions(module, hurray__py_dlpack_functions) < 0 ||
-      PyModule_AddFunctions(module, hurray__py_native_functions) < 0) {
+      PyModule_AddFunctions(module, hurray__py_native_functions) < 0 ||
+      PyModule_AddFunctions(module, hurray__py_file_functions) < 0) {
     return -1;
   }
   if (PyModule_AddStringConstant(module, "__version__", hurray_version_string()) < 0 ||
@@ -189,6 +191,7 @@ static int hurray_exec(PyObject *module) {
   X(st->tensor_type)            \
   X(st->mode_type)              \
   X(st->host_span_type)         \
+  X(st->file_type)              \
   X(st->dtypes)                 \
   X(st->mode_var)               \
   X(st->mode_names[0])          \

@@ -15,7 +15,11 @@ def test_all_is_complete_and_importable():
     for name in hurray.__all__:
         assert hasattr(hurray, name), name
     public = {n for n in vars(_hurray) if not n.startswith("_") and n != "C_ABI_VERSION"}
-    assert public <= set(hurray.__all__)
+    assert public - {"open"} <= set(hurray.__all__)
+    assert "open" not in hurray.__all__  # a star import must not shadow builtins.open
+    namespace = {}
+    exec("from hurray import *", namespace)
+    assert "open" not in namespace and callable(hurray.open)
     assert hurray.__version__ == _hurray.__version__
     assert hurray.C_ABI_VERSION == 4
 
@@ -45,6 +49,16 @@ SIGNATURES = {
     hurray.unregister_device: "(tag, /)",
     hurray.dtype: "(name)",
     hurray.Device: "(tag, index=0)",
+    hurray.save: "(path, tensors, metadata=None, *, alignment=64, tensor_metadata=None)",
+    hurray.load: "(path, *, mmap=True, verify=False)",
+    hurray.open: "(path, *, mmap=True)",
+    hurray.convert: "(input, output, *, alignment=None, name=None, metadata_as_json=False, "
+                    "drop_metadata=False)",
+    hurray.File.keys: "(self, /)",
+    hurray.File.verify: "(self, /, name=None)",
+    hurray.File.slice: "(self, /, name, start, stop)",
+    hurray.File.tensor_metadata: "(self, name, /)",
+    hurray.File.close: "(self, /)",
 }
 
 

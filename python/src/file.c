@@ -1,0 +1,984 @@
+/* file.c -- the file container from Python (Layer 8b): hurray.save, hurray.load, hurray.open
+ * and hurray.File (docs/spec/file-format.md; docs/impl/python-bindings.md, "File I/O").
+ *
+ * Everything here is a thin layer over the C writer and reader of hurray-ffi; no byte of the
+ * format is read or written in this file.
+ *
+ * Writing. hurray.save turns every value into a hurray.Tensor first (zero-copy: from_numpy for
+ * NumPy arrays, from_dlpack for any other DLPack producer) and the metadata into
+ * HurrayMetaValue trees in an arena, so that nothing can fail for a Python reason once the
+ * file is begun. Each tensor is then one hurray_file_writer_add of its context's descriptor
+ * and buffer list -- every layout, multi-buffer ones included -- with the GIL released while
+ * its bytes are written (the context is immutable and the Tensor is held, so its memory stays
+ * put). The C writer makes the file appear atomically: a temporary in the same directory,
+ * fsync, rename, fsync of the directory. On any error the writer is destroyed, which removes
+ * the temporary: nothing appears at the path and a previous file there is untouched.
+ *
+ * Reading. A hurray.File owns one HurrayFileReader (validated on open by the C reader). Each
+ * tensor it hands out is a Tensor adopting the HurrayTensorContext the reader returns: a
+ * read-only view of the mapping holding its own reference on it (or, in pread mode, fresh
+ * writable memory), so tensors outlive the File and the reader. The reader is immutable and
+ * thread-safe, so the slow calls (pread reads, checksums) run with the GIL released; `busy`
+ * counts them, and close() while one is in flight leaves the destroy to the last of them.
+ */
+#include "hurray_python.h"
+
+#include <stddef.h>
+#include <string.h>
+
+/* ============================================================================================
+ * Metadata: Python objects <-> HurrayMetaValue trees
+ * ============================================================================================ */
+
+/* Every allocation of one conversion, freed together: a tree borrows nothing from Python, so
+ * it can be read with the GIL released whatever other threads do to the source objects. */
+typedef struct ArenaBlock {
+  struct ArenaBlock *next;
+  max_align_t data[];
+} ArenaBlock;
+
+typedef struct Arena {
+  ArenaBlock *head;
+} Arena;
+
+static void *arena_alloc(Arena *arena, size_t size) {
+  if (size > PY_SSIZE_T_MAX - sizeof(ArenaBlock)) return PyErr_NoMemory();
+  ArenaBlock *block = PyMem_RawMalloc(sizeof(ArenaBlock) + (size == 0 ? 1 : size));
+  if (block == NULL) return PyErr_NoMemory();
+  block->next = arena->head;
+  arena->head = block;
+  return block->data;
+}
+
+static void arena_free(Arena *arena) {
+  while (arena->head != NULL) {
+    ArenaBlock *next = arena->head->next;
+    PyMem_RawFree(arena->head);
+    arena->head = next;
+  }
+}
+
+/* A copy of a str's UTF-8 with a NUL after it; `what` names it in errors. Keys and names may
+ * not contain NUL (the C API takes them NUL-terminated); string values may. */
+static const char *arena_utf8(HurrayState *st, Arena *arena, PyObject *text, int allow_nul,
+                              const char *what, uint32_t *length) {
+  Py_ssize_t size = 0;
+  const char *utf8 = PyUnicode_AsUTF8AndSize(text, &size);
+  if (utf8 == NULL) return NULL;
+  if (!allow_nul && strlen(utf8) != (size_t)size) {
+    hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT, "%s %R contains a NUL", what, text);
+    return NULL;
+  }
+  if ((uint64_t)size > UINT32_MAX) {
+    hurray__py_raise_statusf(st, HURRAY_ELIMIT, "%s of %zd bytes is too long", what, size);
+    return NULL;
+  }
+  char *copy = arena_alloc(arena, (size_t)size + 1);
+  if (copy == NULL) return NULL;
+  memcpy(copy, utf8, (size_t)size + 1);
+  if (length != NULL) *length = (uint32_t)size;
+  return copy;
+}
+
+static int meta_from_py(HurrayState *st, Arena *arena, PyObject *obj, int depth,
+                        HurrayMetaValue *out);
+
+/* A dict into a MAP (keys: str). */
+static int meta_map_from_py(HurrayState *st, Arena *arena, PyObject *dict, int depth,
+                            HurrayMetaValue *out) {
+  /* Iterate a snapshot: converting a value may run Python code (a foreign number's __index__
+   * or __float__), and a dict mutated during PyDict_Next is undefined. */
+  PyObject *pairs = PyDict_Items(dict);
+  if (pairs == NULL) return -1;
+  Py_ssize_t n = PyList_GET_SIZE(pairs);
+  HurrayMetaValue *items = NULL;
+  const char **keys = NULL;
+  if ((uint64_t)n > UINT32_MAX) {
+    hurray__py_raise_statusf(st, HURRAY_ELIMIT, "a metadata map of %zd items is too large", n);
+  } else {
+    items = arena_alloc(arena, (size_t)n * sizeof *items);
+    keys = items == NULL ? NULL : arena_alloc(arena, (size_t)n * sizeof *keys);
+  }
+  if (keys == NULL) {
+    Py_DECREF(pairs);
+    return -1;
+  }
+  int result = 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 0);
+    PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 1);
+    if (!PyUnicode_Check(key)) {
+      PyErr_Format(PyExc_TypeError, "metadata keys must be str, not %.200s", Py_TYPE(key)->tp_name);
+      result = -1;
+      break;
+    }
+    keys[i] = arena_utf8(st, arena, key, 0, "metadata key", NULL);
+    if (keys[i] == NULL || meta_from_py(st, arena, value, depth + 1, &items[i]) < 0) {
+      result = -1;
+      break;
+    }
+  }
+  Py_DECREF(pairs);
+  if (result < 0) return -1;
+  *out = (HurrayMetaValue){.type = HURRAY_META_MAP, .count = (uint32_t)n};
+  out->as.items = items;
+  out->keys = keys;
+  return 0;
+}
+
+static int meta_from_py(HurrayState *st, Arena *arena, PyObject *obj, int depth,
+                        HurrayMetaValue *out) {
+  memset(out, 0, sizeof *out);
+  if (depth > HURRAY_META_MAX_DEPTH) {
+    hurray__py_raise_statusf(st, HURRAY_ELIMIT,
+                             "metadata nests deeper than HURRAY_META_MAX_DEPTH (%d) levels",
+                             HURRAY_META_MAX_DEPTH);
+    return -1;
+  }
+  if (PyBool_Check(obj)) {
+    out->type = HURRAY_META_BOOL;
+    out->as.boolean = obj == Py_True;
+    return 0;
+  }
+  if (PyFloat_Check(obj)) {
+    out->type = HURRAY_META_FLOAT64;
+    out->as.float64 = PyFloat_AS_DOUBLE(obj);
+    return 0;
+  }
+  if (PyLong_Check(obj) || PyIndex_Check(obj)) { /* int, and NumPy's integers */
+    PyObject *index = PyNumber_Index(obj);
+    if (index == NULL) return -1;
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    if (overflow != 0) {
+      hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                       "metadata integer %R does not fit in int64", obj);
+      return -1;
+    }
+    out->type = HURRAY_META_INT64;
+    out->as.int64 = (int64_t)value;
+    return 0;
+  }
+  if (PyUnicode_Check(obj)) {
+    out->type = HURRAY_META_STRING;
+    out->as.string = arena_utf8(st, arena, obj, 1, "metadata string", &out->count);
+    return out->as.string == NULL ? -1 : 0;
+  }
+  if (PyDict_Check(obj)) return meta_map_from_py(st, arena, obj, depth, out);
+  if (PyList_Check(obj) || PyTuple_Check(obj)) {
+    PyObject *seq = PySequence_Tuple(obj); /* a snapshot, as for dicts */
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    HurrayMetaValue *items = NULL;
+    if ((uint64_t)n > UINT32_MAX) {
+      hurray__py_raise_statusf(st, HURRAY_ELIMIT, "a metadata list of %zd items is too long", n);
+    } else {
+      items = arena_alloc(arena, (size_t)n * sizeof *items);
+    }
+    int result = items == NULL ? -1 : 0;
+    for (Py_ssize_t i = 0; result == 0 && i < n; i++) {
+      result = meta_from_py(st, arena, PyTuple_GET_ITEM(seq, i), depth + 1, &items[i]);
+    }
+    Py_DECREF(seq);
+    if (result < 0) return -1;
+    out->type = HURRAY_META_LIST;
+    out->count = (uint32_t)n;
+    out->as.items = items;
+    return 0;
+  }
+  if (PyObject_HasAttrString(obj, "__float__")) { /* NumPy's float16 and float32 scalars */
+    double value = PyFloat_AsDouble(obj);
+    if (value == -1.0 && PyErr_Occurred()) return -1;
+    out->type = HURRAY_META_FLOAT64;
+    out->as.float64 = value;
+    return 0;
+  }
+  PyErr_Format(PyExc_TypeError,
+               "metadata values are bool, int, float, str, list, tuple or dict, not %.200s",
+               Py_TYPE(obj)->tp_name);
+  return -1;
+}
+
+/* The root of a metadata argument: None (no tree: *out NULL) or a dict. */
+static int meta_root(HurrayState *st, Arena *arena, PyObject *obj, const char *what,
+                     const HurrayMetaValue **out) {
+  *out = NULL;
+  if (obj == NULL || obj == Py_None) return 0;
+  if (!PyDict_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s must be a dict or None, not %.200s", what,
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  HurrayMetaValue *root = arena_alloc(arena, sizeof *root);
+  if (root == NULL || meta_from_py(st, arena, obj, 1, root) < 0) return -1;
+  *out = root;
+  return 0;
+}
+
+/* A tree the reader decoded (and validated: depth at most HURRAY_META_MAX_DEPTH) as Python
+ * objects. */
+static PyObject *meta_to_py(const HurrayMetaValue *value) {
+  switch (value->type) {
+    case HURRAY_META_BOOL:
+      return PyBool_FromLong(value->as.boolean);
+    case HURRAY_META_INT64:
+      return PyLong_FromLongLong(value->as.int64);
+    case HURRAY_META_FLOAT64:
+      return PyFloat_FromDouble(value->as.float64);
+    case HURRAY_META_STRING:
+      return PyUnicode_DecodeUTF8(value->as.string, (Py_ssize_t)value->count, "strict");
+    case HURRAY_META_LIST: {
+      PyObject *list = PyList_New((Py_ssize_t)value->count);
+      for (uint32_t i = 0; list != NULL && i < value->count; i++) {
+        PyObject *item = meta_to_py(&value->as.items[i]);
+        if (item == NULL) {
+          Py_CLEAR(list);
+        } else {
+          PyList_SET_ITEM(list, i, item);
+        }
+      }
+      return list;
+    }
+    case HURRAY_META_MAP: {
+      PyObject *dict = PyDict_New();
+      for (uint32_t i = 0; dict != NULL && i < value->count; i++) {
+        PyObject *item = meta_to_py(&value->as.items[i]);
+        if (item == NULL || PyDict_SetItemString(dict, value->keys[i], item) < 0) Py_CLEAR(dict);
+        Py_XDECREF(item);
+      }
+      return dict;
+    }
+    default:
+      return PyErr_Format(PyExc_SystemError, "metadata of unknown type %d", (int)value->type);
+  }
+}
+
+/* ============================================================================================
+ * hurray.save
+ * ============================================================================================ */
+
+/* `obj` as a hurray.Tensor (a new reference), without copying: a Tensor as it is, a NumPy
+ * array through from_numpy (which keeps read-only arrays and ml_dtypes' types), any other
+ * DLPack producer (PyTorch, JAX, ...) through from_dlpack. */
+static PyObject *as_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name) {
+  if (Py_IS_TYPE(obj, st->tensor_type)) return Py_NewRef(obj);
+  PyObject *numpy_name = PyUnicode_FromString("numpy");
+  if (numpy_name == NULL) return NULL;
+  PyObject *numpy = PyImport_GetModule(numpy_name); /* if already imported: never imports */
+  Py_DECREF(numpy_name);
+  if (numpy == NULL && PyErr_Occurred()) return NULL;
+  if (numpy != NULL) {
+    PyObject *ndarray = PyObject_GetAttrString(numpy, "ndarray");
+    Py_DECREF(numpy);
+    if (ndarray == NULL) return NULL;
+    int is_array = PyObject_IsInstance(obj, ndarray);
+    Py_DECREF(ndarray);
+    if (is_array < 0) return NULL;
+    if (is_array) return PyObject_CallMethod(module, "from_numpy", "O", obj);
+  }
+  if (PyObject_HasAttr(obj, st->str_dlpack))
+    return PyObject_CallMethod(module, "from_dlpack", "O", obj);
+  return PyErr_Format(PyExc_TypeError,
+                      "save(): tensor %R is a %.200s; expected a hurray.Tensor, a NumPy array "
+                      "or a DLPack producer",
+                      name, Py_TYPE(obj)->tp_name);
+}
+
+/* One tensor to write, everything prepared with the GIL held. */
+typedef struct SaveItem {
+  PyObject *tensor; /* a live hurray.Tensor (strong) */
+  const char *name; /* in the arena */
+  const HurrayMetaValue *metadata;
+} SaveItem;
+
+static const char *const kSaveNames[] = {"path",      "tensors",         "metadata",
+                                         "alignment", "tensor_metadata", NULL};
+enum { SV_PATH, SV_TENSORS, SV_METADATA, SV_ALIGNMENT, SV_TENSOR_METADATA, SV_COUNT };
+
+static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames) {
+  static const HurrayPyParser parser = {"save", kSaveNames, 0, 3, 2};
+  PyObject *a[SV_COUNT];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  HurrayState *st = PyModule_GetState(module);
+
+  PyObject *path = NULL, *pairs = NULL, *result = NULL;
+  SaveItem *items = NULL;
+  Py_ssize_t n = 0;
+  Arena arena = {NULL};
+  HurrayFileWriter *writer = NULL;
+  HurrayError error = {0};
+  int status = HURRAY_OK;
+
+  long long alignment = HURRAY_FILE_DEFAULT_ALIGNMENT;
+  if (a[SV_ALIGNMENT] != NULL &&
+      hurray__py_int_in_range(st, a[SV_ALIGNMENT], 0, HURRAY_FILE_MAX_ALIGNMENT, "alignment",
+                              &alignment) < 0) {
+    return NULL;
+  }
+  if (!PyUnicode_FSConverter(a[SV_PATH], &path)) return NULL;
+  if (!PyMapping_Check(a[SV_TENSORS]) || PySequence_Check(a[SV_TENSORS])) {
+    PyErr_Format(PyExc_TypeError, "save() takes a mapping of name -> tensor, not %.200s",
+                 Py_TYPE(a[SV_TENSORS])->tp_name);
+    goto done;
+  }
+  pairs = PyMapping_Items(a[SV_TENSORS]);
+  if (pairs == NULL) goto done;
+  n = PyList_GET_SIZE(pairs);
+  items = PyMem_Calloc((size_t)n + 1, sizeof *items);
+  if (items == NULL) {
+    PyErr_NoMemory();
+    goto done;
+  }
+
+  /* Everything that can fail for a Python reason, before the file is begun. */
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *pair = PyList_GET_ITEM(pairs, i);
+    PyObject *key = PyTuple_GET_ITEM(pair, 0);
+    if (!PyUnicode_Check(key)) {
+      PyErr_Format(PyExc_TypeError, "save(): tensor names must be str, not %.200s",
+                   Py_TYPE(key)->tp_name);
+      goto done;
+    }
+    items[i].name = arena_utf8(st, &arena, key, 0, "tensor name", NULL);
+    if (items[i].name == NULL) goto done;
+    items[i].tensor = as_tensor(module, st, PyTuple_GET_ITEM(pair, 1), key);
+    if (items[i].tensor == NULL) goto done;
+    if (!Py_IS_TYPE(items[i].tensor, st->tensor_type)) {
+      PyErr_SetString(PyExc_SystemError, "save(): the conversion did not make a hurray.Tensor");
+      goto done;
+    }
+    if (hurray__py_tensor_live(st, (HurrayTensorObject *)items[i].tensor) < 0) goto done;
+  }
+  const HurrayMetaValue *file_metadata = NULL;
+  if (meta_root(st, &arena, a[SV_METADATA], "metadata", &file_metadata) < 0) goto done;
+  PyObject *per_tensor = a[SV_TENSOR_METADATA];
+  if (per_tensor != NULL && per_tensor != Py_None) {
+    if (!PyDict_Check(per_tensor)) {
+      PyErr_Format(PyExc_TypeError, "tensor_metadata must be a dict or None, not %.200s",
+                   Py_TYPE(per_tensor)->tp_name);
+      goto done;
+    }
+    Py_ssize_t matched = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+      PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 0);
+      PyObject *value = PyDict_GetItemWithError(per_tensor, key);
+      if (value == NULL && PyErr_Occurred()) goto done;
+      if (value == NULL) continue;
+      matched++;
+      if (meta_root(st, &arena, value, "tensor_metadata values", &items[i].metadata) < 0) {
+        goto done;
+      }
+    }
+    if (matched != PyDict_GET_SIZE(per_tensor)) {
+      PyObject *key = NULL, *value = NULL;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(per_tensor, &pos, &key, &value)) {
+        int present = PySequence_Contains(a[SV_TENSORS], key); /* `key in tensors` */
+        if (present < 0) goto done;
+        if (!present) {
+          hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                           "tensor_metadata names %R, which is not one of the tensors", key);
+          goto done;
+        }
+      }
+    }
+  }
+
+  /* The file: created under a temporary name, renamed into place by finish. Every C call
+   * that touches the disk runs with the GIL released. */
+  const HurrayFileWriterOptions options = {.alignment = (uint32_t)alignment};
+  const char *cpath = PyBytes_AS_STRING(path);
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_file_writer_create(cpath, &options, &writer, &error);
+  Py_END_ALLOW_THREADS;
+  for (Py_ssize_t i = 0; status == HURRAY_OK && i < n; i++) {
+    const HurrayTensorContext *context = ((HurrayTensorObject *)items[i].tensor)->context;
+    Py_BEGIN_ALLOW_THREADS;
+    status = hurray_file_writer_add(writer, items[i].name, context->tensor, context->buffers,
+                                    items[i].metadata, &error);
+    Py_END_ALLOW_THREADS;
+    if (status == HURRAY_OK && PyErr_CheckSignals() < 0) goto done; /* Ctrl-C: abandon it */
+  }
+  if (status == HURRAY_OK) status = hurray_file_writer_set_metadata(writer, file_metadata, &error);
+  if (status == HURRAY_OK) {
+    Py_BEGIN_ALLOW_THREADS;
+    status = hurray_file_writer_finish(writer, &error);
+    Py_END_ALLOW_THREADS;
+  }
+  if (status != HURRAY_OK) {
+    hurray__py_raise_status(st, status, &error);
+    goto done;
+  }
+  result = Py_NewRef(Py_None);
+
+done:
+  if (writer != NULL) { /* frees it; if unfinished, also unlinks the temporary */
+    Py_BEGIN_ALLOW_THREADS;
+    hurray_file_writer_destroy(writer);
+    Py_END_ALLOW_THREADS;
+  }
+  for (Py_ssize_t i = 0; items != NULL && i < n; i++) Py_XDECREF(items[i].tensor);
+  PyMem_Free(items);
+  arena_free(&arena);
+  Py_XDECREF(pairs);
+  Py_XDECREF(path);
+  return result;
+}
+
+/* ============================================================================================
+ * hurray.File: one open reader
+ * ============================================================================================ */
+
+typedef struct FileObject {
+  PyObject_HEAD HurrayFileReader *reader; /* NULL once closed and no call is in flight */
+  PyObject *path;                         /* as given, for repr and errors */
+  PyObject *names;                        /* tuple of the names in file order, on first use */
+  uint32_t count;                         /* tensors */
+  uint32_t busy;                          /* calls running with the GIL released */
+  int closed;
+  int pread; /* opened with mmap=False */
+} FileObject;
+
+#define FILE_SELF ((FileObject *)op)
+
+/* The reader of an open File, or NULL with StateError. */
+static HurrayFileReader *file_reader(HurrayState *st, FileObject *self) {
+  if (self->closed) {
+    hurray__py_raise(st, HURRAY_PY_EXC_STATE, "I/O operation on a closed hurray.File (%R)",
+                     self->path);
+    return NULL;
+  }
+  return self->reader;
+}
+
+/* Brackets a call that runs with the GIL released: the reader stays alive through it even if
+ * another thread closes the File meanwhile (the last call out destroys it). */
+static void file_enter(FileObject *self) {
+  self->busy++;
+}
+
+static void file_leave(FileObject *self) {
+  if (--self->busy == 0 && self->closed && self->reader != NULL) {
+    HurrayFileReader *reader = self->reader;
+    self->reader = NULL;
+    hurray_file_reader_destroy(reader);
+  }
+}
+
+/* The number of tensor `name` (a str), or -1 with KeyError / TypeError. */
+static int64_t file_find(HurrayState *st, FileObject *self, PyObject *name) {
+  HurrayFileReader *reader = file_reader(st, self);
+  if (reader == NULL) return -1;
+  if (!PyUnicode_Check(name)) {
+    PyErr_Format(PyExc_TypeError, "tensor names are str, not %.200s", Py_TYPE(name)->tp_name);
+    return -1;
+  }
+  Py_ssize_t size = 0;
+  const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size);
+  if (utf8 == NULL) return -1;
+  uint32_t index = 0;
+  if (strlen(utf8) != (size_t)size ||
+      hurray_file_reader_find(reader, utf8, &index, NULL) != HURRAY_OK) {
+    PyErr_SetObject(PyExc_KeyError, name);
+    return -1;
+  }
+  return index;
+}
+
+/* Tensor `index` as a new Tensor adopting the context the reader makes. */
+static PyObject *file_get(HurrayState *st, FileObject *self, HurrayFileReader *reader,
+                          uint32_t index, uint32_t flags, int pread) {
+  HurrayTensorContext *context = NULL;
+  HurrayError error = {0};
+  int status;
+  if (pread || (flags & HURRAY_FILE_GET_VERIFY)) { /* reads or hashes bytes: without the GIL */
+    file_enter(self);
+    Py_BEGIN_ALLOW_THREADS;
+    status = hurray_file_reader_get(reader, index, flags, &context, &error);
+    Py_END_ALLOW_THREADS;
+    file_leave(self);
+  } else { /* a mapping: a few small allocations */
+    status = hurray_file_reader_get(reader, index, flags, &context, &error);
+  }
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  return hurray__py_tensor_adopt(st, context);
+}
+
+static PyObject *file_names(HurrayState *st, FileObject *self) {
+  if (self->names != NULL) return self->names;
+  HurrayFileReader *reader = file_reader(st, self);
+  if (reader == NULL) return NULL;
+  PyObject *names = PyTuple_New((Py_ssize_t)self->count);
+  for (uint32_t i = 0; names != NULL && i < self->count; i++) {
+    HurrayFileTensorInfo info;
+    HurrayError error = {0};
+    int status = hurray_file_reader_tensor_info(reader, i, &info, &error);
+    PyObject *name = status == HURRAY_OK ? PyUnicode_FromString(info.name)
+                                         : hurray__py_raise_status(st, status, &error);
+    if (name == NULL) {
+      Py_CLEAR(names);
+    } else {
+      PyTuple_SET_ITEM(names, i, name);
+    }
+  }
+  self->names = names;
+  return names;
+}
+
+/* Opens a reader on `path_obj` (str, bytes or os.PathLike) with the GIL released. */
+static HurrayFileReader *open_reader(HurrayState *st, PyObject *path_obj, int mmap,
+                                     uint32_t *count) {
+  PyObject *path = NULL;
+  if (!PyUnicode_FSConverter(path_obj, &path)) return NULL;
+  HurrayFileReader *reader = NULL;
+  HurrayError error = {0};
+  HurrayFileInfo info;
+  const char *cpath = PyBytes_AS_STRING(path);
+  int status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_file_reader_open(cpath, mmap ? 0 : HURRAY_FILE_OPEN_PREAD, &reader, &error);
+  if (status == HURRAY_OK) status = hurray_file_reader_info(reader, &info, &error);
+  Py_END_ALLOW_THREADS;
+  Py_DECREF(path);
+  if (status != HURRAY_OK) {
+    hurray_file_reader_destroy(reader);
+    hurray__py_raise_status(st, status, &error);
+    return NULL;
+  }
+  *count = info.tensor_count;
+  return reader;
+}
+
+static void file_dealloc(PyObject *op) {
+  PyTypeObject *type = Py_TYPE(op);
+  hurray_file_reader_destroy(FILE_SELF->reader); /* busy is 0: a call in flight holds self */
+  Py_XDECREF(FILE_SELF->path);
+  Py_XDECREF(FILE_SELF->names);
+  type->tp_free(op);
+  Py_DECREF(type);
+}
+
+static PyObject *file_repr(PyObject *op) {
+  if (FILE_SELF->closed) return PyUnicode_FromFormat("<closed hurray.File %R>", FILE_SELF->path);
+  return PyUnicode_FromFormat("<hurray.File %R: %u tensor%s>", FILE_SELF->path,
+                              (unsigned)FILE_SELF->count, FILE_SELF->count == 1 ? "" : "s");
+}
+
+static Py_ssize_t file_length(PyObject *op) {
+  HurrayState *st = hurray__py_state_of(op);
+  if (file_reader(st, FILE_SELF) == NULL) return -1;
+  return (Py_ssize_t)FILE_SELF->count;
+}
+
+static int file_contains(PyObject *op, PyObject *name) {
+  HurrayState *st = hurray__py_state_of(op);
+  HurrayFileReader *reader = file_reader(st, FILE_SELF);
+  if (reader == NULL) return -1;
+  if (!PyUnicode_Check(name)) return 0;
+  Py_ssize_t size = 0;
+  const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size);
+  if (utf8 == NULL) return -1;
+  uint32_t index = 0;
+  return strlen(utf8) == (size_t)size &&
+         hurray_file_reader_find(reader, utf8, &index, NULL) == HURRAY_OK;
+}
+
+static PyObject *file_subscript(PyObject *op, PyObject *name) {
+  HurrayState *st = hurray__py_state_of(op);
+  int64_t index = file_find(st, FILE_SELF, name);
+  if (index < 0) return NULL;
+  return file_get(st, FILE_SELF, FILE_SELF->reader, (uint32_t)index, 0, FILE_SELF->pread);
+}
+
+static PyObject *file_iter(PyObject *op) {
+  PyObject *names = file_names(hurray__py_state_of(op), FILE_SELF);
+  return names == NULL ? NULL : PyObject_GetIter(names);
+}
+
+static PyObject *file_keys(PyObject *op, PyObject *unused) {
+  (void)unused;
+  PyObject *names = file_names(hurray__py_state_of(op), FILE_SELF);
+  return names == NULL ? NULL : PySequence_List(names);
+}
+
+/* Metadata of tensor `index` or of the whole file (HURRAY_FILE_WHOLE) as a dict. */
+static PyObject *file_metadata_of(HurrayState *st, HurrayFileReader *reader, uint32_t index) {
+  HurrayMetaValue *tree = NULL;
+  HurrayError error = {0};
+  int status = hurray_file_reader_metadata(reader, index, &tree, &error);
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  PyObject *result = meta_to_py(tree);
+  hurray_meta_destroy(tree);
+  return result;
+}
+
+static PyObject *file_get_metadata(PyObject *op, void *closure) {
+  (void)closure;
+  HurrayState *st = hurray__py_state_of(op);
+  HurrayFileReader *reader = file_reader(st, FILE_SELF);
+  return reader == NULL ? NULL : file_metadata_of(st, reader, HURRAY_FILE_WHOLE);
+}
+
+static PyObject *file_tensor_metadata(PyObject *op, PyObject *name) {
+  HurrayState *st = hurray__py_state_of(op);
+  int64_t index = file_find(st, FILE_SELF, name);
+  return index < 0 ? NULL : file_metadata_of(st, FILE_SELF->reader, (uint32_t)index);
+}
+
+static PyObject *file_get_info(PyObject *op, void *closure) {
+  (void)closure;
+  HurrayState *st = hurray__py_state_of(op);
+  HurrayFileReader *reader = file_reader(st, FILE_SELF);
+  if (reader == NULL) return NULL;
+  HurrayFileInfo info;
+  HurrayError error = {0};
+  int status = hurray_file_reader_info(reader, &info, &error);
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  return Py_BuildValue("{s:(HH),s:I,s:I,s:I,s:K,s:K}", "version", info.version_major,
+                       info.version_minor, "alignment", info.alignment, "tensors",
+                       info.tensor_count, "buffers", info.buffer_count, "file_size",
+                       (unsigned long long)info.file_size, "data_bytes",
+                       (unsigned long long)info.data_bytes);
+}
+
+static const char *const kVerifyNames[] = {"name", NULL};
+
+static PyObject *file_verify(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames) {
+  static const HurrayPyParser parser = {"verify", kVerifyNames, 0, 1, 0};
+  PyObject *name = NULL;
+  if (hurray__py_parse(&parser, args, nargs, kwnames, &name) < 0) return NULL;
+  HurrayState *st = hurray__py_state_of(op);
+  HurrayFileReader *reader = file_reader(st, FILE_SELF);
+  if (reader == NULL) return NULL;
+  uint32_t index = HURRAY_FILE_WHOLE;
+  if (name != NULL && name != Py_None) {
+    int64_t found = file_find(st, FILE_SELF, name);
+    if (found < 0) return NULL;
+    index = (uint32_t)found;
+  }
+  HurrayError error = {0};
+  int status;
+  file_enter(FILE_SELF);
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_file_reader_verify(reader, index, NULL, NULL, &error);
+  Py_END_ALLOW_THREADS;
+  file_leave(FILE_SELF);
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  Py_RETURN_NONE;
+}
+
+static const char *const kSliceNames[] = {"name", "start", "stop", NULL};
+
+static PyObject *file_slice(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames) {
+  static const HurrayPyParser parser = {"slice", kSliceNames, 0, 3, 3};
+  PyObject *a[3];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  HurrayState *st = hurray__py_state_of(op);
+  int64_t index = file_find(st, FILE_SELF, a[0]);
+  int64_t start = 0, stop = 0;
+  if (index < 0 || hurray__py_i64(st, a[1], "start", &start) < 0 ||
+      hurray__py_i64(st, a[2], "stop", &stop) < 0) {
+    return NULL;
+  }
+  HurrayTensorContext *context = NULL;
+  HurrayError error = {0};
+  int status;
+  HurrayFileReader *reader = FILE_SELF->reader;
+  file_enter(FILE_SELF);
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_file_reader_get_rows(reader, (uint32_t)index, start, stop, &context, &error);
+  Py_END_ALLOW_THREADS;
+  file_leave(FILE_SELF);
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  return hurray__py_tensor_adopt(st, context);
+}
+
+static PyObject *file_close(PyObject *op, PyObject *unused) {
+  (void)unused;
+  FileObject *self = FILE_SELF;
+  if (!self->closed) {
+    self->closed = 1;
+    if (self->busy == 0 && self->reader != NULL) {
+      HurrayFileReader *reader = self->reader;
+      self->reader = NULL;
+      hurray_file_reader_destroy(reader); /* tensors got from it keep the mapping */
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *file_enter_ctx(PyObject *op, PyObject *unused) {
+  (void)unused;
+  if (file_reader(hurray__py_state_of(op), FILE_SELF) == NULL) return NULL;
+  return Py_NewRef(op);
+}
+
+static PyObject *file_exit_ctx(PyObject *op, PyObject *const *args, Py_ssize_t nargs) {
+  (void)args;
+  (void)nargs;
+  PyObject *done = file_close(op, NULL);
+  Py_XDECREF(done);
+  if (done == NULL) return NULL;
+  Py_RETURN_FALSE;
+}
+
+static PyObject *file_get_closed(PyObject *op, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(FILE_SELF->closed);
+}
+
+static PyObject *file_get_path(PyObject *op, void *closure) {
+  (void)closure;
+  return Py_NewRef(FILE_SELF->path);
+}
+
+static PyMethodDef file_methods[] = {
+    {"keys", file_keys, METH_NOARGS,
+     PyDoc_STR("keys($self, /)\n--\n\nThe tensor names, in the order they were written.")},
+    {"tensor_metadata", file_tensor_metadata, METH_O,
+     PyDoc_STR("tensor_metadata($self, name, /)\n--\n\n"
+               "The metadata of tensor `name` as a dict (empty when none was written); "
+               "KeyError if the file has no such tensor.")},
+    {"verify", HURRAY_PY_CFUNC(file_verify), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("verify($self, /, name=None)\n--\n\n"
+               "Recomputes the XXH3-64 checksum of every buffer of tensor `name` (None: of "
+               "every tensor, in file order) and compares it with the index, with the GIL "
+               "released. hurray.ChecksumError naming the tensor and the buffer at the first "
+               "mismatch.")},
+    {"slice", HURRAY_PY_CFUNC(file_slice), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("slice($self, /, name, start, stop)\n--\n\n"
+               "Rows [start, stop) along the first axis of dense tensor `name`, zero-copy: "
+               "only the bytes of those rows are mapped (or read, in pread mode); strides are "
+               "kept and no checksum is checked. hurray.UnsupportedError for other layouts, "
+               "hurray.InvalidArgumentError for a 0-d tensor or rows outside [0, shape[0]].")},
+    {"close", file_close, METH_NOARGS,
+     PyDoc_STR("close($self, /)\n--\n\n"
+               "Closes the reader; idempotent. Tensors got from the file stay valid: each "
+               "holds its own reference on the mapping.")},
+    {"__enter__", file_enter_ctx, METH_NOARGS, NULL},
+    {"__exit__", HURRAY_PY_CFUNC(file_exit_ctx), METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef file_getset[] = {
+    {"metadata", file_get_metadata, NULL,
+     PyDoc_STR("The file's metadata as a dict of bool, int, float, str, list and dict "
+               "(empty when none was written); decoded afresh on each access."),
+     NULL},
+    {"info", file_get_info, NULL,
+     PyDoc_STR("Whole-file facts: version, alignment, tensors, buffers, file_size, "
+               "data_bytes."),
+     NULL},
+    {"closed", file_get_closed, NULL, PyDoc_STR("Whether close() was called."), NULL},
+    {"path", file_get_path, NULL, PyDoc_STR("The path the file was opened with."), NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot file_slots[] = {
+    {Py_tp_dealloc, file_dealloc},
+    {Py_tp_repr, file_repr},
+    {Py_tp_iter, file_iter},
+    {Py_mp_length, file_length},
+    {Py_mp_subscript, file_subscript},
+    {Py_sq_contains, file_contains},
+    {Py_tp_methods, file_methods},
+    {Py_tp_getset, file_getset},
+    {Py_tp_doc,
+     (void *)PyDoc_STR("An open Hurray file, made by hurray.open(path): a read-only mapping of "
+                       "tensor names to zero-copy hurray.Tensors, and a context manager that "
+                       "closes it. f[name] finds a tensor in O(1) and maps it without reading "
+                       "its data; tensors stay valid after close().")},
+    {0, NULL},
+};
+
+PyType_Spec hurray__py_file_spec = {
+    .name = "hurray.File",
+    .basicsize = sizeof(FileObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = file_slots,
+};
+
+/* ============================================================================================
+ * hurray.open, hurray.load
+ * ============================================================================================ */
+
+static const char *const kOpenNames[] = {"path", "mmap", NULL};
+
+static PyObject *open_file(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames) {
+  static const HurrayPyParser parser = {"open", kOpenNames, 0, 1, 1};
+  PyObject *a[2];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  HurrayState *st = PyModule_GetState(module);
+  int mmap = a[1] == NULL ? 1 : PyObject_IsTrue(a[1]);
+  if (mmap < 0) return NULL;
+  uint32_t count = 0;
+  HurrayFileReader *reader = open_reader(st, a[0], mmap, &count);
+  if (reader == NULL) return NULL;
+  FileObject *self = PyObject_New(FileObject, st->file_type);
+  if (self == NULL) {
+    hurray_file_reader_destroy(reader);
+    return NULL;
+  }
+  self->reader = reader;
+  self->path = Py_NewRef(a[0]);
+  self->names = NULL;
+  self->count = count;
+  self->busy = 0;
+  self->closed = 0;
+  self->pread = !mmap;
+  return (PyObject *)self;
+}
+
+static const char *const kLoadNames[] = {"path", "mmap", "verify", NULL};
+
+static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames) {
+  static const HurrayPyParser parser = {"load", kLoadNames, 0, 1, 1};
+  PyObject *a[3];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  HurrayState *st = PyModule_GetState(module);
+  int mmap = a[1] == NULL ? 1 : PyObject_IsTrue(a[1]);
+  int verify = a[2] == NULL ? 0 : PyObject_IsTrue(a[2]);
+  if (mmap < 0 || verify < 0) return NULL;
+  uint32_t count = 0;
+  HurrayFileReader *reader = open_reader(st, a[0], mmap, &count);
+  if (reader == NULL) return NULL;
+  HurrayError error = {0};
+  int status = HURRAY_OK;
+  if (verify) {
+    Py_BEGIN_ALLOW_THREADS;
+    status = hurray_file_reader_verify(reader, HURRAY_FILE_WHOLE, NULL, NULL, &error);
+    Py_END_ALLOW_THREADS;
+  }
+  PyObject *result =
+      status == HURRAY_OK ? PyDict_New() : hurray__py_raise_status(st, status, &error);
+  for (uint32_t i = 0; result != NULL && i < count; i++) {
+    HurrayFileTensorInfo info;
+    HurrayTensorContext *context = NULL;
+    status = hurray_file_reader_tensor_info(reader, i, &info, &error);
+    if (status == HURRAY_OK) {
+      if (mmap) {
+        status = hurray_file_reader_get(reader, i, 0, &context, &error);
+      } else {
+        Py_BEGIN_ALLOW_THREADS;
+        status = hurray_file_reader_get(reader, i, 0, &context, &error);
+        Py_END_ALLOW_THREADS;
+      }
+    }
+    PyObject *tensor = status == HURRAY_OK ? hurray__py_tensor_adopt(st, context)
+                                           : hurray__py_raise_status(st, status, &error);
+    if (tensor == NULL || PyDict_SetItemString(result, info.name, tensor) < 0) Py_CLEAR(result);
+    Py_XDECREF(tensor);
+  }
+  hurray_file_reader_destroy(reader); /* the tensors keep the mapping */
+  return result;
+}
+
+/* ============================================================================================
+ * hurray.convert
+ * ============================================================================================ */
+
+static const char *const kConvertNames[] = {
+    "input", "output", "alignment", "name", "metadata_as_json", "drop_metadata", NULL};
+enum { CV_INPUT, CV_OUTPUT, CV_ALIGNMENT, CV_NAME, CV_JSON, CV_DROP, CV_COUNT };
+
+static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames) {
+  static const HurrayPyParser parser = {"convert", kConvertNames, 0, 2, 2};
+  PyObject *a[CV_COUNT];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  HurrayState *st = PyModule_GetState(module);
+  HurrayConvertOptions options = {0};
+  long long alignment = 0;
+  if (a[CV_ALIGNMENT] != NULL && a[CV_ALIGNMENT] != Py_None &&
+      hurray__py_int_in_range(st, a[CV_ALIGNMENT], 1, HURRAY_FILE_MAX_ALIGNMENT, "alignment",
+                              &alignment) < 0) {
+    return NULL;
+  }
+  options.alignment = (uint32_t)alignment;
+  int json = a[CV_JSON] == NULL ? 0 : PyObject_IsTrue(a[CV_JSON]);
+  int drop = a[CV_DROP] == NULL ? 0 : PyObject_IsTrue(a[CV_DROP]);
+  if (json < 0 || drop < 0) return NULL;
+  if (json) options.flags |= HURRAY_CONVERT_METADATA_JSON;
+  if (drop) options.flags |= HURRAY_CONVERT_DROP_METADATA;
+
+  PyObject *input = NULL, *output = NULL, *result = NULL;
+  Arena arena = {NULL};
+  if (a[CV_NAME] != NULL && a[CV_NAME] != Py_None) {
+    if (!PyUnicode_Check(a[CV_NAME])) {
+      return PyErr_Format(PyExc_TypeError, "name must be a str or None, not %.200s",
+                          Py_TYPE(a[CV_NAME])->tp_name);
+    }
+    options.name = arena_utf8(st, &arena, a[CV_NAME], 0, "name", NULL);
+    if (options.name == NULL) goto done;
+  }
+  if (!PyUnicode_FSConverter(a[CV_INPUT], &input) ||
+      !PyUnicode_FSConverter(a[CV_OUTPUT], &output)) {
+    goto done;
+  }
+  HurrayError error = {0};
+  int status;
+  const char *in = PyBytes_AS_STRING(input), *out = PyBytes_AS_STRING(output);
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_convert(in, out, &options, &error);
+  Py_END_ALLOW_THREADS;
+  result = status == HURRAY_OK ? Py_NewRef(Py_None) : hurray__py_raise_status(st, status, &error);
+
+done:
+  Py_XDECREF(input);
+  Py_XDECREF(output);
+  arena_free(&arena);
+  return result;
+}
+
+PyMethodDef hurray__py_file_functions[] = {
+    {"save", HURRAY_PY_CFUNC(save), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR(
+         "save($module, /, path, tensors, metadata=None, *, alignment=64, "
+         "tensor_metadata=None)\n--\n\n"
+         "Writes `tensors`, a mapping of name -> tensor, to a Hurray file at `path`, in "
+         "the mapping's order. A value may be a hurray.Tensor of any layout (multi-buffer ones "
+         "included), a NumPy array or any DLPack producer (a CPU torch.Tensor, ...): it is "
+         "taken without copying. Only CPU memory can be saved. Each tensor is written as the "
+         "bytes its arrays address, strides kept, with the GIL released.\n\n"
+         "metadata: a dict of str -> bool, int (int64), float, str, list/tuple or dict, nested "
+         "up to 16 levels; tensor_metadata: a dict of tensor name -> such a dict. alignment: "
+         "of every buffer's file offset, a power of two in [64, 2 MiB] (4096 suits O_DIRECT).\n\n"
+         "Atomic: the file is written under a temporary name in the same directory "
+         "(`path` + '.tmp-<pid>-<n>'), fsynced and renamed into place. On any error nothing "
+         "appears at `path` and a previous file there is left untouched.")},
+    {"load", HURRAY_PY_CFUNC(load), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("load($module, /, path, *, mmap=True, verify=False)\n--\n\n"
+               "Every tensor of the Hurray file at `path`, as a dict of name -> hurray.Tensor "
+               "in file order. The file is fully validated first (header, index, every "
+               "descriptor and offset). mmap=True: zero-copy, read-only views of one mapping, "
+               "which they keep alive; mmap=False: each tensor read into fresh, writable, "
+               "aligned memory. verify=True: every checksum is checked before anything is "
+               "returned (hurray.ChecksumError naming the tensor).")},
+    {"open", HURRAY_PY_CFUNC(open_file), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("open($module, /, path, *, mmap=True)\n--\n\n"
+               "Opens the Hurray file at `path` lazily, as a hurray.File: validates it and "
+               "reads its index, but no data. Use it as a context manager.")},
+    {"convert", HURRAY_PY_CFUNC(convert), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("convert($module, /, input, output, *, alignment=None, name=None, "
+               "metadata_as_json=False, drop_metadata=False)\n--\n\n"
+               "Converts the tensor file `input` into a new file `output`, between Hurray "
+               "(.hurray, .hry), safetensors (.safetensors), .npy and .npz, formats inferred from "
+               "the extensions (an input's from its bytes when its extension says nothing). "
+               "Streams with the GIL released: memory for the headers only. The output appears "
+               "atomically, as with save(); `output` may be `input`.\n\n"
+               "Nothing is lost silently: what the output cannot hold (non-dense layouts, dtypes "
+               "the format lacks, metadata without a place) raises hurray.UnsupportedError naming "
+               "the tensor. metadata_as_json: write non-string file metadata into safetensors as "
+               "its JSON text; drop_metadata: drop what has no place instead of refusing. "
+               "alignment: of every buffer (Hurray output) or of the data region (safetensors, "
+               "default 8). name: the tensor a .npy input is called (default: the file's stem), or "
+               "the one tensor a .npy output takes.")},
+    {NULL, NULL, 0, NULL},
+};
