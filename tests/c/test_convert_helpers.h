@@ -13,38 +13,7 @@
 #include <sys/stat.h>
 
 #include "test_file_helpers.h"
-
-#define OK(call)                                                             \
-  do {                                                                       \
-    HurrayError ok_error = {0};                                              \
-    int ok_status = (call);                                                  \
-    if (ok_status != HURRAY_OK) fail_msg("%s: %s", #call, ok_error.message); \
-  } while (0)
-#define E (&ok_error)
-
-static char g_dir[256];
-
-static inline int make_dir(void **state) {
-  (void)state;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(g_dir, sizeof g_dir, "%s/hurray-convert-XXXXXX", tmp ? tmp : "/tmp");
-  return mkdtemp(g_dir) == NULL;
-}
-
-static inline int remove_dir(void **state) {
-  (void)state;
-  char command[300];
-  snprintf(command, sizeof command, "rm -rf '%s'", g_dir);
-  return system(command);
-}
-
-static inline char *path_of(const char *name) {
-  static char paths[8][512];
-  static int next;
-  char *path = paths[next++ % 8];
-  snprintf(path, sizeof paths[0], "%s/%s", g_dir, name);
-  return path;
-}
+#include "test_tmpdir.h"
 
 static inline void write_bytes(const char *path, const void *bytes, size_t size) {
   FILE *f = fopen(path, "wb");

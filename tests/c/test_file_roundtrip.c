@@ -15,36 +15,7 @@
 #include <cmocka.h>
 
 #include "test_file_helpers.h"
-
-#define OK(call)                                                             \
-  do {                                                                       \
-    HurrayError ok_error = {0};                                              \
-    int ok_status = (call);                                                  \
-    if (ok_status != HURRAY_OK) fail_msg("%s: %s", #call, ok_error.message); \
-  } while (0)
-#define E (&ok_error)
-
-static char g_dir[256];
-
-static int make_dir(void **state) {
-  (void)state;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(g_dir, sizeof g_dir, "%s/hurray-roundtrip-XXXXXX", tmp ? tmp : "/tmp");
-  return mkdtemp(g_dir) == NULL;
-}
-
-static int remove_dir(void **state) {
-  (void)state;
-  char command[300];
-  snprintf(command, sizeof command, "rm -rf '%s'", g_dir);
-  return system(command);
-}
-
-static const char *path_of(const char *name) {
-  static char path[512];
-  snprintf(path, sizeof path, "%s/%s", g_dir, name);
-  return path;
-}
+#include "test_tmpdir.h"
 
 /* {"layout": <name>, "index": i}: each tensor's own metadata. */
 static void write_samples(const char *path, uint32_t alignment) {

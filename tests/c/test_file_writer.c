@@ -19,14 +19,7 @@
 #include <cmocka.h>
 
 #include "test_file_helpers.h"
-
-#define OK(call)                                                             \
-  do {                                                                       \
-    HurrayError ok_error = {0};                                              \
-    int ok_status = (call);                                                  \
-    if (ok_status != HURRAY_OK) fail_msg("%s: %s", #call, ok_error.message); \
-  } while (0)
-#define E (&ok_error)
+#include "test_tmpdir.h"
 
 #define FAILS(call, expected)                                                      \
   do {                                                                             \
@@ -38,30 +31,6 @@
     }                                                                              \
   } while (0)
 #define F (&fails_error)
-
-static char g_dir[256];
-
-static int make_dir(void **state) {
-  (void)state;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(g_dir, sizeof g_dir, "%s/hurray-writer-XXXXXX", tmp ? tmp : "/tmp");
-  return mkdtemp(g_dir) == NULL;
-}
-
-static int remove_dir(void **state) {
-  (void)state;
-  char command[300];
-  snprintf(command, sizeof command, "rm -rf '%s'", g_dir);
-  return system(command);
-}
-
-static char *path_of(const char *name) {
-  static char paths[4][512];
-  static int next;
-  char *path = paths[next++ % 4];
-  snprintf(path, sizeof paths[0], "%s/%s", g_dir, name);
-  return path;
-}
 
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
