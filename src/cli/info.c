@@ -1,6 +1,7 @@
 /* info.c -- `hurray info FILE`: what a file holds, without reading its data. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -16,6 +17,17 @@ static const char kInfoUsage[] =
     "  -b, --buffers  also list each buffer: role, size, file offset and checksum\n"
     "      --pread    read with pread instead of mapping the file\n"
     "  -h, --help     show this help\n";
+
+/* The shortest %g spelling that reads back as the same double (0.0003, not
+ * 0.00029999999999999997). */
+static void print_shortest(double value) {
+  char text[32];
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(text, sizeof text, "%.*g", digits, value);
+    if (strtod(text, NULL) == value) break;
+  }
+  fputs(text, stdout);
+}
 
 /* Names and strings are UTF-8 but may hold control characters: never send those raw to a
  * terminal. */
@@ -49,7 +61,7 @@ static void print_value(const HurrayMetaValue *v) {
       } else if (isinf(v->as.float64)) {
         fputs(v->as.float64 > 0 ? "Infinity" : "-Infinity", stdout);
       } else {
-        printf("%.17g", v->as.float64);
+        print_shortest(v->as.float64);
       }
       break;
     case HURRAY_META_STRING:
@@ -178,10 +190,10 @@ static int run_info(int argc, char **argv) {
   char data[32], index[32];
   print_escaped(path, strlen(path), false);
   printf(": Hurray file %u.%u, %" PRIu32 " tensor%s, %s of data in %" PRIu32
-         " buffers, alignment %" PRIu32 ", index %s\n",
+         " buffer%s, alignment %" PRIu32 ", index %s\n",
          info.version_major, info.version_minor, info.tensor_count,
          info.tensor_count == 1 ? "" : "s", cli_size(info.data_bytes, data), info.buffer_count,
-         info.alignment, cli_size(info.index_length, index));
+         info.buffer_count == 1 ? "" : "s", info.alignment, cli_size(info.index_length, index));
   rc = print_metadata(r, HURRAY_FILE_WHOLE, "");
   for (uint32_t t = 0; t < info.tensor_count && rc == EXIT_OK; t++) {
     rc = print_tensor(r, t, buffers);

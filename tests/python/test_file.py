@@ -9,6 +9,7 @@ import os
 import signal
 import struct
 import subprocess
+import sysconfig
 import sys
 import textwrap
 import time
@@ -537,3 +538,18 @@ def test_concurrent_reads_from_threads(path):
         for t in threads:
             t.join()
     assert errors == []
+
+
+def test_the_installed_cli_spells_metadata_floats_shortest(tmp_path):
+    """`pip install .` ships the `hurray` command beside the interpreter; `hurray info` prints
+    each float metadata value in the shortest spelling that reads back exactly."""
+    cli = Path(sysconfig.get_path("scripts")) / "hurray"
+    if not cli.exists():
+        pytest.skip("the hurray command is not installed beside this interpreter")
+    path = tmp_path / "m.hurray"
+    values = {"lr": 3e-4, "x": 0.1, "big": 1e300, "neg": -2.5, "third": 1 / 3}
+    hurray.save(path, {"a": np.zeros(2, np.float32)}, values)
+    out = subprocess.run([cli, "info", path], capture_output=True, text=True, check=True).stdout
+    assert '"lr": 0.0003' in out and '"x": 0.1' in out and '"big": 1e+300' in out, out
+    assert '"neg": -2.5' in out and '"third": 0.3333333333333333' in out, out
+    assert " of data in 1 buffer," in out, out  # singular
