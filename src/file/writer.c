@@ -418,8 +418,10 @@ static int collect_spans(Plan *plan, const HurrayTensorDesc *t, HurrayError *err
   return HURRAY_OK;
 }
 
-/* Merges overlapping spans into runs and places them back to back, each at the first offset
- * that keeps its address modulo 64 (so the gap before it is under 64 bytes). */
+/* Merges overlapping (and adjacent) spans into runs and places each buffer's runs in address
+ * order: the first at the buffer's start, which the file aligns, each later one at the first
+ * multiple of 64 after the previous (spec §10). Where the source's bytes lie in memory does
+ * not matter: alignment is a promise about the tensor as it is read back. */
 static int make_plan(Plan *plan, const HurrayTensorDesc *tensor, HurrayError *error) {
   int status = collect_spans(plan, tensor, error);
   if (status != HURRAY_OK) return status;
@@ -435,7 +437,7 @@ static int make_plan(Plan *plan, const HurrayTensorDesc *tensor, HurrayError *er
       continue;
     }
     if (last == NULL || last->buffer != run.buffer) at = 0;
-    run.placed = at + ((run.begin - at) & (HURRAY_MIN_ALIGNMENT - 1));
+    run.placed = (at + HURRAY_MIN_ALIGNMENT - 1) & ~(uint64_t)(HURRAY_MIN_ALIGNMENT - 1);
     at = run.placed + (run.end - run.begin);
     plan->runs[merged++] = run;
   }
