@@ -9,18 +9,24 @@
 
 #include "hurray/hurray.h"
 
-/* Exit statuses, documented in `hurray --help`. */
+/* Exit statuses, the same for the same error in every command: a failed library call exits
+ * with cli_exit_status(its status). Documented in `hurray --help` and docs/impl/cli.md. */
 enum {
   EXIT_OK = 0,
-  EXIT_VERIFY_FAILED = 1, /* a checksum did not match */
-  EXIT_USAGE = 2,         /* bad command line */
-  EXIT_BAD_FILE = 3,      /* the file could not be opened, read or validated */
+  EXIT_CHECKSUM = 1,    /* data does not match its checksum (HURRAY_ECHECKSUM) */
+  EXIT_USAGE = 2,       /* a bad command line, or an argument the library refused (EINVAL) */
+  EXIT_INVALID = 3,     /* an input is not a valid file of its format (every other status) */
+  EXIT_UNSUPPORTED = 4, /* valid, but not supported here (HURRAY_EUNSUPPORTED) */
+  EXIT_SYSTEM = 5,      /* the system refused: I/O (HURRAY_EIO), memory (HURRAY_ENOMEM) */
 };
+
+/* The exit status of a failed (or successful) library call. */
+int cli_exit_status(int status);
 
 typedef struct Command {
   const char *name;
   const char *summary;               /* one line for `hurray --help` */
-  const char *usage;                 /* the full text of `hurray NAME --help` */
+  const char *usage;                 /* `hurray NAME --help`, before the exit statuses */
   int (*run)(int argc, char **argv); /* argv[0] is the command's name */
 } Command;
 
@@ -28,19 +34,22 @@ extern const Command kInfoCommand;
 extern const Command kVerifyCommand;
 extern const Command kConvertCommand;
 
-/* Parsing of a subcommand's arguments: options (each a short and a long spelling; a valued
- * one as `--name VALUE` or `--name=VALUE`) before or after the operands, "--" ending options,
- * and --help. */
+/* One option of a command: a short and/or a long spelling; a flag or one with a value. */
 typedef struct CliOption {
   char short_name; /* 0 for none */
   const char *long_name;
-  bool *set;          /* flags: set to true when given */
+  bool *set;          /* set to true when given; may be NULL for valued options */
   const char **value; /* valued options: their value (the last one given); NULL for flags */
 } CliOption;
 
-/* Sets the options given and the `count` operands, named `names` in messages ("FILE",
- * "IN and OUT"). Returns -1 when the command should go on; otherwise the exit status: EXIT_OK
- * after printing the usage for --help, EXIT_USAGE after an error. */
+#define CLI_MAX_OPTIONS 16
+
+/* Parses a command's arguments with getopt_long: short flags alone or bundled (-bp), a short
+ * option's value attached or next (-a4096, -a 4096), long options as --name VALUE or
+ * --name=VALUE (or an unambiguous prefix), options before or after the operands, "--" ending
+ * options, and -h/--help. Sets the options given and the `count` operands, named `names` in
+ * messages ("FILE", "IN and OUT"). Returns -1 when the command should go on; otherwise the
+ * exit status: EXIT_OK after printing the usage for --help, EXIT_USAGE after an error. */
 int cli_parse_operands(const Command *command, int argc, char **argv, const CliOption *options,
                        int option_count, const char **operands, int count, const char *names);
 /* The one-FILE form. */
@@ -55,9 +64,12 @@ void cli_progress_clear(void);
 
 /* "hurray NAME: message" on stderr. */
 void cli_error(const Command *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "hurray NAME: WHAT: message (HURRAY_ESTATUS)" on stderr for a failed library call; returns
+ * cli_exit_status(status). */
+int cli_fail(const Command *command, const char *what, int status, const HurrayError *error);
 
-/* Opens FILE, reporting failure; returns NULL after printing the error. */
-HurrayFileReader *cli_open(const Command *command, const char *path, bool use_pread);
+/* Opens FILE; on failure prints the error and sets `*rc` to the exit status. */
+HurrayFileReader *cli_open(const Command *command, const char *path, bool use_pread, int *rc);
 
 /* "1.5 KiB", "3 B": sizes for people. */
 const char *cli_size(uint64_t bytes, char out[32]);

@@ -22,17 +22,15 @@ static const char kConvertUsage[] =
     "composite tensors and dtypes the format lacks (safetensors and .npy hold dense arrays of\n"
     "their own dtypes only), and metadata it has no place for (see the metadata options).\n"
     "\n"
-    "exit status: 0 converted, 1 an input checksum did not match, 2 usage error (including\n"
-    "an unknown extension or --name naming no tensor), 3 IN could not be read or converted.\n"
-    "\n"
+
     "options:\n"
     "  -a, --alignment N   Hurray OUT: align every buffer to N bytes (a power of two, 64 to\n"
     "                      2 MiB; 4096 suits O_DIRECT). safetensors OUT: start the data at a\n"
     "                      multiple of N (8 or more; default 8)\n"
     "  -n, --name NAME     .npy IN: the tensor's name (default: the file's stem);\n"
     "                      .npy OUT: the tensor to write, when IN holds several\n"
-    "      --from FORMAT   the format of IN: hurray, safetensors, npy or npz\n"
-    "      --to FORMAT     the format of OUT\n"
+    "  -f, --from FORMAT   the format of IN: hurray, safetensors, npy or npz\n"
+    "  -t, --to FORMAT     the format of OUT\n"
     "      --metadata-json safetensors OUT: write non-string metadata values as JSON text\n"
     "      --drop-metadata drop metadata that OUT has no place for instead of refusing\n"
     "  -q, --quiet         print nothing on success\n"
@@ -67,8 +65,8 @@ static int run_convert(int argc, char **argv) {
   const CliOption options[] = {
       {'a', "alignment", NULL, &alignment},
       {'n', "name", NULL, &name},
-      {0, "from", NULL, &from},
-      {0, "to", NULL, &to},
+      {'f', "from", NULL, &from},
+      {'t', "to", NULL, &to},
       {0, "metadata-json", &metadata_json, NULL},
       {0, "drop-metadata", &drop_metadata, NULL},
       {'q', "quiet", &quiet, NULL},
@@ -105,11 +103,9 @@ static int run_convert(int argc, char **argv) {
   int status = hurray_convert(paths[0], paths[1], &o, &error);
   if (progress.tty) cli_progress_clear();
   if (status != HURRAY_OK) {
-    cli_error(&kConvertCommand, "%s -> %s: %s (%s)", paths[0], paths[1], error.message,
-              hurray_status_name(status));
-    return status == HURRAY_EINVAL      ? EXIT_USAGE
-           : status == HURRAY_ECHECKSUM ? EXIT_VERIFY_FAILED
-                                        : EXIT_BAD_FILE;
+    char what[2 * 4096 + 8];
+    snprintf(what, sizeof what, "%s -> %s", paths[0], paths[1]);
+    return cli_fail(&kConvertCommand, what, status, &error);
   }
   if (!quiet) {
     char size[32];

@@ -7,15 +7,17 @@
 #include "cli.h"
 
 static const char kInfoUsage[] =
-    "usage: hurray info [--buffers] [--pread] FILE\n"
+    "usage: hurray info [-bjp] FILE\n"
     "\n"
     "Prints the file's format version, alignment and metadata, then each tensor: its layout,\n"
     "dtype, shape and size, the children of composite tensors, and its metadata. Only the\n"
-    "index is read; use `hurray verify` to check the data.\n"
+    "index is read; use `hurray verify` to check the data. With --json, all of it (buffers\n"
+    "and every array of every descriptor included) as one JSON object (docs/impl/cli.md).\n"
     "\n"
     "options:\n"
     "  -b, --buffers  also list each buffer: role, size, file offset and checksum\n"
-    "      --pread    read with pread instead of mapping the file\n"
+    "  -j, --json     print JSON for programs instead of text for people\n"
+    "  -p, --pread    read with pread instead of mapping the file\n"
     "  -h, --help     show this help\n";
 
 /* The shortest %g spelling that reads back as the same double (0.0003, not
@@ -83,35 +85,37 @@ static void print_value(const HurrayMetaValue *v) {
   }
 }
 
-static int print_metadata(const HurrayFileReader *r, uint32_t index, const char *indent) {
+/* The metadata of the file (HURRAY_FILE_WHOLE) or of a tensor: as text, a line "metadata: {...}"
+ * when there is any; as JSON, `"metadata": {...}` always. */
+static int print_metadata(const HurrayFileReader *r, uint32_t index, const char *indent,
+                          bool json) {
   HurrayMetaValue *meta = NULL;
   HurrayError error = {0};
   int status = hurray_file_reader_metadata(r, index, &meta, &error);
-  if (status != HURRAY_OK) {
-    cli_error(&kInfoCommand, "%s", error.message);
-    return EXIT_BAD_FILE;
-  }
-  if (meta->count > 0) {
-    printf("%smetadata: ", indent);
+  if (status != HURRAY_OK) return cli_fail(&kInfoCommand, "metadata", status, &error);
+  if (json || meta->count > 0) {
+    printf(json ? "%s\"metadata\": " : "%smetadata: ", indent);
     print_value(meta);
-    putchar('\n');
+    if (!json) putchar('\n');
   }
   hurray_meta_destroy(meta);
   return EXIT_OK;
 }
 
-static void print_shape(const int64_t *shape, int32_t ndim) {
+static void print_dims(const int64_t *dims, int32_t ndim) {
   putchar('[');
-  for (int32_t k = 0; k < ndim; k++) printf("%s%" PRId64, k > 0 ? ", " : "", shape[k]);
+  for (int32_t k = 0; k < ndim; k++) printf("%s%" PRId64, k > 0 ? ", " : "", dims[k]);
   putchar(']');
 }
+
+/* ---- text, for people ---------------------------------------------------------------------- */
 
 /* "per_channel int4 [4, 8] axis 0", "sparse_coo float32 [4, 5] nnz 3 coalesced", ... */
 static void print_node(const HurrayTensorDesc *t) {
   fputs(hurray_layout_name((int)t->layout), stdout);
   if (t->layout == HURRAY_LAYOUT_COMPOSITE) return;
   printf(" %s ", hurray_dtype_info(t->dtype)->name);
-  print_shape(t->shape, t->ndim);
+  print_dims(t->shape, t->ndim);
   switch (t->layout) {
     case HURRAY_LAYOUT_PER_CHANNEL:
       printf(" axis %" PRId32 "%s", t->axis, t->nparts > 2 ? " with zero points" : "");
@@ -147,57 +151,149 @@ static void print_children(const HurrayTensorDesc *t, int depth) {
   }
 }
 
-static int print_tensor(const HurrayFileReader *r, uint32_t index, bool buffers) {
-  HurrayFileTensorInfo ti;
-  HurrayTensorDesc *d = NULL;
-  HurrayError error = {0};
-  if (hurray_file_reader_tensor_info(r, index, &ti, &error) != HURRAY_OK ||
-      hurray_file_reader_describe(r, index, &d, &error) != HURRAY_OK) {
-    cli_error(&kInfoCommand, "%s", error.message);
-    return EXIT_BAD_FILE;
-  }
+static int print_tensor(const HurrayFileReader *r, uint32_t index, const HurrayFileTensorInfo *ti,
+                        const HurrayTensorDesc *d, bool buffers) {
   char size[32];
-  print_escaped(ti.name, strlen(ti.name), false);
+  print_escaped(ti->name, strlen(ti->name), false);
   fputs(": ", stdout);
   print_node(d);
-  printf(", %s in %" PRIu32 " buffer%s\n", cli_size(ti.data_bytes, size), ti.buffer_count,
-         ti.buffer_count == 1 ? "" : "s");
+  printf(", %s in %" PRIu32 " buffer%s\n", cli_size(ti->data_bytes, size), ti->buffer_count,
+         ti->buffer_count == 1 ? "" : "s");
   print_children(d, 0);
-  hurray_tensor_desc_destroy(d);
-  for (uint32_t k = 0; buffers && k < ti.buffer_count; k++) {
+  for (uint32_t k = 0; buffers && k < ti->buffer_count; k++) {
     HurrayFileBufferInfo bi;
-    if (hurray_file_reader_buffer_info(r, index, k, &bi, &error) != HURRAY_OK) {
-      cli_error(&kInfoCommand, "%s", error.message);
-      return EXIT_BAD_FILE;
-    }
+    HurrayError error = {0};
+    int status = hurray_file_reader_buffer_info(r, index, k, &bi, &error);
+    if (status != HURRAY_OK) return cli_fail(&kInfoCommand, ti->name, status, &error);
     printf("  buffer %" PRIu32 ": %s, %s at offset %" PRIu64 ", xxh3 %016" PRIx64 "\n", k,
            hurray_buffer_role_name(bi.role), cli_size(bi.desc.byte_size, size), bi.offset,
            bi.checksum);
   }
-  return print_metadata(r, index, "  ");
+  return print_metadata(r, index, "  ", false);
 }
 
-static int run_info(int argc, char **argv) {
-  bool buffers = false, use_pread = false;
-  const CliOption options[] = {{'b', "buffers", &buffers, NULL}, {0, "pread", &use_pread, NULL}};
-  const char *path = NULL;
-  int rc = cli_parse(&kInfoCommand, argc, argv, options, 2, &path);
-  if (rc >= 0) return rc;
-  HurrayFileReader *r = cli_open(&kInfoCommand, path, use_pread);
-  if (r == NULL) return EXIT_BAD_FILE;
-  HurrayFileInfo info;
-  hurray_file_reader_info(r, &info, NULL);
+static void print_file(const char *path, const HurrayFileInfo *info) {
   char data[32], index[32];
   print_escaped(path, strlen(path), false);
   printf(": Hurray file %u.%u, %" PRIu32 " tensor%s, %s of data in %" PRIu32
          " buffer%s, alignment %" PRIu32 ", index %s\n",
-         info.version_major, info.version_minor, info.tensor_count,
-         info.tensor_count == 1 ? "" : "s", cli_size(info.data_bytes, data), info.buffer_count,
-         info.buffer_count == 1 ? "" : "s", info.alignment, cli_size(info.index_length, index));
-  rc = print_metadata(r, HURRAY_FILE_WHOLE, "");
-  for (uint32_t t = 0; t < info.tensor_count && rc == EXIT_OK; t++) {
-    rc = print_tensor(r, t, buffers);
+         info->version_major, info->version_minor, info->tensor_count,
+         info->tensor_count == 1 ? "" : "s", cli_size(info->data_bytes, data), info->buffer_count,
+         info->buffer_count == 1 ? "" : "s", info->alignment, cli_size(info->index_length, index));
+}
+
+/* ---- JSON, for programs (docs/impl/cli.md) -------------------------------------------------- */
+
+/* A descriptor as it is: every field, every array, the children in order. */
+static void json_node(const HurrayTensorDesc *t) {
+  printf("\"layout\": \"%s\", \"dtype\": ", hurray_layout_name((int)t->layout));
+  const HurrayDTypeInfo *dtype = hurray_dtype_info(t->dtype);
+  if (dtype != NULL) {
+    printf("\"%s\"", dtype->name);
+  } else {
+    fputs("null", stdout);
   }
+  fputs(", \"shape\": ", stdout);
+  print_dims(t->shape, t->ndim);
+  printf(", \"axis\": %" PRId32 ", \"block_size\": %" PRId64 ", \"coalesced\": %s, \"parts\": [",
+         t->axis, t->block_size, t->flags & HURRAY_TENSOR_COALESCED ? "true" : "false");
+  for (uint32_t i = 0; i < t->nparts; i++) {
+    const HurrayArray *a = &t->parts[i];
+    printf("%s{\"buffer\": %" PRIu32 ", \"dtype\": \"%s\", \"byte_offset\": %" PRIu64
+           ", \"shape\": ",
+           i > 0 ? ", " : "", a->buffer, hurray_dtype_info(a->dtype)->name, a->byte_offset);
+    print_dims(a->shape, a->ndim);
+    fputs(", \"strides\": ", stdout);
+    if (a->strides != NULL) {
+      print_dims(a->strides, a->ndim);
+    } else {
+      fputs("null", stdout);
+    }
+    putchar('}');
+  }
+  fputs("], \"children\": [", stdout);
+  for (uint32_t i = 0; i < t->nchildren; i++) {
+    fputs(i > 0 ? ", {\"name\": " : "{\"name\": ", stdout);
+    print_escaped(t->child_names[i], strlen(t->child_names[i]), true);
+    fputs(", ", stdout);
+    json_node(&t->children[i]);
+    putchar('}');
+  }
+  putchar(']');
+}
+
+static int json_tensor(const HurrayFileReader *r, uint32_t index, const HurrayFileTensorInfo *ti,
+                       const HurrayTensorDesc *d) {
+  fputs("{\"name\": ", stdout);
+  print_escaped(ti->name, strlen(ti->name), true);
+  fputs(", ", stdout);
+  json_node(d);
+  printf(", \"data_bytes\": %" PRIu64 ", \"buffers\": [", ti->data_bytes);
+  for (uint32_t k = 0; k < ti->buffer_count; k++) {
+    HurrayFileBufferInfo bi;
+    HurrayError error = {0};
+    int status = hurray_file_reader_buffer_info(r, index, k, &bi, &error);
+    if (status != HURRAY_OK) return cli_fail(&kInfoCommand, ti->name, status, &error);
+    printf("%s{\"role\": \"%s\", \"byte_size\": %" PRIu64 ", \"offset\": %" PRIu64
+           ", \"xxh3\": \"%016" PRIx64 "\"}",
+           k > 0 ? ", " : "", hurray_buffer_role_name(bi.role), bi.desc.byte_size, bi.offset,
+           bi.checksum);
+  }
+  fputs("], ", stdout);
+  int rc = print_metadata(r, index, "", true);
+  putchar('}');
+  return rc;
+}
+
+static void json_file(const char *path, const HurrayFileInfo *info) {
+  fputs("{\"path\": ", stdout);
+  print_escaped(path, strlen(path), true);
+  printf(", \"format_version\": [%u, %u], \"file_size\": %" PRIu64 ", \"alignment\": %" PRIu32
+         ", \"tensor_count\": %" PRIu32 ", \"buffer_count\": %" PRIu32 ", \"data_bytes\": %" PRIu64
+         ", \"index_offset\": %" PRIu64 ", \"index_length\": %" PRIu64 ", ",
+         info->version_major, info->version_minor, info->file_size, info->alignment,
+         info->tensor_count, info->buffer_count, info->data_bytes, info->index_offset,
+         info->index_length);
+}
+
+/* ---- the command --------------------------------------------------------------------------- */
+
+static int run_info(int argc, char **argv) {
+  bool buffers = false, json = false, use_pread = false;
+  const CliOption options[] = {{'b', "buffers", &buffers, NULL},
+                               {'j', "json", &json, NULL},
+                               {'p', "pread", &use_pread, NULL}};
+  const char *path = NULL;
+  int rc = cli_parse(&kInfoCommand, argc, argv, options, 3, &path);
+  if (rc >= 0) return rc;
+  HurrayFileReader *r = cli_open(&kInfoCommand, path, use_pread, &rc);
+  if (r == NULL) return rc;
+  HurrayFileInfo info;
+  hurray_file_reader_info(r, &info, NULL);
+  if (json) {
+    json_file(path, &info);
+  } else {
+    print_file(path, &info);
+  }
+  rc = print_metadata(r, HURRAY_FILE_WHOLE, "", json);
+  if (json) fputs(", \"tensors\": [", stdout);
+  for (uint32_t t = 0; t < info.tensor_count && rc == EXIT_OK; t++) {
+    HurrayFileTensorInfo ti;
+    HurrayTensorDesc *d = NULL;
+    HurrayError error = {0};
+    int status = hurray_file_reader_tensor_info(r, t, &ti, &error);
+    if (status == HURRAY_OK) status = hurray_file_reader_describe(r, t, &d, &error);
+    if (status != HURRAY_OK) {
+      rc = cli_fail(&kInfoCommand, path, status, &error);
+    } else if (json) {
+      if (t > 0) fputs(", ", stdout);
+      rc = json_tensor(r, t, &ti, d);
+    } else {
+      rc = print_tensor(r, t, &ti, d, buffers);
+    }
+    hurray_tensor_desc_destroy(d);
+  }
+  if (json) fputs("]}\n", stdout);
   hurray_file_reader_destroy(r);
   return rc;
 }

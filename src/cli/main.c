@@ -1,6 +1,7 @@
 /* main.c -- the `hurray` command: a table of subcommands and the helpers they share.
- * A new subcommand (convert, serve, fetch) is one file defining a Command plus one line in
- * kCommands. */
+ * A new subcommand (serve, fetch, ...) is one file defining a Command plus one line in
+ * kCommands; its options are a CliOption table that cli_parse_operands hands to getopt_long. */
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,36 @@
 
 static const Command *const kCommands[] = {&kInfoCommand, &kVerifyCommand, &kConvertCommand};
 enum { COMMAND_COUNT = sizeof kCommands / sizeof kCommands[0] };
+
+/* The one description of the exit statuses, printed by every --help. */
+static const char kExitStatuses[] =
+    "exit status (the same in every command):\n"
+    "  0  success\n"
+    "  1  data does not match its checksum\n"
+    "  2  usage error: a bad command line, or an argument that names nothing (a format,\n"
+    "     an extension, a tensor)\n"
+    "  3  an input is not a valid file of its format (malformed, truncated, over a limit)\n"
+    "  4  valid, but not supported: what the output cannot hold, a format version this\n"
+    "     does not read\n"
+    "  5  the system refused: a file could not be opened, read or written; out of memory\n";
+
+int cli_exit_status(int status) {
+  switch (status) {
+    case HURRAY_OK:
+      return EXIT_OK;
+    case HURRAY_ECHECKSUM:
+      return EXIT_CHECKSUM;
+    case HURRAY_EINVAL:
+      return EXIT_USAGE;
+    case HURRAY_EUNSUPPORTED:
+      return EXIT_UNSUPPORTED;
+    case HURRAY_EIO:
+    case HURRAY_ENOMEM:
+      return EXIT_SYSTEM;
+    default:
+      return EXIT_INVALID;
+  }
+}
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -22,13 +53,14 @@ static void usage(FILE *out) {
   }
   fprintf(out,
           "\n"
-          "Run `hurray COMMAND --help` for a command's options.\n"
+          "Run `hurray COMMAND --help` (or `hurray help COMMAND`) for a command's options.\n"
           "\n"
-          "exit status:\n"
-          "  0  success\n"
-          "  1  verification failed: a checksum did not match\n"
-          "  2  usage error\n"
-          "  3  the file could not be opened, read or validated, or could not be converted\n");
+          "%s",
+          kExitStatuses);
+}
+
+static void command_usage(const Command *command) {
+  printf("%s\n%s", command->usage, kExitStatuses);
 }
 
 void cli_error(const Command *command, const char *fmt, ...) {
@@ -40,22 +72,17 @@ void cli_error(const Command *command, const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
-/* The option `arg` names, or NULL; `*inline_value` points after '=' in "--name=VALUE". */
-static const CliOption *find_option(const char *arg, const CliOption *options, int option_count,
-                                    const char **inline_value) {
-  *inline_value = NULL;
+int cli_fail(const Command *command, const char *what, int status, const HurrayError *error) {
+  cli_error(command, "%s: %s (%s)", what, error->message, hurray_status_name(status));
+  return cli_exit_status(status);
+}
+
+enum { LONG_ONLY = 256 }; /* getopt_long's value of option k without a short spelling: 256 + k */
+
+static const CliOption *option_of(int value, const CliOption *options, int option_count) {
   for (int k = 0; k < option_count; k++) {
-    const CliOption *o = &options[k];
-    if (arg[1] == '-') {
-      size_t n = strlen(o->long_name);
-      if (strncmp(arg + 2, o->long_name, n) != 0) continue;
-      if (arg[2 + n] == '\0') return o;
-      if (arg[2 + n] == '=' && o->value != NULL) {
-        *inline_value = arg + 3 + n;
-        return o;
-      }
-    } else if (o->short_name && arg[1] == o->short_name && !arg[2]) {
-      return o;
+    if (options[k].short_name ? options[k].short_name == value : LONG_ONLY + k == value) {
+      return &options[k];
     }
   }
   return NULL;
@@ -63,56 +90,69 @@ static const CliOption *find_option(const char *arg, const CliOption *options, i
 
 int cli_parse_operands(const Command *command, int argc, char **argv, const CliOption *options,
                        int option_count, const char **operands, int count, const char *names) {
-  int given = 0;
-  for (int i = 0; i < count; i++) operands[i] = NULL;
-  bool options_ended = false;
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (!options_ended && strcmp(arg, "--") == 0) {
-      options_ended = true;
-      continue;
+  struct option longs[CLI_MAX_OPTIONS + 2];
+  char shorts[2 + 2 * CLI_MAX_OPTIONS + 2] = ":h"; /* ':': report a missing value as ':' */
+  size_t n = 2;
+  if (option_count > CLI_MAX_OPTIONS) abort(); /* a programming error: raise the limit */
+  for (int k = 0; k < option_count; k++) {
+    const CliOption *o = &options[k];
+    longs[k] = (struct option){o->long_name, o->value != NULL ? required_argument : no_argument,
+                               NULL, o->short_name ? o->short_name : LONG_ONLY + k};
+    if (o->short_name) {
+      shorts[n++] = o->short_name;
+      if (o->value != NULL) shorts[n++] = ':';
     }
-    if (!options_ended && arg[0] == '-' && arg[1] != '\0') {
-      if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-        fputs(command->usage, stdout);
-        return EXIT_OK;
-      }
-      const char *value = NULL;
-      const CliOption *o = find_option(arg, options, option_count, &value);
-      if (o == NULL) {
-        cli_error(command, "unknown option '%s' (see hurray %s --help)", arg, command->name);
-        return EXIT_USAGE;
-      }
-      if (o->value == NULL) {
-        *o->set = true;
-        continue;
-      }
-      if (value == NULL) {
-        if (i + 1 == argc) {
-          cli_error(command, "option '%s' needs a value", arg);
-          return EXIT_USAGE;
-        }
-        value = argv[++i];
-      }
-      *o->value = value;
-      if (o->set != NULL) *o->set = true;
-      continue;
+  }
+  shorts[n] = '\0';
+  longs[option_count] = (struct option){"help", no_argument, NULL, 'h'};
+  longs[option_count + 1] = (struct option){NULL, 0, NULL, 0};
+
+  opterr = 0; /* the messages below name the command */
+  optind = 0; /* a full reset of getopt's state: main() parsed its own options before */
+  int c;
+  while ((c = getopt_long(argc, argv, shorts, longs, NULL)) != -1) {
+    const CliOption *o = option_of(c == ':' || c == '?' ? optopt : c, options, option_count);
+    if (c == 'h') {
+      command_usage(command);
+      return EXIT_OK;
     }
-    if (given == count) {
-      if (count == 1) {
-        cli_error(command, "one %s expected, got '%s' and '%s'", names, operands[0], arg);
+    if (c == ':') {
+      cli_error(command, "option '--%s' needs a value", o->long_name);
+      return EXIT_USAGE;
+    }
+    if (c == '?') {
+      /* optopt: an unknown short option, or a known option given a value it does not take;
+       * 0 for an unknown (or ambiguous) long option, which is the argument getopt passed. */
+      if (o != NULL) {
+        cli_error(command, "option '--%s' takes no value", o->long_name);
+      } else if (optopt != 0) {
+        cli_error(command, "unknown option '-%c' (see hurray %s --help)", optopt, command->name);
       } else {
-        cli_error(command, "%s expected, got also '%s'", names, arg);
+        cli_error(command, "unknown option '%s' (see hurray %s --help)", argv[optind - 1],
+                  command->name);
       }
       return EXIT_USAGE;
     }
-    operands[given++] = arg;
+    if (o->value != NULL) *o->value = optarg;
+    if (o->set != NULL) *o->set = true;
+  }
+
+  int given = argc - optind;
+  if (given > count) {
+    if (count == 1) {
+      cli_error(command, "one %s expected, got '%s' and '%s'", names, argv[optind],
+                argv[optind + 1]);
+    } else {
+      cli_error(command, "%s expected, got also '%s'", names, argv[optind + count]);
+    }
+    return EXIT_USAGE;
   }
   if (given < count) {
     cli_error(command, "%s %s missing (see hurray %s --help)", names, count == 1 ? "is" : "are",
               command->name);
     return EXIT_USAGE;
   }
+  for (int i = 0; i < count; i++) operands[i] = argv[optind + i];
   return -1;
 }
 
@@ -134,13 +174,13 @@ void cli_progress_clear(void) {
   fputs("\r\033[K", stderr);
 }
 
-HurrayFileReader *cli_open(const Command *command, const char *path, bool use_pread) {
+HurrayFileReader *cli_open(const Command *command, const char *path, bool use_pread, int *rc) {
   HurrayFileReader *reader = NULL;
   HurrayError error = {0};
   int status =
       hurray_file_reader_open(path, use_pread ? HURRAY_FILE_OPEN_PREAD : 0, &reader, &error);
   if (status != HURRAY_OK) {
-    cli_error(command, "%s: %s (%s)", path, error.message, hurray_status_name(status));
+    *rc = cli_fail(command, path, status, &error);
     return NULL;
   }
   return reader;
@@ -162,24 +202,52 @@ const char *cli_size(uint64_t bytes, char out[32]) {
   return out;
 }
 
+static const Command *find_command(const char *name) {
+  for (int i = 0; i < COMMAND_COUNT; i++) {
+    if (strcmp(name, kCommands[i]->name) == 0) return kCommands[i];
+  }
+  fprintf(stderr, "hurray: unknown command '%s' (see hurray --help)\n", name);
+  return NULL;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 2) {
+  static const struct option kOptions[] = {
+      {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
+  opterr = 0;
+  int c;
+  /* '+': stop at the command's name; what follows is the command's. */
+  while ((c = getopt_long(argc, argv, "+hV", kOptions, NULL)) != -1) {
+    if (c == 'h') {
+      usage(stdout);
+      return EXIT_OK;
+    }
+    if (c == 'V') {
+      printf("hurray %s (C ABI %u, file format %d.%d)\n", hurray_version_string(),
+             hurray_c_abi_version(), HURRAY_FILE_VERSION_MAJOR, HURRAY_FILE_VERSION_MINOR);
+      return EXIT_OK;
+    }
+    if (optopt != 0) {
+      fprintf(stderr, "hurray: unknown option '-%c' (see hurray --help)\n", optopt);
+    } else {
+      fprintf(stderr, "hurray: unknown option '%s' (see hurray --help)\n", argv[optind - 1]);
+    }
+    return EXIT_USAGE;
+  }
+  if (optind == argc) {
     usage(stderr);
     return EXIT_USAGE;
   }
-  const char *name = argv[1];
-  if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0) {
-    usage(stdout);
+  const char *name = argv[optind];
+  if (strcmp(name, "help") == 0) { /* hurray help [COMMAND] */
+    if (optind + 1 == argc) {
+      usage(stdout);
+      return EXIT_OK;
+    }
+    const Command *command = find_command(argv[optind + 1]);
+    if (command == NULL) return EXIT_USAGE;
+    command_usage(command);
     return EXIT_OK;
   }
-  if (strcmp(name, "--version") == 0) {
-    printf("hurray %s (C ABI %u, file format %d.%d)\n", hurray_version_string(),
-           hurray_c_abi_version(), HURRAY_FILE_VERSION_MAJOR, HURRAY_FILE_VERSION_MINOR);
-    return EXIT_OK;
-  }
-  for (int i = 0; i < COMMAND_COUNT; i++) {
-    if (strcmp(name, kCommands[i]->name) == 0) return kCommands[i]->run(argc - 1, argv + 1);
-  }
-  fprintf(stderr, "hurray: unknown command '%s' (see hurray --help)\n", name);
-  return EXIT_USAGE;
+  const Command *command = find_command(name);
+  return command != NULL ? command->run(argc - optind, argv + optind) : EXIT_USAGE;
 }

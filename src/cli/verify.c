@@ -8,18 +8,15 @@
 #include "cli.h"
 
 static const char kVerifyUsage[] =
-    "usage: hurray verify [--quiet] [--pread] FILE\n"
+    "usage: hurray verify [-qp] FILE\n"
     "\n"
     "Checks the file's structure, then recomputes the XXH3-64 checksum of every buffer and\n"
     "compares it with the one stored in the index. Every tensor with a mismatch is named on\n"
     "stderr. Progress is shown on stderr when it is a terminal.\n"
     "\n"
-    "exit status: 0 all checksums match, 1 a checksum does not match, 2 usage error,\n"
-    "3 the file could not be opened, read or validated.\n"
-    "\n"
     "options:\n"
     "  -q, --quiet  print nothing on success\n"
-    "      --pread  read with pread instead of mapping the file\n"
+    "  -p, --pread  read with pread instead of mapping the file\n"
     "  -h, --help   show this help\n";
 
 typedef struct Progress {
@@ -36,12 +33,12 @@ static void show_progress(void *context, uint64_t done, uint64_t total) {
 
 static int run_verify(int argc, char **argv) {
   bool quiet = false, use_pread = false;
-  const CliOption options[] = {{'q', "quiet", &quiet, NULL}, {0, "pread", &use_pread, NULL}};
+  const CliOption options[] = {{'q', "quiet", &quiet, NULL}, {'p', "pread", &use_pread, NULL}};
   const char *path = NULL;
   int rc = cli_parse(&kVerifyCommand, argc, argv, options, 2, &path);
   if (rc >= 0) return rc;
-  HurrayFileReader *r = cli_open(&kVerifyCommand, path, use_pread);
-  if (r == NULL) return EXIT_BAD_FILE;
+  HurrayFileReader *r = cli_open(&kVerifyCommand, path, use_pread, &rc);
+  if (r == NULL) return rc;
   HurrayFileInfo info;
   hurray_file_reader_info(r, &info, NULL);
   bool tty = !quiet && isatty(STDERR_FILENO);
@@ -58,8 +55,7 @@ static int run_verify(int argc, char **argv) {
       cli_error(&kVerifyCommand, "%s: %s", path, error.message);
       failed++;
     } else if (status != HURRAY_OK) {
-      cli_error(&kVerifyCommand, "%s: %s (%s)", path, error.message, hurray_status_name(status));
-      rc = EXIT_BAD_FILE;
+      rc = cli_fail(&kVerifyCommand, path, status, &error);
     }
     progress.before += ti.data_bytes;
   }
@@ -71,7 +67,7 @@ static int run_verify(int argc, char **argv) {
               " tensors do not match "
               "their checksums",
               path, failed, info.tensor_count);
-    rc = EXIT_VERIFY_FAILED;
+    rc = EXIT_CHECKSUM;
   } else if (rc == EXIT_OK && !quiet) {
     printf("%s: ok, %" PRIu32 " tensors, %s in %" PRIu32 " buffers verified\n", path,
            info.tensor_count, cli_size(info.data_bytes, size), info.buffer_count);

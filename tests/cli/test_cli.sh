@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_cli.sh HURRAY MAKE_FILES DIR [PYTHON] -- runs the `hurray` command on files written by
-# make_files into DIR and checks its output and exit statuses (0 ok, 1 verification failed,
-# 2 usage, 3 bad file or I/O error). With a PYTHON that has numpy and safetensors, the files
+# make_files into DIR and checks its output and exit statuses (0 ok, 1 checksum mismatch,
+# 2 usage, 3 invalid file, 4 unsupported, 5 system error: the same in every command). With a
+# PYTHON that has numpy and safetensors, the files
 # `hurray convert` writes are also loaded by those packages, and theirs converted.
 set -u
 hurray=$1
@@ -35,21 +36,57 @@ has "usage: hurray [--version] [--help] COMMAND"
 run 0 --help
 has "info     list a file's tensors"
 has "verify   check every buffer's checksum"
-has "3  the file could not be opened, read or validated"
+has "exit status (the same in every command):"
+has "3  an input is not a valid file of its format"
+has "5  the system refused"
+run 0 -h
+has "usage: hurray [--version] [--help] COMMAND"
 run 0 --version
 has "file format 1.0"
-run 2 serve good.hurray
-has "unknown command 'serve'"
+has "C ABI 4"
+run 2 --nope
+has "hurray: unknown option '--nope'"
+run 2 -x
+has "hurray: unknown option '-x'"
+run 2 nonesuch good.hurray
+has "unknown command 'nonesuch'"
+run 0 help info
+has "usage: hurray info [-bjp] FILE"
+run 2 help nonesuch
+has "unknown command 'nonesuch'"
 run 0 info --help
-has "usage: hurray info [--buffers] [--pread] FILE"
+has "usage: hurray info [-bjp] FILE"
+has "  -j, --json "
+has "exit status (the same in every command):"
 run 0 verify -h
-has "usage: hurray verify [--quiet] [--pread] FILE"
+has "usage: hurray verify [-qp] FILE"
+has "4  valid, but not supported"
+run 0 convert --he # an unambiguous prefix
+has "usage: hurray convert [options] IN OUT"
 run 2 info
 has "FILE is missing"
 run 2 info --nope good.hurray
-has "unknown option '--nope'"
+has "unknown option '--nope' (see hurray info --help)"
+run 2 info -bx good.hurray
+has "unknown option '-x'"
+run 2 info --buffers=yes good.hurray
+has "option '--buffers' takes no value"
 run 2 verify good.hurray empty.hurray
-has "one FILE expected"
+has "one FILE expected, got 'good.hurray' and 'empty.hurray'"
+
+# one exit status for one error, whichever command meets it
+for command in info verify; do
+  run 5 $command missing.hurray
+  has "missing.hurray: No such file or directory (HURRAY_EIO)"
+  run 3 $command not_hurray.txt
+  has "not a Hurray file (bad magic) (HURRAY_EFORMAT)"
+  run 2 $command --bogus good.hurray
+  run 0 $command --help
+done
+run 5 convert missing.hurray x.safetensors
+has "No such file or directory (HURRAY_EIO)"
+run 3 convert --from hurray not_hurray.txt x.safetensors
+has "not a Hurray file (bad magic) (HURRAY_EFORMAT)"
 
 # info
 run 0 info good.hurray
@@ -74,9 +111,51 @@ has "  buffer 1: scales, 16 B at offset "
 has ", xxh3 "
 run 0 info --pread -- good.hurray
 has "12 tensors"
+run 0 info good.hurray -bp # options after the operand, bundled
+has "  buffer 1: scales, 16 B at offset "
+run 0 info --buf good.hurray # an unambiguous prefix
+has "  buffer 1: scales"
 run 0 info bad_checksum.hurray # the index is intact; data is not read
 run 0 info empty.hurray
 has "0 tensors, 0 B of data in 0 buffers"
+run 0 info --json good.hurray
+has '"path": "good.hurray", "format_version": [1, 0]'
+has '"metadata": {"layers": 12, "model": "test", "quantised": true, "scale": 0.5, "tags": ["a", "b"]}'
+lacks "$(printf '\033')"
+run 0 info -j empty.hurray
+has '"tensor_count": 0, "buffer_count": 0, "data_bytes": 0'
+has '"metadata": {}, "tensors": []}'
+run 3 info --json not_hurray.txt
+has "not a Hurray file (bad magic)"
+if [ -n "$python" ] && "$python" -c "import json" >/dev/null 2>&1; then
+  last="info --json read by Python's json"
+  out=$("$hurray" info --json good.hurray | "$python" -c '
+import json, sys
+f = json.load(sys.stdin)
+assert f["tensor_count"] == len(f["tensors"]) == 12, f
+assert f["alignment"] == 64 and f["format_version"] == [1, 0]
+t = {x["name"]: x for x in f["tensors"]}
+assert t["dense"]["layout"] == "dense" and t["dense"]["dtype"] == "float32", t["dense"]
+assert t["dense"]["shape"] == [2, 3] and t["dense"]["data_bytes"] == 24
+assert t["dense"]["parts"] == [{"buffer": 0, "dtype": "float32", "byte_offset": 0,
+                                "shape": [2, 3], "strides": None}], t["dense"]["parts"]
+pc = t["per_channel"]
+assert (pc["layout"], pc["dtype"], pc["axis"]) == ("per_channel", "int8", 0), pc
+assert [b["role"] for b in pc["buffers"]] == ["values", "scales", "zero_points"], pc
+assert all(b["offset"] % 64 == 0 and len(b["xxh3"]) == 16 for b in pc["buffers"])
+assert t["block"]["block_size"] == 4 and t["sparse_coo"]["coalesced"] is True
+assert t["paged"]["dtype"] == "bfloat16" and t["paged"]["axis"] == 1
+c = t["composite"]
+assert c["layout"] == "composite" and c["dtype"] is None and c["parts"] == []
+assert c["children"][0]["name"] == "weight", c["children"]
+assert c["children"][0]["layout"] == "per_channel"
+assert any(k["name"] == "bias_view" for g in c["children"] for k in g["children"]), c
+assert f["metadata"]["scale"] == 0.5 and f["metadata"]["tags"] == ["a", "b"]
+assert any(x["metadata"].get("note") == "red \x1b[31mtext\x1b[0m" for x in f["tensors"])
+print("json ok")
+' 2>&1)
+  has "json ok"
+fi
 
 # verify
 run 0 verify good.hurray
@@ -97,9 +176,9 @@ run 3 verify truncated.hurray
 has "truncated"
 run 3 info not_hurray.txt
 has "not a Hurray file (bad magic) (HURRAY_EFORMAT)"
-run 3 info missing.hurray
+run 5 info missing.hurray
 has "missing.hurray: No such file or directory"
-run 3 verify .
+run 5 verify .
 has "not a regular file"
 
 # convert
@@ -134,11 +213,19 @@ run 0 convert -n col -a 4096 strided.npy col.hurray
 run 0 info col.hurray
 has "alignment 4096"
 has "col: dense float32 [4]"
+run 0 convert -qa8192 -ncol2 strided.npy col2.hurray # bundled, values attached
+[ -z "$out" ] || fail "-q printed something"
+run 0 info col2.hurray
+has "alignment 8192"
+has "col2: dense float32 [4]"
+run 0 convert --alignment=128 --name=col3 strided.npy col3.hurray
+run 0 info col3.hurray
+has "alignment 128"
 run 0 convert --to npz --from hurray dense.hurray dense.zip
 run 0 convert dense.zip back3.hurray # sniffed
-run 3 convert good.hurray good.npz
+run 4 convert good.hurray good.npz
 has "the input has file metadata, which npz cannot hold"
-run 3 convert --drop-metadata good.hurray good.safetensors
+run 4 convert --drop-metadata good.hurray good.safetensors
 has "tensor 'int4' is int4, which safetensors has no dtype for (HURRAY_EUNSUPPORTED)"
 [ ! -e good.safetensors ] || fail "a refused conversion left good.safetensors"
 run 1 convert bad_checksum.hurray copy.hurray
