@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # Installs everything Hurray needs to build and test, idempotently: Debian packages (compilers,
-# cmocka, xxhash, zlib, clang for the fuzzers) and a project-local virtual environment (.venv)
-# with the Python build tools and the real peers the tests exchange tensors with.
+# cmocka, xxhash, zlib, clang for the fuzzers, locales), a decimal-comma locale (de_DE.UTF-8,
+# for the tests that numbers are written the same in every locale), and a project-local
+# virtual environment (.venv) with the Python build tools and the real peers the tests
+# exchange tensors with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(build-essential pkg-config libcmocka-dev libxxhash-dev zlib1g-dev clang libclang-rt-14-dev)
+apt_packages=(build-essential pkg-config libcmocka-dev libxxhash-dev zlib1g-dev clang libclang-rt-14-dev
+              locales)
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! locale -a 2>/dev/null | grep -qix 'de_DE\.utf-\?8'; then
+  echo "setup: generating the de_DE.UTF-8 locale"
+  $SUDO localedef -i de_DE -f UTF-8 de_DE.UTF-8
 fi
 
 if [ ! -x .venv/bin/python ]; then

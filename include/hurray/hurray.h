@@ -573,6 +573,17 @@ typedef struct HurrayMetaValue {
 
 /* "bool", "int64", "float64", "string", "list", "map"; NULL for an unknown type. */
 HURRAY_API const char *hurray_meta_type_name(int type);
+
+/* Room for any text hurray_format_float64 writes, its NUL included. */
+#define HURRAY_FLOAT64_TEXT_SIZE 32
+
+/* Writes `value` to `out` as the shortest decimal text that reads back as the same double
+ * ("0.1", "0.0003", "1e+100", "-0"), with '.' as the decimal point whatever the locale
+ * (LC_NUMERIC) of the process or thread; NaN and the infinities as JavaScript spells them:
+ * "NaN", "Infinity", "-Infinity". This is how the library writes metadata floats into JSON
+ * (hurray_convert) and how the hurray command prints them. Returns the length of the text,
+ * without its NUL. Thread-safe. */
+HURRAY_API size_t hurray_format_float64(double value, char out[HURRAY_FLOAT64_TEXT_SIZE]);
 /* Frees a tree returned by hurray_file_reader_metadata (one heap block). NULL is a no-op.
  * Never call it on a tree you built yourself. */
 HURRAY_API void hurray_meta_destroy(HurrayMetaValue *tree);

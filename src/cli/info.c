@@ -1,6 +1,5 @@
 /* info.c -- `hurray info FILE`: what a file holds, without reading its data. */
 #include <inttypes.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,17 +18,6 @@ static const char kInfoUsage[] =
     "  -j, --json     print JSON for programs instead of text for people\n"
     "  -p, --pread    read with pread instead of mapping the file\n"
     "  -h, --help     show this help\n";
-
-/* The shortest %g spelling that reads back as the same double (0.0003, not
- * 0.00029999999999999997). */
-static void print_shortest(double value) {
-  char text[32];
-  for (int digits = 1; digits <= 17; digits++) {
-    snprintf(text, sizeof text, "%.*g", digits, value);
-    if (strtod(text, NULL) == value) break;
-  }
-  fputs(text, stdout);
-}
 
 /* Names and strings are UTF-8 but may hold control characters: never send those raw to a
  * terminal. */
@@ -57,15 +45,12 @@ static void print_value(const HurrayMetaValue *v) {
     case HURRAY_META_INT64:
       printf("%" PRId64, v->as.int64);
       break;
-    case HURRAY_META_FLOAT64:
-      if (isnan(v->as.float64)) {
-        fputs("NaN", stdout);
-      } else if (isinf(v->as.float64)) {
-        fputs(v->as.float64 > 0 ? "Infinity" : "-Infinity", stdout);
-      } else {
-        print_shortest(v->as.float64);
-      }
+    case HURRAY_META_FLOAT64: {
+      char text[HURRAY_FLOAT64_TEXT_SIZE];
+      hurray_format_float64(v->as.float64, text);
+      fputs(text, stdout);
       break;
+    }
     case HURRAY_META_STRING:
       print_escaped(v->as.string, v->count, true);
       break;

@@ -503,25 +503,6 @@ static void sink_string(FileSink *out, const char *s, size_t len) {
   hurray__sink_u8(out, '"');
 }
 
-/* The shortest %.*g spelling of `v` that reads back as `v`; JSON has no NaN or infinities,
- * so those are spelled as JavaScript spells them. */
-static void sink_double(FileSink *out, double v) {
-  if (v != v) {
-    sink_text(out, "NaN");
-    return;
-  }
-  if (v > 1.7976931348623157e308 || v < -1.7976931348623157e308) {
-    sink_text(out, v > 0 ? "Infinity" : "-Infinity");
-    return;
-  }
-  char text[32];
-  for (int precision = 1; precision <= 17; precision++) {
-    snprintf(text, sizeof text, "%.*g", precision, v);
-    if (strtod(text, NULL) == v) break;
-  }
-  sink_text(out, text);
-}
-
 /* A metadata value as JSON text (into `out`, unescaped). */
 static void sink_meta_json(FileSink *out, const HurrayMetaValue *v) {
   switch (v->type) {
@@ -534,9 +515,11 @@ static void sink_meta_json(FileSink *out, const HurrayMetaValue *v) {
       hurray__sink_bytes(out, digits, (size_t)n);
       break;
     }
-    case HURRAY_META_FLOAT64:
-      sink_double(out, v->as.float64);
+    case HURRAY_META_FLOAT64: {
+      char text[HURRAY_FLOAT64_TEXT_SIZE];
+      hurray__sink_bytes(out, text, hurray_format_float64(v->as.float64, text));
       break;
+    }
     case HURRAY_META_STRING:
       sink_string(out, v->as.string, v->count);
       break;

@@ -1,6 +1,8 @@
 /* meta.c -- typed metadata (spec §7): a map of string, int64, float64, bool, list and map
  * values. Encoding writes map keys sorted by bytes, so a decoder proves keys unique in one
  * linear pass; decoding checks every count against the bytes that remain before allocating. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +27,35 @@ const char *hurray_meta_type_name(int type) {
     default:
       return NULL;
   }
+}
+
+/* ---- float64 as text ---------------------------------------------------------------------- */
+
+size_t hurray_format_float64(double value, char out[HURRAY_FLOAT64_TEXT_SIZE]) {
+  if (isnan(value) || isinf(value)) {
+    const char *text = isnan(value) ? "NaN" : value > 0 ? "Infinity" : "-Infinity";
+    size_t n = strlen(text);
+    memcpy(out, text, n + 1);
+    return n;
+  }
+  char text[HURRAY_FLOAT64_TEXT_SIZE];
+  for (int digits = 1; digits <= 17; digits++) { /* 17 digits always read back */
+    snprintf(text, sizeof text, "%.*g", digits, value);
+    if (strtod(text, NULL) == value) break;
+  }
+  /* %g and strtod agree on LC_NUMERIC's decimal point, which may be ',' or several bytes
+   * (U+066B in some locales): whatever stands between the digits becomes '.'. */
+  size_t n = 0;
+  for (const char *p = text; *p != '\0';) {
+    if ((*p >= '0' && *p <= '9') || *p == '-' || *p == '+' || *p == 'e') {
+      out[n++] = *p++;
+      continue;
+    }
+    out[n++] = '.';
+    while (*p != '\0' && !(*p >= '0' && *p <= '9') && *p != 'e') p++;
+  }
+  out[n] = '\0';
+  return n;
 }
 
 /* ---- encoding a caller's tree ------------------------------------------------------------- */

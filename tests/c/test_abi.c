@@ -100,6 +100,13 @@ PIN_OFFSET(HurrayTensorContext, owner_release, 40);
 PIN_OFFSET(HurrayTensorContext, reserved, 48);
 #endif
 
+/* Signatures of the functions added since the ABI version was last raised: a changed one fails
+ * to compile (signatures never change; a new behaviour is a new function). */
+#define PIN_SIGNATURE(function, type) \
+  _Static_assert(_Generic(&function, type: 1, default: 0), "signature of " #function)
+PIN_SIGNATURE(hurray_format_float64, size_t (*)(double, char *));
+_Static_assert(HURRAY_FLOAT64_TEXT_SIZE == 32, "float64 text size");
+
 /* Values that are forever. */
 _Static_assert(HURRAY_C_ABI_VERSION == 4, "C ABI version");
 _Static_assert(HURRAY_DESC_SIZE == 16, "descriptor size");
