@@ -57,39 +57,50 @@ typedef struct ConvArray {
 /* Where the bytes of an array go, chunk by chunk. */
 typedef int (*ConvChunkFn)(void *context, const uint8_t *bytes, size_t len, HurrayError *error);
 
-/* ---- json.c ------------------------------------------------------------------------------- */
+/* ---- cursor.c ----------------------------------------------------------------------------- */
 
-/* A cursor over a JSON text of at most CONV_SAFETENSORS_MAX_HEADER bytes. `base` is the file
- * offset of text[0], so errors name offsets in the file. The grammar is RFC 8259's, but each
- * call accepts only the token it is asked for: there is no generic value, so a float, true,
- * false or null where the caller wants something else is an error naming what was expected. */
-typedef struct JsonCursor {
+/* A cursor over the untrusted text of a header: `len` bytes at `text`, `base` the file offset
+ * of text[0] (so errors name offsets in the file), `name` the text in messages ("the header").
+ * Whitespace is space, tab, newline and carriage return. */
+typedef struct TextCursor {
   const uint8_t *text;
   size_t len;
   size_t at;
   uint64_t base;
-} JsonCursor;
+  const char *name;
+} TextCursor;
 
-/* Skips whitespace, then: whether the next byte is `c` (consumed if so). */
-HURRAY_INTERNAL bool hurray__json_accept(JsonCursor *j, char c);
-/* Skips whitespace, then requires `c` (HURRAY_EFORMAT naming the offset and `what`). */
-HURRAY_INTERNAL int hurray__json_expect(JsonCursor *j, char c, const char *what,
-                                        HurrayError *error);
+HURRAY_INTERNAL void hurray__cursor_skip_space(TextCursor *c);
+/* Skips whitespace; the file offset of the next byte. */
+HURRAY_INTERNAL uint64_t hurray__cursor_offset(TextCursor *c);
+/* HURRAY_EFORMAT: "byte N: expected `what`, found 'x'" (or a byte's value, or the end). */
+HURRAY_INTERNAL int hurray__cursor_unexpected(TextCursor *c, const char *what, HurrayError *error);
+/* Skips whitespace, then: whether the next byte is `token` (consumed if so). */
+HURRAY_INTERNAL bool hurray__cursor_accept(TextCursor *c, char token);
+/* Skips whitespace, then requires `token`, else fails as hurray__cursor_unexpected. */
+HURRAY_INTERNAL int hurray__cursor_expect(TextCursor *c, char token, const char *what,
+                                          HurrayError *error);
+/* Only whitespace may remain; `what` names what was expected instead. */
+HURRAY_INTERNAL int hurray__cursor_end(TextCursor *c, const char *what, HurrayError *error);
+
+/* ---- json.c ------------------------------------------------------------------------------- */
+
+/* The JSON tokens of a safetensors header (of at most CONV_SAFETENSORS_MAX_HEADER bytes), read
+ * with a TextCursor besides its '{' ':' ',' ... The grammar is RFC 8259's, but each call
+ * accepts only the token it is asked for: there is no generic value, so a float, true, false
+ * or null where the caller wants something else is an error naming what was expected. */
+
 /* Skips whitespace, then reads a string, unescaping \" \\ \/ \b \f \n \r \t and \uXXXX
  * (surrogate pairs combined) into UTF-8 in `arena`, NUL-terminated; `*len` excludes the NUL.
  * Raw bytes must be well-formed UTF-8 without control characters. */
-HURRAY_INTERNAL int hurray__json_string(JsonCursor *j, FileArena *arena, const char **out,
+HURRAY_INTERNAL int hurray__json_string(TextCursor *j, FileArena *arena, const char **out,
                                         size_t *len, const char *what, HurrayError *error);
 /* Skips whitespace, then reads a non-negative integer without sign, fraction, exponent or
  * leading zero that fits in uint64. */
-HURRAY_INTERNAL int hurray__json_uint(JsonCursor *j, uint64_t *out, const char *what,
+HURRAY_INTERNAL int hurray__json_uint(TextCursor *j, uint64_t *out, const char *what,
                                       HurrayError *error);
 /* Skips whitespace, then requires the literal `null`. Whether it is there (consumed if so). */
-HURRAY_INTERNAL bool hurray__json_accept_null(JsonCursor *j);
-/* Only whitespace may remain. */
-HURRAY_INTERNAL int hurray__json_end(JsonCursor *j, HurrayError *error);
-/* The file offset of the next byte that is not whitespace. */
-HURRAY_INTERNAL uint64_t hurray__json_offset(JsonCursor *j);
+HURRAY_INTERNAL bool hurray__json_accept_null(TextCursor *j);
 /* Appends `len` bytes as the inside of a JSON string, escaped as serde_json escapes: \" \\,
  * \b \f \n \r \t, other control characters as \u00XX; everything else as it is. */
 HURRAY_INTERNAL void hurray__json_escape(FileSink *out, const char *s, size_t len);

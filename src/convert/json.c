@@ -1,5 +1,6 @@
-/* json.c -- a strict, bounded JSON cursor: exactly the tokens a safetensors header is made of
- * (objects, arrays, strings, unsigned integers, and `null` where the schema allows it). The
+/* json.c -- strict, bounded JSON tokens read with a TextCursor (cursor.c): exactly what a
+ * safetensors header is made of (objects, arrays, strings, unsigned integers, and `null` where
+ * the schema allows it). The
  * schema drives the parse (safetensors.c), so nesting is bounded by construction (three
  * levels: the header, an entry, its shape or offsets) and no value of an unexpected type is
  * ever skipped over: it is an error naming its offset and what was expected. */
@@ -8,61 +9,13 @@
 
 #include "convert.h"
 
-static void skip_space(JsonCursor *j) {
-  while (j->at < j->len) {
-    uint8_t c = j->text[j->at];
-    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-    j->at++;
-  }
-}
-
-uint64_t hurray__json_offset(JsonCursor *j) {
-  skip_space(j);
-  return j->base + j->at;
-}
-
-/* "byte 42: expected X, found 'c'" / "found the end of the header". */
-static int unexpected(JsonCursor *j, const char *what, HurrayError *error) {
-  uint64_t at = j->base + j->at;
-  if (j->at >= j->len) {
-    return hurray__fail(error, HURRAY_EFORMAT,
-                        "byte %" PRIu64 ": expected %s, found the end of the header", at, what);
-  }
-  uint8_t c = j->text[j->at];
-  if (c >= 0x20 && c < 0x7F) {
-    return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": expected %s, found '%c'", at,
-                        what, c);
-  }
-  return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": expected %s, found byte 0x%02X", at,
-                      what, c);
-}
-
-bool hurray__json_accept(JsonCursor *j, char c) {
-  skip_space(j);
-  if (j->at < j->len && j->text[j->at] == (uint8_t)c) {
-    j->at++;
-    return true;
-  }
-  return false;
-}
-
-int hurray__json_expect(JsonCursor *j, char c, const char *what, HurrayError *error) {
-  return hurray__json_accept(j, c) ? HURRAY_OK : unexpected(j, what, error);
-}
-
-bool hurray__json_accept_null(JsonCursor *j) {
-  skip_space(j);
+bool hurray__json_accept_null(TextCursor *j) {
+  hurray__cursor_skip_space(j);
   if (j->len - j->at >= 4 && memcmp(j->text + j->at, "null", 4) == 0) {
     j->at += 4;
     return true;
   }
   return false;
-}
-
-int hurray__json_end(JsonCursor *j, HurrayError *error) {
-  skip_space(j);
-  return j->at == j->len ? HURRAY_OK
-                         : unexpected(j, "only whitespace after the header's object", error);
 }
 
 static int hex_digit(uint8_t c) {
@@ -73,7 +26,7 @@ static int hex_digit(uint8_t c) {
 }
 
 /* Reads the 4 hex digits of a \u escape whose backslash is at j->at - 2. */
-static int read_hex4(JsonCursor *j, uint32_t *out, HurrayError *error) {
+static int read_hex4(TextCursor *j, uint32_t *out, HurrayError *error) {
   if (j->len - j->at < 4) {
     return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": \\u escape needs 4 hex digits",
                         j->base + j->at - 2);
@@ -116,7 +69,7 @@ static size_t put_utf8(uint8_t *p, uint32_t cp) {
 }
 
 /* One escape sequence whose backslash was at j->at - 1; appends its UTF-8 to `out`. */
-static int read_escape(JsonCursor *j, uint8_t *out, size_t *n, HurrayError *error) {
+static int read_escape(TextCursor *j, uint8_t *out, size_t *n, HurrayError *error) {
   uint64_t at = j->base + j->at - 1;
   if (j->at >= j->len) {
     return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": unfinished escape sequence", at);
@@ -162,10 +115,10 @@ static int read_escape(JsonCursor *j, uint8_t *out, size_t *n, HurrayError *erro
   return HURRAY_OK;
 }
 
-int hurray__json_string(JsonCursor *j, FileArena *arena, const char **out, size_t *len,
+int hurray__json_string(TextCursor *j, FileArena *arena, const char **out, size_t *len,
                         const char *what, HurrayError *error) {
-  skip_space(j);
-  if (j->at >= j->len || j->text[j->at] != '"') return unexpected(j, what, error);
+  hurray__cursor_skip_space(j);
+  if (j->at >= j->len || j->text[j->at] != '"') return hurray__cursor_unexpected(j, what, error);
   uint64_t start = j->base + j->at;
   j->at++;
   /* First pass: find the closing quote; escapes never make the text longer (\uXXXX is 6
@@ -209,11 +162,11 @@ int hurray__json_string(JsonCursor *j, FileArena *arena, const char **out, size_
   return HURRAY_OK;
 }
 
-int hurray__json_uint(JsonCursor *j, uint64_t *out, const char *what, HurrayError *error) {
-  skip_space(j);
+int hurray__json_uint(TextCursor *j, uint64_t *out, const char *what, HurrayError *error) {
+  hurray__cursor_skip_space(j);
   uint64_t at = j->base + j->at;
   if (j->at >= j->len || j->text[j->at] < '0' || j->text[j->at] > '9') {
-    return unexpected(j, what, error);
+    return hurray__cursor_unexpected(j, what, error);
   }
   uint64_t v = 0;
   size_t first = j->at;

@@ -47,54 +47,12 @@ const char *hurray__npy_descr(int dtype) {
 
 /* ---- the dict literal --------------------------------------------------------------------- */
 
-typedef struct Literal {
-  const uint8_t *text;
-  size_t len, at;
-  uint64_t base; /* file offset of text[0] */
-} Literal;
-
-static void skip_space(Literal *l) {
-  while (l->at < l->len && (l->text[l->at] == ' ' || l->text[l->at] == '\t' ||
-                            l->text[l->at] == '\n' || l->text[l->at] == '\r')) {
-    l->at++;
-  }
-}
-
-static int unexpected(Literal *l, const char *what, HurrayError *error) {
-  uint64_t at = l->base + l->at;
-  if (l->at >= l->len) {
-    return hurray__fail(error, HURRAY_EFORMAT,
-                        "byte %" PRIu64 ": expected %s, found the end of the .npy header", at,
-                        what);
-  }
-  uint8_t c = l->text[l->at];
-  if (c >= 0x20 && c < 0x7F) {
-    return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": expected %s, found '%c'", at,
-                        what, c);
-  }
-  return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": expected %s, found byte 0x%02X", at,
-                      what, c);
-}
-
-static bool accept(Literal *l, char c) {
-  skip_space(l);
-  if (l->at < l->len && l->text[l->at] == (uint8_t)c) {
-    l->at++;
-    return true;
-  }
-  return false;
-}
-
-static int expect(Literal *l, char c, const char *what, HurrayError *error) {
-  return accept(l, c) ? HURRAY_OK : unexpected(l, what, error);
-}
-
 /* A quoted string of printable ASCII without backslashes; [*out, *out + *len) in the text. */
-static int string(Literal *l, const uint8_t **out, size_t *len, const char *what,
+static int string(TextCursor *l, const uint8_t **out, size_t *len, const char *what,
                   HurrayError *error) {
-  skip_space(l);
+  hurray__cursor_skip_space(l);
   if (l->at >= l->len || (l->text[l->at] != '\'' && l->text[l->at] != '"')) {
-    return unexpected(l, what, error);
+    return hurray__cursor_unexpected(l, what, error);
   }
   uint8_t quote = l->text[l->at];
   size_t start = ++l->at;
@@ -119,9 +77,9 @@ static int string(Literal *l, const uint8_t **out, size_t *len, const char *what
   return HURRAY_OK;
 }
 
-static bool word(Literal *l, const char *w) {
+static bool word(TextCursor *l, const char *w) {
   size_t n = strlen(w);
-  skip_space(l);
+  hurray__cursor_skip_space(l);
   if (l->len - l->at < n || memcmp(l->text + l->at, w, n) != 0) return false;
   /* not a prefix of a longer identifier */
   if (l->len - l->at > n) {
@@ -134,8 +92,8 @@ static bool word(Literal *l, const char *w) {
   return true;
 }
 
-static int extent(Literal *l, int64_t *out, HurrayError *error) {
-  skip_space(l);
+static int extent(TextCursor *l, int64_t *out, HurrayError *error) {
+  hurray__cursor_skip_space(l);
   uint64_t at = l->base + l->at, v = 0;
   size_t first = l->at;
   while (l->at < l->len && l->text[l->at] >= '0' && l->text[l->at] <= '9') {
@@ -145,7 +103,9 @@ static int extent(Literal *l, int64_t *out, HurrayError *error) {
     }
     l->at++;
   }
-  if (l->at == first) return unexpected(l, "an extent (a non-negative integer)", error);
+  if (l->at == first) {
+    return hurray__cursor_unexpected(l, "an extent (a non-negative integer)", error);
+  }
   if (l->text[first] == '0' && l->at - first > 1) {
     return hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": an extent has a leading zero",
                         at);
@@ -155,14 +115,14 @@ static int extent(Literal *l, int64_t *out, HurrayError *error) {
 }
 
 /* A tuple: () | (n,) | (n, m, ...) with an optional trailing comma; (n) is no tuple. */
-static int shape_tuple(Literal *l, NpyHeader *h, HurrayError *error) {
-  uint64_t open = (skip_space(l), l->base + l->at);
-  int status = expect(l, '(', "'(' starting the shape tuple", error);
-  if (status != HURRAY_OK || accept(l, ')')) return status;
+static int shape_tuple(TextCursor *l, NpyHeader *h, HurrayError *error) {
+  uint64_t open = hurray__cursor_offset(l);
+  int status = hurray__cursor_expect(l, '(', "'(' starting the shape tuple", error);
+  if (status != HURRAY_OK || hurray__cursor_accept(l, ')')) return status;
   h->ndim = 0;
   bool comma = false;
   do {
-    if (accept(l, ')')) return HURRAY_OK; /* after a trailing comma */
+    if (hurray__cursor_accept(l, ')')) return HURRAY_OK; /* after a trailing comma */
     if (h->ndim == HURRAY_MAX_NDIM) {
       return hurray__fail(error, HURRAY_ELIMIT,
                           "byte %" PRIu64 ": the shape has more than %d dimensions",
@@ -170,9 +130,9 @@ static int shape_tuple(Literal *l, NpyHeader *h, HurrayError *error) {
     }
     status = extent(l, &h->shape[h->ndim++], error);
     if (status != HURRAY_OK) return status;
-    comma = accept(l, ',');
+    comma = hurray__cursor_accept(l, ',');
   } while (comma);
-  status = expect(l, ')', "',' or ')' in the shape tuple", error);
+  status = hurray__cursor_expect(l, ')', "',' or ')' in the shape tuple", error);
   if (status == HURRAY_OK && h->ndim == 1) {
     return hurray__fail(error, HURRAY_EFORMAT,
                         "byte %" PRIu64 ": the shape (n) is a number, not a tuple: write (n,)",
@@ -181,9 +141,8 @@ static int shape_tuple(Literal *l, NpyHeader *h, HurrayError *error) {
   return status;
 }
 
-static int descr(Literal *l, NpyHeader *h, HurrayError *error) {
-  skip_space(l);
-  uint64_t at = l->base + l->at;
+static int descr(TextCursor *l, NpyHeader *h, HurrayError *error) {
+  uint64_t at = hurray__cursor_offset(l);
   if (l->at < l->len && l->text[l->at] == '[') {
     return hurray__fail(error, HURRAY_EUNSUPPORTED,
                         "byte %" PRIu64 ": structured dtypes (a descr list) have no Hurray dtype",
@@ -213,17 +172,17 @@ static int descr(Literal *l, NpyHeader *h, HurrayError *error) {
                       at, (int)(n < 32 ? n : 32), (const char *)s);
 }
 
-static int parse_dict(Literal *l, NpyHeader *h, HurrayError *error) {
+static int parse_dict(TextCursor *l, NpyHeader *h, HurrayError *error) {
   enum { DESCR = 1, FORTRAN = 2, SHAPE = 4 };
   unsigned seen = 0;
-  int status = expect(l, '{', "'{' starting the .npy header dict", error);
+  int status = hurray__cursor_expect(l, '{', "'{' starting the .npy header dict", error);
   if (status != HURRAY_OK) return status;
-  while (!accept(l, '}')) {
-    uint64_t at = (skip_space(l), l->base + l->at);
+  while (!hurray__cursor_accept(l, '}')) {
+    uint64_t at = hurray__cursor_offset(l);
     const uint8_t *key = NULL;
     size_t n = 0;
     status = string(l, &key, &n, "a key ('descr', 'fortran_order' or 'shape') or '}'", error);
-    if (status == HURRAY_OK) status = expect(l, ':', "':' after a key", error);
+    if (status == HURRAY_OK) status = hurray__cursor_expect(l, ':', "':' after a key", error);
     if (status != HURRAY_OK) return status;
     unsigned field = n == 5 && memcmp(key, "descr", 5) == 0             ? DESCR
                      : n == 13 && memcmp(key, "fortran_order", 13) == 0 ? FORTRAN
@@ -248,11 +207,11 @@ static int parse_dict(Literal *l, NpyHeader *h, HurrayError *error) {
     } else if (word(l, "True")) {
       h->fortran_order = true;
     } else if (!word(l, "False")) {
-      status = unexpected(l, "True or False for fortran_order", error);
+      status = hurray__cursor_unexpected(l, "True or False for fortran_order", error);
     }
     if (status != HURRAY_OK) return status;
-    if (!accept(l, ',')) {
-      status = expect(l, '}', "',' or '}' after a value", error);
+    if (!hurray__cursor_accept(l, ',')) {
+      status = hurray__cursor_expect(l, '}', "',' or '}' after a value", error);
       if (status != HURRAY_OK) return status;
       break;
     }
@@ -264,10 +223,7 @@ static int parse_dict(Literal *l, NpyHeader *h, HurrayError *error) {
                         : !(seen & FORTRAN) ? "fortran_order"
                                             : "shape");
   }
-  skip_space(l);
-  if (l->at != l->len)
-    return unexpected(l, "only spaces and a newline after the header dict", error);
-  return HURRAY_OK;
+  return hurray__cursor_end(l, "only spaces and a newline after the header dict", error);
 }
 
 int hurray__npy_parse(const uint8_t *bytes, size_t len, uint64_t base, NpyHeader *out,
@@ -306,7 +262,8 @@ int hurray__npy_parse(const uint8_t *bytes, size_t len, uint64_t base, NpyHeader
                         " bytes ends past the end (%zu bytes)",
                         base + 8, header_len, len);
   }
-  Literal l = {.text = bytes + start, .len = header_len, .base = base + start};
+  TextCursor l = {.text = bytes + start, .len = header_len, .base = base + start,
+                  .name = "the .npy header"};
   int status = parse_dict(&l, &h, error);
   if (status != HURRAY_OK) return status;
   uint64_t numel = 1;

@@ -73,7 +73,7 @@ typedef struct Entry {
 } Entry;
 
 typedef struct Parse {
-  JsonCursor j;
+  TextCursor j;
   FileArena *arena;
   Entry *entries;
   uint32_t count, capacity;
@@ -86,7 +86,7 @@ typedef struct Parse {
 #define NAME_ARG(s, n) (s), ((n) > 64 ? "..." : "")
 
 static int parse_dtype(Parse *p, ConvArray *a, HurrayError *error) {
-  uint64_t at = hurray__json_offset(&p->j);
+  uint64_t at = hurray__cursor_offset(&p->j);
   const char *name = NULL;
   size_t len = 0;
   int status = hurray__json_string(&p->j, p->arena, &name, &len, "a dtype string", error);
@@ -104,11 +104,11 @@ static int parse_dtype(Parse *p, ConvArray *a, HurrayError *error) {
 static int parse_shape(Parse *p, ConvArray *a, HurrayError *error) {
   int64_t shape[HURRAY_MAX_NDIM];
   int32_t ndim = 0;
-  int status = hurray__json_expect(&p->j, '[', "'[' starting the shape", error);
+  int status = hurray__cursor_expect(&p->j, '[', "'[' starting the shape", error);
   if (status != HURRAY_OK) return status;
-  if (!hurray__json_accept(&p->j, ']')) {
+  if (!hurray__cursor_accept(&p->j, ']')) {
     do {
-      uint64_t at = hurray__json_offset(&p->j), extent = 0;
+      uint64_t at = hurray__cursor_offset(&p->j), extent = 0;
       if (ndim == HURRAY_MAX_NDIM) {
         return hurray__fail(error, HURRAY_ELIMIT,
                             "byte %" PRIu64 ": the shape has more than %d dimensions", at,
@@ -121,8 +121,8 @@ static int parse_shape(Parse *p, ConvArray *a, HurrayError *error) {
                             "byte %" PRIu64 ": extent %" PRIu64 " exceeds 2^62", at, extent);
       }
       shape[ndim++] = (int64_t)extent;
-    } while (hurray__json_accept(&p->j, ','));
-    status = hurray__json_expect(&p->j, ']', "',' or ']' in the shape", error);
+    } while (hurray__cursor_accept(&p->j, ','));
+    status = hurray__cursor_expect(&p->j, ']', "',' or ']' in the shape", error);
     if (status != HURRAY_OK) return status;
   }
   int64_t *copy = hurray__arena_alloc(p->arena, (size_t)ndim * sizeof *copy);
@@ -134,12 +134,12 @@ static int parse_shape(Parse *p, ConvArray *a, HurrayError *error) {
 }
 
 static int parse_offsets(Parse *p, Entry *e, HurrayError *error) {
-  int status = hurray__json_expect(&p->j, '[', "'[' starting data_offsets", error);
+  int status = hurray__cursor_expect(&p->j, '[', "'[' starting data_offsets", error);
   if (status == HURRAY_OK) status = hurray__json_uint(&p->j, &e->begin, "a begin offset", error);
-  if (status == HURRAY_OK) status = hurray__json_expect(&p->j, ',', "',' in data_offsets", error);
+  if (status == HURRAY_OK) status = hurray__cursor_expect(&p->j, ',', "',' in data_offsets", error);
   if (status == HURRAY_OK) status = hurray__json_uint(&p->j, &e->end, "an end offset", error);
   if (status == HURRAY_OK) {
-    status = hurray__json_expect(&p->j, ']', "']' ending data_offsets (two integers)", error);
+    status = hurray__cursor_expect(&p->j, ']', "']' ending data_offsets (two integers)", error);
   }
   return status;
 }
@@ -148,17 +148,17 @@ static int parse_offsets(Parse *p, Entry *e, HurrayError *error) {
 static int parse_entry(Parse *p, Entry *e, HurrayError *error) {
   enum { DTYPE = 1, SHAPE = 2, OFFSETS = 4 };
   unsigned seen = 0;
-  uint64_t open = hurray__json_offset(&p->j);
-  int status = hurray__json_expect(&p->j, '{', "'{' starting a tensor entry", error);
+  uint64_t open = hurray__cursor_offset(&p->j);
+  int status = hurray__cursor_expect(&p->j, '{', "'{' starting a tensor entry", error);
   if (status != HURRAY_OK) return status;
-  if (!hurray__json_accept(&p->j, '}')) {
+  if (!hurray__cursor_accept(&p->j, '}')) {
     do {
-      uint64_t at = hurray__json_offset(&p->j);
+      uint64_t at = hurray__cursor_offset(&p->j);
       const char *key = NULL;
       size_t len = 0;
       status = hurray__json_string(&p->j, p->arena, &key, &len, "a field name", error);
       if (status == HURRAY_OK)
-        status = hurray__json_expect(&p->j, ':', "':' after a field name", error);
+        status = hurray__cursor_expect(&p->j, ':', "':' after a field name", error);
       if (status != HURRAY_OK) return status;
       unsigned field = len == 5 && memcmp(key, "dtype", 5) == 0            ? DTYPE
                        : len == 5 && memcmp(key, "shape", 5) == 0          ? SHAPE
@@ -179,8 +179,8 @@ static int parse_entry(Parse *p, Entry *e, HurrayError *error) {
                : field == SHAPE ? parse_shape(p, &e->array, error)
                                 : parse_offsets(p, e, error);
       if (status != HURRAY_OK) return status;
-    } while (hurray__json_accept(&p->j, ','));
-    status = hurray__json_expect(&p->j, '}', "',' or '}' in a tensor entry", error);
+    } while (hurray__cursor_accept(&p->j, ','));
+    status = hurray__cursor_expect(&p->j, '}', "',' or '}' in a tensor entry", error);
     if (status != HURRAY_OK) return status;
   }
   if (seen != (DTYPE | SHAPE | OFFSETS)) {
@@ -221,7 +221,7 @@ static int check_meta_keys(MetaEntry *entries, uint32_t count, HurrayError *erro
 }
 
 static int parse_meta_entry(Parse *p, MetaEntry *e, HurrayError *error) {
-  e->at = hurray__json_offset(&p->j);
+  e->at = hurray__cursor_offset(&p->j);
   const char *value = NULL;
   size_t value_len = 0;
   int status = hurray__json_string(&p->j, p->arena, &e->key, &e->key_len, "a metadata key", error);
@@ -231,7 +231,7 @@ static int parse_meta_entry(Parse *p, MetaEntry *e, HurrayError *error) {
     if (status != HURRAY_OK) hurray__error_prefix(error, status, "byte %" PRIu64 ": ", e->at);
   }
   if (status == HURRAY_OK) {
-    status = hurray__json_expect(&p->j, ':', "':' after a metadata key", error);
+    status = hurray__cursor_expect(&p->j, ':', "':' after a metadata key", error);
   }
   if (status == HURRAY_OK) {
     status = hurray__json_string(&p->j, p->arena, &value, &value_len,
@@ -249,8 +249,8 @@ static int parse_meta_entry(Parse *p, MetaEntry *e, HurrayError *error) {
 /* "__metadata__": null or an object of string values, keys valid Hurray names, unique. */
 static int parse_metadata(Parse *p, HurrayError *error) {
   if (hurray__json_accept_null(&p->j)) return HURRAY_OK;
-  int status = hurray__json_expect(&p->j, '{', "'{' starting __metadata__ (or null)", error);
-  if (status != HURRAY_OK || hurray__json_accept(&p->j, '}')) return status;
+  int status = hurray__cursor_expect(&p->j, '{', "'{' starting __metadata__ (or null)", error);
+  if (status != HURRAY_OK || hurray__cursor_accept(&p->j, '}')) return status;
   MetaEntry *entries = NULL;
   uint32_t count = 0, capacity = 0;
   do {
@@ -264,9 +264,9 @@ static int parse_metadata(Parse *p, HurrayError *error) {
       entries = grown;
     }
     status = parse_meta_entry(p, &entries[count++], error);
-  } while (status == HURRAY_OK && hurray__json_accept(&p->j, ','));
+  } while (status == HURRAY_OK && hurray__cursor_accept(&p->j, ','));
   if (status == HURRAY_OK) {
-    status = hurray__json_expect(&p->j, '}', "',' or '}' in __metadata__", error);
+    status = hurray__cursor_expect(&p->j, '}', "',' or '}' in __metadata__", error);
   }
   if (status == HURRAY_OK) status = check_meta_keys(entries, count, error);
   const char **keys = NULL;
@@ -322,15 +322,15 @@ static int check_unique(Parse *p, HurrayError *error) {
 }
 
 static int parse_object(Parse *p, HurrayError *error) {
-  int status = hurray__json_expect(&p->j, '{', "'{' starting the header", error);
-  if (status != HURRAY_OK || hurray__json_accept(&p->j, '}')) return status;
+  int status = hurray__cursor_expect(&p->j, '{', "'{' starting the header", error);
+  if (status != HURRAY_OK || hurray__cursor_accept(&p->j, '}')) return status;
   do {
-    uint64_t at = hurray__json_offset(&p->j);
+    uint64_t at = hurray__cursor_offset(&p->j);
     const char *name = NULL;
     size_t len = 0;
     status = hurray__json_string(&p->j, p->arena, &name, &len, "a tensor name", error);
     if (status == HURRAY_OK)
-      status = hurray__json_expect(&p->j, ':', "':' after a tensor name", error);
+      status = hurray__cursor_expect(&p->j, ':', "':' after a tensor name", error);
     if (status != HURRAY_OK) return status;
     if (len == 12 && memcmp(name, "__metadata__", 12) == 0) {
       if (p->has_metadata) {
@@ -362,9 +362,11 @@ static int parse_object(Parse *p, HurrayError *error) {
       return hurray__error_prefix(error, status, "tensor " NAME_FMT ": ", NAME_ARG(name, len));
     }
     p->count++;
-  } while (hurray__json_accept(&p->j, ','));
-  status = hurray__json_expect(&p->j, '}', "',' or '}' after a header entry", error);
-  if (status == HURRAY_OK) status = hurray__json_end(&p->j, error);
+  } while (hurray__cursor_accept(&p->j, ','));
+  status = hurray__cursor_expect(&p->j, '}', "',' or '}' after a header entry", error);
+  if (status == HURRAY_OK) {
+    status = hurray__cursor_end(&p->j, "only whitespace after the header's object", error);
+  }
   return status;
 }
 
@@ -452,7 +454,8 @@ int hurray__safetensors_parse(const uint8_t *bytes, uint64_t size, FileArena *ar
                         " reaches past the end of the file (%" PRIu64 " bytes): truncated",
                         n, size);
   }
-  Parse p = {.j = {.text = bytes + 8, .len = (size_t)n, .base = 8}, .arena = arena};
+  Parse p = {.j = {.text = bytes + 8, .len = (size_t)n, .base = 8, .name = "the header"},
+             .arena = arena};
   p.metadata = (HurrayMetaValue){.type = HURRAY_META_MAP};
   int status = parse_object(&p, error);
   if (status == HURRAY_OK) status = check_unique(&p, error);

@@ -36,7 +36,9 @@ static const struct {
 
 static void shortest_text_reads_back(void **state) {
   (void)state;
-  for (size_t i = 0; i < sizeof kCases / sizeof kCases[0]; i++) check(kCases[i].value, kCases[i].text);
+  for (size_t i = 0; i < sizeof kCases / sizeof kCases[0]; i++) {
+    check(kCases[i].value, kCases[i].text);
+  }
   check(NAN, "NaN");
   check(INFINITY, "Infinity");
   check(-INFINITY, "-Infinity");
@@ -76,14 +78,17 @@ static void use_decimal_comma(void) {
 static void decimal_comma_locale_changes_nothing(void **state) {
   (void)state;
   use_decimal_comma();
-  for (size_t i = 0; i < sizeof kCases / sizeof kCases[0]; i++) check(kCases[i].value, kCases[i].text);
+  for (size_t i = 0; i < sizeof kCases / sizeof kCases[0]; i++) {
+    check(kCases[i].value, kCases[i].text);
+  }
   setlocale(LC_NUMERIC, "C");
 }
 
 /* The JSON hurray_convert writes stays JSON under a decimal-comma locale. */
 static void convert_writes_json_numbers_under_decimal_comma(void **state) {
   (void)state;
-  HurrayMetaValue items[2] = {{.type = HURRAY_META_FLOAT64}, {.type = HURRAY_META_LIST, .count = 2}};
+  HurrayMetaValue items[2] = {{.type = HURRAY_META_FLOAT64},
+                              {.type = HURRAY_META_LIST, .count = 2}};
   HurrayMetaValue list[2] = {{.type = HURRAY_META_FLOAT64}, {.type = HURRAY_META_FLOAT64}};
   items[0].as.float64 = 0.5;
   list[0].as.float64 = 1.25;
