@@ -519,6 +519,105 @@ HURRAY_API int hurray_tensor_context_check(const HurrayTensorContext *context, u
 HURRAY_API void hurray_tensor_context_release(HurrayTensorContext *context);
 
 /* ============================================================================================
+ * Device runtimes (ADR-047)
+ *
+ * Moving bytes between the host and a device's memory needs the device's runtime. hurray-core
+ * links none: it loads the runtime's shared library with dlopen the first time a function
+ * below needs it -- libOpenCL.so.1 (the OpenCL ICD loader) for OPENCL, libcuda.so.1 (the CUDA
+ * driver API) for CUDA -- and keeps it loaded for the life of the process. Where the library
+ * or a device is missing, the function fails with HURRAY_EUNSUPPORTED and a message naming
+ * the library it looked for. Other tags have no backend: HURRAY_EUNSUPPORTED.
+ *
+ * A HurrayDeviceQueue is the one object the backend works through: a runtime context and an
+ * in-order queue on one device of it (OpenCL: a cl_context and a cl_command_queue; CUDA: a
+ * CUcontext and a CUstream). It holds its own reference on both (clRetain*; the CUDA primary
+ * context is retained, a wrapped CUcontext is borrowed), so the application may drop its own.
+ * Copies are blocking: when a copy returns, its bytes have arrived. Before touching a buffer a
+ * copy waits as a consumer must (buffer-protocol.md section 4) on the buffer's sync state:
+ * READY nothing; EVENT the event (OpenCL: in the event wait list; CUDA: cuStreamWaitEvent);
+ * STREAM the producer's queue (nothing when it is this queue; else OpenCL clFinish of it, CUDA
+ * an event recorded on it and waited for); TIMELINE HURRAY_EUNSUPPORTED.
+ *
+ * Thread safety: every function may be called from any thread; one queue may be used by
+ * several threads at once (the runtimes' queues are thread-safe; the CUDA context is made
+ * current around each call and restored after), but the order of copies issued concurrently
+ * on one queue is unspecified.
+ * ============================================================================================ */
+
+typedef struct HurrayDeviceQueue HurrayDeviceQueue;
+
+/* The shared library the backend of `tag` loads ("libOpenCL.so.1", "libcuda.so.1"), or NULL
+ * for a tag without a backend. Static storage. */
+HURRAY_API const char *hurray_device_runtime_library(int tag);
+
+/* Loads the runtime of `tag` if it is not loaded yet: HURRAY_OK if it is present,
+ * HURRAY_EUNSUPPORTED naming the library (and the loader's reason) or the tag otherwise.
+ * Thread-safe; the result of the first attempt is kept. */
+HURRAY_API int hurray_device_runtime_load(int tag, HurrayError *error);
+
+/* A new queue on device `device_id` of `tag` (OpenCL: the index of buffer-protocol.md 2.6.9,
+ * counted across platforms; CUDA: the device ordinal), in the backend's default context of
+ * that device -- one per device and process, made on first use and kept until exit (CUDA: the
+ * device's primary context) -- with a new in-order queue (stream) of its own.
+ * HURRAY_EUNSUPPORTED without the runtime, HURRAY_EDEVICE for a device_id with no device. */
+HURRAY_API int hurray_device_queue_create(int tag, uint16_t device_id, HurrayDeviceQueue **out,
+                                          HurrayError *error);
+
+/* A new queue over the application's own queue, which the queue retains (OpenCL: a
+ * cl_command_queue; its context and device are read from it, and `native_context` must be
+ * NULL or that context. CUDA: a CUstream -- CU_STREAM_LEGACY (0x1), CU_STREAM_PER_THREAD (0x2)
+ * or a created stream -- and `native_context` the CUcontext it belongs to, borrowed, or NULL for
+ * the stream's own context (cuStreamGetCtx), or the current one for the two constants). The
+ * application's queue must outlive the HurrayDeviceQueue for CUDA (streams have no reference
+ * count). */
+HURRAY_API int hurray_device_queue_wrap(int tag, void *native_context, void *native_queue,
+                                        HurrayDeviceQueue **out, HurrayError *error);
+
+/* A new queue that can reach the memory of `buffer`: its STREAM sync handle if it has one,
+ * else a new queue in the context the memory belongs to (OpenCL: CL_MEM_CONTEXT, on the device
+ * of that context numbered desc.device_id, else its first; CUDA: the context of the pointer).
+ * This is how a consumer that received device memory copies it without knowing its context. */
+HURRAY_API int hurray_device_queue_for_buffer(const HurrayBuffer *buffer,
+                                              HurrayDeviceQueue **out, HurrayError *error);
+
+/* Drops the queue's references (and a queue/stream it created). NULL is a no-op. Buffers
+ * allocated through the queue stay valid: they hold references of their own. */
+HURRAY_API void hurray_device_queue_destroy(HurrayDeviceQueue *queue);
+
+/* The device tag, the device_id and the runtime's handles of a queue (cl_command_queue and
+ * cl_context, or CUstream and CUcontext), borrowed for the queue's lifetime. */
+HURRAY_API int hurray_device_queue_tag(const HurrayDeviceQueue *queue);
+HURRAY_API uint16_t hurray_device_queue_device_id(const HurrayDeviceQueue *queue);
+HURRAY_API void *hurray_device_queue_native(const HurrayDeviceQueue *queue);
+HURRAY_API void *hurray_device_queue_native_context(const HurrayDeviceQueue *queue);
+
+/* Allocates `byte_size` bytes of DEVICE memory in the queue's context (OpenCL: clCreateBuffer,
+ * `data` the cl_mem; CUDA: cuMemAlloc, `data` the device pointer), zeroed with HURRAY_ALLOC_ZERO,
+ * as a READY buffer handle whose release frees it (and holds a reference on the context until
+ * then). Its alignment is the device's (OpenCL CL_DEVICE_MEM_BASE_ADDR_ALIGN / 8, CUDA 256),
+ * at least 64. byte_size 0 gives a handle with NULL data. */
+HURRAY_API int hurray_device_alloc(HurrayDeviceQueue *queue, uint64_t byte_size, uint32_t flags,
+                                   HurrayBuffer **out, HurrayError *error);
+
+/* Copies `size` bytes from byte `offset` of the device buffer `src` to host memory `dst`, after
+ * waiting on src's sync state (above); blocking. `src` must be memory of the queue's device
+ * tag, in the queue's context. HURRAY_EBOUNDS if offset + size exceeds its byte_size. */
+HURRAY_API int hurray_device_copy_to_host(HurrayDeviceQueue *queue, const HurrayBuffer *src,
+                                          uint64_t offset, void *dst, uint64_t size,
+                                          HurrayError *error);
+
+/* Copies `size` bytes from host memory `src` to byte `offset` of the device buffer `dst`,
+ * after waiting on dst's sync state; blocking. HURRAY_EINVAL for a READ_ONLY buffer. */
+HURRAY_API int hurray_device_copy_from_host(HurrayDeviceQueue *queue, HurrayBuffer *dst,
+                                            uint64_t offset, const void *src, uint64_t size,
+                                            HurrayError *error);
+
+/* Blocks the calling thread until `buffer`'s bytes are ready by its sync state (READY returns
+ * at once; a STREAM buffer waits for its whole stream). */
+HURRAY_API int hurray_device_wait(HurrayDeviceQueue *queue, const HurrayBuffer *buffer,
+                                  HurrayError *error);
+
+/* ============================================================================================
  * File container (docs/spec/file-format.md, ADR-010)
  *
  * A Hurray file holds named tensors of every layout, each buffer at an offset aligned to the

@@ -133,6 +133,32 @@ _Static_assert(HURRAY_LAYOUT_DENSE == 0 && HURRAY_LAYOUT_PER_CHANNEL == 1 &&
                    HURRAY_LAYOUT_COMPOSITE == 6,
                "layouts");
 
+/* The device-runtime functions (ADR-047): HurrayDeviceQueue is opaque, so its ABI is these
+ * signatures, pinned exactly (a changed signature is a new function, never an edit). */
+#define PIN_SIGNATURE(fn, type) _Static_assert(_Generic(&(fn), type: 1, default: 0), #fn)
+PIN_SIGNATURE(hurray_device_runtime_library, const char *(*)(int));
+PIN_SIGNATURE(hurray_device_runtime_load, int (*)(int, HurrayError *));
+PIN_SIGNATURE(hurray_device_queue_create,
+              int (*)(int, uint16_t, HurrayDeviceQueue **, HurrayError *));
+PIN_SIGNATURE(hurray_device_queue_wrap,
+              int (*)(int, void *, void *, HurrayDeviceQueue **, HurrayError *));
+PIN_SIGNATURE(hurray_device_queue_for_buffer,
+              int (*)(const HurrayBuffer *, HurrayDeviceQueue **, HurrayError *));
+PIN_SIGNATURE(hurray_device_queue_destroy, void (*)(HurrayDeviceQueue *));
+PIN_SIGNATURE(hurray_device_queue_tag, int (*)(const HurrayDeviceQueue *));
+PIN_SIGNATURE(hurray_device_queue_device_id, uint16_t (*)(const HurrayDeviceQueue *));
+PIN_SIGNATURE(hurray_device_queue_native, void *(*)(const HurrayDeviceQueue *));
+PIN_SIGNATURE(hurray_device_queue_native_context, void *(*)(const HurrayDeviceQueue *));
+PIN_SIGNATURE(hurray_device_alloc,
+              int (*)(HurrayDeviceQueue *, uint64_t, uint32_t, HurrayBuffer **, HurrayError *));
+PIN_SIGNATURE(hurray_device_copy_to_host, int (*)(HurrayDeviceQueue *, const HurrayBuffer *,
+                                                  uint64_t, void *, uint64_t, HurrayError *));
+PIN_SIGNATURE(hurray_device_copy_from_host, int (*)(HurrayDeviceQueue *, HurrayBuffer *, uint64_t,
+                                                    const void *, uint64_t, HurrayError *));
+PIN_SIGNATURE(hurray_device_wait,
+              int (*)(HurrayDeviceQueue *, const HurrayBuffer *, HurrayError *));
+_Static_assert(HURRAY_ALLOC_ZERO == 1, "allocation flags");
+
 static void runtime_versions_match_the_header(void **state) {
   (void)state;
   assert_int_equal(hurray_c_abi_version(), HURRAY_C_ABI_VERSION);

@@ -1,0 +1,70 @@
+/* backend.h -- the device backends behind the public HurrayDeviceQueue API (ADR-047). Private
+ * to hurray-core: each backend (opencl.c, cuda.c) fills one HurrayBackend; runtime.c checks
+ * the arguments of the public functions once and dispatches on the tag. */
+#ifndef HURRAY_DEVICE_BACKEND_H
+#define HURRAY_DEVICE_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+struct HurrayDeviceQueue {
+  const struct HurrayBackend *backend;
+  void *context;      /* cl_context (retained) / CUcontext (primary: retained; else borrowed) */
+  void *queue;        /* cl_command_queue (retained) / CUstream */
+  uint16_t device_id; /* the device's Hurray device_id */
+  bool owns_queue;    /* CUDA: the stream was created here and is destroyed with the queue */
+  bool owns_context;  /* CUDA: a primary context retained here */
+  int32_t device;     /* CUDA: the CUdevice of the context */
+};
+
+typedef struct HurrayBackend {
+  uint8_t tag;
+  const char *library;
+  /* Loads the library once (thread-safe); the first result is kept. */
+  int (*load)(HurrayError *error);
+  /* Fill queue->context/queue/device_id (and flags), taking references of their own. */
+  int (*queue_default)(uint16_t device_id, HurrayDeviceQueue *queue, HurrayError *error);
+  int (*queue_wrap)(void *native_context, void *native_queue, HurrayDeviceQueue *queue,
+                    HurrayError *error);
+  int (*queue_for_buffer)(const HurrayBuffer *buffer, HurrayDeviceQueue *queue,
+                          HurrayError *error);
+  void (*queue_release)(HurrayDeviceQueue *queue);
+  /* byte_size > 0; *out a READY DEVICE handle that frees the memory in its release. */
+  int (*alloc)(HurrayDeviceQueue *queue, uint64_t byte_size, uint32_t flags, HurrayBuffer **out,
+               HurrayError *error);
+  /* Arguments checked (tag, bounds, size > 0); waits on the buffer's sync state, then copies
+   * blocking, device -> host when to_host, else host -> device. */
+  int (*copy)(HurrayDeviceQueue *queue, const HurrayBuffer *buffer, uint64_t offset, void *host,
+              uint64_t size, bool to_host, HurrayError *error);
+  int (*wait)(HurrayDeviceQueue *queue, const HurrayBuffer *buffer, HurrayError *error);
+} HurrayBackend;
+
+HURRAY_INTERNAL extern const HurrayBackend hurray__backend_opencl;
+HURRAY_INTERNAL extern const HurrayBackend hurray__backend_cuda;
+
+/* One symbol a backend needs: its name and where in the backend's table of function pointers
+ * it goes (offsetof). */
+typedef struct HurrayDlSymbol {
+  const char *name;
+  size_t offset;
+} HurrayDlSymbol;
+
+/* dlopen(library) and dlsym every symbol into `table`; on failure HURRAY_EUNSUPPORTED naming the
+ * library, the missing symbol and the loader's message. The handle is kept for the life of the
+ * process. */
+HURRAY_INTERNAL int hurray__dl_load(const char *library, const HurrayDlSymbol *symbols,
+                                    size_t count, void *table, HurrayError *error);
+
+/* A load result remembered by a backend: the status and the message of the first attempt. */
+typedef struct HurrayLoadResult {
+  int status;
+  HurrayError error;
+} HurrayLoadResult;
+
+/* Reports a remembered result into `error`. */
+HURRAY_INTERNAL int hurray__load_result(const HurrayLoadResult *result, HurrayError *error);
+
+#endif /* HURRAY_DEVICE_BACKEND_H */

@@ -1,0 +1,237 @@
+/* runtime.c -- the public device-runtime API (ADR-047): argument checks done once for every
+ * backend, then dispatch on the device tag to opencl.c or cuda.c. Also the dlopen helper the
+ * backends load their runtime with: hurray-core links no device runtime. */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+/* ---- loading ------------------------------------------------------------------------------- */
+
+int hurray__dl_load(const char *library, const HurrayDlSymbol *symbols, size_t count, void *table,
+                    HurrayError *error) {
+  void *handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (handle == NULL) {
+    const char *why = dlerror();
+    return hurray__fail(error, HURRAY_EUNSUPPORTED, "the device runtime %s is not available: %s",
+                        library, why != NULL ? why : "dlopen failed");
+  }
+  for (size_t i = 0; i < count; i++) {
+    void *symbol = dlsym(handle, symbols[i].name);
+    if (symbol == NULL) {
+      dlclose(handle);
+      return hurray__fail(error, HURRAY_EUNSUPPORTED, "the device runtime %s has no %s", library,
+                          symbols[i].name);
+    }
+    /* A function pointer stored from dlsym's void *: the same representation on every POSIX
+     * system, copied bytewise so that no object/function pointer cast is needed. */
+    memcpy((char *)table + symbols[i].offset, &symbol, sizeof symbol);
+  }
+  return HURRAY_OK; /* the handle stays open for the life of the process */
+}
+
+int hurray__load_result(const HurrayLoadResult *result, HurrayError *error) {
+  if (result->status != HURRAY_OK && error != NULL) *error = result->error;
+  return result->status;
+}
+
+static const HurrayBackend *backend_of(int tag) {
+  switch (tag) {
+    case HURRAY_DEVICE_OPENCL:
+      return &hurray__backend_opencl;
+    case HURRAY_DEVICE_CUDA:
+      return &hurray__backend_cuda;
+    default:
+      return NULL;
+  }
+}
+
+static int no_backend(int tag, HurrayError *error) {
+  const char *name = hurray_device_name(tag);
+  if (name != NULL) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "hurray-core has no runtime backend for %s memory (only opencl and cuda)",
+                        name);
+  }
+  return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                      "hurray-core has no runtime backend for device tag 0x%02X", (unsigned)tag);
+}
+
+/* The loaded backend of `tag`, or NULL with `*status` set. */
+static const HurrayBackend *loaded(int tag, int *status, HurrayError *error) {
+  const HurrayBackend *backend = backend_of(tag);
+  if (backend == NULL) {
+    *status = no_backend(tag, error);
+    return NULL;
+  }
+  *status = backend->load(error);
+  return *status == HURRAY_OK ? backend : NULL;
+}
+
+const char *hurray_device_runtime_library(int tag) {
+  const HurrayBackend *backend = backend_of(tag);
+  return backend != NULL ? backend->library : NULL;
+}
+
+int hurray_device_runtime_load(int tag, HurrayError *error) {
+  int status;
+  loaded(tag, &status, error);
+  return status;
+}
+
+/* ---- queues -------------------------------------------------------------------------------- */
+
+static int queue_new(int tag, HurrayDeviceQueue **out, HurrayDeviceQueue **queue,
+                     const HurrayBackend **backend, HurrayError *error) {
+  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
+  int status;
+  *backend = loaded(tag, &status, error);
+  if (*backend == NULL) return status;
+  *queue = calloc(1, sizeof **queue);
+  if (*queue == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory for a queue");
+  (*queue)->backend = *backend;
+  return HURRAY_OK;
+}
+
+static int queue_done(int status, HurrayDeviceQueue *queue, HurrayDeviceQueue **out) {
+  if (status != HURRAY_OK) {
+    free(queue);
+    return status;
+  }
+  *out = queue;
+  return HURRAY_OK;
+}
+
+int hurray_device_queue_create(int tag, uint16_t device_id, HurrayDeviceQueue **out,
+                               HurrayError *error) {
+  HurrayDeviceQueue *queue = NULL;
+  const HurrayBackend *backend = NULL;
+  int status = queue_new(tag, out, &queue, &backend, error);
+  if (status != HURRAY_OK) return status;
+  return queue_done(backend->queue_default(device_id, queue, error), queue, out);
+}
+
+int hurray_device_queue_wrap(int tag, void *native_context, void *native_queue,
+                             HurrayDeviceQueue **out, HurrayError *error) {
+  if (native_queue == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_device_queue_wrap: the queue is NULL");
+  }
+  HurrayDeviceQueue *queue = NULL;
+  const HurrayBackend *backend = NULL;
+  int status = queue_new(tag, out, &queue, &backend, error);
+  if (status != HURRAY_OK) return status;
+  return queue_done(backend->queue_wrap(native_context, native_queue, queue, error), queue, out);
+}
+
+int hurray_device_queue_for_buffer(const HurrayBuffer *buffer, HurrayDeviceQueue **out,
+                                   HurrayError *error) {
+  if (buffer == NULL) return hurray__fail(error, HURRAY_EINVAL, "buffer is NULL");
+  int status = hurray__buffer_check(buffer, error);
+  if (status != HURRAY_OK) return status;
+  if (buffer->data == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "an empty buffer has no memory to reach");
+  }
+  HurrayDeviceQueue *queue = NULL;
+  const HurrayBackend *backend = NULL;
+  status = queue_new(buffer->desc.device_tag, out, &queue, &backend, error);
+  if (status != HURRAY_OK) return status;
+  return queue_done(backend->queue_for_buffer(buffer, queue, error), queue, out);
+}
+
+void hurray_device_queue_destroy(HurrayDeviceQueue *queue) {
+  if (queue == NULL) return;
+  queue->backend->queue_release(queue);
+  free(queue);
+}
+
+int hurray_device_queue_tag(const HurrayDeviceQueue *queue) {
+  return queue != NULL ? queue->backend->tag : HURRAY_DEVICE_INVALID;
+}
+uint16_t hurray_device_queue_device_id(const HurrayDeviceQueue *queue) {
+  return queue != NULL ? queue->device_id : 0;
+}
+void *hurray_device_queue_native(const HurrayDeviceQueue *queue) {
+  return queue != NULL ? queue->queue : NULL;
+}
+void *hurray_device_queue_native_context(const HurrayDeviceQueue *queue) {
+  return queue != NULL ? queue->context : NULL;
+}
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+int hurray_device_alloc(HurrayDeviceQueue *queue, uint64_t byte_size, uint32_t flags,
+                        HurrayBuffer **out, HurrayError *error) {
+  if (queue == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_device_alloc: queue or out is NULL");
+  }
+  if ((flags & ~HURRAY_ALLOC_ZERO) != 0) {
+    return hurray__fail(error, HURRAY_EINVAL, "allocation flags 0x%" PRIX32 " are unknown",
+                        flags & ~HURRAY_ALLOC_ZERO);
+  }
+  if (byte_size > SIZE_MAX) {
+    return hurray__fail(error, HURRAY_EOVERFLOW, "%" PRIu64 " bytes do not fit in size_t",
+                        byte_size);
+  }
+  if (byte_size == 0) {
+    HurrayBufferDesc desc = {.alignment = HURRAY_MIN_ALIGNMENT,
+                             .device_id = queue->device_id,
+                             .device_tag = queue->backend->tag};
+    return hurray_buffer_wrap(NULL, &desc, 0, NULL, 0, NULL, NULL, out, error);
+  }
+  return queue->backend->alloc(queue, byte_size, flags, out, error);
+}
+
+/* Everything a copy checks before the backend runs: the queue's device, the bounds. */
+static int copy_check(const HurrayDeviceQueue *queue, const HurrayBuffer *buffer,
+                      uint64_t offset, const void *host, uint64_t size, HurrayError *error) {
+  if (queue == NULL || buffer == NULL || (host == NULL && size > 0)) {
+    return hurray__fail(error, HURRAY_EINVAL, "a device copy got a NULL queue, buffer or host "
+                                              "pointer");
+  }
+  int status = hurray__buffer_check(buffer, error);
+  if (status != HURRAY_OK) return status;
+  if (buffer->desc.device_tag != queue->backend->tag) {
+    return hurray__fail(error, HURRAY_EDEVICE,
+                        "a %s queue cannot reach memory of device tag 0x%02X",
+                        hurray_device_name(queue->backend->tag),
+                        (unsigned)buffer->desc.device_tag);
+  }
+  uint64_t end;
+  if (hurray__add_u64(offset, size, &end) || end > buffer->desc.byte_size) {
+    return hurray__fail(error, HURRAY_EBOUNDS,
+                        "bytes [%" PRIu64 ", %" PRIu64 " + %" PRIu64
+                        ") lie outside a buffer of %" PRIu64 " bytes",
+                        offset, offset, size, buffer->desc.byte_size);
+  }
+  if (size > SIZE_MAX) {
+    return hurray__fail(error, HURRAY_EOVERFLOW, "%" PRIu64 " bytes do not fit in size_t", size);
+  }
+  return HURRAY_OK;
+}
+
+int hurray_device_copy_to_host(HurrayDeviceQueue *queue, const HurrayBuffer *src, uint64_t offset,
+                               void *dst, uint64_t size, HurrayError *error) {
+  int status = copy_check(queue, src, offset, dst, size, error);
+  if (status != HURRAY_OK || size == 0) return status;
+  return queue->backend->copy(queue, src, offset, dst, size, true, error);
+}
+
+int hurray_device_copy_from_host(HurrayDeviceQueue *queue, HurrayBuffer *dst, uint64_t offset,
+                                 const void *src, uint64_t size, HurrayError *error) {
+  int status = copy_check(queue, dst, offset, src, size, error);
+  if (status != HURRAY_OK) return status;
+  if ((dst->flags & HURRAY_BUFFER_READ_ONLY) != 0) {
+    return hurray__fail(error, HURRAY_EINVAL, "the buffer is read-only");
+  }
+  if (size == 0) return HURRAY_OK;
+  return queue->backend->copy(queue, dst, offset, (void *)(uintptr_t)src, size, false, error);
+}
+
+int hurray_device_wait(HurrayDeviceQueue *queue, const HurrayBuffer *buffer, HurrayError *error) {
+  int status = copy_check(queue, buffer, 0, NULL, 0, error);
+  if (status != HURRAY_OK) return status;
+  if (buffer->desc.sync_mode == HURRAY_SYNC_READY) return HURRAY_OK;
+  return queue->backend->wait(queue, buffer, error);
+}
