@@ -499,7 +499,8 @@ struct HurrayTensorContext {
 };
 
 /* Builds a context with abi_version = HURRAY_C_ABI_VERSION. Copies `tensor`, validates it
- * against `buffers`. SINK for `buffers` and `owner`: on failure the list is destroyed and
+ * against `buffers`. A tensor is read-only if its context or any of its buffers says so: the
+ * context's `flags` gain HURRAY_BUFFER_READ_ONLY when a buffer of the list is read-only. SINK for `buffers` and `owner`: on failure the list is destroyed and
  * owner_release(owner) is called, so the caller never cleans up after a failed create. */
 HURRAY_API int hurray_tensor_context_create(const HurrayTensorDesc *tensor,
                                             HurrayBufferList *buffers, uint32_t flags,
@@ -511,8 +512,9 @@ HURRAY_API uint32_t hurray_tensor_context_abi_version(const HurrayTensorContext 
  * versions if abi_version is not HURRAY_C_ABI_VERSION (nothing else is read then), HURRAY_ESTATE
  * if it was released, then every buffer handle by the rules of hurray_buffer_wrap (descriptor --
  * a private tag must be registered with this copy of the library --, flags, alignment, sync
- * state; the message names the buffer), then full validation of the tensor against its
- * buffers. */
+ * state; the message names the buffer), HURRAY_EINVAL if a buffer is read-only while the
+ * context's flags lack HURRAY_BUFFER_READ_ONLY (a consumer honours the context's flag), then
+ * full validation of the tensor against its buffers. */
 HURRAY_API int hurray_tensor_context_check(const HurrayTensorContext *context, uint32_t flags,
                                            HurrayError *error);
 /* Calls context->release(context) if it is set. NULL is a no-op. */

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "dlpack_abi.h"
+#include "dlpack_check.h"
 
 /* ============================================================================================
  * Producer
@@ -370,143 +371,32 @@ static void import_release(void *opaque) {
   PyMem_RawFree(import);
 }
 
-/* Everything a capsule says, checked and translated, before anything is taken from it. */
-typedef struct Imported {
-  HurrayArray array;
-  int64_t shape[HURRAY_MAX_NDIM];
-  int64_t strides[HURRAY_MAX_NDIM];
-  HurrayPyMemory memory;
-  HurrayDLDevice dl_device;
-  void *start;   /* the lowest byte any element touches */
-  uint64_t size; /* bytes from `start` */
-  int copied;    /* the producer says it made a copy */
-} Imported;
-
-static int translate(HurrayState *st, const HurrayDLTensor *dl, uint64_t flags, Imported *out) {
-  HurrayError error = {0};
-  if (dl->ndim < 0 || dl->ndim > HURRAY_MAX_NDIM) {
-    hurray__py_raise_statusf(st, HURRAY_ELIMIT, "DLPack tensor has %d dimensions; at most %d",
-                             (int)dl->ndim, HURRAY_MAX_NDIM);
+/* Everything a capsule says, checked and translated (dlpack_check.c), before anything is
+ * taken from it. */
+static int translate(HurrayState *st, const HurrayDLTensor *dl, uint64_t flags,
+                     HurrayDLImport *out, HurrayPyMemory *memory) {
+  HurrayError error;
+  error.message[0] = '\0';
+  int status = hurray__py_dl_check(dl, flags, out, &error);
+  if (status == HURRAY_DL_EBROKEN) {
+    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER, "%s", error.message);
     return -1;
   }
-  if (dl->ndim > 0 && dl->shape == NULL) {
-    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER, "DLPack tensor has a NULL shape");
-    return -1;
-  }
-  uint8_t code = 0;
-  int status =
-      hurray_dtype_from_dlpack(dl->dtype.code, dl->dtype.bits, dl->dtype.lanes, &code, &error);
   if (status != HURRAY_OK) {
     hurray__py_raise_status(st, status, &error);
     return -1;
-  }
-  const HurrayDTypeInfo *dtype = hurray_dtype_info(code);
-  if ((flags & HURRAY_DL_FLAG_IS_SUBBYTE_TYPE_PADDED) != 0 && dtype->bits < 8) {
-    hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
-                     "DLPack tensor stores %s padded to one element per byte; Hurray packs "
-                     "sub-byte elements",
-                     dtype->name);
-    return -1;
-  }
-  uint8_t tag = 0, memory_class = 0;
-  status = hurray_device_from_dlpack(dl->device.device_type, &tag, &memory_class, &error);
-  if (status != HURRAY_OK) {
-    hurray__py_raise_status(st, status, &error);
-    return -1;
-  }
-  if (dl->device.device_id < 0 || dl->device.device_id > UINT16_MAX) {
-    hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED, "DLPack device id %d is out of range",
-                     (int)dl->device.device_id);
-    return -1;
-  }
-  int32_t ndim = dl->ndim;
-  out->array = (HurrayArray){.ndim = ndim, .shape = out->shape, .dtype = code};
-  uint64_t numel = 1;
-  for (int32_t i = 0; i < ndim; i++) {
-    out->shape[i] = dl->shape[i];
-    if (dl->shape[i] < 0) {
-      hurray__py_raise_statusf(st, HURRAY_ELAYOUT, "DLPack shape[%d] is %lld", (int)i,
-                               (long long)dl->shape[i]);
-      return -1;
-    }
-    if (__builtin_mul_overflow(numel, (uint64_t)dl->shape[i], &numel)) {
-      hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "DLPack shape has too many elements");
-      return -1;
-    }
-  }
-  if (dl->strides != NULL) { /* NULL from old producers: row-major compact */
-    if (ndim > 0) memcpy(out->strides, dl->strides, (size_t)ndim * sizeof(int64_t));
-    out->array.strides = out->strides;
-  }
-  if (dl->data == NULL && numel != 0) {
-    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER, "DLPack tensor of %llu elements has NULL data",
-                     (unsigned long long)numel);
-    return -1;
-  }
-
-  /* Where the elements lie, relative to element (0, ..., 0). */
-  int64_t lo = 0, hi = 0;
-  if (numel != 0) {
-    if (dtype->bits % 8 == 0) {
-      int64_t strides[HURRAY_MAX_NDIM];
-      hurray__py_array_strides(&out->array, strides);
-      if (hurray__py_relative_span(ndim, out->shape, strides, dtype->bits / 8, &lo, &hi) < 0) {
-        hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "DLPack strides overflow");
-        return -1;
-      }
-    } else if (hurray__py_array_is_c_contiguous(&out->array)) {
-      uint64_t nbytes = 0;
-      status = hurray_dtype_storage_bytes(code, numel, &nbytes, &error);
-      if (status != HURRAY_OK || nbytes > INT64_MAX) {
-        hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "DLPack tensor is too large");
-        return -1;
-      }
-      hi = (int64_t)nbytes;
-    } else {
-      hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
-                       "DLPack tensor of %s is strided; Hurray reads sub-byte elements packed",
-                       dtype->name);
-      return -1;
-    }
-  }
-  if (hurray__py_address_form(tag)) {
-    uintptr_t first = 0;
-    if (dl->data != NULL &&
-        (__builtin_add_overflow((uintptr_t)dl->data, (uintptr_t)dl->byte_offset, &first) ||
-         (uintptr_t)-lo > first)) {
-      hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "DLPack data + byte_offset overflows");
-      return -1;
-    }
-    out->start = dl->data == NULL ? NULL : (void *)(first - (uintptr_t)-lo);
-    out->array.byte_offset = (uint64_t)-lo;
-    out->size = (uint64_t)hi + (uint64_t)-lo;
-  } else {
-    /* An opaque handle: the offset stays an offset and elements may not precede it. */
-    if ((uint64_t)-lo > dl->byte_offset) {
-      hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
-                       "negative strides reach before the start of an opaque DLPack buffer");
-      return -1;
-    }
-    out->start = dl->data;
-    out->array.byte_offset = dl->byte_offset;
-    if (__builtin_add_overflow(dl->byte_offset, (uint64_t)hi, &out->size)) {
-      hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "DLPack byte_offset overflows");
-      return -1;
-    }
   }
   /* from_dlpack passes no stream, so a producer with streams made the data safe on the
    * (legacy) default stream: STREAM on cudaStreamLegacy / HIP's null stream, named 0x1. */
-  int streams = hurray__py_stream_device(tag);
-  out->memory = (HurrayPyMemory){
-      .tag = tag,
-      .memory_class = memory_class,
+  int streams = hurray__py_stream_device(out->tag);
+  *memory = (HurrayPyMemory){
+      .tag = out->tag,
+      .memory_class = out->memory_class,
       .sync_mode = streams ? HURRAY_SYNC_STREAM : HURRAY_SYNC_READY,
       .sync_handle = streams ? (void *)(uintptr_t)1 : NULL,
-      .device_id = (uint16_t)dl->device.device_id,
-      .readonly = (flags & HURRAY_DL_FLAG_READ_ONLY) != 0,
+      .device_id = out->device_id,
+      .readonly = out->readonly,
   };
-  out->dl_device = dl->device;
-  out->copied = (flags & HURRAY_DL_FLAG_IS_COPIED) != 0;
   return 0;
 }
 
@@ -582,6 +472,17 @@ static PyObject *from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t
   if (copy_arg(a[2], &copy) < 0) return NULL;
   HurrayDLDevice wanted = {0, 0}; /* device_type 0 is no DLPack device: none asked for */
   if (a[1] != NULL && a[1] != Py_None) {
+    /* Only forms that cannot be misread (ADR-036): DLPack code passes (device_type, id)
+     * tuples, which Hurray's (tag, index) would read as another device. */
+    if (!PyObject_TypeCheck(a[1], st->device_type) && !PyUnicode_Check(a[1])) {
+      PyErr_Format(PyExc_TypeError,
+                   "from_dlpack() device must be a hurray.Device or its string form, not %R: "
+                   "numbers are ambiguous between DLPack's device types and Hurray's device "
+                   "tags (for DLPack's (1, 0), pass hurray.Device('cpu') or 'cpu'; for "
+                   "(2, 1), hurray.Device('cuda', 1) or 'cuda:1')",
+                   a[1]);
+      return NULL;
+    }
     uint8_t tag = 0;
     uint16_t index = 0;
     HurrayError error = {0};
@@ -645,13 +546,14 @@ static PyObject *from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t
 
   /* Until the rename below the capsule keeps its name: on any failure its destructor runs
    * the producer's deleter when the capsule is dropped. */
-  Imported imported;
-  if (translate(st, dl, flags, &imported) < 0) return hurray__py_drop_and_fail(capsule);
-  if (wanted.device_type != 0 && (imported.dl_device.device_type != wanted.device_type ||
-                                  imported.dl_device.device_id != wanted.device_id)) {
+  HurrayDLImport imported;
+  HurrayPyMemory memory;
+  if (translate(st, dl, flags, &imported, &memory) < 0) return hurray__py_drop_and_fail(capsule);
+  if (wanted.device_type != 0 && (dl->device.device_type != wanted.device_type ||
+                                  dl->device.device_id != wanted.device_id)) {
     hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
                      "the producer exported device (%d, %d), not the (%d, %d) asked for",
-                     (int)imported.dl_device.device_type, (int)imported.dl_device.device_id,
+                     (int)dl->device.device_type, (int)dl->device.device_id,
                      (int)wanted.device_type, (int)wanted.device_id);
     return hurray__py_drop_and_fail(capsule);
   }
@@ -668,8 +570,8 @@ static PyObject *from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t
     return hurray__py_drop_and_fail(capsule);
   }
   Py_DECREF(capsule); /* renamed: its destructor leaves the managed tensor to us */
-  PyObject *tensor = hurray__py_tensor_from_memory(
-      st, imported.start, imported.size, &imported.memory, &imported.array, import, import_release);
+  PyObject *tensor = hurray__py_tensor_from_memory(st, imported.start, imported.size, &memory,
+                                                   &imported.array, import, import_release);
   /* A producer that accepted copy=True made the copy (a versioned capsule also says so). */
   int producer_copied = !legacy_call && (!versioned || imported.copied);
   if (tensor == NULL || copy != 1 || producer_copied) return tensor;
@@ -687,8 +589,9 @@ PyMethodDef hurray__py_dlpack_functions[] = {
                "Calls x.__dlpack__(max_version=(1, 1), ...) and, for producers that predate "
                "DLPack 1.0, again without the new keywords on TypeError. Consumes versioned "
                "and legacy capsules; read-only is kept (versioned capsules). device (a "
-               "hurray.Device, tuple, tag or name) is passed on as dl_device when it differs "
-               "from the producer's. A consumed capsule raises hurray.BufferError; an unknown "
+               "hurray.Device or its string form, such as 'cuda:1') is passed on as dl_device "
+               "when it differs from the producer's; a tuple or int raises TypeError, as it "
+               "would mean one device to DLPack and another to Hurray. A consumed capsule raises hurray.BufferError; an unknown "
                "DLPack major version hurray.ABIError (after running its deleter); DLPack "
                "devices and dtypes Hurray does not name hurray.UnsupportedError.")},
     {NULL, NULL, 0, NULL},

@@ -8,11 +8,14 @@
  *   modes.c    compliance modes (ADR-022): strict / relaxed, hurray.mode, array API admission
  *   dtype.c    hurray.dtype: one immutable singleton per entry of the C dtype table
  *   device.c   hurray.Device and the parsing of device / memory class / sync mode arguments
+ *   geometry.c strides, contiguity and byte spans of arrays (plain C: geometry.h)
  *   tensor.c   hurray.Tensor: owner references, construction, properties, host reads, the
  *              Python buffer protocol, __array_namespace__
  *   numpy.c    __array__ and hurray.from_numpy
  *   stream.c   the stream rules of DLPack, shared by __dlpack__ and __hurray__
  *   dlpack.c   __dlpack__, __dlpack_device__ and hurray.from_dlpack
+ *   dlpack_check.c  the checks of a DLPack tensor a consumer receives (plain C:
+ *              dlpack_check.h, driven by fuzz/fuzz_dlpack.c too)
  *   native.c   the native interchange protocol (Layer 8c): __hurray__ and hurray.from_hurray
  *   file.c     the file container (Layer 8b): hurray.save, load, open, File and convert
  *
@@ -29,6 +32,7 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "geometry.h"
 #include "hurray/hurray.h"
 
 #if PY_VERSION_HEX < 0x030B0000
@@ -296,17 +300,11 @@ typedef struct HurrayPyMemory {
   int readonly;
 } HurrayPyMemory;
 
-/* Whether a device's buffer data is an address (buffer-protocol.md §2.5: CPU, CUDA, ROCm,
- * Vulkan, Hexagon, Level Zero and private tags), so that data + k is byte k; Metal, WebGPU and
- * OpenCL hold an object handle there, which only a byte_offset may move. */
-static inline int hurray__py_address_form(int tag) {
-  return tag != HURRAY_DEVICE_METAL && tag != HURRAY_DEVICE_WEBGPU && tag != HURRAY_DEVICE_OPENCL;
-}
-
 /* A new Tensor over `size` bytes at `data`, addressed by `array` (byte_offset relative to
  * `data`). On an address-form device an address that is not 64-byte aligned is wrapped rounded
  * down, the difference added to byte_offset and size (ADR-008): the bytes before `data` are
- * never touched. SINK for `owner`. */
+ * never touched, and every byte the array addresses must lie in [data, data + size) (a
+ * hurray.LayoutError naming those bounds otherwise). SINK for `owner`. */
 PyObject *hurray__py_tensor_from_memory(HurrayState *st, void *data, uint64_t size,
                                         const HurrayPyMemory *memory, const HurrayArray *array,
                                         void *owner, HurrayOwnerReleaseFn owner_release);
@@ -364,19 +362,6 @@ int hurray__py_tensor_host_view(HurrayState *st, HurrayTensorObject *self, const
 static inline char *hurray__py_buffer_at(const HurrayBuffer *buffer, uint64_t offset) {
   return (char *)((uintptr_t)buffer->data + (uintptr_t)offset);
 }
-/* Row-major contiguity of an array: dimensions of extent 1 may have any stride; an empty
- * array is contiguous. */
-int hurray__py_array_is_c_contiguous(const HurrayArray *array);
-/* The row-major strides of `shape` (elements). */
-void hurray__py_row_major_strides(int32_t ndim, const int64_t *shape, int64_t *strides);
-/* Element strides of `array` (its own, or row-major when NULL). */
-void hurray__py_array_strides(const HurrayArray *array, int64_t *strides);
-/* The byte span [begin, end) relative to the address of element (0, ..., 0) that the array
- * touches when its element 0 sits at an arbitrary byte; `lo` may be negative (negative
- * strides). Only for whole-byte dtypes. Returns -1 (no exception) on overflow. */
-int hurray__py_relative_span(int32_t ndim, const int64_t *shape, const int64_t *strides,
-                             uint64_t itemsize, int64_t *lo, int64_t *hi);
-
 /* ============================================================================================
  * numpy.c
  * ============================================================================================ */

@@ -152,6 +152,22 @@ PyObject *hurray__py_tensor_from_memory(HurrayState *st, void *data, uint64_t si
   HurrayArray values = *array;
   uintptr_t base = (uintptr_t)data;
   if (hurray__py_address_form(memory->tag)) {
+    /* Every byte the array addresses lies in the `size` bytes at `data`: checked before the
+     * address is rounded down, since the bytes below `data` are not the caller's to address. */
+    uint64_t begin = 0, end = 0;
+    HurrayError error;
+    error.message[0] = '\0';
+    int status = hurray_array_span(array, &begin, &end, &error);
+    if (status == HURRAY_OK && end > size) {
+      status = HURRAY_EBOUNDS;
+      snprintf(error.message, sizeof error.message,
+               "addresses bytes [%llu, %llu) of buffer 0, whose byte_size is %llu",
+               (unsigned long long)begin, (unsigned long long)end, (unsigned long long)size);
+    }
+    if (status != HURRAY_OK) {
+      if (owner_release != NULL) owner_release(owner);
+      return hurray__py_raise_status(st, status, &error);
+    }
     uint64_t slack = (uint64_t)(base % HURRAY_MIN_ALIGNMENT);
     base -= (uintptr_t)slack;
     if (__builtin_add_overflow(size, slack, &size) ||
@@ -382,6 +398,13 @@ static PyObject *tensor_from_address(PyObject *cls, PyObject *const *args, Py_ss
     if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
   } else if (hurray__py_u64(st, a[FA_BYTE_SIZE], "byte_size", &byte_size) < 0) {
     return NULL;
+  }
+  /* Unsafe by design (ADR-035), but memory never wraps past the top of the address space. */
+  if (hurray__py_address_form(memory.tag) && byte_size > 0 &&
+      byte_size - 1 > UINTPTR_MAX - (uintptr_t)address) {
+    return hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                            "%llu bytes at address 0x%llx: the range wraps the address space",
+                            (unsigned long long)byte_size, (unsigned long long)address);
   }
   PyObject *owner = a[FA_OWNER] == NULL || a[FA_OWNER] == Py_None ? NULL : Py_NewRef(a[FA_OWNER]);
   return hurray__py_tensor_from_memory(st, (void *)(uintptr_t)address, byte_size, &memory, &array,
@@ -745,66 +768,6 @@ const HurrayArray *hurray__py_tensor_values(HurrayState *st, HurrayTensorObject 
     return NULL;
   }
   return &self->desc->parts[0];
-}
-
-/* ============================================================================================
- * Array geometry
- * ============================================================================================ */
-
-void hurray__py_row_major_strides(int32_t ndim, const int64_t *shape, int64_t *strides) {
-  int64_t step = 1;
-  for (int32_t i = ndim - 1; i >= 0; i--) {
-    strides[i] = step;
-    /* Extents are validated (<= 2^62, product fits), so this only saturates past a zero. */
-    if (shape[i] > 1) step *= shape[i];
-  }
-}
-
-void hurray__py_array_strides(const HurrayArray *array, int64_t *strides) {
-  if (array->strides != NULL) {
-    if (array->ndim > 0) memcpy(strides, array->strides, (size_t)array->ndim * sizeof *strides);
-  } else {
-    hurray__py_row_major_strides(array->ndim, array->shape, strides);
-  }
-}
-
-int hurray__py_array_is_c_contiguous(const HurrayArray *array) {
-  if (array->strides == NULL) return 1;
-  int64_t step = 1;
-  for (int32_t i = array->ndim - 1; i >= 0; i--) {
-    int64_t n = array->shape[i];
-    if (n == 0) return 1;
-    if (n != 1 && array->strides[i] != step) return 0;
-    step *= n;
-  }
-  return 1;
-}
-
-int hurray__py_relative_span(int32_t ndim, const int64_t *shape, const int64_t *strides,
-                             uint64_t itemsize, int64_t *lo, int64_t *hi) {
-  int64_t low = 0, high = 0;
-  for (int32_t i = 0; i < ndim; i++) {
-    if (shape[i] == 0) {
-      *lo = *hi = 0;
-      return 0;
-    }
-  }
-  for (int32_t i = 0; i < ndim; i++) {
-    int64_t reach = 0;
-    if (shape[i] <= 1) continue;
-    if (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
-        __builtin_mul_overflow(reach, (int64_t)itemsize, &reach)) {
-      return -1;
-    }
-    if (reach < 0 ? __builtin_add_overflow(low, reach, &low)
-                  : __builtin_add_overflow(high, reach, &high)) {
-      return -1;
-    }
-  }
-  if (__builtin_add_overflow(high, (int64_t)itemsize, &high)) return -1;
-  *lo = low;
-  *hi = high;
-  return 0;
 }
 
 /* Byte strides of a whole-byte host array; extent-1 dimensions get 0, so an arbitrary stride
@@ -1559,7 +1522,15 @@ static PyMethodDef tensor_methods[] = {
                "(cpu, cuda, rocm, level_zero) an address that is not 64-byte aligned is "
                "wrapped rounded down, the difference added to byte_offset; elsewhere `address` "
                "may be an opaque handle and is kept as given. `owner` is kept alive until the "
-               "memory is released. Nothing is validated that needs reading the memory.")},
+               "memory is released. Nothing is validated that needs reading the memory.\n\n"
+               "Warnings\n--------\n"
+               "Unsafe, like ctypes' from_address and string_at: the address is trusted. "
+               "Calling this with a CPU device is the explicit opt-in to host reads of that "
+               "memory: whatever later reads the tensor's bytes (tobytes, tolist, memoryview, "
+               "NumPy, hurray.save, any DLPack or native consumer) reads `address`, and a "
+               "wrong address or byte_size can crash the process. Nothing reads it before "
+               "that. A range that wraps the address space raises "
+               "hurray.InvalidArgumentError.")},
     {"from_parts", HURRAY_PY_CFUNC(tensor_from_parts), METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
      PyDoc_STR("from_parts($type, layout, parts=(), *, dtype=None, shape=None, axis=0, "
                "block_size=0, coalesced=False, children=None)\n--\n\n"

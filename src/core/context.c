@@ -5,7 +5,9 @@
  * release. The context owns a deep copy of the descriptor, so the producer's storage may go.
  * check is what a consumer runs on a context it did not build: it reads the ABI version first,
  * through the frozen head, and nothing else when the version is not this library's; then every
- * buffer handle by the rules of hurray_buffer_wrap, then the tensor against the buffers. */
+ * buffer handle by the rules of hurray_buffer_wrap, then the tensor against the buffers.
+ * A tensor is read-only if its context or any of its buffers says so: create sets the
+ * context's flag when a buffer is read-only, and check refuses a context that lacks it. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,17 @@ static void release_context(HurrayTensorContext *self) {
   if (self->owner_release != NULL) self->owner_release(self->owner);
   self->release = NULL;
   free(self);
+}
+
+/* The index of the first read-only buffer of `list`; list->count if there is none. */
+static uint32_t read_only_buffer(const HurrayBufferList *list) {
+  if (list->buffers == NULL) return list->count;
+  uint32_t i = 0;
+  while (i < list->count &&
+         (list->buffers[i] == NULL || !(list->buffers[i]->flags & HURRAY_BUFFER_READ_ONLY))) {
+    i++;
+  }
+  return i;
 }
 
 /* What a failed create does with what it was given, before returning `status`. */
@@ -45,6 +58,9 @@ int hurray_tensor_context_create(const HurrayTensorDesc *tensor, HurrayBufferLis
                           flags);
   }
   if (status == HURRAY_OK) status = hurray_tensor_validate(tensor, buffers, 0, error);
+  if (status == HURRAY_OK && read_only_buffer(buffers) < buffers->count) {
+    flags |= HURRAY_BUFFER_READ_ONLY; /* the tensor is read-only if any of its buffers is */
+  }
   void *block = NULL;
   HurrayTensorDesc *copy = NULL;
   if (status == HURRAY_OK) {
@@ -121,9 +137,17 @@ int hurray_tensor_context_check(const HurrayTensorContext *context, uint32_t fla
                         context->tensor == NULL ? "tensor" : "buffer list");
   }
   int status = check_buffers(context->buffers, error);
-  return status != HURRAY_OK
-             ? status
-             : hurray_tensor_validate(context->tensor, context->buffers, flags, error);
+  if (status != HURRAY_OK) return status;
+  /* A consumer honours the context's flag alone: a writable context over read-only memory
+   * would let it write there. */
+  uint32_t read_only = read_only_buffer(context->buffers);
+  if (read_only < context->buffers->count && !(context->flags & HURRAY_BUFFER_READ_ONLY)) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "buffer %" PRIu32 " is read-only but the tensor context is not "
+                        "(its flags lack HURRAY_BUFFER_READ_ONLY)",
+                        read_only);
+  }
+  return hurray_tensor_validate(context->tensor, context->buffers, flags, error);
 }
 
 void hurray_tensor_context_release(HurrayTensorContext *context) {

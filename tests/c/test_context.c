@@ -148,6 +148,31 @@ static void create_without_owner_release(void **state) {
   assert_int_equal(counts.owner, 0);
 }
 
+/* A tensor is read-only if its context or any of its buffers says so: create sets the flag,
+ * check refuses a context that lacks it (a foreign producer's), naming the buffer. */
+static void read_only_buffers_make_the_context_read_only(void **state) {
+  (void)state;
+  Counts counts = {0};
+  Sparse s;
+  make_sparse(&s, 4);
+  HurrayBufferList *list = make_list(&counts);
+  list->buffers[1]->flags = HURRAY_BUFFER_READ_ONLY;
+  HurrayTensorContext *context = NULL;
+  HurrayError error = {0};
+  assert_int_equal(hurray_tensor_context_create(&s.tensor, list, 0, &counts, count_owner,
+                                                &context, &error),
+                   HURRAY_OK);
+  assert_int_equal(context->flags, HURRAY_BUFFER_READ_ONLY);
+  assert_int_equal(hurray_tensor_context_check(context, 0, &error), HURRAY_OK);
+  context->flags = 0; /* what a careless producer sends */
+  assert_int_equal(hurray_tensor_context_check(context, 0, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message,
+                      "buffer 1 is read-only but the tensor context is not (its flags lack "
+                      "HURRAY_BUFFER_READ_ONLY)");
+  hurray_tensor_context_release(context);
+  expect_released_once(&counts);
+}
+
 /* Index data is checked by the consumer's check, not by create; the releases still run once. */
 static void check_with_contents(void **state) {
   (void)state;
@@ -360,6 +385,7 @@ int main(void) {
       cmocka_unit_test(create_check_release),
       cmocka_unit_test(create_without_owner_release),
       cmocka_unit_test(check_with_contents),
+      cmocka_unit_test(read_only_buffers_make_the_context_read_only),
       cmocka_unit_test(create_failures_release_everything_once),
       cmocka_unit_test(create_without_buffers_releases_the_owner),
       cmocka_unit_test(other_versions_are_rejected_unread),

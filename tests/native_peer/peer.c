@@ -13,11 +13,15 @@
  * module (peer, peer_v5), so both builds can be loaded together.
  *
  *   make(kind="dense", *, device_tag=0, memory_class=0, sync_mode=0, sync_handle=0,
- *        sync_value=0, device_id=0, peer_device_id=0, readonly=False) -> Producer
+ *        sync_value=0, device_id=0, peer_device_id=0, readonly=False, context_flags=None,
+ *        protect=False) -> Producer
  *       Producer.__hurray__(stream=None) returns a fresh "hurray_tensor" capsule per call: new
  *       memory for every buffer (filled with known bytes, whatever the device tag says: no
  *       device is touched), each with a release callback that frees it and counts, and the
- *       Producer itself as the context's owner, with a counting owner release.
+ *       Producer itself as the context's owner, with a counting owner release. `readonly`
+ *       marks every buffer HURRAY_BUFFER_READ_ONLY; `context_flags`, when given, is written
+ *       over the context's flags after it is built (what a careless producer sends);
+ *       `protect` maps each buffer's memory PROT_READ, so that a write to it faults.
  *   consume(obj) -> Received
  *       the whole consumer protocol, in C: obj.__hurray__(), the name, the pointer, the ABI
  *       version (through hurray_tensor_context_abi_version, first), the check, the rename.
@@ -32,6 +36,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "hurray/hurray.h"
 
@@ -109,7 +115,9 @@ typedef struct Producer {
   HurrayBufferDesc desc; /* device, memory class, sync mode of every buffer; size per buffer */
   void *sync_handle;
   uint64_t sync_value;
-  uint32_t flags; /* HURRAY_BUFFER_READ_ONLY */
+  uint32_t flags;         /* HURRAY_BUFFER_READ_ONLY */
+  long long context_flags; /* written over the context's flags; -1: left as built */
+  int protect;             /* buffers in PROT_READ pages */
 } Producer;
 
 /* One buffer's bytes, as `make` fills them. */
@@ -136,25 +144,48 @@ static const uint16_t kPages[32] = {0x3C00, 0x4000, 0x4200, 0x4400}; /* float16 
 static const int32_t kPageTable[4] = {0, 1, 2, 3};
 static const float kBias[4] = {0.125f, 0.25f, 0.375f, 0.5f};
 
+/* The same for memory in pages of its own (protect=True). */
+static size_t page_rounded(size_t size) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  return (size + page - 1) / page * page;
+}
+
+static void protected_release(HurrayBuffer *buffer) {
+  munmap(buffer->release_ctx, page_rounded((size_t)buffer->desc.byte_size));
+  atomic_fetch_add(&g_buffers_released, 1);
+}
+
 /* Builds `count` buffers over fresh copies of `bytes` into `list`, each described as `p`
  * says. */
 static int add_buffers(const Producer *p, const Bytes *bytes, size_t count, HurrayBufferList *list,
                        HurrayError *error) {
   for (size_t i = 0; i < count; i++) {
-    size_t rounded = (bytes[i].size + 63) & ~(size_t)63;
-    void *memory = aligned_alloc(64, rounded);
+    void *memory = NULL;
+    if (p->protect) {
+      memory = mmap(NULL, page_rounded(bytes[i].size), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (memory == MAP_FAILED) memory = NULL;
+    } else {
+      memory = aligned_alloc(64, (bytes[i].size + 63) & ~(size_t)63);
+    }
     if (memory == NULL) {
       snprintf(error->message, sizeof error->message, "peer: out of memory");
       return HURRAY_ENOMEM;
     }
     memcpy(memory, bytes[i].data, bytes[i].size);
+    if (p->protect) mprotect(memory, page_rounded(bytes[i].size), PROT_READ);
     HurrayBufferDesc desc = p->desc;
     desc.byte_size = bytes[i].size;
     HurrayBuffer *buffer = NULL;
     int status = hurray_buffer_wrap(memory, &desc, p->flags, p->sync_handle, p->sync_value,
-                                    buffer_release, memory, &buffer, error);
+                                    p->protect ? protected_release : buffer_release, memory,
+                                    &buffer, error);
     if (status != HURRAY_OK) {
-      free(memory); /* a failed wrap takes nothing */
+      if (p->protect) {
+        munmap(memory, page_rounded(bytes[i].size));
+      } else {
+        free(memory); /* a failed wrap takes nothing */
+      }
       return status;
     }
     atomic_fetch_add(&g_buffers_made, 1);
@@ -331,6 +362,7 @@ static int build_context(Producer *p, HurrayTensorContext **out, HurrayError *er
   if (status != HURRAY_OK) return status;
   atomic_fetch_add(&g_contexts_made, 1);
   (*out)->abi_version = PEER_ABI_VERSION; /* what this build stands for */
+  if (p->context_flags >= 0) (*out)->flags = (uint32_t)p->context_flags;
   return HURRAY_OK;
 }
 
@@ -607,16 +639,26 @@ static PyType_Spec received_spec = {
 
 static PyObject *make(PyObject *module, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"kind",       "device_tag", "memory_class",   "sync_mode", "sync_handle",
-                           "sync_value", "device_id",  "peer_device_id", "readonly",  NULL};
+                           "sync_value", "device_id",  "peer_device_id", "readonly",  "context_flags",
+                           "protect",    NULL};
   const char *kind = "dense";
   unsigned char tag = 0, memory_class = 0, sync_mode = 0;
   unsigned long long handle = 0, value = 0;
   unsigned short device_id = 0, peer_device_id = 0;
-  int readonly = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|s$bbbKKHHp:make", kwlist, &kind, &tag,
+  int readonly = 0, protect = 0;
+  PyObject *context_flags = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|s$bbbKKHHpOp:make", kwlist, &kind, &tag,
                                    &memory_class, &sync_mode, &handle, &value, &device_id,
-                                   &peer_device_id, &readonly)) {
+                                   &peer_device_id, &readonly, &context_flags, &protect)) {
     return NULL;
+  }
+  unsigned long context_value = 0;
+  if (context_flags != Py_None) {
+    context_value = PyLong_AsUnsignedLong(context_flags);
+    if (PyErr_Occurred()) return NULL;
+    if (context_value > UINT32_MAX) {
+      return PyErr_Format(PyExc_OverflowError, "context_flags must fit 32 bits");
+    }
   }
   int k = 0;
   while (k < KIND_COUNT && strcmp(kKindNames[k], kind) != 0) k++;
@@ -635,6 +677,8 @@ static PyObject *make(PyObject *module, PyObject *args, PyObject *kwargs) {
   p->sync_handle = (void *)(uintptr_t)handle;
   p->sync_value = value;
   p->flags = readonly ? HURRAY_BUFFER_READ_ONLY : 0;
+  p->context_flags = context_flags == Py_None ? -1 : (long long)context_value;
+  p->protect = protect;
   return (PyObject *)p;
 }
 
@@ -664,7 +708,8 @@ static PyObject *register_device(PyObject *module, PyObject *args) {
 static PyMethodDef peer_functions[] = {
     {"make", (PyCFunction)(void (*)(void))make, METH_VARARGS | METH_KEYWORDS,
      PyDoc_STR("make(kind='dense', *, device_tag=0, memory_class=0, sync_mode=0, "
-               "sync_handle=0, sync_value=0, device_id=0, peer_device_id=0, readonly=False)\n"
+               "sync_handle=0, sync_value=0, device_id=0, peer_device_id=0, readonly=False, "
+               "context_flags=None, protect=False)\n"
                "--\n\nA producer of capsules of one kind of tensor.")},
     {"consume", consume, METH_O,
      PyDoc_STR("consume(obj, /)\n--\n\nThe consumer protocol in C; returns a Received.")},

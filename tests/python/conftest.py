@@ -46,6 +46,22 @@ def gc_collect():
     return collect
 
 
+def run_isolated(code, timeout=300):
+    """Runs `code` in a fresh interpreter -- a crash reproduction, whose signal would otherwise
+    kill the test run -- and returns what it printed. A child killed by a signal, or failing,
+    fails the test. The child imports this directory's helpers (dlpack_fake) and the same
+    hurray (PYTHONPATH, and under the sanitizers the same preloaded runtime, are inherited)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(__file__),
+                                                      env.get("PYTHONPATH")]))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, timeout=timeout)
+    assert result.returncode >= 0, (f"the child died of signal {-result.returncode}\n"
+                                    f"{result.stdout}{result.stderr}")
+    assert result.returncode == 0, f"the child failed\n{result.stdout}{result.stderr}"
+    return result.stdout
+
+
 def rss_bytes():
     """Resident set size of this process (Linux)."""
     with open("/proc/self/statm") as f:

@@ -536,7 +536,7 @@ def test_device_argument():
     assert producer.calls == [{"max_version": (1, 1)}]  # same device: not asked
     producer = fake.Producer(fake.cpu_export(buf, [4]))
     with pytest.raises(hurray.BufferError, match=r"exported device \(1, 0\), not the \(2, 1\)"):
-        hurray.from_dlpack(producer, device=("cuda", 1))
+        hurray.from_dlpack(producer, device="cuda:1")
     assert producer.calls == [{"max_version": (1, 1), "dl_device": (2, 1)}]
     old = fake.Producer(fake.cpu_export(buf, [4], versioned=False), legacy_signature=True)
     with pytest.raises(hurray.BufferError, match="takes no dl_device"):
