@@ -446,6 +446,29 @@ typedef struct HurrayTensorDesc {
 /* "dense", "per_channel", ...; NULL for an unknown layout. */
 HURRAY_API const char *hurray_layout_name(int layout);
 
+/* What a layout is made of: the one table the validator checks tensors against, for bindings
+ * that build tensors (which role each part's buffer has, which part holds the values). */
+#define HURRAY_LAYOUT_HAS_AXIS (1u << 0)       /* axis in [0, ndim); else axis is 0 */
+#define HURRAY_LAYOUT_HAS_BLOCK_SIZE (1u << 1) /* block_size in [1, HURRAY_MAX_DIM]; else 0 */
+#define HURRAY_LAYOUT_VALUES_SHAPE (1u << 2)   /* the values part has the tensor's shape */
+#define HURRAY_LAYOUT_NO_PART 0xFF             /* values_part of COMPOSITE */
+
+typedef struct HurrayLayoutInfo {
+  const char *name;    /* as hurray_layout_name */
+  uint8_t code;        /* HurrayLayout */
+  uint8_t min_parts;   /* nparts in [min_parts, max_parts]: the parts past min_parts are */
+  uint8_t max_parts;   /* optional (zero points, mins) */
+  uint8_t values_part; /* the part holding the values, whose dtype is the tensor's dtype */
+  uint8_t roles[HURRAY_MAX_PARTS]; /* the HurrayBufferRole of part i's buffer, i < max_parts */
+  uint8_t flags;                   /* HURRAY_LAYOUT_HAS_AXIS, ... */
+  int32_t min_ndim;                /* of the tensor's logical shape */
+  int32_t max_ndim;
+} HurrayLayoutInfo;
+
+/* The table entry of `layout`, or NULL for a layout Hurray does not know. Static storage,
+ * valid for the life of the process. */
+HURRAY_API const HurrayLayoutInfo *hurray_layout_info(int layout);
+
 #define HURRAY_VALIDATE_CONTENTS (1u << 0) /* also read index data of CPU buffers */
 
 /* Validates `tensor` against `buffers`: layout rules, limits, dtypes, overflow-checked extents,

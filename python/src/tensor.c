@@ -414,26 +414,6 @@ static PyObject *tensor_from_address(PyObject *cls, PyObject *const *args, Py_ss
 
 /* ---- from_parts: multi-buffer layouts over the memory of dense tensors -------------------- */
 
-/* The role of each part's buffer, in the layout's order (hurray.h, "Tensor descriptors"), and
- * which part holds the values (whose dtype, and for the first three layouts whose shape, the
- * tensor has). */
-static const struct {
-  uint8_t roles[HURRAY_MAX_PARTS];
-  int8_t values;
-  int8_t values_shape; /* the logical shape is the values' shape */
-} kLayoutParts[] = {
-    [HURRAY_LAYOUT_DENSE] = {{HURRAY_ROLE_VALUES}, 0, 1},
-    [HURRAY_LAYOUT_PER_CHANNEL] =
-        {{HURRAY_ROLE_VALUES, HURRAY_ROLE_SCALES, HURRAY_ROLE_ZERO_POINTS}, 0, 1},
-    [HURRAY_LAYOUT_BLOCK] = {{HURRAY_ROLE_VALUES, HURRAY_ROLE_SCALES, HURRAY_ROLE_MINS}, 0, 1},
-    [HURRAY_LAYOUT_SPARSE_COO] = {{HURRAY_ROLE_INDICES, HURRAY_ROLE_VALUES}, 1, 0},
-    [HURRAY_LAYOUT_SPARSE_CSR] = {{HURRAY_ROLE_INDPTR, HURRAY_ROLE_INDICES, HURRAY_ROLE_VALUES},
-                                  2,
-                                  0},
-    [HURRAY_LAYOUT_PAGED] = {{HURRAY_ROLE_PAGES, HURRAY_ROLE_PAGE_TABLE}, 0, 0},
-    [HURRAY_LAYOUT_COMPOSITE] = {{0}, -1, 0},
-};
-
 static int layout_arg(HurrayState *st, PyObject *obj) {
   uint8_t layout = 0;
   return hurray__py_enum_arg(st, obj, hurray_layout_name, HURRAY_ELAYOUT, "layout", &layout) < 0
@@ -553,6 +533,7 @@ static PyObject *tensor_from_parts(PyObject *cls, PyObject *const *args, Py_ssiz
   HurrayState *st = hurray__py_state_of_type((PyTypeObject *)cls);
   int layout = layout_arg(st, a[FP_LAYOUT]);
   if (layout < 0) return NULL;
+  const HurrayLayoutInfo *rule = hurray_layout_info(layout);
 
   Parts p = {0};
   PyObject *items = NULL;
@@ -589,9 +570,8 @@ static PyObject *tensor_from_parts(PyObject *cls, PyObject *const *args, Py_ssiz
   }
 
   /* dtype and shape: given, or those of the values part where the layout says. */
-  int values = kLayoutParts[layout].values;
   const HurrayArray *values_array =
-      values >= 0 && (uint32_t)values < p.nparts ? &p.arrays[values] : NULL;
+      rule->values_part < p.nparts ? &p.arrays[rule->values_part] : NULL;
   if (a[FP_DTYPE] != NULL && a[FP_DTYPE] != Py_None) {
     const HurrayDTypeInfo *dtype = hurray__py_dtype_arg(st, a[FP_DTYPE]);
     if (dtype == NULL) goto done;
@@ -602,7 +582,7 @@ static PyObject *tensor_from_parts(PyObject *cls, PyObject *const *args, Py_ssiz
   if (a[FP_SHAPE] != NULL && a[FP_SHAPE] != Py_None) {
     if (dims_arg(st, a[FP_SHAPE], "shape", shape, &desc.ndim) < 0) goto done;
     desc.shape = shape;
-  } else if (values_array != NULL && kLayoutParts[layout].values_shape) {
+  } else if (values_array != NULL && (rule->flags & HURRAY_LAYOUT_VALUES_SHAPE)) {
     desc.ndim = values_array->ndim;
     desc.shape = values_array->shape;
   } else if (layout != HURRAY_LAYOUT_COMPOSITE) {
@@ -633,7 +613,7 @@ static PyObject *tensor_from_parts(PyObject *cls, PyObject *const *args, Py_ssiz
     flags |= part->context->flags;
     uint32_t index = list->count;
     status = hurray__py_share_buffer(list, hurray__py_tensor_buffer(part, &p.arrays[i]),
-                                     kLayoutParts[layout].roles[i], &error);
+                                     rule->roles[i], &error);
     p.arrays[i].buffer = index;
   }
   for (uint32_t i = 0; status == HURRAY_OK && i < p.nchildren; i++) {

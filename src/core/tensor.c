@@ -60,55 +60,52 @@ static const char *format_dims(char out[DIMS_TEXT_SIZE], const int64_t *dims, in
 
 /* ---- layouts ------------------------------------------------------------------------------- */
 
-static const char *const kLayoutNames[] = {"dense",      "per_channel", "block",    "sparse_coo",
-                                           "sparse_csr", "paged",       "composite"};
+/* Every layout's parts and parameters (hurray_layout_info), in the order of HurrayLayoutInfo's
+ * fields; validate_parts checks each part's dtype and shape. */
+#define AXIS HURRAY_LAYOUT_HAS_AXIS
+#define BLOCK_SIZE HURRAY_LAYOUT_HAS_BLOCK_SIZE
+#define VALUES_SHAPE HURRAY_LAYOUT_VALUES_SHAPE
+#define LAYOUT(code, name, min_parts, max_parts, values_part, roles, flags, min_ndim, max_ndim) \
+  [HURRAY_LAYOUT_##code] = {name,  HURRAY_LAYOUT_##code, min_parts, max_parts, values_part,      \
+                            roles, flags,                min_ndim,  max_ndim}
+#define ROLES(...) {__VA_ARGS__}
+static const HurrayLayoutInfo kLayouts[] = {
+    LAYOUT(DENSE, "dense", 1, 1, 0, ROLES(HURRAY_ROLE_VALUES), VALUES_SHAPE, 0, HURRAY_MAX_NDIM),
+    LAYOUT(PER_CHANNEL, "per_channel", 2, 3, 0,
+           ROLES(HURRAY_ROLE_VALUES, HURRAY_ROLE_SCALES, HURRAY_ROLE_ZERO_POINTS),
+           AXIS | VALUES_SHAPE, 1, HURRAY_MAX_NDIM),
+    LAYOUT(BLOCK, "block", 2, 3, 0, ROLES(HURRAY_ROLE_VALUES, HURRAY_ROLE_SCALES, HURRAY_ROLE_MINS),
+           AXIS | BLOCK_SIZE | VALUES_SHAPE, 1, HURRAY_MAX_NDIM),
+    LAYOUT(SPARSE_COO, "sparse_coo", 2, 2, 1, ROLES(HURRAY_ROLE_INDICES, HURRAY_ROLE_VALUES), 0, 1,
+           HURRAY_MAX_NDIM),
+    LAYOUT(SPARSE_CSR, "sparse_csr", 3, 3, 2,
+           ROLES(HURRAY_ROLE_INDPTR, HURRAY_ROLE_INDICES, HURRAY_ROLE_VALUES), 0, 2, 2),
+    LAYOUT(PAGED, "paged", 2, 2, 0, ROLES(HURRAY_ROLE_PAGES, HURRAY_ROLE_PAGE_TABLE),
+           AXIS | BLOCK_SIZE, 1, HURRAY_MAX_NDIM),
+    LAYOUT(COMPOSITE, "composite", 0, 0, HURRAY_LAYOUT_NO_PART, ROLES(0), 0, 0, 0),
+};
+#undef ROLES
+#undef LAYOUT
+#undef VALUES_SHAPE
+#undef BLOCK_SIZE
+#undef AXIS
 
-#define LAYOUT_COUNT (sizeof kLayoutNames / sizeof kLayoutNames[0])
+#define LAYOUT_COUNT (sizeof kLayouts / sizeof kLayouts[0])
 
-const char *hurray_layout_name(int layout) {
-  return layout >= 0 && (size_t)layout < LAYOUT_COUNT ? kLayoutNames[layout] : NULL;
+const HurrayLayoutInfo *hurray_layout_info(int layout) {
+  return layout >= 0 && (size_t)layout < LAYOUT_COUNT ? &kLayouts[layout] : NULL;
 }
 
-/* What each layout asks of a tensor's own fields; the parts themselves are in validate_parts. */
-typedef struct LayoutRule {
-  uint32_t min_parts, max_parts;
-  int32_t min_ndim, max_ndim;
-  bool has_axis;  /* axis in [0, ndim), else axis == 0 */
-  bool has_block; /* block_size in [1, HURRAY_MAX_DIM], else block_size == 0 */
-  uint8_t roles[HURRAY_MAX_PARTS];
-} LayoutRule;
-
-static const LayoutRule kLayoutRules[LAYOUT_COUNT] = {
-    [HURRAY_LAYOUT_DENSE] = {1, 1, 0, HURRAY_MAX_NDIM, false, false, {HURRAY_ROLE_VALUES}},
-    [HURRAY_LAYOUT_PER_CHANNEL] = {2,
-                                   3,
-                                   1,
-                                   HURRAY_MAX_NDIM,
-                                   true,
-                                   false,
-                                   {HURRAY_ROLE_VALUES, HURRAY_ROLE_SCALES,
-                                    HURRAY_ROLE_ZERO_POINTS}},
-    [HURRAY_LAYOUT_BLOCK] = {2,
-                             3,
-                             1,
-                             HURRAY_MAX_NDIM,
-                             true,
-                             true,
-                             {HURRAY_ROLE_VALUES, HURRAY_ROLE_SCALES, HURRAY_ROLE_MINS}},
-    [HURRAY_LAYOUT_SPARSE_COO] =
-        {2, 2, 1, HURRAY_MAX_NDIM, false, false, {HURRAY_ROLE_INDICES, HURRAY_ROLE_VALUES}},
-    [HURRAY_LAYOUT_SPARSE_CSR] =
-        {3, 3, 2, 2, false, false, {HURRAY_ROLE_INDPTR, HURRAY_ROLE_INDICES, HURRAY_ROLE_VALUES}},
-    [HURRAY_LAYOUT_PAGED] =
-        {2, 2, 1, HURRAY_MAX_NDIM, true, true, {HURRAY_ROLE_PAGES, HURRAY_ROLE_PAGE_TABLE}},
-    [HURRAY_LAYOUT_COMPOSITE] = {0, 0, 0, 0, false, false, {0}},
-};
+const char *hurray_layout_name(int layout) {
+  const HurrayLayoutInfo *info = hurray_layout_info(layout);
+  return info != NULL ? info->name : NULL;
+}
 
 static const char *part_role(const HurrayTensorDesc *tensor, uint32_t index) {
-  if (tensor->layout >= LAYOUT_COUNT || index >= kLayoutRules[tensor->layout].max_parts) {
+  if (tensor->layout >= LAYOUT_COUNT || index >= kLayouts[tensor->layout].max_parts) {
     return "unexpected";
   }
-  return hurray_buffer_role_name(kLayoutRules[tensor->layout].roles[index]);
+  return hurray_buffer_role_name(kLayouts[tensor->layout].roles[index]);
 }
 
 /* Prefixes the message of a failed check of part `index` with "part N (role): ". */
@@ -652,8 +649,8 @@ static int validate_children(Validator *v, const HurrayTensorDesc *t) {
 /* ---- one tensor ---------------------------------------------------------------------------- */
 
 /* flags, rank and dtype against the layout's rule. */
-static int check_kind(const HurrayTensorDesc *t, const LayoutRule *rule, HurrayError *error) {
-  const char *layout = kLayoutNames[t->layout];
+static int check_kind(const HurrayTensorDesc *t, const HurrayLayoutInfo *rule, HurrayError *error) {
+  const char *layout = rule->name;
   if (t->flags & ~HURRAY_TENSOR_COALESCED) {
     return hurray__fail(error, HURRAY_EINVAL, "tensor flags 0x%" PRIX32 " include unknown bits",
                         t->flags);
@@ -684,21 +681,24 @@ static int check_kind(const HurrayTensorDesc *t, const LayoutRule *rule, HurrayE
 }
 
 /* axis, block_size, nparts and nchildren against the layout's rule. */
-static int check_params(const HurrayTensorDesc *t, const LayoutRule *rule, HurrayError *error) {
-  const char *layout = kLayoutNames[t->layout];
-  if (rule->has_axis && (t->axis < 0 || t->axis >= t->ndim)) {
+static int check_params(const HurrayTensorDesc *t, const HurrayLayoutInfo *rule,
+                        HurrayError *error) {
+  const char *layout = rule->name;
+  bool has_axis = rule->flags & HURRAY_LAYOUT_HAS_AXIS;
+  bool has_block = rule->flags & HURRAY_LAYOUT_HAS_BLOCK_SIZE;
+  if (has_axis && (t->axis < 0 || t->axis >= t->ndim)) {
     return hurray__fail(error, HURRAY_ELAYOUT, "axis %" PRId32 " is outside [0, %" PRId32 ")",
                         t->axis, t->ndim);
   }
-  if (!rule->has_axis && t->axis != 0) {
+  if (!has_axis && t->axis != 0) {
     return hurray__fail(error, HURRAY_ELAYOUT, "axis is %" PRId32 " but a %s tensor has none",
                         t->axis, layout);
   }
-  if (rule->has_block && (t->block_size < 1 || t->block_size > HURRAY_MAX_DIM)) {
+  if (has_block && (t->block_size < 1 || t->block_size > HURRAY_MAX_DIM)) {
     return hurray__fail(error, HURRAY_ELAYOUT, "block_size %" PRId64 " is outside [1, 2^62]",
                         t->block_size);
   }
-  if (!rule->has_block && t->block_size != 0) {
+  if (!has_block && t->block_size != 0) {
     return hurray__fail(error, HURRAY_ELAYOUT,
                         "block_size is %" PRId64 " but a %s tensor has no blocks", t->block_size,
                         layout);
@@ -748,7 +748,7 @@ static int validate_tensor(Validator *v, const HurrayTensorDesc *t) {
   if (t->layout >= LAYOUT_COUNT) {
     return hurray__fail(v->error, HURRAY_ELAYOUT, "layout %" PRIu32 " is unknown", t->layout);
   }
-  const LayoutRule *rule = &kLayoutRules[t->layout];
+  const HurrayLayoutInfo *rule = &kLayouts[t->layout];
   int status = check_kind(t, rule, v->error);
   if (status == HURRAY_OK) status = check_params(t, rule, v->error);
   if (status != HURRAY_OK) return status;

@@ -48,6 +48,17 @@ PIN_OFFSET(HurrayDTypeInfo, dlpack_code, 12);
 PIN_OFFSET(HurrayDTypeInfo, dlpack_bits, 13);
 PIN_OFFSET(HurrayDTypeInfo, dlpack_lanes, 14);
 
+PIN_SIZE(HurrayLayoutInfo, 24);
+PIN_OFFSET(HurrayLayoutInfo, name, 0);
+PIN_OFFSET(HurrayLayoutInfo, code, 8);
+PIN_OFFSET(HurrayLayoutInfo, min_parts, 9);
+PIN_OFFSET(HurrayLayoutInfo, max_parts, 10);
+PIN_OFFSET(HurrayLayoutInfo, values_part, 11);
+PIN_OFFSET(HurrayLayoutInfo, roles, 12);
+PIN_OFFSET(HurrayLayoutInfo, flags, 15);
+PIN_OFFSET(HurrayLayoutInfo, min_ndim, 16);
+PIN_OFFSET(HurrayLayoutInfo, max_ndim, 20);
+
 PIN_SIZE(HurrayBuffer, 88);
 PIN_OFFSET(HurrayBuffer, data, 0);
 PIN_OFFSET(HurrayBuffer, desc, 8);
@@ -105,6 +116,7 @@ PIN_OFFSET(HurrayTensorContext, reserved, 48);
 #define PIN_SIGNATURE(function, type) \
   _Static_assert(_Generic(&function, type: 1, default: 0), "signature of " #function)
 PIN_SIGNATURE(hurray_format_float64, size_t (*)(double, char *));
+PIN_SIGNATURE(hurray_layout_info, const HurrayLayoutInfo *(*)(int));
 _Static_assert(HURRAY_FLOAT64_TEXT_SIZE == 32, "float64 text size");
 
 /* Values that are forever. */
@@ -132,6 +144,9 @@ _Static_assert(HURRAY_LAYOUT_DENSE == 0 && HURRAY_LAYOUT_PER_CHANNEL == 1 &&
                    HURRAY_LAYOUT_SPARSE_CSR == 4 && HURRAY_LAYOUT_PAGED == 5 &&
                    HURRAY_LAYOUT_COMPOSITE == 6,
                "layouts");
+_Static_assert(HURRAY_LAYOUT_HAS_AXIS == 1 && HURRAY_LAYOUT_HAS_BLOCK_SIZE == 2 &&
+                   HURRAY_LAYOUT_VALUES_SHAPE == 4 && HURRAY_LAYOUT_NO_PART == 0xFF,
+               "layout info flags");
 
 /* The device-runtime functions (ADR-047): HurrayDeviceQueue is opaque, so its ABI is these
  * signatures. */

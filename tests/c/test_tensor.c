@@ -148,6 +148,47 @@ static void layout_names(void **state) {
   assert_null(hurray_layout_name(7));
 }
 
+/* The layout table bindings build tensors from: each layout's parts, their roles, the values
+ * part and the parameters, as hurray.h's "Tensor descriptors" lists them. */
+static void layout_info_describes_each_layout(void **state) {
+  (void)state;
+  static const struct {
+    uint8_t min_parts, max_parts, values_part;
+    const char *roles[HURRAY_MAX_PARTS];
+    uint8_t flags;
+    int32_t min_ndim, max_ndim;
+  } kExpected[] = {
+      {1, 1, 0, {"values"}, HURRAY_LAYOUT_VALUES_SHAPE, 0, HURRAY_MAX_NDIM},
+      {2, 3, 0, {"values", "scales", "zero_points"},
+       HURRAY_LAYOUT_HAS_AXIS | HURRAY_LAYOUT_VALUES_SHAPE, 1, HURRAY_MAX_NDIM},
+      {2, 3, 0, {"values", "scales", "mins"},
+       HURRAY_LAYOUT_HAS_AXIS | HURRAY_LAYOUT_HAS_BLOCK_SIZE | HURRAY_LAYOUT_VALUES_SHAPE, 1,
+       HURRAY_MAX_NDIM},
+      {2, 2, 1, {"indices", "values"}, 0, 1, HURRAY_MAX_NDIM},
+      {3, 3, 2, {"indptr", "indices", "values"}, 0, 2, 2},
+      {2, 2, 0, {"pages", "page_table"}, HURRAY_LAYOUT_HAS_AXIS | HURRAY_LAYOUT_HAS_BLOCK_SIZE, 1,
+       HURRAY_MAX_NDIM},
+      {0, 0, HURRAY_LAYOUT_NO_PART, {NULL}, 0, 0, 0},
+  };
+  for (int i = 0; i < (int)COUNT(kExpected); i++) {
+    const HurrayLayoutInfo *info = hurray_layout_info(i);
+    assert_non_null(info);
+    assert_int_equal(info->code, i);
+    assert_ptr_equal(info->name, hurray_layout_name(i));
+    assert_int_equal(info->min_parts, kExpected[i].min_parts);
+    assert_int_equal(info->max_parts, kExpected[i].max_parts);
+    assert_int_equal(info->values_part, kExpected[i].values_part);
+    for (uint8_t k = 0; k < info->max_parts; k++) {
+      assert_string_equal(hurray_buffer_role_name(info->roles[k]), kExpected[i].roles[k]);
+    }
+    assert_int_equal(info->flags, kExpected[i].flags);
+    assert_int_equal(info->min_ndim, kExpected[i].min_ndim);
+    assert_int_equal(info->max_ndim, kExpected[i].max_ndim);
+  }
+  assert_null(hurray_layout_info(-1));
+  assert_null(hurray_layout_info(7));
+}
+
 static void numel_is_the_overflow_checked_product(void **state) {
   (void)state;
   uint64_t n = 0;
@@ -1102,6 +1143,7 @@ static void clone_checks_structure(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(layout_names),
+      cmocka_unit_test(layout_info_describes_each_layout),
       cmocka_unit_test(numel_is_the_overflow_checked_product),
       cmocka_unit_test(span_covers_the_addressed_bytes),
       cmocka_unit_test(span_rejects_what_no_buffer_holds),
