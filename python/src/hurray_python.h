@@ -363,10 +363,23 @@ static inline char *hurray__py_buffer_at(const HurrayBuffer *buffer, uint64_t of
   return (char *)((uintptr_t)buffer->data + (uintptr_t)offset);
 }
 /* ============================================================================================
+ * buffer.c: the Python buffer protocol (typed or bytes, ADR-042) and Tensor.bytes_view()
+ * ============================================================================================ */
+
+int hurray__py_tensor_getbuffer(PyObject *op, Py_buffer *view, int flags);
+void hurray__py_tensor_releasebuffer(PyObject *op, Py_buffer *view);
+extern const char hurray__py_tensor_bytes_view_doc[];
+PyObject *hurray__py_tensor_bytes_view(PyObject *op, PyObject *unused);
+
+/* ============================================================================================
  * numpy.c
  * ============================================================================================ */
 
 extern PyType_Spec hurray__py_host_span_spec;
+/* A private exporter of `length` bytes at `data` (format "B", one dimension) that keeps the
+ * CPU tensor `tensor` alive and counts as one of its exports. */
+PyObject *hurray__py_host_span_new(HurrayState *st, PyObject *tensor, char *data,
+                                   Py_ssize_t length, int readonly);
 extern PyMethodDef hurray__py_numpy_functions[];
 extern const char hurray__py_tensor_array_doc[];
 PyObject *hurray__py_tensor_array(PyObject *self, PyObject *const *args, Py_ssize_t nargs,

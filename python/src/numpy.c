@@ -58,7 +58,8 @@ static PyObject *numpy_dtype(HurrayState *st, const HurrayDTypeInfo *info) {
   if (info->bits % 8 != 0) {
     return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
                             "%s has no NumPy form: Hurray packs its %d-bit elements, NumPy "
-                            "(and ml_dtypes) store one element per byte; use tobytes()",
+                            "(and ml_dtypes) store one element per byte; bytes_view() and "
+                            "tobytes() give the packed bytes",
                             info->name, (int)info->bits);
   }
   PyObject *numpy = numpy_module(st);
@@ -110,7 +111,7 @@ typedef struct HostSpan {
   int readonly;
 } HostSpan;
 
-static PyObject *host_span_new(HurrayState *st, PyObject *tensor, char *data, Py_ssize_t length,
+PyObject *hurray__py_host_span_new(HurrayState *st, PyObject *tensor, char *data, Py_ssize_t length,
                                int readonly) {
   HostSpan *self = PyObject_GC_New(HostSpan, st->host_span_type);
   if (self == NULL) return NULL;
@@ -208,7 +209,7 @@ static PyObject *ndarray_view(HurrayState *st, PyObject *self) {
   if (shape != NULL && byte_strides != NULL && host.end - host.begin > PY_SSIZE_T_MAX) {
     hurray__py_raise_statusf(st, HURRAY_ELIMIT, "the tensor's bytes do not fit a Py_ssize_t");
   } else if (shape != NULL && byte_strides != NULL) {
-    PyObject *span = host_span_new(st, self, hurray__py_buffer_at(host.buffer, host.begin),
+    PyObject *span = hurray__py_host_span_new(st, self, hurray__py_buffer_at(host.buffer, host.begin),
                                    (Py_ssize_t)(host.end - host.begin), host.readonly);
     if (span != NULL) {
       result = PyObject_CallFunction(st->numpy_ndarray, "OOOKO", shape, dtype, span,

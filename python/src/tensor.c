@@ -1307,43 +1307,6 @@ static PyObject *tensor_tolist(PyObject *op, PyObject *unused) {
 }
 
 /* ============================================================================================
- * The Python buffer protocol: bytes "B", one dimension, CPU, C-contiguous dense tensors
- * ============================================================================================ */
-
-static int tensor_getbuffer(PyObject *op, Py_buffer *view, int flags) {
-  HurrayState *st = hurray__py_state_of(op);
-  HurrayHostView host;
-  if (hurray__py_tensor_host_view(st, SELF, "the buffer protocol", &host) < 0) return -1;
-  if (!hurray__py_array_is_c_contiguous(host.array)) {
-    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
-                     "the buffer protocol exports C-contiguous tensors only; tobytes() copies "
-                     "this one in C order");
-    return -1;
-  }
-  if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE && host.readonly) {
-    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER, "the tensor is read-only");
-    return -1;
-  }
-  uint64_t length = host.end - host.begin;
-  if (length > PY_SSIZE_T_MAX) {
-    hurray__py_raise_statusf(st, HURRAY_ELIMIT, "%llu bytes do not fit a Py_ssize_t",
-                             (unsigned long long)length);
-    return -1;
-  }
-  if (PyBuffer_FillInfo(view, op, hurray__py_buffer_at(host.buffer, host.begin), (Py_ssize_t)length,
-                        host.readonly, flags) < 0) {
-    return -1;
-  }
-  SELF->exports++;
-  return 0;
-}
-
-static void tensor_releasebuffer(PyObject *op, Py_buffer *view) {
-  (void)view;
-  SELF->exports--;
-}
-
-/* ============================================================================================
  * __array_namespace__ and its mode-dependent visibility (ADR-022)
  * ============================================================================================ */
 
@@ -1533,6 +1496,7 @@ static PyMethodDef tensor_methods[] = {
                "The elements in C order as bytes (a copy). Any strides, negative ones "
                "included, for whole-byte dtypes; sub-byte dtypes packed and contiguous only "
                "(bits past the last element are zero). CPU memory that is ready only.")},
+    {"bytes_view", hurray__py_tensor_bytes_view, METH_NOARGS, hurray__py_tensor_bytes_view_doc},
     {"tolist", tensor_tolist, METH_NOARGS,
      PyDoc_STR("tolist($self, /)\n--\n\n"
                "The elements as nested lists of Python scalars (a scalar for 0-d). Tier 1 "
@@ -1573,8 +1537,8 @@ static PyType_Slot tensor_slots[] = {
     {Py_tp_getset, tensor_getset},
     {Py_tp_members, tensor_members},
     {Py_tp_doc, (void *)tensor_doc},
-    {Py_bf_getbuffer, tensor_getbuffer},
-    {Py_bf_releasebuffer, tensor_releasebuffer},
+    {Py_bf_getbuffer, hurray__py_tensor_getbuffer},
+    {Py_bf_releasebuffer, hurray__py_tensor_releasebuffer},
     {0, NULL},
 };
 

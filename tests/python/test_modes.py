@@ -214,7 +214,7 @@ def test_modes_gate_nothing_else(mode):
     h = hurray.Tensor(bytearray(8), hurray.dtype.float16, [4])
     assert h.__array__().dtype == np.float16
     # the buffer protocol
-    assert memoryview(q).nbytes == 64
+    assert q.bytes_view().nbytes == 64
     # the errors
     with pytest.raises(hurray.UnsupportedError, match="int4 has no DLPack dtype"):
         q.__dlpack__()

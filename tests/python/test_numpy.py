@@ -152,7 +152,7 @@ def test_from_numpy_shares_memory_and_keeps_the_array_alive():
     t = hurray.from_numpy(arr)
     arr[1, 1] = 5
     assert t.tolist()[1][1] == 5.0
-    memoryview(t)[0:4] = np.float32(7).tobytes()
+    memoryview(t)[0, 0] = 7.0
     assert arr[0, 0] == 7
     refs = sys.getrefcount(arr)
     t2 = hurray.from_numpy(arr)

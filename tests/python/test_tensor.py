@@ -54,7 +54,7 @@ def test_zero_copy_and_writes_are_shared():
     struct.pack_into("f", data, 4, 20.0)
     assert t.tolist() == [1.0, 20.0, 3.0, 4.0]
     mv = memoryview(t)
-    mv[0:4] = f32(10)
+    mv[0] = 10.0
     assert struct.unpack_from("f", data, 0)[0] == 10.0
 
 
