@@ -209,13 +209,13 @@ static PyObject *get_name(PyObject *self, void *c) {
 
 static PyGetSetDef device_getset[] = {
     {"tag", get_tag, NULL,
-     PyDoc_STR("The device tag (ADR-016): 0x00 cpu ... 0x08 opencl, "
-               "0xF0-0xFE private."),
+     PyDoc_STR("The device tag, an int: 0x00 cpu to 0x08 opencl, 0xF0-0xFE private.\n"),
      NULL},
-    {"index", get_index, NULL, PyDoc_STR("The device index (device_id), 0 to 65535."), NULL},
+    {"index", get_index, NULL, PyDoc_STR("The device index (the descriptor's device_id), 0 to 65535.\n"), NULL},
     {"name", get_name, NULL,
-     PyDoc_STR("The tag's name: 'cpu', 'cuda', ... or a registered "
-               "private name."),
+     PyDoc_STR("The tag's name: 'cpu', 'cuda', ... or a registered private name.\n"
+               "\n"
+               "A private tag no longer registered prints as its hex number ('0xF3').\n"),
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -227,8 +227,43 @@ static PyMethodDef device_methods[] = {
 };
 
 PyDoc_STRVAR(device_doc,
-             "Device(tag, index=0)\n--\n\n"
-             "A device: a Hurray device tag (an int, or a name such as 'cuda') and an index.");
+             "Device(tag, index=0)\n"
+             "--\n"
+             "\n"
+             "A device: a Hurray device tag and an index.\n"
+             "\n"
+             "Devices compare and hash by tag and index, print as ``cuda:1`` and\n"
+             "pickle as themselves.\n"
+             "\n"
+             "Parameters\n"
+             "----------\n"
+             "tag : int or str\n"
+             "    The device tag (ADR-016), or its name: 'cpu', 'cuda', 'rocm',\n"
+             "    'metal', 'vulkan', 'webgpu', 'hexagon', 'level_zero', 'opencl', or\n"
+             "    a name registered with `register_device`.\n"
+             "index : int, optional\n"
+             "    Which device of that kind, 0 to 65535.\n"
+             "\n"
+             "Raises\n"
+             "------\n"
+             "hurray.DescriptorError\n"
+             "    No device has that name, or the tag is reserved or invalid.\n"
+             "hurray.InvalidArgumentError\n"
+             "    The index is out of range.\n"
+             "\n"
+             "See Also\n"
+             "--------\n"
+             "register_device : Name an implementation-private tag.\n"
+             "\n"
+             "Examples\n"
+             "--------\n"
+             ">>> d = hurray.Device(\"cuda\", 1)\n"
+             ">>> d\n"
+             "hurray.Device(\"cuda\", 1)\n"
+             ">>> str(d), d.name, d.tag, d.index\n"
+             "('cuda:1', 'cuda', 1, 1)\n"
+             ">>> hurray.Device(\"cpu\") == hurray.Device(0, 0)\n"
+             "True\n");
 
 static PyType_Slot device_slots[] = {
     {Py_tp_new, device_new},         {Py_tp_dealloc, device_dealloc},
@@ -278,13 +313,68 @@ static PyObject *unregister_device(PyObject *module, PyObject *arg) {
 
 PyMethodDef hurray__py_device_functions[] = {
     {"register_device", HURRAY_PY_CFUNC(register_device), METH_FASTCALL,
-     PyDoc_STR("register_device($module, tag, name, /)\n--\n\n"
-               "Registers an implementation-private device tag (0xF0-0xFE) under a name "
-               "([a-z0-9_], 1-31 bytes), for peers that agreed on its meaning out of band. "
-               "Registering the same pair again is a no-op; another name is a StateError. "
-               "Returns hurray.Device(tag, 0).")},
+     PyDoc_STR("register_device($module, tag, name, /)\n"
+               "--\n"
+               "\n"
+               "Register an implementation-private device tag under a name.\n"
+               "\n"
+               "Tags 0xF0 to 0xFE are for devices the format does not name. Peers that\n"
+               "exchange tensors of such a device agree on the tag's meaning out of\n"
+               "band and register it, each in its own process, with the same name.\n"
+               "\n"
+               "Parameters\n"
+               "----------\n"
+               "tag : int\n"
+               "    The tag, 0xF0 to 0xFE.\n"
+               "name : str\n"
+               "    Its name: 1 to 31 characters of [a-z0-9_].\n"
+               "\n"
+               "Returns\n"
+               "-------\n"
+               "hurray.Device\n"
+               "    ``hurray.Device(tag, 0)``.\n"
+               "\n"
+               "Raises\n"
+               "------\n"
+               "hurray.InvalidArgumentError\n"
+               "    The tag is not private, or the name is not valid.\n"
+               "hurray.StateError\n"
+               "    The tag is registered under another name. Registering the same\n"
+               "    pair again does nothing.\n"
+               "\n"
+               "See Also\n"
+               "--------\n"
+               "unregister_device\n"
+               "\n"
+               "Examples\n"
+               "--------\n"
+               ">>> npu = hurray.register_device(0xF3, \"npu\")\n"
+               ">>> npu, hurray.Device(\"npu\", 2).tag == 0xF3\n"
+               "(hurray.Device(\"npu\", 0), True)\n"
+               ">>> hurray.unregister_device(0xF3)\n")},
     {"unregister_device", unregister_device, METH_O,
-     PyDoc_STR("unregister_device($module, tag, /)\n--\n\n"
-               "Forgets a registered private device tag.")},
+     PyDoc_STR("unregister_device($module, tag, /)\n"
+               "--\n"
+               "\n"
+               "Forget a registered private device tag.\n"
+               "\n"
+               "Parameters\n"
+               "----------\n"
+               "tag : int\n"
+               "    A tag registered with `register_device`.\n"
+               "\n"
+               "Raises\n"
+               "------\n"
+               "hurray.StateError\n"
+               "    The tag is not registered.\n"
+               "\n"
+               "Examples\n"
+               "--------\n"
+               ">>> _ = hurray.register_device(0xF4, \"dsp\")\n"
+               ">>> hurray.unregister_device(0xF4)\n"
+               ">>> hurray.Device(\"dsp\")\n"
+               "Traceback (most recent call last):\n"
+               "  ...\n"
+               "hurray.DescriptorError: no device is named 'dsp'\n")},
     {NULL, NULL, 0, NULL},
 };

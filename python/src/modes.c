@@ -99,13 +99,66 @@ static PyObject *array_api_admits(PyObject *module, PyObject *arg) {
 
 PyMethodDef hurray__py_mode_functions[] = {
     {"set_mode", set_mode, METH_O,
-     PyDoc_STR("set_mode($module, name, /)\n--\n\n"
-               "Sets the interpreter-wide default compliance mode, 'strict' or 'relaxed'.\n\n"
-               "A `with hurray.mode(...)` block still in force in the calling context keeps "
-               "its own mode until it exits.")},
+     PyDoc_STR("set_mode($module, name, /)\n"
+               "--\n"
+               "\n"
+               "Set the interpreter-wide compliance mode.\n"
+               "\n"
+               "Parameters\n"
+               "----------\n"
+               "name : {'strict', 'relaxed'}\n"
+               "    The mode. In strict mode, the default, only tensors of Tier 1\n"
+               "    dtypes offer the array API namespace; relaxed mode admits every\n"
+               "    dtype. Nothing else depends on the mode.\n"
+               "\n"
+               "Raises\n"
+               "------\n"
+               "hurray.InvalidArgumentError\n"
+               "    `name` is not a mode (a ValueError).\n"
+               "TypeError\n"
+               "    `name` is not a str.\n"
+               "\n"
+               "See Also\n"
+               "--------\n"
+               "mode : A mode for one ``with`` block.\n"
+               "get_mode : The mode in force.\n"
+               "\n"
+               "Notes\n"
+               "-----\n"
+               "A ``with hurray.mode(...)`` block in force in the calling context keeps\n"
+               "its own mode until it exits. The environment variable HURRAY_MODE sets\n"
+               "the mode at import.\n"
+               "\n"
+               "Examples\n"
+               "--------\n"
+               ">>> hurray.set_mode(\"relaxed\")\n"
+               ">>> hurray.get_mode()\n"
+               "'relaxed'\n"
+               ">>> hurray.set_mode(\"strict\")\n")},
     {"get_mode", get_mode, METH_NOARGS,
-     PyDoc_STR("get_mode($module, /)\n--\n\n"
-               "The compliance mode in force here: 'strict' or 'relaxed'.")},
+     PyDoc_STR("get_mode($module, /)\n"
+               "--\n"
+               "\n"
+               "Return the compliance mode in force in this context.\n"
+               "\n"
+               "Returns\n"
+               "-------\n"
+               "str\n"
+               "    'strict' or 'relaxed': the innermost ``with hurray.mode(...)``\n"
+               "    block's mode, else the one set by `set_mode`, else HURRAY_MODE's,\n"
+               "    else 'strict'.\n"
+               "\n"
+               "See Also\n"
+               "--------\n"
+               "set_mode, mode\n"
+               "\n"
+               "Examples\n"
+               "--------\n"
+               ">>> hurray.get_mode()\n"
+               "'strict'\n"
+               ">>> with hurray.mode(\"relaxed\"):\n"
+               "...     hurray.get_mode()\n"
+               "'relaxed'\n")},
     {"_array_api_admits", array_api_admits, METH_O,
      PyDoc_STR("_array_api_admits($module, dtype, /)\n--\n\n"
                "Whether the array API namespace admits `dtype` in the mode in force: Tier 1 "
@@ -195,23 +248,62 @@ static PyObject *mode_get_name(PyObject *op, void *closure) {
 
 static PyMethodDef mode_methods[] = {
     {"__enter__", mode_enter, METH_NOARGS,
-     PyDoc_STR("__enter__($self, /)\n--\n\nMakes the mode the one in force in this context.")},
+     PyDoc_STR("__enter__($self, /)\n"
+               "--\n"
+               "\n"
+               "Put the mode in force in this context.\n")},
     {"__exit__", mode_exit, METH_VARARGS,
-     PyDoc_STR("__exit__($self, exc_type, exc_value, traceback, /)\n--\n\n"
-               "Restores the mode that was in force before __enter__.")},
+     PyDoc_STR("__exit__($self, exc_type, exc_value, traceback, /)\n"
+               "--\n"
+               "\n"
+               "Restore the mode that was in force before __enter__.\n")},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef mode_getset[] = {
-    {"name", mode_get_name, NULL, PyDoc_STR("The mode this block puts in force."), NULL},
+    {"name", mode_get_name, NULL, PyDoc_STR("The mode this block puts in force: 'strict' or 'relaxed'.\n"), NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 PyDoc_STRVAR(mode_doc,
-             "mode(name, /)\n--\n\n"
-             "Context manager: `with hurray.mode('relaxed'):` puts a compliance mode in force "
-             "for the block, in the current thread or asyncio task only, and restores the "
-             "previous one on exit, also when the block raises.");
+             "mode(name, /)\n"
+             "--\n"
+             "\n"
+             "A compliance mode for one ``with`` block.\n"
+             "\n"
+             "``with hurray.mode('relaxed'):`` puts the mode in force for the block,\n"
+             "in the current thread or asyncio task only, and restores the previous\n"
+             "one on exit, also when the block raises.\n"
+             "\n"
+             "Parameters\n"
+             "----------\n"
+             "name : {'strict', 'relaxed'}\n"
+             "    The mode.\n"
+             "\n"
+             "Raises\n"
+             "------\n"
+             "hurray.InvalidArgumentError\n"
+             "    `name` is not a mode (a ValueError).\n"
+             "TypeError\n"
+             "    `name` is not a str.\n"
+             "hurray.StateError\n"
+             "    On entering a mode object that is already entered.\n"
+             "\n"
+             "See Also\n"
+             "--------\n"
+             "set_mode : Set the interpreter-wide mode.\n"
+             "get_mode : The mode in force.\n"
+             "\n"
+             "Examples\n"
+             "--------\n"
+             ">>> q = hurray.Tensor(bytes(64), hurray.dtype.int4, [128])\n"
+             ">>> hasattr(q, \"__array_namespace__\")\n"
+             "False\n"
+             ">>> with hurray.mode(\"relaxed\"):\n"
+             "...     hasattr(q, \"__array_namespace__\")\n"
+             "True\n"
+             ">>> hurray.get_mode()\n"
+             "'strict'\n");
 
 static PyType_Slot mode_slots[] = {
     {Py_tp_new, mode_new},       {Py_tp_dealloc, mode_dealloc}, {Py_tp_traverse, mode_traverse},
