@@ -81,7 +81,12 @@ HURRAY_API const char *hurray_version_string(void);
   X(EFORMAT, 14, "malformed encoded bytes")                                                    \
   X(EIO, 15, "input/output error")                                                             \
   X(ESTATE, 16, "object in the wrong state")                                                   \
-  X(ECHECKSUM, 17, "checksum mismatch")
+  X(ECHECKSUM, 17, "checksum mismatch")                                                        \
+  X(EPROTOCOL, 18, "wire protocol violation")                                                  \
+  X(EAUTH, 19, "authentication failed")                                                        \
+  X(EDENIED, 20, "not permitted")                                                              \
+  X(ETIMEOUT, 21, "timed out")                                                                 \
+  X(ECONNECTION, 22, "connection closed or refused")
 
 typedef enum HurrayStatus {
 #define HURRAY_X_ENUM(name, value, message) HURRAY_##name = value,
@@ -1002,6 +1007,179 @@ HURRAY_API int hurray_format_from_path(const char *path, int *format, HurrayErro
  * hold, HURRAY_EIO when the system refuses. Thread-safe for distinct outputs. */
 HURRAY_API int hurray_convert(const char *input, const char *output,
                               const HurrayConvertOptions *options, HurrayError *error);
+
+/* ============================================================================================
+ * Wire protocol (docs/spec/interchange.md, ADR-049, ADR-050)
+ *
+ * A server serves named tensors -- from Hurray files (sent from the mapping, never copied in
+ * user space) and from tensors registered in memory -- to clients that fetch them whole, by
+ * rows or from a resume offset, and, unless it is read-only, accepts uploads. Every tensor
+ * crosses the wire with its whole descriptor (the file format's tensor record) and an XXH3-64
+ * checksum per buffer, which the receiver checks before it hands anything out. The hellos
+ * negotiate the protocol version, the frame size and the device tags both peers know: a tag
+ * one peer does not know fails the session at setup, never in the middle of a stream. An
+ * optional shared secret is proved by HMAC-SHA-256 challenge-response; it never crosses the
+ * wire. Addresses: "HOST:PORT" / "hurray://HOST:PORT" with a numeric IPv4 or IPv6 ("[::1]:7")
+ * address or "localhost", or "unix:PATH". Nothing resolves names.
+ * ============================================================================================ */
+
+#define HURRAY_WIRE_VERSION_MAJOR 1
+#define HURRAY_WIRE_VERSION_MINOR 0
+
+/* ---- server ------------------------------------------------------------------------------ */
+
+typedef struct HurrayServer HurrayServer;
+
+#define HURRAY_SERVER_READ_ONLY (1u << 0) /* refuse uploads (HURRAY_EDENIED) */
+
+typedef struct HurrayServerOptions {
+  const char *address;           /* NULL: "127.0.0.1:0", loopback on a free port; give
+                                    "0.0.0.0:PORT" or "[::]:PORT" to listen beyond the host */
+  uint32_t flags;                /* HURRAY_SERVER_* */
+  uint32_t max_connections;      /* 0: 1024; more are answered HURRAY_EDENIED and closed */
+  uint64_t max_frame;            /* DATA payload offered in the hello; 0: 4 MiB; the
+                                    session uses the smaller of both peers' values */
+  uint64_t max_upload_bytes;     /* one uploaded tensor's bytes; 0: 1 GiB */
+  uint32_t handshake_timeout_ms; /* hello (and auth) must complete within it; 0: 5000 */
+  uint32_t idle_timeout_ms;      /* no progress in either direction, or one frame taking
+                                    longer than this, closes the connection; 0: 60000 */
+  const uint8_t *secret;         /* NULL: no authentication; else 1..1024 bytes every client
+                                    must prove it knows (copied by create) */
+  size_t secret_len;
+  uint64_t reserved[4];          /* zero */
+} HurrayServerOptions;
+
+/* Creates a server and binds its listening socket (so hurray_server_address knows the port);
+ * it serves nothing until hurray_server_run. `options` may be NULL for the defaults. Statuses:
+ * HURRAY_EINVAL (bad options or address), HURRAY_EIO (the system refused to bind). */
+HURRAY_API int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
+                                    HurrayError *error);
+/* The bound address, as clients connect to it ("127.0.0.1:40123", "[::1]:7", "unix:/p"). */
+HURRAY_API int hurray_server_address(const HurrayServer *server, char *out, size_t size,
+                                     HurrayError *error);
+/* Serves every tensor of the Hurray file at `path` under its name, from a validated mapping.
+ * Thread-safe, also while running. HURRAY_EINVAL if a name is already served (nothing of the
+ * file is added then); the reader's statuses for a bad file. */
+HURRAY_API int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *error);
+/* Serves a tensor held in CPU memory under `name`. SINK for `tensor`: the server releases it
+ * when destroyed, or now on failure. HURRAY_EUNSUPPORTED for buffers not on the CPU,
+ * HURRAY_EINVAL if the name is taken. The bytes must not change while served (their
+ * checksums are computed here). Thread-safe, also while running. */
+HURRAY_API int hurray_server_add_tensor(HurrayServer *server, const char *name,
+                                        HurrayTensorContext *tensor, HurrayError *error);
+/* Runs the event loop on the calling thread until hurray_server_stop; then every connection
+ * is closed. Uploaded tensors are served like added ones. */
+HURRAY_API int hurray_server_run(HurrayServer *server, HurrayError *error);
+/* Makes hurray_server_run return soon. Safe from any thread and from a signal handler. */
+HURRAY_API void hurray_server_stop(HurrayServer *server);
+
+typedef struct HurrayServerStats {
+  uint64_t connections;         /* open now */
+  uint64_t accepted;            /* since create */
+  uint64_t refused;             /* over max_connections */
+  uint64_t requests;            /* requests answered (data, list, upload, error) */
+  uint64_t buffered_bytes;      /* memory the connections hold now (frames, queues) */
+  uint64_t peak_buffered_bytes; /* its maximum since create */
+  uint64_t reserved[4];
+} HurrayServerStats;
+
+/* A snapshot of the counters; thread-safe. */
+HURRAY_API int hurray_server_stats(const HurrayServer *server, HurrayServerStats *out,
+                                   HurrayError *error);
+/* Closes the socket and frees everything, releasing the tensors served. Must not be called
+ * while hurray_server_run runs. NULL is a no-op. */
+HURRAY_API void hurray_server_destroy(HurrayServer *server);
+
+/* ---- client ------------------------------------------------------------------------------ */
+
+typedef struct HurrayClient HurrayClient;
+
+typedef struct HurrayClientOptions {
+  uint32_t timeout_ms;       /* the longest wait without progress (connect, each read and
+                                write); 0: 30000. HURRAY_ETIMEOUT past it */
+  uint32_t ndevices;         /* entries of `devices` */
+  const uint8_t *devices;    /* the device tags offered in the hello; NULL: CPU */
+  uint64_t max_frame;        /* DATA payload offered; 0: 4 MiB */
+  uint64_t max_tensor_bytes; /* refuse (HURRAY_ELIMIT) a tensor larger than this before
+                                allocating; 0: no limit */
+  const uint8_t *secret;     /* NULL: no authentication (a server that asks for a secret then
+                                refuses the session); else the shared secret (borrowed during
+                                connect). A client with a secret also refuses a server that
+                                does not prove it knows it */
+  size_t secret_len;
+  uint64_t reserved[4];      /* zero */
+} HurrayClientOptions;
+
+/* Connects, exchanges hellos and authenticates. Statuses: HURRAY_EINVAL (address, options),
+ * HURRAY_ECONNECTION (refused or closed), HURRAY_ETIMEOUT, HURRAY_EUNSUPPORTED (protocol
+ * version), HURRAY_EDEVICE (a device tag one side does not know, named), HURRAY_EAUTH
+ * (wrong or missing secret), HURRAY_EDENIED (connection limit), HURRAY_EPROTOCOL. */
+HURRAY_API int hurray_client_connect(const char *address, const HurrayClientOptions *options,
+                                     HurrayClient **out, HurrayError *error);
+
+/* What the server said in its hello. */
+typedef struct HurrayClientInfo {
+  uint16_t version_major; /* negotiated */
+  uint16_t version_minor;
+  uint32_t server_flags;  /* bit 0: authenticated, bit 1: read-only (spec §4.2) */
+  uint64_t max_frame;     /* negotiated */
+  uint32_t ndevices;      /* the server's device tags */
+  uint8_t devices[256];
+  uint8_t reserved[4];
+} HurrayClientInfo;
+
+HURRAY_API int hurray_client_info(const HurrayClient *client, HurrayClientInfo *out,
+                                  HurrayError *error);
+
+typedef struct HurrayRemoteTensor {
+  char name[HURRAY_MAX_NAME + 1]; /* NUL-terminated */
+  uint8_t layout;                 /* HurrayLayout */
+  uint8_t dtype;                  /* HurrayDTypeCode */
+  uint8_t reserved[2];
+  uint32_t buffer_count;
+  uint64_t data_bytes;
+} HurrayRemoteTensor;
+
+/* The server's tensors, in the order it lists them: a new array of *count entries, freed with
+ * free(). */
+HURRAY_API int hurray_client_list(HurrayClient *client, HurrayRemoteTensor **out,
+                                  uint32_t *count, HurrayError *error);
+
+#define HURRAY_GET_FALLBACK (1u << 0) /* serve from the CPU if the preferred device cannot be */
+
+typedef struct HurrayGetOptions {
+  uint8_t preferred_device; /* HurrayDeviceTag; CPU by default (zeroed options) */
+  uint8_t reserved0[3];
+  uint32_t flags;           /* HURRAY_GET_* */
+  int64_t row_start;        /* with row_stop > row_start: rows [start, stop) of the first axis
+                               of a DENSE tensor, as hurray_file_reader_get_rows; both 0: all */
+  int64_t row_stop;
+  uint32_t retries;         /* reconnections allowed when the connection drops mid-transfer:
+                               each resumes at the first byte not yet received */
+  uint32_t reserved1;
+  HurrayFileProgressFn progress; /* NULL, or called with bytes received so far and in all */
+  void *progress_context;
+  uint64_t reserved[4];
+} HurrayGetOptions;
+
+/* Fetches tensor `name` into new CPU memory aligned as the server's descriptor says, and
+ * returns it as a context whose descriptor equals the served one. Each buffer's XXH3-64 is
+ * checked as it completes: a mismatch is HURRAY_ECHECKSUM naming the buffer, the connection
+ * is closed and nothing is returned. A preferred device the server does not serve is
+ * HURRAY_EUNSUPPORTED from the server unless HURRAY_GET_FALLBACK is set (the tensor then comes
+ * from the CPU). Other statuses: HURRAY_EINVAL (no such tensor, bad rows), HURRAY_ELIMIT,
+ * HURRAY_ECONNECTION (the server went away: never a truncated tensor), HURRAY_ETIMEOUT.
+ * `options` may be NULL. After a connection error every call but destroy fails. */
+HURRAY_API int hurray_client_get(HurrayClient *client, const char *name,
+                                 const HurrayGetOptions *options, HurrayTensorContext **out,
+                                 HurrayError *error);
+/* Uploads a tensor held in CPU memory under `name` (borrowed). Statuses: HURRAY_EDENIED
+ * (read-only server), HURRAY_EINVAL (name taken), HURRAY_ELIMIT (too large for the server),
+ * HURRAY_EUNSUPPORTED (buffers not on the CPU), and the connection errors. */
+HURRAY_API int hurray_client_put(HurrayClient *client, const char *name,
+                                 const HurrayTensorContext *tensor, HurrayError *error);
+/* Says GOODBYE (if the connection is up), closes it and frees the client. NULL is a no-op. */
+HURRAY_API void hurray_client_destroy(HurrayClient *client);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,12 @@
  *   ├── FormatError(HurrayError, ValueError)                 HURRAY_EFORMAT
  *   │   └── ChecksumError(FormatError)                       HURRAY_ECHECKSUM
  *   ├── InputOutputError(HurrayError, OSError)               HURRAY_EIO
- *   └── StateError(HurrayError, RuntimeError)                HURRAY_ESTATE
+ *   ├── StateError(HurrayError, RuntimeError)                HURRAY_ESTATE
+ *   ├── WireError(HurrayError, ConnectionError)              HURRAY_EPROTOCOL
+ *   ├── AuthenticationError(HurrayError, PermissionError)    HURRAY_EAUTH
+ *   ├── PermissionDeniedError(HurrayError, PermissionError)  HURRAY_EDENIED
+ *   ├── TimedOutError(HurrayError, builtins.TimeoutError)    HURRAY_ETIMEOUT
+ *   └── ConnectionLostError(HurrayError, ConnectionError)    HURRAY_ECONNECTION
  *
  * UnsupportedError derives from builtins.BufferError (not from hurray.BufferError) because the
  * DLPack and array API contract is that "this array cannot be exported that way" surfaces as
@@ -74,6 +79,23 @@ static const ExcSpec kExcSpecs[HURRAY_PY_EXC_COUNT] = {
                           "An input/output operation failed."},
     [HURRAY_PY_EXC_STATE] = {"hurray.StateError", HURRAY_PY_EXC_ERROR, &PyExc_RuntimeError,
                              "An object is in the wrong state for the operation."},
+    [HURRAY_PY_EXC_WIRE] = {"hurray.WireError", HURRAY_PY_EXC_ERROR, &PyExc_ConnectionError,
+                                "The peer broke the wire protocol (docs/spec/interchange.md) or "
+                                "is not a Hurray peer."},
+    [HURRAY_PY_EXC_AUTH] = {"hurray.AuthenticationError", HURRAY_PY_EXC_ERROR,
+                            &PyExc_PermissionError,
+                            "A wrong or missing shared secret, or a server that cannot prove it "
+                            "knows the secret."},
+    [HURRAY_PY_EXC_DENIED] = {"hurray.PermissionDeniedError", HURRAY_PY_EXC_ERROR,
+                              &PyExc_PermissionError,
+                              "The server refused: an upload to a read-only server, or its "
+                              "connection limit."},
+    [HURRAY_PY_EXC_TIMEOUT] = {"hurray.TimedOutError", HURRAY_PY_EXC_ERROR, &PyExc_TimeoutError,
+                               "A network operation made no progress within its timeout."},
+    [HURRAY_PY_EXC_CONNECTION] = {"hurray.ConnectionLostError", HURRAY_PY_EXC_ERROR,
+                                  &PyExc_ConnectionError,
+                                  "The connection was refused, reset or closed by the peer; "
+                                  "nothing partial was delivered."},
 };
 
 /* The table: every status of HURRAY_STATUS_LIST maps to exactly one class. A switch over the
@@ -112,6 +134,16 @@ HurrayPyExc hurray__py_exc_for_status(int status) {
       return HURRAY_PY_EXC_STATE;
     case HURRAY_ECHECKSUM:
       return HURRAY_PY_EXC_CHECKSUM;
+    case HURRAY_EPROTOCOL:
+      return HURRAY_PY_EXC_WIRE;
+    case HURRAY_EAUTH:
+      return HURRAY_PY_EXC_AUTH;
+    case HURRAY_EDENIED:
+      return HURRAY_PY_EXC_DENIED;
+    case HURRAY_ETIMEOUT:
+      return HURRAY_PY_EXC_TIMEOUT;
+    case HURRAY_ECONNECTION:
+      return HURRAY_PY_EXC_CONNECTION;
   }
   return HURRAY_PY_EXC_ERROR; /* a status newer than this extension */
 }

@@ -111,6 +111,11 @@ typedef enum HurrayPyExc {
   HURRAY_PY_EXC_CHECKSUM,         /* ChecksumError(FormatError) */
   HURRAY_PY_EXC_IO,               /* InputOutputError(HurrayError, OSError) */
   HURRAY_PY_EXC_STATE,            /* StateError(HurrayError, RuntimeError) */
+  HURRAY_PY_EXC_WIRE,         /* WireError(HurrayError, ConnectionError) */
+  HURRAY_PY_EXC_AUTH,             /* AuthenticationError(HurrayError, PermissionError) */
+  HURRAY_PY_EXC_DENIED,           /* PermissionDeniedError(HurrayError, PermissionError) */
+  HURRAY_PY_EXC_TIMEOUT,          /* TimedOutError(HurrayError, builtins.TimeoutError) */
+  HURRAY_PY_EXC_CONNECTION,       /* ConnectionLostError(HurrayError, ConnectionError) */
   HURRAY_PY_EXC_COUNT
 } HurrayPyExc;
 

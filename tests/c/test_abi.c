@@ -109,6 +109,67 @@ PIN_OFFSET(HurrayTensorContext, buffers, 24);
 PIN_OFFSET(HurrayTensorContext, owner, 32);
 PIN_OFFSET(HurrayTensorContext, owner_release, 40);
 PIN_OFFSET(HurrayTensorContext, reserved, 48);
+
+/* the wire protocol */
+PIN_SIZE(HurrayServerOptions, 88);
+PIN_OFFSET(HurrayServerOptions, address, 0);
+PIN_OFFSET(HurrayServerOptions, flags, 8);
+PIN_OFFSET(HurrayServerOptions, max_connections, 12);
+PIN_OFFSET(HurrayServerOptions, max_frame, 16);
+PIN_OFFSET(HurrayServerOptions, max_upload_bytes, 24);
+PIN_OFFSET(HurrayServerOptions, handshake_timeout_ms, 32);
+PIN_OFFSET(HurrayServerOptions, idle_timeout_ms, 36);
+PIN_OFFSET(HurrayServerOptions, secret, 40);
+PIN_OFFSET(HurrayServerOptions, secret_len, 48);
+PIN_OFFSET(HurrayServerOptions, reserved, 56);
+
+PIN_SIZE(HurrayServerStats, 80);
+PIN_OFFSET(HurrayServerStats, connections, 0);
+PIN_OFFSET(HurrayServerStats, accepted, 8);
+PIN_OFFSET(HurrayServerStats, refused, 16);
+PIN_OFFSET(HurrayServerStats, requests, 24);
+PIN_OFFSET(HurrayServerStats, buffered_bytes, 32);
+PIN_OFFSET(HurrayServerStats, peak_buffered_bytes, 40);
+PIN_OFFSET(HurrayServerStats, reserved, 48);
+
+PIN_SIZE(HurrayClientOptions, 80);
+PIN_OFFSET(HurrayClientOptions, timeout_ms, 0);
+PIN_OFFSET(HurrayClientOptions, ndevices, 4);
+PIN_OFFSET(HurrayClientOptions, devices, 8);
+PIN_OFFSET(HurrayClientOptions, max_frame, 16);
+PIN_OFFSET(HurrayClientOptions, max_tensor_bytes, 24);
+PIN_OFFSET(HurrayClientOptions, secret, 32);
+PIN_OFFSET(HurrayClientOptions, secret_len, 40);
+PIN_OFFSET(HurrayClientOptions, reserved, 48);
+
+PIN_SIZE(HurrayClientInfo, 280);
+PIN_OFFSET(HurrayClientInfo, version_major, 0);
+PIN_OFFSET(HurrayClientInfo, version_minor, 2);
+PIN_OFFSET(HurrayClientInfo, server_flags, 4);
+PIN_OFFSET(HurrayClientInfo, max_frame, 8);
+PIN_OFFSET(HurrayClientInfo, ndevices, 16);
+PIN_OFFSET(HurrayClientInfo, devices, 20);
+PIN_OFFSET(HurrayClientInfo, reserved, 276);
+
+PIN_SIZE(HurrayRemoteTensor, 272);
+PIN_OFFSET(HurrayRemoteTensor, name, 0);
+PIN_OFFSET(HurrayRemoteTensor, layout, 256);
+PIN_OFFSET(HurrayRemoteTensor, dtype, 257);
+PIN_OFFSET(HurrayRemoteTensor, reserved, 258);
+PIN_OFFSET(HurrayRemoteTensor, buffer_count, 260);
+PIN_OFFSET(HurrayRemoteTensor, data_bytes, 264);
+
+PIN_SIZE(HurrayGetOptions, 80);
+PIN_OFFSET(HurrayGetOptions, preferred_device, 0);
+PIN_OFFSET(HurrayGetOptions, reserved0, 1);
+PIN_OFFSET(HurrayGetOptions, flags, 4);
+PIN_OFFSET(HurrayGetOptions, row_start, 8);
+PIN_OFFSET(HurrayGetOptions, row_stop, 16);
+PIN_OFFSET(HurrayGetOptions, retries, 24);
+PIN_OFFSET(HurrayGetOptions, reserved1, 28);
+PIN_OFFSET(HurrayGetOptions, progress, 32);
+PIN_OFFSET(HurrayGetOptions, progress_context, 40);
+PIN_OFFSET(HurrayGetOptions, reserved, 48);
 #endif
 
 /* Signatures of the functions added since the ABI version was last raised: a changed one fails
@@ -121,6 +182,8 @@ _Static_assert(HURRAY_FLOAT64_TEXT_SIZE == 32, "float64 text size");
 
 /* Values that are forever. */
 _Static_assert(HURRAY_C_ABI_VERSION == 4, "C ABI version");
+_Static_assert(HURRAY_WIRE_VERSION_MAJOR == 1 && HURRAY_WIRE_VERSION_MINOR == 0,
+               "wire protocol version (docs/spec/interchange.md)");
 _Static_assert(HURRAY_DESC_SIZE == 16, "descriptor size");
 _Static_assert(HURRAY_MIN_ALIGNMENT == 64, "minimum alignment");
 _Static_assert(HURRAY_DEVICE_CPU == 0x00 && HURRAY_DEVICE_CUDA == 0x01 &&
@@ -192,6 +255,8 @@ static void status_values_are_forever(void **state) {
       {9, "HURRAY_EALIGN"},    {10, "HURRAY_ELAYOUT"},      {11, "HURRAY_EBOUNDS"},
       {12, "HURRAY_EABI"},     {13, "HURRAY_EUNSUPPORTED"}, {14, "HURRAY_EFORMAT"},
       {15, "HURRAY_EIO"},      {16, "HURRAY_ESTATE"},       {17, "HURRAY_ECHECKSUM"},
+      {18, "HURRAY_EPROTOCOL"}, {19, "HURRAY_EAUTH"},       {20, "HURRAY_EDENIED"},
+      {21, "HURRAY_ETIMEOUT"}, {22, "HURRAY_ECONNECTION"},
   };
   for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
     assert_string_equal(hurray_status_name(pinned[i].value), pinned[i].name);

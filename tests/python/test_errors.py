@@ -29,6 +29,11 @@ EXPECTED = {
     "HURRAY_EIO": (hurray.InputOutputError, OSError),
     "HURRAY_ESTATE": (hurray.StateError, RuntimeError),
     "HURRAY_ECHECKSUM": (hurray.ChecksumError, ValueError),
+    "HURRAY_EPROTOCOL": (hurray.WireError, ConnectionError),
+    "HURRAY_EAUTH": (hurray.AuthenticationError, PermissionError),
+    "HURRAY_EDENIED": (hurray.PermissionDeniedError, PermissionError),
+    "HURRAY_ETIMEOUT": (hurray.TimedOutError, builtins.TimeoutError),
+    "HURRAY_ECONNECTION": (hurray.ConnectionLostError, ConnectionError),
 }
 
 

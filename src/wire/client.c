@@ -1,0 +1,712 @@
+/* client.c -- HurrayClient: blocking calls over a non-blocking socket, every wait bounded by
+ * the client's timeout (poll). Tensor bytes are received straight into the buffers they end up
+ * in, hashed as they arrive, and handed out only once every buffer's checksum has matched. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "wire.h"
+
+#define CLIENT_MAX_ALIGNMENT ((uint32_t)1 << 21)
+
+struct HurrayClient {
+  int fd;
+  WireAddress address;
+  uint32_t timeout_ms;
+  uint64_t offered_frame;
+  uint64_t max_frame; /* negotiated */
+  uint64_t max_tensor_bytes;
+  uint8_t devices[WIRE_MAX_DEVICES];
+  uint32_t ndevices;
+  uint8_t *secret;
+  size_t secret_len;
+  WireHello *server;
+  uint64_t next_id;
+  bool broken; /* after a connection error: only destroy (or a resuming get) */
+};
+
+/* ---- blocking I/O with a deadline --------------------------------------------------------- */
+
+static int broken(HurrayClient *c, int status) {
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+  c->broken = true;
+  return status;
+}
+
+static int wait_for(HurrayClient *c, short events, HurrayError *error) {
+  struct pollfd p = {.fd = c->fd, .events = events};
+  for (;;) {
+    int n = poll(&p, 1, (int)c->timeout_ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) {
+      return broken(c, hurray__fail(error, HURRAY_ETIMEOUT, "no progress for %" PRIu32 " ms",
+                                    c->timeout_ms));
+    }
+    if (n < 0) return broken(c, hurray__fail(error, HURRAY_EIO, "poll: %s", strerror(errno)));
+    return HURRAY_OK;
+  }
+}
+
+static int send_iov(HurrayClient *c, struct iovec *iov, int n_iov, HurrayError *error) {
+  while (n_iov > 0) {
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
+    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "connection lost while sending: %s",
+                                      strerror(errno)));
+      }
+      int status = wait_for(c, POLLOUT, error);
+      if (status != HURRAY_OK) return status;
+      continue;
+    }
+    size_t w = (size_t)n;
+    while (n_iov > 0 && w >= iov->iov_len) {
+      w -= iov->iov_len;
+      iov++;
+      n_iov--;
+    }
+    if (n_iov > 0) {
+      iov->iov_base = (uint8_t *)iov->iov_base + w;
+      iov->iov_len -= w;
+    }
+  }
+  return HURRAY_OK;
+}
+
+static int send_bytes(HurrayClient *c, const void *data, size_t len, HurrayError *error) {
+  struct iovec iov = {(void *)data, len};
+  return send_iov(c, &iov, 1, error);
+}
+
+static int recv_exact(HurrayClient *c, void *out, size_t len, HurrayError *error) {
+  uint8_t *p = out;
+  while (len > 0) {
+    ssize_t n = recv(c->fd, p, len, MSG_DONTWAIT);
+    if (n == 0) {
+      return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "the server closed the connection"));
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "connection lost: %s",
+                                      strerror(errno)));
+      }
+      int status = wait_for(c, POLLIN, error);
+      if (status != HURRAY_OK) return status;
+      continue;
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return HURRAY_OK;
+}
+
+/* Reads a frame header. An ERROR frame is read whole and becomes the status (for request 0
+ * the connection is finished). */
+static int read_header(HurrayClient *c, WireHeader *h, HurrayError *error) {
+  uint8_t head[WIRE_HEADER_SIZE];
+  int status = recv_exact(c, head, sizeof head, error);
+  if (status != HURRAY_OK) return status;
+  uint64_t max_data = c->max_frame ? c->max_frame + WIRE_DATA_FIXED : 0;
+  status = hurray__wire_header_decode(head, max_data, h, error);
+  if (status != HURRAY_OK) return broken(c, status);
+  if (h->type != WIRE_ERROR) return HURRAY_OK;
+  uint8_t payload[WIRE_ERROR_FIXED + WIRE_MAX_ERROR_MESSAGE];
+  if (h->length > sizeof payload) {
+    return broken(c, hurray__fail(error, HURRAY_EPROTOCOL, "ERROR frame too long"));
+  }
+  status = recv_exact(c, payload, (size_t)h->length, error);
+  if (status != HURRAY_OK) return status;
+  status = hurray__wire_error_decode(payload, (size_t)h->length, error);
+  if (h->request_id == 0 || status == HURRAY_EPROTOCOL) broken(c, status);
+  return status;
+}
+
+static int read_payload(HurrayClient *c, const WireHeader *h, uint8_t **out, HurrayError *error) {
+  *out = malloc(h->length ? (size_t)h->length : 1);
+  if (*out == NULL) return broken(c, hurray__fail(error, HURRAY_ENOMEM, "out of memory"));
+  int status = recv_exact(c, *out, (size_t)h->length, error);
+  if (status != HURRAY_OK) {
+    free(*out);
+    *out = NULL;
+  }
+  return status;
+}
+
+static int expect(HurrayClient *c, const WireHeader *h, uint8_t type, uint64_t id,
+                  HurrayError *error) {
+  if (h->type != type || h->request_id != id) {
+    return broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
+                                  "expected %s for request %" PRIu64 ", got %s for %" PRIu64,
+                                  hurray__wire_type_name(type), id,
+                                  hurray__wire_type_name(h->type), h->request_id));
+  }
+  return HURRAY_OK;
+}
+
+/* ---- connect and handshake ---------------------------------------------------------------- */
+
+static int open_socket(HurrayClient *c, HurrayError *error) {
+  char text[160];
+  hurray__wire_address_format(&c->address, text, sizeof text);
+  c->fd = socket(c->address.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (c->fd < 0) return hurray__fail(error, HURRAY_EIO, "socket: %s", strerror(errno));
+  c->broken = false;
+  if (connect(c->fd, (struct sockaddr *)c->address.storage, c->address.length) != 0) {
+    if (errno != EINPROGRESS && errno != EAGAIN) {
+      int e = errno;
+      return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "cannot connect to %s: %s", text,
+                                    strerror(e)));
+    }
+    int status = wait_for(c, POLLOUT, error);
+    if (status != HURRAY_OK) return hurray__error_prefix(error, status, "connecting to %s: ", text);
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+      return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "cannot connect to %s: %s", text,
+                                    strerror(err)));
+    }
+  }
+  if (c->address.family != AF_UNIX) {
+    int one = 1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return HURRAY_OK;
+}
+
+static int authenticate(HurrayClient *c, const uint8_t client_nonce[WIRE_NONCE_SIZE],
+                        HurrayError *error) {
+  bool asked = (c->server->flags & WIRE_HELLO_AUTH) != 0;
+  if (asked && c->secret == NULL) {
+    return broken(c, hurray__fail(error, HURRAY_EAUTH,
+                                  "the server requires a shared secret and none was given"));
+  }
+  if (!asked && c->secret != NULL) {
+    return broken(c, hurray__fail(error, HURRAY_EAUTH,
+                                  "the server does not authenticate, but a secret was given"));
+  }
+  if (!asked) return HURRAY_OK;
+  uint8_t mac[WIRE_MAC_SIZE], proof[WIRE_MAC_SIZE];
+  int status = hurray__wire_mac(c->secret, c->secret_len, false, client_nonce, c->server->nonce,
+                                mac, error);
+  FileSink frame = {0};
+  if (status == HURRAY_OK) {
+    hurray__wire_frame(&frame, WIRE_AUTH, 0, 0, mac, sizeof mac);
+    status = frame.failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory")
+                          : send_bytes(c, frame.data, frame.len, error);
+  }
+  hurray__sink_reset(&frame);
+  WireHeader h;
+  if (status == HURRAY_OK) status = read_header(c, &h, error);
+  if (status == HURRAY_OK) status = expect(c, &h, WIRE_AUTH_OK, 0, error);
+  if (status == HURRAY_OK && h.length != WIRE_MAC_SIZE) {
+    status = broken(c, hurray__fail(error, HURRAY_EPROTOCOL, "AUTH_OK of %" PRIu64 " bytes", h.length));
+  }
+  if (status == HURRAY_OK) status = recv_exact(c, proof, sizeof proof, error);
+  if (status == HURRAY_OK) {
+    status = hurray__wire_mac(c->secret, c->secret_len, true, client_nonce, c->server->nonce, mac,
+                              error);
+  }
+  if (status == HURRAY_OK && !hurray__wire_mac_equal(mac, proof)) {
+    status = broken(c, hurray__fail(error, HURRAY_EAUTH,
+                                    "the server's proof is wrong: it does not know the secret"));
+  }
+  return status;
+}
+
+/* Opens the connection and runs the hellos (and auth). */
+static int handshake(HurrayClient *c, HurrayError *error) {
+  int status = open_socket(c, error);
+  if (status != HURRAY_OK) return status;
+  c->max_frame = 0;
+  WireHello *hello = calloc(1, sizeof *hello);
+  if (hello == NULL) return broken(c, hurray__fail(error, HURRAY_ENOMEM, "out of memory"));
+  hello->version_major = WIRE_VERSION_MAJOR;
+  hello->version_minor = WIRE_VERSION_MINOR;
+  hello->max_frame = c->offered_frame;
+  status = hurray__wire_devices_fill(hello, c->devices, c->ndevices, error);
+  if (status == HURRAY_OK && c->secret) status = hurray__wire_nonce(hello->nonce, error);
+  uint8_t client_nonce[WIRE_NONCE_SIZE];
+  memcpy(client_nonce, hello->nonce, sizeof client_nonce);
+  FileSink frame = {0};
+  if (status == HURRAY_OK) status = hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, error);
+  if (status == HURRAY_OK) status = send_bytes(c, frame.data, frame.len, error);
+  hurray__sink_reset(&frame);
+  free(hello);
+  WireHeader h;
+  uint8_t *payload = NULL;
+  if (status == HURRAY_OK) status = read_header(c, &h, error);
+  if (status == HURRAY_OK) status = expect(c, &h, WIRE_SERVER_HELLO, 0, error);
+  if (status == HURRAY_OK) status = read_payload(c, &h, &payload, error);
+  if (status == HURRAY_OK) {
+    status = hurray__wire_hello_decode(payload, (size_t)h.length, c->server, error);
+    if (status == HURRAY_OK && (c->server->version_minor > WIRE_VERSION_MINOR ||
+                                (c->server->flags & ~(uint32_t)(WIRE_HELLO_AUTH | WIRE_HELLO_READ_ONLY)))) {
+      status = hurray__fail(error, HURRAY_EPROTOCOL, "version %u.%u or flags 0x%08" PRIx32
+                            " the client did not offer", c->server->version_major,
+                            c->server->version_minor, c->server->flags);
+    }
+    if (status == HURRAY_OK) status = hurray__wire_devices_check(c->server, error);
+    if (status != HURRAY_OK) status = broken(c, hurray__error_prefix(error, status, "server hello: "));
+  }
+  free(payload);
+  if (status == HURRAY_OK && c->server->max_frame > c->offered_frame) {
+    status = broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
+                                    "the server's max_frame %" PRIu64 " exceeds the offer",
+                                    c->server->max_frame));
+  }
+  if (status == HURRAY_OK) status = authenticate(c, client_nonce, error);
+  if (status == HURRAY_OK) c->max_frame = c->server->max_frame;
+  return status;
+}
+
+int hurray_client_connect(const char *address, const HurrayClientOptions *options,
+                          HurrayClient **out, HurrayError *error) {
+  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
+  *out = NULL;
+  HurrayClientOptions o = {0};
+  if (options != NULL) o = *options;
+  uint8_t cpu = HURRAY_DEVICE_CPU;
+  if (!hurray__all_zero(o.reserved, sizeof o.reserved) || (o.secret == NULL) != (o.secret_len == 0) ||
+      o.secret_len > 1024 || (o.devices == NULL) != (o.ndevices == 0) ||
+      o.ndevices > WIRE_MAX_DEVICES ||
+      (o.max_frame != 0 && (o.max_frame < WIRE_MIN_FRAME || o.max_frame > WIRE_MAX_FRAME))) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "invalid client options (reserved, secret of 1..1024 bytes, 1..256 "
+                        "devices, max_frame in [64 KiB, 1 GiB])");
+  }
+  HurrayClient *c = calloc(1, sizeof *c);
+  if (c == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  c->fd = -1;
+  c->next_id = 1;
+  c->timeout_ms = o.timeout_ms ? o.timeout_ms : 30000;
+  c->offered_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
+  c->max_tensor_bytes = o.max_tensor_bytes ? o.max_tensor_bytes : UINT64_MAX;
+  c->ndevices = o.devices ? o.ndevices : 1;
+  memcpy(c->devices, o.devices ? o.devices : &cpu, c->ndevices);
+  c->server = calloc(1, sizeof *c->server);
+  int status = c->server ? HURRAY_OK : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  if (status == HURRAY_OK && o.secret_len) {
+    c->secret = malloc(o.secret_len);
+    if (c->secret == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    else memcpy(c->secret, o.secret, o.secret_len);
+    c->secret_len = o.secret_len;
+  }
+  if (status == HURRAY_OK) status = hurray__wire_address_parse(address, &c->address, error);
+  if (status == HURRAY_OK) status = handshake(c, error);
+  if (status != HURRAY_OK) {
+    c->broken = true; /* no GOODBYE */
+    hurray_client_destroy(c);
+    return status;
+  }
+  *out = c;
+  return HURRAY_OK;
+}
+
+int hurray_client_info(const HurrayClient *c, HurrayClientInfo *out, HurrayError *error) {
+  if (c == NULL || out == NULL) return hurray__fail(error, HURRAY_EINVAL, "NULL argument");
+  memset(out, 0, sizeof *out);
+  out->version_major = c->server->version_major;
+  out->version_minor = c->server->version_minor;
+  out->server_flags = c->server->flags;
+  out->max_frame = c->server->max_frame;
+  out->ndevices = c->server->ndevices;
+  for (uint32_t i = 0; i < c->server->ndevices; i++) out->devices[i] = c->server->devices[i].tag;
+  return HURRAY_OK;
+}
+
+void hurray_client_destroy(HurrayClient *c) {
+  if (c == NULL) return;
+  if (!c->broken && c->fd >= 0) {
+    uint8_t head[WIRE_HEADER_SIZE];
+    WireHeader h = {WIRE_GOODBYE, 0, 0, 0};
+    hurray__wire_header_encode(&h, head);
+    (void)send(c->fd, head, sizeof head, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  if (c->fd >= 0) close(c->fd);
+  if (c->secret) {
+    memset(c->secret, 0, c->secret_len);
+    free(c->secret);
+  }
+  free(c->server);
+  free(c);
+}
+
+static int usable(HurrayClient *c, HurrayError *error) {
+  if (c == NULL) return hurray__fail(error, HURRAY_EINVAL, "client is NULL");
+  if (c->broken) {
+    return hurray__fail(error, HURRAY_ECONNECTION, "the connection was lost by an earlier call");
+  }
+  return HURRAY_OK;
+}
+
+/* ---- list --------------------------------------------------------------------------------- */
+
+int hurray_client_list(HurrayClient *c, HurrayRemoteTensor **out, uint32_t *count,
+                       HurrayError *error) {
+  int status = usable(c, error);
+  if (status != HURRAY_OK) return status;
+  if (out == NULL || count == NULL) return hurray__fail(error, HURRAY_EINVAL, "NULL argument");
+  *out = NULL;
+  *count = 0;
+  uint64_t id = c->next_id++;
+  uint8_t head[WIRE_HEADER_SIZE];
+  hurray__wire_header_encode(&(WireHeader){WIRE_LIST, 0, id, 0}, head);
+  status = send_bytes(c, head, sizeof head, error);
+  HurrayRemoteTensor *items = NULL;
+  uint32_t n = 0;
+  bool end = false;
+  while (status == HURRAY_OK && !end) {
+    WireHeader h;
+    uint8_t *p = NULL;
+    status = read_header(c, &h, error);
+    if (status == HURRAY_OK) status = expect(c, &h, WIRE_LIST_RESULT, id, error);
+    if (status == HURRAY_OK) status = read_payload(c, &h, &p, error);
+    if (status != HURRAY_OK) break;
+    end = (h.flags & WIRE_FLAG_END) != 0;
+    FileCursor cur = {p, (size_t)h.length};
+    const uint8_t *f = NULL;
+    status = hurray__take(&cur, WIRE_LIST_FIXED, &f, error);
+    uint32_t k = status == HURRAY_OK ? hurray__load_le32(f) : 0;
+    if (status == HURRAY_OK && (k > cur.left / WIRE_LIST_ENTRY || !hurray__all_zero(f + 4, 4))) {
+      status = hurray__fail(error, HURRAY_EPROTOCOL, "malformed LIST_RESULT");
+    }
+    HurrayRemoteTensor *grown = status == HURRAY_OK ? realloc(items, (n + k + 1u) * sizeof *items) : NULL;
+    if (status == HURRAY_OK && grown == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    if (grown) items = grown;
+    for (uint32_t i = 0; status == HURRAY_OK && i < k; i++) {
+      const uint8_t *e = NULL, *name = NULL;
+      HurrayRemoteTensor *t = &items[n];
+      memset(t, 0, sizeof *t);
+      status = hurray__take(&cur, WIRE_LIST_ENTRY, &e, error);
+      size_t len = status == HURRAY_OK ? hurray__load_le16(e) : 0;
+      if (status == HURRAY_OK) status = hurray__take(&cur, (size_t)hurray__pad8(len), &name, error);
+      if (status == HURRAY_OK) {
+        status = hurray__check_name(name, len, HURRAY_EPROTOCOL, "listed name", error);
+      }
+      if (status != HURRAY_OK) break;
+      memcpy(t->name, name, len);
+      t->layout = e[2];
+      t->dtype = e[3];
+      t->buffer_count = hurray__load_le32(e + 4);
+      t->data_bytes = hurray__load_le64(e + 8);
+      n++;
+    }
+    if (status == HURRAY_OK && cur.left != 0) {
+      status = hurray__fail(error, HURRAY_EPROTOCOL, "LIST_RESULT has trailing bytes");
+    }
+    if (status != HURRAY_OK && !c->broken) status = broken(c, status == HURRAY_ENOMEM ? status : HURRAY_EPROTOCOL);
+    free(p);
+  }
+  if (status != HURRAY_OK) {
+    free(items);
+    return status;
+  }
+  *out = items ? items : calloc(1, sizeof *items);
+  *count = n;
+  return *out ? HURRAY_OK : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+}
+
+/* ---- get ---------------------------------------------------------------------------------- */
+
+/* A transfer in progress, kept across reconnections so that it resumes. */
+typedef struct Transfer {
+  FileArena arena;
+  WireTensor tensor;
+  bool have_tensor;
+  HurrayBufferList *list;
+  FileHasher *hasher;
+  uint32_t buffer;
+  uint64_t offset;   /* in `buffer` */
+  uint64_t received; /* stream bytes */
+} Transfer;
+
+static int send_request(HurrayClient *c, uint64_t id, const WireRequest *r, HurrayError *error) {
+  FileSink payload = {0}, frame = {0};
+  int status = hurray__wire_request_encode(r, &payload, error);
+  if (status == HURRAY_OK) {
+    hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, id, payload.data, payload.len);
+    status = frame.failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory")
+                          : send_bytes(c, frame.data, frame.len, error);
+  }
+  hurray__sink_reset(&payload);
+  hurray__sink_reset(&frame);
+  return status;
+}
+
+static bool same_buffers(const WireTensor *a, const WireTensor *b) {
+  if (a->nbuffers != b->nbuffers || a->total_bytes != b->total_bytes) return false;
+  for (uint32_t i = 0; i < a->nbuffers; i++) {
+    if (memcmp(&a->buffers[i].desc, &b->buffers[i].desc, sizeof a->buffers[i].desc) != 0 ||
+        a->buffers[i].checksum != b->buffers[i].checksum) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Reads the TENSOR_HEADER of request `id`; on the first attempt allocates the buffers, on a
+ * resumed one checks the tensor is the same. */
+static int receive_header(HurrayClient *c, uint64_t id, Transfer *t, bool *end,
+                          HurrayError *error) {
+  WireHeader h;
+  uint8_t *p = NULL;
+  int status = read_header(c, &h, error);
+  if (status == HURRAY_OK) status = expect(c, &h, WIRE_TENSOR_HEADER, id, error);
+  if (status == HURRAY_OK) status = read_payload(c, &h, &p, error);
+  if (status != HURRAY_OK) return status;
+  *end = (h.flags & WIRE_FLAG_END) != 0;
+  FileArena arena = {0};
+  WireTensor tensor;
+  status = hurray__wire_tensor_decode(p, (size_t)h.length, &arena, &tensor, error);
+  free(p);
+  if (status == HURRAY_OK && tensor.resume_offset != t->received) {
+    status = hurray__fail(error, HURRAY_EPROTOCOL, "the server resumed at %" PRIu64 ", not %" PRIu64,
+                          tensor.resume_offset, t->received);
+  }
+  if (status == HURRAY_OK && tensor.device != HURRAY_DEVICE_CPU) {
+    status = hurray__fail(error, HURRAY_EUNSUPPORTED,
+                          "the server sent device 0x%02x buffers; this client receives host memory",
+                          tensor.device);
+  }
+  if (status == HURRAY_OK && t->have_tensor && !same_buffers(&t->tensor, &tensor)) {
+    status = hurray__fail(error, HURRAY_ESTATE, "the tensor changed on the server while resuming");
+  }
+  if (status != HURRAY_OK) {
+    hurray__arena_free(&arena);
+    return broken(c, status);
+  }
+  if (t->have_tensor) {
+    hurray__arena_free(&arena);
+    return HURRAY_OK;
+  }
+  t->arena = arena;
+  t->tensor = tensor;
+  t->have_tensor = true;
+  if (tensor.total_bytes > c->max_tensor_bytes) {
+    return hurray__fail(error, HURRAY_ELIMIT, "tensor of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
+                        tensor.total_bytes, c->max_tensor_bytes);
+  }
+  status = hurray_buffer_list_create(tensor.nbuffers, &t->list, error);
+  for (uint32_t i = 0; status == HURRAY_OK && i < tensor.nbuffers; i++) {
+    HurrayBuffer *b = NULL;
+    const HurrayBufferDesc *d = &tensor.buffers[i].desc;
+    status = d->alignment > CLIENT_MAX_ALIGNMENT
+                 ? hurray__fail(error, HURRAY_ELIMIT, "buffer %" PRIu32 " asks for alignment %" PRIu32,
+                                i, d->alignment)
+                 : hurray_buffer_alloc(d->byte_size, d->alignment, 0, &b, error);
+    if (status == HURRAY_OK) status = hurray_buffer_list_append(t->list, b, tensor.buffers[i].role, NULL, error);
+  }
+  if (status == HURRAY_OK) {
+    t->hasher = hurray__hasher_create();
+    if (t->hasher == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  return status;
+}
+
+static void skip_empty(Transfer *t) {
+  while (t->buffer < t->tensor.nbuffers && t->offset == t->tensor.buffers[t->buffer].desc.byte_size) {
+    t->buffer++;
+    t->offset = 0;
+  }
+}
+
+/* Receives DATA frames of request `id` until END. */
+static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayGetOptions *o,
+                        HurrayError *error) {
+  for (;;) {
+    WireHeader h;
+    uint8_t fixed[WIRE_DATA_FIXED];
+    int status = read_header(c, &h, error);
+    if (status == HURRAY_OK) status = expect(c, &h, WIRE_DATA, id, error);
+    if (status == HURRAY_OK && h.length < WIRE_DATA_FIXED) {
+      status = broken(c, hurray__fail(error, HURRAY_EPROTOCOL, "short DATA frame"));
+    }
+    if (status == HURRAY_OK) status = recv_exact(c, fixed, sizeof fixed, error);
+    if (status != HURRAY_OK) return status;
+    skip_empty(t);
+    uint32_t buffer = hurray__load_le32(fixed);
+    uint64_t offset = hurray__load_le64(fixed + 8), n = h.length - WIRE_DATA_FIXED;
+    if (buffer != t->buffer || offset != t->offset || t->buffer >= t->tensor.nbuffers || n == 0 ||
+        n > t->tensor.buffers[t->buffer].desc.byte_size - t->offset ||
+        hurray__load_le32(fixed + 4) != 0) {
+      return broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
+                                    "DATA for buffer %" PRIu32 " offset %" PRIu64
+                                    " is not the next %" PRIu64 " bytes",
+                                    buffer, offset, n));
+    }
+    uint8_t *dest = (uint8_t *)t->list->buffers[t->buffer]->data + t->offset;
+    status = recv_exact(c, dest, (size_t)n, error);
+    if (status != HURRAY_OK) return status;
+    hurray__hasher_update(t->hasher, dest, (size_t)n);
+    t->offset += n;
+    t->received += n;
+    const WireBuffer *b = &t->tensor.buffers[t->buffer];
+    if (t->offset == b->desc.byte_size) {
+      if (hurray__hasher_digest(t->hasher) != b->checksum) {
+        return broken(c, hurray__fail(error, HURRAY_ECHECKSUM,
+                                      "tensor '%s' buffer %" PRIu32
+                                      ": checksum mismatch (corrupted in transit)",
+                                      t->tensor.record.name, t->buffer));
+      }
+      hurray__hasher_reset(t->hasher);
+    }
+    if (o->progress) o->progress(o->progress_context, t->received, t->tensor.total_bytes);
+    if (h.flags & WIRE_FLAG_END) return HURRAY_OK;
+  }
+}
+
+/* Whether a failed transfer may resume on a new connection. */
+static bool resumable(int status, const Transfer *t) {
+  return (status == HURRAY_ECONNECTION || status == HURRAY_ETIMEOUT) && t->have_tensor &&
+         t->list != NULL;
+}
+
+int hurray_client_get(HurrayClient *c, const char *name, const HurrayGetOptions *options,
+                      HurrayTensorContext **out, HurrayError *error) {
+  int status = usable(c, error);
+  if (status != HURRAY_OK) return status;
+  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
+  *out = NULL;
+  HurrayGetOptions o = {0};
+  if (options != NULL) o = *options;
+  WireRequest r = {.preferred_device = o.preferred_device,
+                   .flags = (o.flags & HURRAY_GET_FALLBACK) ? WIRE_REQUEST_FALLBACK : 0};
+  if ((o.flags & ~HURRAY_GET_FALLBACK) || !hurray__all_zero(o.reserved, sizeof o.reserved) ||
+      o.row_stop < o.row_start || name == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "invalid get options or name");
+  }
+  if (o.row_start != 0 || o.row_stop != 0) {
+    r.range_kind = WIRE_RANGE_ROWS;
+    r.start = o.row_start;
+    r.stop = o.row_stop;
+  }
+  r.name_len = strlen(name);
+  if (r.name_len > HURRAY_MAX_NAME) {
+    return hurray__fail(error, HURRAY_ELIMIT, "tensor name of %zu bytes", r.name_len);
+  }
+  memcpy(r.name, name, r.name_len + 1);
+  Transfer t = {0};
+  uint32_t retries = o.retries;
+  for (;;) {
+    uint64_t id = c->next_id++;
+    bool end = false;
+    r.resume_offset = t.received;
+    status = send_request(c, id, &r, error);
+    if (status == HURRAY_OK) status = receive_header(c, id, &t, &end, error);
+    if (status == HURRAY_OK && !end) status = receive_data(c, id, &t, &o, error);
+    if (status == HURRAY_OK) {
+      skip_empty(&t);
+      if (t.buffer != t.tensor.nbuffers) {
+        status = broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
+                                        "the response ended before its last byte"));
+      }
+    }
+    if (status == HURRAY_OK || !resumable(status, &t) || retries == 0) break;
+    retries--;
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    int again = handshake(c, error);
+    if (again != HURRAY_OK) {
+      status = again;
+      break;
+    }
+  }
+  if (status == HURRAY_OK) {
+    status = hurray_tensor_context_create(t.tensor.record.tensor, t.list, 0, NULL, NULL, out, error);
+    t.list = NULL;
+  }
+  hurray_buffer_list_destroy(t.list);
+  hurray__hasher_destroy(t.hasher);
+  hurray__arena_free(&t.arena);
+  return status;
+}
+
+/* ---- put ---------------------------------------------------------------------------------- */
+
+int hurray_client_put(HurrayClient *c, const char *name, const HurrayTensorContext *tensor,
+                      HurrayError *error) {
+  int status = usable(c, error);
+  if (status != HURRAY_OK) return status;
+  size_t name_len = 0;
+  status = hurray__check_cname(name, "tensor name", &name_len, error);
+  if (status == HURRAY_OK) status = hurray_tensor_context_check(tensor, 0, error);
+  if (status != HURRAY_OK) return status;
+  const HurrayBufferList *list = tensor->buffers;
+  WireBuffer *table = calloc(list->count + 1u, sizeof *table);
+  if (table == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  uint64_t total = 0;
+  for (uint32_t i = 0; status == HURRAY_OK && i < list->count; i++) {
+    const HurrayBuffer *b = list->buffers[i];
+    if (b->desc.device_tag != HURRAY_DEVICE_CPU) {
+      status = hurray__fail(error, HURRAY_EUNSUPPORTED,
+                            "buffer %" PRIu32 " is not in CPU memory: copy it to the host first", i);
+      break;
+    }
+    table[i].desc = b->desc;
+    table[i].checksum = hurray__xxh3(b->data, (size_t)b->desc.byte_size);
+    table[i].role = list->roles[i];
+    total += b->desc.byte_size;
+  }
+  FileSink record = {0}, payload = {0}, frame = {0};
+  if (status == HURRAY_OK) {
+    status = hurray__record_encode((const uint8_t *)name, name_len, tensor->tensor, NULL, NULL,
+                                   NULL, 0, &record, error);
+  }
+  if (status == HURRAY_OK && record.len > UINT32_MAX) {
+    status = hurray__fail(error, HURRAY_ELIMIT, "tensor record too large");
+  }
+  uint64_t id = c->next_id++;
+  if (status == HURRAY_OK) {
+    WireTensorHeader h = {HURRAY_DEVICE_CPU, list->count, total, 0, table, record.data,
+                          (uint32_t)record.len};
+    status = hurray__wire_tensor_encode(&h, &payload, error);
+  }
+  if (status == HURRAY_OK) {
+    hurray__wire_frame(&frame, WIRE_PUT, total == 0 ? WIRE_FLAG_END : 0, id, payload.data,
+                       payload.len);
+    status = frame.failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory")
+                          : send_bytes(c, frame.data, frame.len, error);
+  }
+  hurray__sink_reset(&record);
+  hurray__sink_reset(&payload);
+  hurray__sink_reset(&frame);
+  free(table);
+  uint64_t sent = 0;
+  for (uint32_t i = 0; status == HURRAY_OK && i < list->count; i++) {
+    const HurrayBuffer *b = list->buffers[i];
+    for (uint64_t off = 0; status == HURRAY_OK && off < b->desc.byte_size;) {
+      uint64_t n = b->desc.byte_size - off < c->max_frame ? b->desc.byte_size - off : c->max_frame;
+      sent += n;
+      uint8_t head[WIRE_HEADER_SIZE + WIRE_DATA_FIXED];
+      WireHeader h = {WIRE_DATA, sent == total ? WIRE_FLAG_END : 0, id, n + WIRE_DATA_FIXED};
+      hurray__wire_header_encode(&h, head);
+      hurray__store_le32(head + WIRE_HEADER_SIZE, i);
+      hurray__store_le32(head + WIRE_HEADER_SIZE + 4, 0);
+      hurray__store_le64(head + WIRE_HEADER_SIZE + 8, off);
+      struct iovec iov[2] = {{head, sizeof head}, {(uint8_t *)b->data + off, (size_t)n}};
+      status = send_iov(c, iov, 2, error);
+      off += n;
+    }
+  }
+  WireHeader h;
+  if (status == HURRAY_OK) status = read_header(c, &h, error);
+  if (status == HURRAY_OK) status = expect(c, &h, WIRE_PUT_OK, id, error);
+  if (status == HURRAY_OK && h.length != 0) {
+    status = broken(c, hurray__fail(error, HURRAY_EPROTOCOL, "PUT_OK with a payload"));
+  }
+  return status;
+}

@@ -1,0 +1,429 @@
+/* codec.c -- frames and messages of the wire protocol (docs/spec/interchange.md §2-§7):
+ * encoders, and decoders of untrusted bytes that check every field, limit and reserved byte. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "wire.h"
+
+const char *hurray__wire_type_name(int type) {
+  switch (type) {
+    case WIRE_CLIENT_HELLO: return "CLIENT_HELLO";
+    case WIRE_SERVER_HELLO: return "SERVER_HELLO";
+    case WIRE_AUTH: return "AUTH";
+    case WIRE_AUTH_OK: return "AUTH_OK";
+    case WIRE_LIST: return "LIST";
+    case WIRE_LIST_RESULT: return "LIST_RESULT";
+    case WIRE_TENSOR_REQUEST: return "TENSOR_REQUEST";
+    case WIRE_TENSOR_HEADER: return "TENSOR_HEADER";
+    case WIRE_DATA: return "DATA";
+    case WIRE_PUT: return "PUT";
+    case WIRE_PUT_OK: return "PUT_OK";
+    case WIRE_ERROR: return "ERROR";
+    case WIRE_GOODBYE: return "GOODBYE";
+    default: return NULL;
+  }
+}
+
+/* ---- frame header ------------------------------------------------------------------------- */
+
+void hurray__wire_header_encode(const WireHeader *h, uint8_t out[WIRE_HEADER_SIZE]) {
+  memcpy(out, WIRE_MAGIC, WIRE_MAGIC_SIZE);
+  out[4] = h->type;
+  out[5] = h->flags;
+  out[6] = 0;
+  out[7] = 0;
+  hurray__store_le64(out + 8, h->request_id);
+  hurray__store_le64(out + 16, h->length);
+}
+
+/* The largest payload of each type (DATA: the negotiated max_frame). */
+static uint64_t payload_limit(uint8_t type, uint64_t max_data) {
+  switch (type) {
+    case WIRE_DATA: return max_data;
+    case WIRE_TENSOR_HEADER:
+    case WIRE_PUT: return WIRE_TENSOR_HEADER_MAX;
+    default: return WIRE_CONTROL_MAX;
+  }
+}
+
+int hurray__wire_header_decode(const uint8_t in[WIRE_HEADER_SIZE], uint64_t max_data,
+                               WireHeader *out, HurrayError *error) {
+  if (memcmp(in, WIRE_MAGIC, WIRE_MAGIC_SIZE) != 0) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "not a Hurray wire frame (bad magic %02x %02x %02x %02x)", in[0], in[1],
+                        in[2], in[3]);
+  }
+  uint8_t type = in[4];
+  const char *name = hurray__wire_type_name(type);
+  if (name == NULL) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "unknown frame type 0x%02x", type);
+  }
+  uint8_t flags = in[5];
+  bool may_end = type == WIRE_LIST_RESULT || type == WIRE_TENSOR_HEADER || type == WIRE_DATA ||
+                 type == WIRE_PUT;
+  if ((flags & ~(may_end ? WIRE_FLAG_END : 0)) != 0) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "%s frame has unknown flags 0x%02x", name, flags);
+  }
+  if (in[6] != 0 || in[7] != 0) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "%s frame header reserved bytes are not zero",
+                        name);
+  }
+  uint64_t length = hurray__load_le64(in + 16);
+  uint64_t limit = payload_limit(type, max_data);
+  if (length > limit) {
+    return hurray__fail(error, HURRAY_ELIMIT,
+                        "%s frame of %" PRIu64 " bytes exceeds the limit of %" PRIu64, name,
+                        length, limit);
+  }
+  out->type = type;
+  out->flags = flags;
+  out->request_id = hurray__load_le64(in + 8);
+  out->length = length;
+  return HURRAY_OK;
+}
+
+void hurray__wire_frame(FileSink *out, uint8_t type, uint8_t flags, uint64_t request_id,
+                        const void *payload, size_t len) {
+  uint8_t header[WIRE_HEADER_SIZE];
+  WireHeader h = {type, flags, request_id, len};
+  hurray__wire_header_encode(&h, header);
+  hurray__sink_bytes(out, header, sizeof header);
+  hurray__sink_bytes(out, payload, len);
+}
+
+/* ---- hellos ------------------------------------------------------------------------------- */
+
+int hurray__wire_devices_fill(WireHello *hello, const uint8_t *tags, size_t ntags,
+                              HurrayError *error) {
+  hello->ndevices = 0;
+  if (ntags == 0 || ntags > WIRE_MAX_DEVICES) {
+    return hurray__fail(error, HURRAY_EINVAL, "a peer lists 1 to %d devices, not %zu",
+                        WIRE_MAX_DEVICES, ntags);
+  }
+  for (size_t i = 0; i < ntags; i++) {
+    int status = hurray_device_check(tags[i], error);
+    if (status != HURRAY_OK) return status;
+    for (size_t j = 0; j < i; j++) {
+      if (tags[j] == tags[i]) {
+        return hurray__fail(error, HURRAY_EINVAL, "device tag 0x%02x listed twice", tags[i]);
+      }
+    }
+    WireDevice *d = &hello->devices[hello->ndevices++];
+    memset(d, 0, sizeof *d);
+    d->tag = tags[i];
+    if (tags[i] >= HURRAY_DEVICE_PRIVATE_FIRST) {
+      const char *name = hurray_device_name(tags[i]);
+      size_t n = strlen(name);
+      memcpy(d->name, name, n);
+      d->name_len = (uint8_t)n;
+    }
+  }
+  return HURRAY_OK;
+}
+
+int hurray__wire_hello_encode(uint8_t type, const WireHello *hello, FileSink *out,
+                              HurrayError *error) {
+  if (hello->ndevices == 0 || hello->ndevices > WIRE_MAX_DEVICES) {
+    return hurray__fail(error, HURRAY_EINVAL, "a hello lists 1 to %d devices, not %" PRIu32,
+                        WIRE_MAX_DEVICES, hello->ndevices);
+  }
+  FileSink payload = {0};
+  hurray__sink_u16(&payload, hello->version_major);
+  hurray__sink_u16(&payload, hello->version_minor);
+  hurray__sink_u32(&payload, hello->flags);
+  hurray__sink_u64(&payload, hello->max_frame);
+  hurray__sink_bytes(&payload, hello->nonce, WIRE_NONCE_SIZE);
+  hurray__sink_u16(&payload, (uint16_t)hello->ndevices);
+  hurray__sink_zeros(&payload, 6);
+  for (uint32_t i = 0; i < hello->ndevices; i++) {
+    hurray__sink_u8(&payload, hello->devices[i].tag);
+    hurray__sink_u8(&payload, hello->devices[i].name_len);
+    hurray__sink_bytes(&payload, hello->devices[i].name, hello->devices[i].name_len);
+  }
+  if (!payload.failed) hurray__wire_frame(out, type, 0, 0, payload.data, payload.len);
+  bool failed = payload.failed || out->failed;
+  hurray__sink_reset(&payload);
+  return failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory encoding a hello") : HURRAY_OK;
+}
+
+static bool private_name_ok(const uint8_t *name, size_t n) {
+  if (n == 0 || n > 31) return false;
+  for (size_t i = 0; i < n; i++) {
+    uint8_t c = name[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
+int hurray__wire_hello_decode(const uint8_t *p, size_t len, WireHello *out, HurrayError *error) {
+  if (len < 4) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "hello truncated: %zu bytes", len);
+  }
+  uint16_t major = hurray__load_le16(p), minor = hurray__load_le16(p + 2);
+  if (major != WIRE_VERSION_MAJOR) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "protocol version %u.%u is not supported (this peer speaks %d.%d)", major,
+                        minor, WIRE_VERSION_MAJOR, WIRE_VERSION_MINOR);
+  }
+  if (len < WIRE_HELLO_FIXED) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "hello truncated: %zu bytes", len);
+  }
+  out->version_major = major;
+  out->version_minor = minor;
+  out->flags = hurray__load_le32(p + 4);
+  out->max_frame = hurray__load_le64(p + 8);
+  memcpy(out->nonce, p + 16, WIRE_NONCE_SIZE);
+  uint32_t count = hurray__load_le16(p + 48);
+  if (!hurray__all_zero(p + 50, 6)) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "hello reserved bytes are not zero");
+  }
+  if (out->max_frame < WIRE_MIN_FRAME || out->max_frame > WIRE_MAX_FRAME) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "hello max_frame %" PRIu64 " is outside [%" PRIu64 ", %" PRIu64 "]",
+                        out->max_frame, WIRE_MIN_FRAME, WIRE_MAX_FRAME);
+  }
+  if (count == 0 || count > WIRE_MAX_DEVICES) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "hello lists %" PRIu32 " devices, not 1 to %d",
+                        count, WIRE_MAX_DEVICES);
+  }
+  FileCursor c = {p + WIRE_HELLO_FIXED, len - WIRE_HELLO_FIXED};
+  out->ndevices = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    const uint8_t *e = NULL, *name = NULL;
+    if (hurray__take(&c, 2, &e, NULL) != HURRAY_OK || hurray__take(&c, e[1], &name, NULL) != 0) {
+      return hurray__fail(error, HURRAY_EPROTOCOL, "hello truncated in device %" PRIu32, i);
+    }
+    uint8_t tag = e[0], n = e[1];
+    bool is_private = tag >= HURRAY_DEVICE_PRIVATE_FIRST && tag <= HURRAY_DEVICE_PRIVATE_LAST;
+    if (is_private ? !private_name_ok(name, n) : n != 0) {
+      return hurray__fail(error, HURRAY_EPROTOCOL,
+                          is_private ? "private device tag 0x%02x has an invalid name"
+                                     : "device tag 0x%02x carries a name",
+                          tag);
+    }
+    for (uint32_t j = 0; j < i; j++) {
+      if (out->devices[j].tag == tag) {
+        return hurray__fail(error, HURRAY_EPROTOCOL, "device tag 0x%02x listed twice", tag);
+      }
+    }
+    WireDevice *d = &out->devices[out->ndevices++];
+    memset(d, 0, sizeof *d);
+    d->tag = tag;
+    d->name_len = n;
+    memcpy(d->name, name, n);
+  }
+  if (c.left != 0) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "hello has %zu trailing bytes", c.left);
+  }
+  return HURRAY_OK;
+}
+
+int hurray__wire_devices_check(const WireHello *peer, HurrayError *error) {
+  for (uint32_t i = 0; i < peer->ndevices; i++) {
+    const WireDevice *d = &peer->devices[i];
+    if (d->tag == HURRAY_DEVICE_INVALID) {
+      return hurray__fail(error, HURRAY_EDEVICE, "device tag 0xff is invalid");
+    }
+    if (d->tag >= HURRAY_DEVICE_RESERVED_FIRST && d->tag <= HURRAY_DEVICE_RESERVED_LAST) {
+      return hurray__fail(error, HURRAY_EDEVICE,
+                          "device tag 0x%02x is reserved (0x09..0xef): not in this protocol "
+                          "version",
+                          d->tag);
+    }
+    if (d->tag >= HURRAY_DEVICE_PRIVATE_FIRST) {
+      const char *mine = hurray_device_name(d->tag);
+      if (mine == NULL) {
+        return hurray__fail(error, HURRAY_EDEVICE,
+                            "private device tag 0x%02x ('%s') is not registered here", d->tag,
+                            d->name);
+      }
+      if (strcmp(mine, d->name) != 0) {
+        return hurray__fail(error, HURRAY_EDEVICE,
+                            "private device tag 0x%02x is '%s' to the peer but '%s' here", d->tag,
+                            d->name, mine);
+      }
+    }
+  }
+  return HURRAY_OK;
+}
+
+/* ---- TENSOR_REQUEST ----------------------------------------------------------------------- */
+
+int hurray__wire_request_encode(const WireRequest *r, FileSink *out, HurrayError *error) {
+  int status = hurray__check_name((const uint8_t *)r->name, r->name_len, HURRAY_EINVAL,
+                                  "tensor name", error);
+  if (status != HURRAY_OK) return status;
+  hurray__sink_u8(out, r->preferred_device);
+  hurray__sink_u8(out, r->range_kind);
+  hurray__sink_u16(out, r->flags);
+  hurray__sink_u16(out, (uint16_t)r->name_len);
+  hurray__sink_u16(out, 0);
+  hurray__sink_u64(out, (uint64_t)r->start);
+  hurray__sink_u64(out, (uint64_t)r->stop);
+  hurray__sink_u64(out, r->resume_offset);
+  hurray__sink_bytes(out, r->name, r->name_len);
+  return out->failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory") : HURRAY_OK;
+}
+
+int hurray__wire_request_decode(const uint8_t *p, size_t len, WireRequest *out,
+                                HurrayError *error) {
+  if (len < WIRE_REQUEST_FIXED) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "TENSOR_REQUEST truncated: %zu bytes", len);
+  }
+  out->preferred_device = p[0];
+  out->range_kind = p[1];
+  out->flags = hurray__load_le16(p + 2);
+  out->name_len = hurray__load_le16(p + 4);
+  out->start = (int64_t)hurray__load_le64(p + 8);
+  out->stop = (int64_t)hurray__load_le64(p + 16);
+  out->resume_offset = hurray__load_le64(p + 24);
+  if (p[6] != 0 || p[7] != 0) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "TENSOR_REQUEST reserved bytes are not zero");
+  }
+  if (out->range_kind > WIRE_RANGE_BYTES) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "TENSOR_REQUEST range kind %u is unknown",
+                        out->range_kind);
+  }
+  if ((out->flags & ~WIRE_REQUEST_FALLBACK) != 0) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "TENSOR_REQUEST has unknown flags 0x%04x",
+                        out->flags);
+  }
+  if (out->range_kind == WIRE_RANGE_WHOLE && (out->start != 0 || out->stop != 0)) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "TENSOR_REQUEST for a whole tensor has a start or stop");
+  }
+  if (len - WIRE_REQUEST_FIXED != out->name_len) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "TENSOR_REQUEST name is %zu bytes but the payload holds %zu",
+                        out->name_len, len - WIRE_REQUEST_FIXED);
+  }
+  int status = hurray__check_name(p + WIRE_REQUEST_FIXED, out->name_len, HURRAY_EPROTOCOL,
+                                  "TENSOR_REQUEST name", error);
+  if (status != HURRAY_OK) return status == HURRAY_ELIMIT ? HURRAY_EPROTOCOL : status;
+  memcpy(out->name, p + WIRE_REQUEST_FIXED, out->name_len);
+  out->name[out->name_len] = '\0';
+  return HURRAY_OK;
+}
+
+/* ---- TENSOR_HEADER / PUT ------------------------------------------------------------------ */
+
+int hurray__wire_tensor_encode(const WireTensorHeader *t, FileSink *out, HurrayError *error) {
+  hurray__sink_u8(out, t->device);
+  hurray__sink_zeros(out, 3);
+  hurray__sink_u32(out, t->nbuffers);
+  hurray__sink_u64(out, t->total_bytes);
+  hurray__sink_u64(out, t->resume_offset);
+  hurray__sink_u32(out, t->record_len);
+  hurray__sink_u32(out, 0);
+  for (uint32_t i = 0; i < t->nbuffers; i++) {
+    uint8_t desc[HURRAY_DESC_SIZE];
+    int status = hurray_desc_encode(&t->buffers[i].desc, desc, error);
+    if (status != HURRAY_OK) return status;
+    hurray__sink_bytes(out, desc, sizeof desc);
+    hurray__sink_u64(out, t->buffers[i].checksum);
+    hurray__sink_u8(out, t->buffers[i].role);
+    hurray__sink_zeros(out, 7);
+  }
+  hurray__sink_bytes(out, t->record, t->record_len);
+  return out->failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory") : HURRAY_OK;
+}
+
+int hurray__wire_tensor_decode(const uint8_t *p, size_t len, FileArena *arena, WireTensor *out,
+                               HurrayError *error) {
+  if (len < WIRE_TENSOR_FIXED) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "tensor header truncated: %zu bytes", len);
+  }
+  out->device = p[0];
+  out->nbuffers = hurray__load_le32(p + 4);
+  out->total_bytes = hurray__load_le64(p + 8);
+  out->resume_offset = hurray__load_le64(p + 16);
+  uint32_t record_len = hurray__load_le32(p + 24);
+  if (!hurray__all_zero(p + 1, 3) || !hurray__all_zero(p + 28, 4)) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "tensor header reserved bytes are not zero");
+  }
+  if (out->nbuffers > HURRAY_MAX_BUFFERS) {
+    return hurray__fail(error, HURRAY_ELIMIT, "tensor header lists %" PRIu32 " buffers (limit %u)",
+                        out->nbuffers, HURRAY_MAX_BUFFERS);
+  }
+  uint64_t table = (uint64_t)out->nbuffers * WIRE_BUFFER_ENTRY;
+  if ((uint64_t)len - WIRE_TENSOR_FIXED != table + record_len) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "tensor header is %zu bytes, not 32 + %" PRIu64 " + %" PRIu32, len, table,
+                        record_len);
+  }
+  out->buffers = hurray__arena_alloc(arena, sizeof(WireBuffer) * (out->nbuffers + 1u));
+  FileBufferEntry *entries =
+      hurray__arena_alloc(arena, sizeof(FileBufferEntry) * (out->nbuffers + 1u));
+  if (out->buffers == NULL || entries == NULL) {
+    return hurray__fail(error, HURRAY_ENOMEM, "out of memory decoding a tensor header");
+  }
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < out->nbuffers; i++) {
+    const uint8_t *e = p + WIRE_TENSOR_FIXED + (size_t)i * WIRE_BUFFER_ENTRY;
+    WireBuffer *b = &out->buffers[i];
+    int status = hurray_desc_decode(e, &b->desc, error);
+    if (status != HURRAY_OK) return hurray__error_prefix(error, status, "buffer %" PRIu32 ": ", i);
+    b->checksum = hurray__load_le64(e + 16);
+    b->role = e[24];
+    if (b->role > HURRAY_ROLE_MIXED || !hurray__all_zero(e + 25, 7)) {
+      return hurray__fail(error, HURRAY_EPROTOCOL,
+                          "buffer %" PRIu32 ": role %u unknown or reserved bytes not zero", i,
+                          b->role);
+    }
+    if (b->desc.device_tag != out->device) {
+      return hurray__fail(error, HURRAY_EPROTOCOL,
+                          "buffer %" PRIu32 " is on device 0x%02x, the header says 0x%02x", i,
+                          b->desc.device_tag, out->device);
+    }
+    if (hurray__add_u64(total, b->desc.byte_size, &total)) {
+      return hurray__fail(error, HURRAY_EOVERFLOW, "buffer sizes overflow 64 bits");
+    }
+    entries[i] = (FileBufferEntry){.desc = b->desc, .checksum = b->checksum, .role = b->role};
+  }
+  if (total != out->total_bytes) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "total_bytes %" PRIu64 " is not the buffers' sum %" PRIu64,
+                        out->total_bytes, total);
+  }
+  if (out->resume_offset > total) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "resume_offset %" PRIu64 " is past the end (%" PRIu64 " bytes)",
+                        out->resume_offset, total);
+  }
+  int status = hurray__record_decode(p + WIRE_TENSOR_FIXED + table, record_len, arena,
+                                     &out->record, error);
+  if (status != HURRAY_OK) return hurray__error_prefix(error, status, "tensor record: ");
+  status = hurray__validate_against_entries(out->record.tensor, entries, out->nbuffers, error);
+  if (status != HURRAY_OK) {
+    return hurray__error_prefix(error, status, "tensor '%s': ", out->record.name);
+  }
+  return HURRAY_OK;
+}
+
+/* ---- ERROR -------------------------------------------------------------------------------- */
+
+void hurray__wire_error_encode(int code, const char *message, FileSink *out) {
+  size_t n = strnlen(message, WIRE_MAX_ERROR_MESSAGE);
+  hurray__sink_u32(out, (uint32_t)code);
+  hurray__sink_u16(out, (uint16_t)n);
+  hurray__sink_u16(out, 0);
+  hurray__sink_bytes(out, message, n);
+}
+
+int hurray__wire_error_decode(const uint8_t *p, size_t len, HurrayError *error) {
+  if (len < WIRE_ERROR_FIXED) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "ERROR truncated: %zu bytes", len);
+  }
+  uint32_t code = hurray__load_le32(p);
+  size_t n = hurray__load_le16(p + 4);
+  if (p[6] != 0 || p[7] != 0 || n != len - WIRE_ERROR_FIXED || n > WIRE_MAX_ERROR_MESSAGE ||
+      code == HURRAY_OK || code > INT32_MAX || !hurray__utf8_valid(p + 8, n)) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "malformed ERROR frame");
+  }
+  if (strcmp(hurray_status_name((int)code), "HURRAY_UNKNOWN_STATUS") == 0) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "peer error %" PRIu32 ": %.*s", code, (int)n,
+                        (const char *)(p + 8));
+  }
+  return hurray__fail(error, (int)code, "peer: %.*s", (int)n, (const char *)(p + 8));
+}

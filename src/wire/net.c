@@ -1,0 +1,111 @@
+/* net.c -- addresses and the clock of the wire protocol. Addresses are numeric (or
+ * "localhost"): no name lookup happens, so parsing never blocks and never leaves the host on
+ * its own. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+
+#include "wire.h"
+
+_Static_assert(sizeof(struct sockaddr_storage) <= sizeof(((WireAddress *)0)->storage),
+               "WireAddress holds any socket address");
+
+int64_t hurray__wire_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int parse_port(const char *text, const char *p, uint16_t *port, HurrayError *error) {
+  char *end = NULL;
+  unsigned long v = *p ? strtoul(p, &end, 10) : 70000;
+  if (*p < '0' || *p > '9' || *end != '\0' || v > 65535) {
+    return hurray__fail(error, HURRAY_EINVAL, "address '%s': the port must be 0..65535", text);
+  }
+  *port = (uint16_t)v;
+  return HURRAY_OK;
+}
+
+int hurray__wire_address_parse(const char *text, WireAddress *out, HurrayError *error) {
+  if (text == NULL) return hurray__fail(error, HURRAY_EINVAL, "address is NULL");
+  memset(out, 0, sizeof *out);
+  const char *s = text;
+  if (strncmp(s, "unix:", 5) == 0 || strncmp(s, "hurray+unix://", 14) == 0) {
+    const char *path = strncmp(s, "unix:", 5) == 0 ? s + 5 : s + 14;
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof un.sun_path) {
+      return hurray__fail(error, HURRAY_EINVAL, "address '%s': a socket path of 1..%zu bytes",
+                          text, sizeof un.sun_path - 1);
+    }
+    memcpy(un.sun_path, path, n);
+    memcpy(out->storage, &un, sizeof un);
+    out->family = AF_UNIX;
+    out->length = (uint32_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+    return HURRAY_OK;
+  }
+  if (strncmp(s, "hurray://", 9) == 0) s += 9;
+  char host[64];
+  const char *port_text = NULL;
+  if (*s == '[') {
+    const char *close = strchr(s, ']');
+    if (close == NULL || close[1] != ':' || (size_t)(close - s - 1) >= sizeof host) {
+      return hurray__fail(error, HURRAY_EINVAL, "address '%s': expected [IPV6]:PORT", text);
+    }
+    memcpy(host, s + 1, (size_t)(close - s - 1));
+    host[close - s - 1] = '\0';
+    port_text = close + 2;
+  } else {
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL || (size_t)(colon - s) >= sizeof host || strchr(s, ':') != colon) {
+      return hurray__fail(error, HURRAY_EINVAL, "address '%s': expected HOST:PORT", text);
+    }
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = '\0';
+    port_text = colon + 1;
+  }
+  uint16_t port = 0;
+  int status = parse_port(text, port_text, &port, error);
+  if (status != HURRAY_OK) return status;
+  if (strcmp(host, "localhost") == 0) strcpy(host, "127.0.0.1");
+  struct sockaddr_in in4 = {.sin_family = AF_INET, .sin_port = htons(port)};
+  struct sockaddr_in6 in6 = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
+  if (inet_pton(AF_INET, host, &in4.sin_addr) == 1) {
+    memcpy(out->storage, &in4, sizeof in4);
+    out->family = AF_INET;
+    out->length = sizeof in4;
+  } else if (inet_pton(AF_INET6, host, &in6.sin6_addr) == 1) {
+    memcpy(out->storage, &in6, sizeof in6);
+    out->family = AF_INET6;
+    out->length = sizeof in6;
+  } else {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "address '%s': '%s' is not a numeric IPv4/IPv6 address or localhost",
+                        text, host);
+  }
+  return HURRAY_OK;
+}
+
+void hurray__wire_address_format(const WireAddress *a, char *out, size_t size) {
+  char host[INET6_ADDRSTRLEN] = "";
+  if (a->family == AF_UNIX) {
+    struct sockaddr_un un;
+    memcpy(&un, a->storage, sizeof un);
+    snprintf(out, size, "unix:%s", un.sun_path);
+  } else if (a->family == AF_INET) {
+    struct sockaddr_in in4;
+    memcpy(&in4, a->storage, sizeof in4);
+    inet_ntop(AF_INET, &in4.sin_addr, host, sizeof host);
+    snprintf(out, size, "%s:%u", host, ntohs(in4.sin_port));
+  } else {
+    struct sockaddr_in6 in6;
+    memcpy(&in6, a->storage, sizeof in6);
+    inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof host);
+    snprintf(out, size, "[%s]:%u", host, ntohs(in6.sin6_port));
+  }
+}

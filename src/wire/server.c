@@ -1,0 +1,997 @@
+/* server.c -- HurrayServer: one thread, one epoll loop, non-blocking sockets (ADR-050).
+ *
+ * Memory per connection is bounded: a frame header, the payload of one control frame (at most
+ * WIRE_CONTROL_MAX bytes, SERVER_PUT_HEADER_MAX for an upload's header), the control frames
+ * queued for it, and nothing for tensor data, which is written from the served buffers (the
+ * file mapping or the registered memory) straight to the socket. A connection whose output is
+ * not drained is not read from (backpressure goes back to its client through TCP), and one that
+ * makes no progress for idle_timeout_ms, or takes longer than that over one frame, is closed.
+ * Every refusal is an ERROR frame: with the request's id when the connection can go on, with
+ * id 0 just before the server closes it. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "wire.h"
+
+#define SERVER_PUT_HEADER_MAX ((uint64_t)1 << 20)
+#define SERVER_TICK_MS 100
+#define SERVER_LINGER_MS 1000 /* a closing connection gets this long to take its ERROR */
+#define SERVER_MAX_ALIGNMENT ((uint32_t)1 << 21)
+
+typedef enum Phase { PHASE_HELLO, PHASE_AUTH, PHASE_READY, PHASE_CLOSING } Phase;
+
+/* An upload in progress (PUT, then DATA frames until END). `refused` uploads are read and
+ * discarded: their ERROR has been sent. */
+typedef struct Upload {
+  uint64_t request_id;
+  bool refused;
+  FileArena arena;
+  WireTensor tensor;
+  HurrayBufferList *list;
+  FileHasher *hasher;
+  uint32_t buffer; /* the next byte goes to buffer `buffer` at `offset` */
+  uint64_t offset;
+  uint64_t bytes;  /* accounted memory */
+} Upload;
+
+typedef struct Conn {
+  int fd;
+  Phase phase;
+  struct Conn *prev, *next;
+  int64_t handshake_deadline;
+  int64_t close_deadline;
+  int64_t last_progress;
+  int64_t frame_start; /* when the frame being read started, 0 between frames */
+  uint64_t max_frame;
+  uint8_t client_nonce[WIRE_NONCE_SIZE];
+  uint8_t server_nonce[WIRE_NONCE_SIZE];
+  /* input */
+  uint8_t head[WIRE_HEADER_SIZE + WIRE_DATA_FIXED];
+  size_t head_got;  /* header bytes, then (DATA) the fixed part */
+  WireHeader h;
+  bool have_header;
+  uint8_t *payload; /* control payload being read */
+  uint64_t got;     /* payload bytes read */
+  Upload *upload;
+  /* output */
+  FileSink out;
+  size_t out_sent;
+  WirePlan plan;
+  bool sending;
+  uint64_t request_id;
+  uint32_t segment;
+  uint64_t segment_sent;
+  uint8_t data_head[WIRE_HEADER_SIZE + WIRE_DATA_FIXED];
+  size_t data_head_sent;
+  uint64_t chunk_left;
+  uint32_t events; /* the epoll interest set now */
+  uint64_t mem;    /* accounted bytes */
+} Conn;
+
+struct HurrayServer {
+  int listen_fd;
+  int epoll_fd;
+  int wake_fd;
+  WireAddress address;
+  uint32_t flags;
+  uint32_t max_connections;
+  uint64_t max_frame;
+  uint64_t max_upload;
+  uint32_t handshake_ms;
+  uint32_t idle_ms;
+  uint8_t *secret;
+  size_t secret_len;
+  pthread_mutex_t lock; /* the tensors and the stats */
+  WireServed **tensors;
+  size_t ntensors, cap;
+  HurrayServerStats stats;
+  Conn *conns;
+  uint8_t scratch[1 << 16]; /* discarded upload bytes land here */
+};
+
+/* ---- registry ----------------------------------------------------------------------------- */
+
+static WireServed *find_locked(HurrayServer *s, const char *name, size_t len) {
+  for (size_t i = 0; i < s->ntensors; i++) {
+    if (s->tensors[i]->name_len == len && memcmp(s->tensors[i]->name, name, len) == 0) {
+      return s->tensors[i];
+    }
+  }
+  return NULL;
+}
+
+/* Adds `n` tensors at once, or none if a name is taken. SINK for every entry. */
+static int register_tensors(HurrayServer *s, WireServed **items, size_t n, HurrayError *error) {
+  int status = HURRAY_OK;
+  pthread_mutex_lock(&s->lock);
+  for (size_t i = 0; i < n && status == HURRAY_OK; i++) {
+    bool twice = false;
+    for (size_t j = 0; j < i; j++) twice |= strcmp(items[j]->name, items[i]->name) == 0;
+    if (twice || find_locked(s, items[i]->name, items[i]->name_len) != NULL) {
+      status = hurray__fail(error, HURRAY_EINVAL, "tensor '%s' is already served", items[i]->name);
+    }
+  }
+  if (status == HURRAY_OK && s->ntensors + n > s->cap) {
+    size_t cap = (s->ntensors + n) * 2;
+    WireServed **grown = realloc(s->tensors, cap * sizeof *grown);
+    if (grown == NULL) {
+      status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    } else {
+      s->tensors = grown;
+      s->cap = cap;
+    }
+  }
+  if (status == HURRAY_OK) {
+    memcpy(s->tensors + s->ntensors, items, n * sizeof *items);
+    s->ntensors += n;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (status != HURRAY_OK) {
+    for (size_t i = 0; i < n; i++) hurray__wire_served_destroy(items[i]);
+  }
+  return status;
+}
+
+int hurray_server_add_tensor(HurrayServer *server, const char *name, HurrayTensorContext *tensor,
+                             HurrayError *error) {
+  if (server == NULL || tensor == NULL) {
+    hurray_tensor_context_release(tensor);
+    return hurray__fail(error, HURRAY_EINVAL, "server or tensor is NULL");
+  }
+  WireServed *served = NULL;
+  int status = hurray__wire_served_create(name, tensor, NULL, NULL, 0, &served, error);
+  if (status != HURRAY_OK) return status;
+  return register_tensors(server, &served, 1, error);
+}
+
+/* One tensor of an open file as a served tensor: its mapped buffers, stored checksums and
+ * metadata. */
+static int served_from_file(const HurrayFileReader *reader, uint32_t index, WireServed **out,
+                            HurrayError *error) {
+  HurrayFileTensorInfo info;
+  int status = hurray_file_reader_tensor_info(reader, index, &info, error);
+  uint64_t *sums = status == HURRAY_OK ? calloc(info.buffer_count + 1u, sizeof *sums) : NULL;
+  if (status == HURRAY_OK && sums == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  for (uint32_t k = 0; status == HURRAY_OK && k < info.buffer_count; k++) {
+    HurrayFileBufferInfo b;
+    status = hurray_file_reader_buffer_info(reader, index, k, &b, error);
+    sums[k] = b.checksum;
+  }
+  HurrayMetaValue *meta = NULL;
+  FileSink encoded = {0};
+  if (status == HURRAY_OK) status = hurray_file_reader_metadata(reader, index, &meta, error);
+  if (status == HURRAY_OK) status = hurray__meta_encode(meta, &encoded, error);
+  HurrayTensorContext *context = NULL;
+  if (status == HURRAY_OK) status = hurray_file_reader_get(reader, index, 0, &context, error);
+  if (status == HURRAY_OK) {
+    status = hurray__wire_served_create(info.name, context, sums, encoded.data,
+                                        (uint32_t)encoded.len, out, error);
+  }
+  hurray_meta_destroy(meta);
+  hurray__sink_reset(&encoded);
+  free(sums);
+  return status;
+}
+
+int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *error) {
+  if (server == NULL || path == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "server or path is NULL");
+  }
+  HurrayFileReader *reader = NULL;
+  int status = hurray_file_reader_open(path, 0, &reader, error);
+  HurrayFileInfo info = {0};
+  if (status == HURRAY_OK) status = hurray_file_reader_info(reader, &info, error);
+  WireServed **items = status == HURRAY_OK ? calloc(info.tensor_count + 1u, sizeof *items) : NULL;
+  if (status == HURRAY_OK && items == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  uint32_t made = 0;
+  for (; status == HURRAY_OK && made < info.tensor_count; made++) {
+    status = served_from_file(reader, made, &items[made], error);
+    if (status != HURRAY_OK) break;
+  }
+  hurray_file_reader_destroy(reader); /* the contexts keep the mapping */
+  if (status == HURRAY_OK) {
+    status = register_tensors(server, items, made, error);
+  } else {
+    for (uint32_t i = 0; i < made; i++) hurray__wire_served_destroy(items[i]);
+  }
+  free(items);
+  return status == HURRAY_OK ? status : hurray__error_prefix(error, status, "%s: ", path);
+}
+
+/* ---- create / destroy --------------------------------------------------------------------- */
+
+int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
+                         HurrayError *error) {
+  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
+  *out = NULL;
+  HurrayServerOptions o = {0};
+  if (options != NULL) o = *options;
+  if (!hurray__all_zero(o.reserved, sizeof o.reserved) || (o.flags & ~HURRAY_SERVER_READ_ONLY) ||
+      (o.secret == NULL) != (o.secret_len == 0) || o.secret_len > 1024 ||
+      (o.max_frame != 0 && (o.max_frame < WIRE_MIN_FRAME || o.max_frame > WIRE_MAX_FRAME))) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "invalid server options (flags, reserved, secret of 1..1024 bytes, "
+                        "max_frame in [64 KiB, 1 GiB])");
+  }
+  WireAddress address;
+  int status = hurray__wire_address_parse(o.address ? o.address : "127.0.0.1:0", &address, error);
+  if (status != HURRAY_OK) return status;
+  HurrayServer *s = calloc(1, sizeof *s);
+  if (s == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  s->listen_fd = s->epoll_fd = s->wake_fd = -1;
+  pthread_mutex_init(&s->lock, NULL);
+  s->flags = o.flags;
+  s->max_connections = o.max_connections ? o.max_connections : 1024;
+  s->max_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
+  s->max_upload = o.max_upload_bytes ? o.max_upload_bytes : (uint64_t)1 << 30;
+  s->handshake_ms = o.handshake_timeout_ms ? o.handshake_timeout_ms : 5000;
+  s->idle_ms = o.idle_timeout_ms ? o.idle_timeout_ms : 60000;
+  if (o.secret_len) {
+    s->secret = malloc(o.secret_len);
+    if (s->secret == NULL) {
+      hurray_server_destroy(s);
+      return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    }
+    memcpy(s->secret, o.secret, o.secret_len);
+    s->secret_len = o.secret_len;
+  }
+  s->address = address;
+  s->listen_fd = socket(address.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (s->listen_fd >= 0 && address.family != AF_UNIX) {
+    setsockopt(s->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  }
+  socklen_t len = address.length;
+  if (s->listen_fd < 0 ||
+      bind(s->listen_fd, (struct sockaddr *)address.storage, address.length) != 0 ||
+      listen(s->listen_fd, 4096) != 0 ||
+      (address.family != AF_UNIX &&
+       getsockname(s->listen_fd, (struct sockaddr *)s->address.storage, &len) != 0)) {
+    char text[160];
+    hurray__wire_address_format(&address, text, sizeof text);
+    status = hurray__fail(error, HURRAY_EIO, "cannot listen on %s: %s", text, strerror(errno));
+    hurray_server_destroy(s);
+    return status;
+  }
+  s->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+  struct epoll_event wake = {.events = EPOLLIN, .data.ptr = &s->wake_fd};
+  if (s->epoll_fd < 0 || s->wake_fd < 0 ||
+      epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0 ||
+      epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->wake_fd, &wake) != 0) {
+    status = hurray__fail(error, HURRAY_EIO, "epoll: %s", strerror(errno));
+    hurray_server_destroy(s);
+    return status;
+  }
+  *out = s;
+  return HURRAY_OK;
+}
+
+int hurray_server_address(const HurrayServer *server, char *out, size_t size,
+                          HurrayError *error) {
+  if (server == NULL || out == NULL || size == 0) {
+    return hurray__fail(error, HURRAY_EINVAL, "server or out is NULL");
+  }
+  hurray__wire_address_format(&server->address, out, size);
+  return HURRAY_OK;
+}
+
+int hurray_server_stats(const HurrayServer *server, HurrayServerStats *out, HurrayError *error) {
+  if (server == NULL || out == NULL) return hurray__fail(error, HURRAY_EINVAL, "NULL argument");
+  pthread_mutex_lock((pthread_mutex_t *)&server->lock);
+  *out = server->stats;
+  pthread_mutex_unlock((pthread_mutex_t *)&server->lock);
+  return HURRAY_OK;
+}
+
+void hurray_server_stop(HurrayServer *server) {
+  if (server == NULL) return;
+  uint64_t one = 1;
+  ssize_t n = write(server->wake_fd, &one, sizeof one); /* async-signal-safe */
+  (void)n;
+}
+
+/* ---- connections -------------------------------------------------------------------------- */
+
+static void account(HurrayServer *s, Conn *c) {
+  uint64_t mem = sizeof *c + c->out.cap + c->plan.header.cap +
+                 (c->payload ? c->h.length : 0) + (c->upload ? c->upload->bytes : 0);
+  pthread_mutex_lock(&s->lock);
+  s->stats.buffered_bytes = s->stats.buffered_bytes - c->mem + mem;
+  if (s->stats.buffered_bytes > s->stats.peak_buffered_bytes) {
+    s->stats.peak_buffered_bytes = s->stats.buffered_bytes;
+  }
+  pthread_mutex_unlock(&s->lock);
+  c->mem = mem;
+}
+
+static void upload_free(Upload *u) {
+  if (u == NULL) return;
+  hurray__arena_free(&u->arena);
+  hurray_buffer_list_destroy(u->list);
+  hurray__hasher_destroy(u->hasher);
+  free(u);
+}
+
+static void conn_close(HurrayServer *s, Conn *c) {
+  epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
+  close(c->fd);
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  hurray__sink_reset(&c->out);
+  hurray__wire_plan_reset(&c->plan);
+  free(c->payload);
+  c->payload = NULL;
+  upload_free(c->upload);
+  c->upload = NULL;
+  pthread_mutex_lock(&s->lock);
+  s->stats.buffered_bytes -= c->mem;
+  s->stats.connections--;
+  pthread_mutex_unlock(&s->lock);
+  free(c);
+}
+
+static void send_error(Conn *c, uint64_t request_id, int code, const char *message) {
+  FileSink payload = {0};
+  hurray__wire_error_encode(code, message, &payload);
+  hurray__wire_frame(&c->out, WIRE_ERROR, 0, request_id, payload.data, payload.len);
+  hurray__sink_reset(&payload);
+}
+
+/* A connection-level error: ERROR with id 0, then the connection closes once it is sent (or
+ * after SERVER_LINGER_MS). */
+static void conn_fail(Conn *c, int code, const char *message) {
+  if (c->phase == PHASE_CLOSING) return;
+  send_error(c, 0, code, message);
+  c->phase = PHASE_CLOSING;
+  c->sending = false;
+  c->close_deadline = hurray__wire_now_ms() + SERVER_LINGER_MS;
+}
+
+static int64_t upload_expected(Upload *u) {
+  while (u->buffer < u->tensor.nbuffers &&
+         u->offset == u->tensor.buffers[u->buffer].desc.byte_size) {
+    u->buffer++;
+    u->offset = 0;
+  }
+  return u->buffer;
+}
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+static void on_hello(HurrayServer *s, Conn *c, const uint8_t *p, size_t len) {
+  WireHello *hello = malloc(sizeof *hello);
+  HurrayError e = {0};
+  if (hello == NULL) {
+    conn_fail(c, HURRAY_ENOMEM, "out of memory");
+    return;
+  }
+  int status = hurray__wire_hello_decode(p, len, hello, &e);
+  if (status == HURRAY_OK && hello->flags != 0) {
+    status = hurray__fail(&e, HURRAY_EPROTOCOL, "CLIENT_HELLO flags 0x%08" PRIx32 " are not zero",
+                          hello->flags);
+  }
+  if (status == HURRAY_OK) status = hurray__wire_devices_check(hello, &e);
+  if (status == HURRAY_OK) {
+    memcpy(c->client_nonce, hello->nonce, WIRE_NONCE_SIZE);
+    c->max_frame = hello->max_frame < s->max_frame ? hello->max_frame : s->max_frame;
+    uint8_t cpu = HURRAY_DEVICE_CPU;
+    WireHello *mine = hello; /* reused for the answer */
+    memset(mine, 0, sizeof *mine);
+    mine->version_major = WIRE_VERSION_MAJOR;
+    mine->version_minor = WIRE_VERSION_MINOR;
+    mine->flags = (s->secret ? WIRE_HELLO_AUTH : 0u) |
+                  (s->flags & HURRAY_SERVER_READ_ONLY ? WIRE_HELLO_READ_ONLY : 0u);
+    mine->max_frame = c->max_frame;
+    if (s->secret) status = hurray__wire_nonce(c->server_nonce, &e);
+    memcpy(mine->nonce, c->server_nonce, WIRE_NONCE_SIZE);
+    if (status == HURRAY_OK) status = hurray__wire_devices_fill(mine, &cpu, 1, &e);
+    if (status == HURRAY_OK) status = hurray__wire_hello_encode(WIRE_SERVER_HELLO, mine, &c->out, &e);
+  }
+  free(hello);
+  if (status != HURRAY_OK) {
+    conn_fail(c, status == HURRAY_ELIMIT ? HURRAY_EPROTOCOL : status, e.message);
+    return;
+  }
+  c->phase = s->secret ? PHASE_AUTH : PHASE_READY;
+}
+
+static void on_auth(HurrayServer *s, Conn *c, const uint8_t *p, size_t len) {
+  uint8_t expect[WIRE_MAC_SIZE], proof[WIRE_MAC_SIZE];
+  HurrayError e = {0};
+  if (len != WIRE_MAC_SIZE ||
+      hurray__wire_mac(s->secret, s->secret_len, false, c->client_nonce, c->server_nonce, expect,
+                       &e) != HURRAY_OK ||
+      !hurray__wire_mac_equal(expect, p) ||
+      hurray__wire_mac(s->secret, s->secret_len, true, c->client_nonce, c->server_nonce, proof,
+                       &e) != HURRAY_OK) {
+    conn_fail(c, HURRAY_EAUTH, "authentication failed: wrong secret");
+    return;
+  }
+  hurray__wire_frame(&c->out, WIRE_AUTH_OK, 0, 0, proof, sizeof proof);
+  c->phase = PHASE_READY;
+}
+
+static void on_list(HurrayServer *s, Conn *c, uint64_t id) {
+  FileSink frame = {0};
+  uint32_t count = 0;
+  pthread_mutex_lock(&s->lock);
+  size_t n = s->ntensors;
+  for (size_t i = 0; i <= n; i++) {
+    const WireServed *t = i < n ? s->tensors[i] : NULL;
+    size_t entry = t ? WIRE_LIST_ENTRY + (size_t)hurray__pad8(t->name_len) : 0;
+    if (frame.len == 0) hurray__sink_zeros(&frame, WIRE_LIST_FIXED);
+    if (t == NULL || frame.len + entry > WIRE_CONTROL_MAX) {
+      if (!frame.failed) hurray__store_le32(frame.data, count);
+      hurray__wire_frame(&c->out, WIRE_LIST_RESULT, t == NULL ? WIRE_FLAG_END : 0, id,
+                         frame.data, frame.len);
+      frame.len = 0;
+      count = 0;
+      if (t == NULL) break;
+      hurray__sink_zeros(&frame, WIRE_LIST_FIXED);
+    }
+    const HurrayTensorDesc *d = t->context->tensor;
+    hurray__sink_u16(&frame, (uint16_t)t->name_len);
+    hurray__sink_u8(&frame, (uint8_t)d->layout);
+    hurray__sink_u8(&frame, d->dtype);
+    hurray__sink_u32(&frame, t->context->buffers->count);
+    hurray__sink_u64(&frame, t->total_bytes);
+    hurray__sink_bytes(&frame, t->name, t->name_len);
+    hurray__sink_pad8(&frame);
+    count++;
+  }
+  pthread_mutex_unlock(&s->lock);
+  hurray__sink_reset(&frame);
+}
+
+static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, size_t len) {
+  WireRequest r;
+  HurrayError e = {0};
+  int status = hurray__wire_request_decode(p, len, &r, &e);
+  if (status != HURRAY_OK) {
+    send_error(c, id, status, e.message);
+    return;
+  }
+  pthread_mutex_lock(&s->lock);
+  const WireServed *t = find_locked(s, r.name, r.name_len); /* never removed while running */
+  pthread_mutex_unlock(&s->lock);
+  status = t ? hurray__wire_plan(t, &r, &c->plan, &e)
+             : hurray__fail(&e, HURRAY_EINVAL, "no tensor named '%s'", r.name);
+  if (status != HURRAY_OK) {
+    send_error(c, id, status, e.message);
+    return;
+  }
+  hurray__wire_frame(&c->out, WIRE_TENSOR_HEADER, c->plan.nsegments ? 0 : WIRE_FLAG_END, id,
+                     c->plan.header.data, c->plan.header.len);
+  hurray__sink_reset(&c->plan.header);
+  c->sending = c->plan.nsegments > 0;
+  c->request_id = id;
+  c->segment = 0;
+  c->segment_sent = 0;
+  c->chunk_left = 0;
+  if (!c->sending) hurray__wire_plan_reset(&c->plan);
+}
+
+static void refuse_upload(Conn *c, Upload *u, int code, const char *message) {
+  send_error(c, u->request_id, code, message);
+  u->refused = true;
+  hurray_buffer_list_destroy(u->list);
+  u->list = NULL;
+  u->bytes = 0;
+}
+
+static void upload_finish(HurrayServer *s, Conn *c) {
+  Upload *u = c->upload;
+  c->upload = NULL;
+  if (!u->refused) {
+    HurrayError e = {0};
+    HurrayTensorContext *context = NULL;
+    int status = upload_expected(u) == u->tensor.nbuffers
+                     ? HURRAY_OK
+                     : hurray__fail(&e, HURRAY_EPROTOCOL, "upload ended before its last byte");
+    if (status == HURRAY_OK) {
+      status = hurray_tensor_context_create(u->tensor.record.tensor, u->list, 0, NULL, NULL,
+                                            &context, &e);
+      u->list = NULL; /* taken by create, whatever it returned */
+    }
+    WireServed *t = NULL;
+    if (status == HURRAY_OK) {
+      uint64_t *checksums = calloc(u->tensor.nbuffers + 1u, sizeof *checksums);
+      if (checksums == NULL) {
+        hurray_tensor_context_release(context);
+        status = hurray__fail(&e, HURRAY_ENOMEM, "out of memory");
+      } else {
+        for (uint32_t i = 0; i < u->tensor.nbuffers; i++) checksums[i] = u->tensor.buffers[i].checksum;
+        status = hurray__wire_served_create(u->tensor.record.name, context, checksums,
+                                            u->tensor.record.metadata,
+                                            u->tensor.record.metadata_len, &t, &e);
+        free(checksums);
+      }
+    }
+    if (status == HURRAY_OK) status = register_tensors(s, &t, 1, &e);
+    if (status == HURRAY_OK) {
+      hurray__wire_frame(&c->out, WIRE_PUT_OK, 0, u->request_id, NULL, 0);
+    } else {
+      send_error(c, u->request_id, status, e.message);
+    }
+  }
+  upload_free(u);
+}
+
+static void on_put(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_t *p, size_t len) {
+  Upload *u = calloc(1, sizeof *u);
+  if (u == NULL) {
+    conn_fail(c, HURRAY_ENOMEM, "out of memory");
+    return;
+  }
+  u->request_id = h->request_id;
+  c->upload = u;
+  HurrayError e = {0};
+  char message[HURRAY_ERROR_MESSAGE_SIZE + 64];
+  int status = hurray__wire_tensor_decode(p, len, &u->arena, &u->tensor, &e);
+  if (status != HURRAY_OK) {
+    refuse_upload(c, u, status, e.message);
+  } else if (s->flags & HURRAY_SERVER_READ_ONLY) {
+    refuse_upload(c, u, HURRAY_EDENIED, "this server is read-only: uploads are refused");
+  } else if (u->tensor.device != HURRAY_DEVICE_CPU || u->tensor.resume_offset != 0) {
+    refuse_upload(c, u, HURRAY_EUNSUPPORTED, "uploads are CPU buffers from offset 0");
+  } else if (u->tensor.total_bytes > s->max_upload) {
+    snprintf(message, sizeof message,
+             "upload of %" PRIu64 " bytes exceeds this server's limit of %" PRIu64,
+             u->tensor.total_bytes, s->max_upload);
+    refuse_upload(c, u, HURRAY_ELIMIT, message);
+  } else {
+    pthread_mutex_lock(&s->lock);
+    bool taken = find_locked(s, u->tensor.record.name, u->tensor.record.name_len) != NULL;
+    pthread_mutex_unlock(&s->lock);
+    u->hasher = hurray__hasher_create();
+    status = taken ? hurray__fail(&e, HURRAY_EINVAL, "tensor '%s' is already served",
+                                  u->tensor.record.name)
+             : u->hasher == NULL ? hurray__fail(&e, HURRAY_ENOMEM, "out of memory")
+                                 : hurray_buffer_list_create(u->tensor.nbuffers, &u->list, &e);
+    for (uint32_t i = 0; status == HURRAY_OK && i < u->tensor.nbuffers; i++) {
+      const WireBuffer *b = &u->tensor.buffers[i];
+      HurrayBuffer *buffer = NULL;
+      status = b->desc.alignment > SERVER_MAX_ALIGNMENT
+                   ? hurray__fail(&e, HURRAY_ELIMIT, "buffer %" PRIu32 " alignment over 2 MiB", i)
+                   : hurray_buffer_alloc(b->desc.byte_size, b->desc.alignment, 0, &buffer, &e);
+      if (status == HURRAY_OK) status = hurray_buffer_list_append(u->list, buffer, b->role, NULL, &e);
+    }
+    if (status != HURRAY_OK) {
+      refuse_upload(c, u, status, e.message);
+    } else {
+      u->bytes = u->tensor.total_bytes;
+    }
+  }
+  if (h->flags & WIRE_FLAG_END) upload_finish(s, c);
+}
+
+/* A complete non-DATA frame. */
+static void dispatch(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_t *p) {
+  size_t len = (size_t)h->length;
+  char message[128];
+  if (h->type == WIRE_GOODBYE) {
+    hurray__wire_frame(&c->out, WIRE_GOODBYE, 0, 0, NULL, 0);
+    c->phase = PHASE_CLOSING;
+    c->close_deadline = hurray__wire_now_ms() + SERVER_LINGER_MS;
+    return;
+  }
+  if (c->phase == PHASE_HELLO) {
+    if (h->type != WIRE_CLIENT_HELLO) {
+      snprintf(message, sizeof message, "expected CLIENT_HELLO, got %s",
+               hurray__wire_type_name(h->type));
+      conn_fail(c, HURRAY_EPROTOCOL, message);
+    } else {
+      on_hello(s, c, p, len);
+    }
+    return;
+  }
+  if (c->phase == PHASE_AUTH) {
+    if (h->type != WIRE_AUTH) {
+      conn_fail(c, HURRAY_EAUTH, "authentication required: this server needs a shared secret");
+    } else {
+      on_auth(s, c, p, len);
+    }
+    return;
+  }
+  pthread_mutex_lock(&s->lock);
+  s->stats.requests++;
+  pthread_mutex_unlock(&s->lock);
+  if (h->request_id == 0 &&
+      (h->type == WIRE_LIST || h->type == WIRE_TENSOR_REQUEST || h->type == WIRE_PUT)) {
+    conn_fail(c, HURRAY_EPROTOCOL, "request id 0 is reserved");
+    return;
+  }
+  switch (h->type) {
+    case WIRE_LIST:
+      if (len != 0) {
+        send_error(c, h->request_id, HURRAY_EPROTOCOL, "LIST has a payload");
+      } else {
+        on_list(s, c, h->request_id);
+      }
+      return;
+    case WIRE_TENSOR_REQUEST: on_request(s, c, h->request_id, p, len); return;
+    case WIRE_PUT: on_put(s, c, h, p, len); return;
+    default:
+      snprintf(message, sizeof message, "unexpected %s frame from a client",
+               hurray__wire_type_name(h->type));
+      conn_fail(c, HURRAY_EPROTOCOL, message);
+  }
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+/* Reads what is there; returns false once the connection has been closed. */
+static bool conn_read(HurrayServer *s, Conn *c) {
+  for (int rounds = 0; rounds < 64; rounds++) {
+    if (c->phase == PHASE_CLOSING || c->sending) return true;
+    if (c->out.len > c->out_sent && c->upload == NULL) return true; /* backpressure */
+    uint8_t *dest;
+    size_t want;
+    bool data = c->have_header && c->h.type == WIRE_DATA;
+    Upload *u = c->upload;
+    if (!c->have_header) {
+      dest = c->head + c->head_got;
+      want = WIRE_HEADER_SIZE - c->head_got;
+    } else if (data && c->head_got < WIRE_HEADER_SIZE + WIRE_DATA_FIXED) {
+      dest = c->head + c->head_got;
+      want = WIRE_HEADER_SIZE + WIRE_DATA_FIXED - c->head_got;
+    } else if (data) {
+      uint64_t left = c->h.length - c->got;
+      if (u->refused) {
+        dest = s->scratch;
+        want = left < sizeof s->scratch ? (size_t)left : sizeof s->scratch;
+      } else {
+        dest = (uint8_t *)u->list->buffers[u->buffer]->data + u->offset;
+        want = left > SIZE_MAX ? SIZE_MAX : (size_t)left;
+      }
+    } else {
+      dest = c->payload + c->got;
+      want = (size_t)(c->h.length - c->got);
+    }
+    ssize_t n = want ? recv(c->fd, dest, want, 0) : 0;
+    if (want && n == 0) {
+      conn_close(s, c); /* the peer closed */
+      return false;
+    }
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
+      conn_close(s, c);
+      return false;
+    }
+    int64_t now = hurray__wire_now_ms();
+    c->last_progress = now;
+    if (c->frame_start == 0) c->frame_start = now;
+    HurrayError e = {0};
+    if (!c->have_header) {
+      c->head_got += (size_t)n;
+      if (c->head_got < WIRE_HEADER_SIZE) continue;
+      uint64_t max_data = c->phase == PHASE_READY ? c->max_frame + WIRE_DATA_FIXED : 0;
+      int status = hurray__wire_header_decode(c->head, max_data, &c->h, &e);
+      if (status == HURRAY_OK && c->h.type == WIRE_PUT && c->h.length > SERVER_PUT_HEADER_MAX) {
+        status = hurray__fail(&e, HURRAY_ELIMIT, "PUT header of %" PRIu64 " bytes exceeds %" PRIu64,
+                              c->h.length, SERVER_PUT_HEADER_MAX);
+      }
+      if (status == HURRAY_OK && (c->h.type == WIRE_DATA) != (c->upload != NULL)) {
+        status = hurray__fail(&e, HURRAY_EPROTOCOL, c->upload ? "expected DATA of the upload"
+                                                              : "DATA outside an upload");
+      }
+      if (status == HURRAY_OK && c->h.type == WIRE_DATA &&
+          (c->h.request_id != c->upload->request_id || c->h.length < WIRE_DATA_FIXED)) {
+        status = hurray__fail(&e, HURRAY_EPROTOCOL, "DATA frame of another request or short");
+      }
+      if (status != HURRAY_OK) {
+        conn_fail(c, status, e.message);
+        return true;
+      }
+      c->have_header = true;
+      c->got = 0;
+      if (c->h.type != WIRE_DATA) {
+        c->payload = malloc(c->h.length ? (size_t)c->h.length : 1);
+        if (c->payload == NULL) {
+          conn_fail(c, HURRAY_ENOMEM, "out of memory");
+          return true;
+        }
+        account(s, c);
+      }
+    } else if (data && c->head_got < WIRE_HEADER_SIZE + WIRE_DATA_FIXED) {
+      c->head_got += (size_t)n;
+      if (c->head_got < WIRE_HEADER_SIZE + WIRE_DATA_FIXED) continue;
+      c->got = WIRE_DATA_FIXED;
+      const uint8_t *f = c->head + WIRE_HEADER_SIZE;
+      uint32_t buffer = hurray__load_le32(f);
+      uint64_t offset = hurray__load_le64(f + 8);
+      uint64_t bytes = c->h.length - WIRE_DATA_FIXED;
+      if (!u->refused) {
+        upload_expected(u);
+        bool ok = hurray__load_le32(f + 4) == 0 && buffer == u->buffer && offset == u->offset &&
+                  u->buffer < u->tensor.nbuffers && bytes > 0 &&
+                  bytes <= u->tensor.buffers[u->buffer].desc.byte_size - u->offset;
+        if (!ok) {
+          snprintf((char *)s->scratch, 256,
+                   "DATA for buffer %" PRIu32 " offset %" PRIu64 " is not the next %" PRIu64
+                   " bytes of the upload",
+                   buffer, offset, bytes);
+          refuse_upload(c, u, HURRAY_EPROTOCOL, (const char *)s->scratch);
+          account(s, c);
+        }
+      }
+    } else {
+      c->got += (uint64_t)n;
+      if (data && !u->refused) {
+        hurray__hasher_update(u->hasher, dest, (size_t)n);
+        u->offset += (uint64_t)n;
+        const WireBuffer *b = &u->tensor.buffers[u->buffer];
+        if (u->offset == b->desc.byte_size) {
+          if (hurray__hasher_digest(u->hasher) != b->checksum) {
+            snprintf((char *)s->scratch, 256, "upload of '%s': buffer %" PRIu32 " checksum mismatch",
+                     u->tensor.record.name, u->buffer);
+            refuse_upload(c, u, HURRAY_ECHECKSUM, (const char *)s->scratch);
+            account(s, c);
+          }
+          if (u->hasher) hurray__hasher_reset(u->hasher);
+        }
+      }
+    }
+    if (c->have_header && c->got == c->h.length && (!data || c->head_got == sizeof c->head)) {
+      WireHeader h = c->h;
+      uint8_t *payload = c->payload;
+      c->payload = NULL;
+      c->have_header = false;
+      c->head_got = 0;
+      c->got = 0;
+      c->frame_start = 0;
+      if (data) {
+        if (h.flags & WIRE_FLAG_END) upload_finish(s, c);
+      } else {
+        dispatch(s, c, &h, payload);
+      }
+      free(payload);
+      account(s, c);
+    }
+  }
+  return true;
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+/* Writes what the socket takes; returns false once the connection has been closed. */
+static bool conn_write(HurrayServer *s, Conn *c) {
+  for (;;) {
+    struct iovec iov[2];
+    int n_iov = 0;
+    bool control = c->out.len > c->out_sent;
+    if (control) {
+      iov[n_iov++] = (struct iovec){c->out.data + c->out_sent, c->out.len - c->out_sent};
+    } else if (c->sending && c->phase != PHASE_CLOSING) {
+      const WireSegment *g = &c->plan.segments[c->segment];
+      if (c->chunk_left == 0) { /* the next DATA frame */
+        uint64_t left = g->len - c->segment_sent;
+        uint64_t chunk = left < c->max_frame ? left : c->max_frame;
+        bool last = c->segment + 1 == c->plan.nsegments && chunk == left;
+        WireHeader h = {WIRE_DATA, last ? WIRE_FLAG_END : 0, c->request_id, chunk + WIRE_DATA_FIXED};
+        hurray__wire_header_encode(&h, c->data_head);
+        uint8_t *f = c->data_head + WIRE_HEADER_SIZE;
+        hurray__store_le32(f, g->buffer);
+        hurray__store_le32(f + 4, 0);
+        hurray__store_le64(f + 8, g->offset + c->segment_sent);
+        c->data_head_sent = 0;
+        c->chunk_left = chunk;
+      }
+      if (c->data_head_sent < sizeof c->data_head) {
+        iov[n_iov++] = (struct iovec){c->data_head + c->data_head_sent,
+                                      sizeof c->data_head - c->data_head_sent};
+      }
+      iov[n_iov++] = (struct iovec){(void *)(g->data + c->segment_sent), (size_t)c->chunk_left};
+    } else {
+      break;
+    }
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
+    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
+      conn_close(s, c);
+      return false;
+    }
+    c->last_progress = hurray__wire_now_ms();
+    size_t w = (size_t)n;
+    if (control) {
+      c->out_sent += w;
+      if (c->out_sent == c->out.len) {
+        c->out.len = 0;
+        c->out_sent = 0;
+        if (c->out.cap > 2 * WIRE_CONTROL_MAX) { /* give back what a big frame grew */
+          hurray__sink_reset(&c->out);
+          account(s, c);
+        }
+      }
+      continue;
+    }
+    size_t head_left = sizeof c->data_head - c->data_head_sent;
+    size_t from_head = w < head_left ? w : head_left;
+    c->data_head_sent += from_head;
+    w -= from_head;
+    c->chunk_left -= w;
+    c->segment_sent += w;
+    if (c->chunk_left == 0 && c->data_head_sent == sizeof c->data_head &&
+        c->segment_sent == c->plan.segments[c->segment].len) {
+      c->segment++;
+      c->segment_sent = 0;
+      if (c->segment == c->plan.nsegments) {
+        c->sending = false;
+        hurray__wire_plan_reset(&c->plan);
+        account(s, c);
+      }
+    }
+  }
+  if (c->phase == PHASE_CLOSING && c->out.len == 0) {
+    conn_close(s, c);
+    return false;
+  }
+  return true;
+}
+
+static void conn_interest(HurrayServer *s, Conn *c) {
+  bool pending = c->out.len > c->out_sent || (c->sending && c->phase != PHASE_CLOSING);
+  bool reading = c->phase != PHASE_CLOSING && !c->sending && (!pending || c->upload != NULL);
+  uint32_t events = (pending ? EPOLLOUT : 0u) | (reading ? EPOLLIN : 0u) | EPOLLRDHUP;
+  if (events != c->events) {
+    struct epoll_event ev = {.events = events, .data.ptr = c};
+    epoll_ctl(s->epoll_fd, EPOLL_CTL_MOD, c->fd, &ev);
+    c->events = events;
+  }
+}
+
+static void on_accept(HurrayServer *s) {
+  for (;;) {
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return; /* EAGAIN, or a failed connection: the next one may work */
+    pthread_mutex_lock(&s->lock);
+    bool full = s->stats.connections >= s->max_connections;
+    if (full) s->stats.refused++;
+    pthread_mutex_unlock(&s->lock);
+    if (full) {
+      FileSink frame = {0}, payload = {0};
+      hurray__wire_error_encode(HURRAY_EDENIED, "this server is at its connection limit",
+                                &payload);
+      hurray__wire_frame(&frame, WIRE_ERROR, 0, 0, payload.data, payload.len);
+      if (!frame.failed) (void)send(fd, frame.data, frame.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+      hurray__sink_reset(&frame);
+      hurray__sink_reset(&payload);
+      close(fd);
+      continue;
+    }
+    if (s->address.family != AF_UNIX) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    Conn *c = calloc(1, sizeof *c);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+    if (c == NULL || epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      free(c);
+      close(fd);
+      continue;
+    }
+    int64_t now = hurray__wire_now_ms();
+    c->fd = fd;
+    c->events = ev.events;
+    c->phase = PHASE_HELLO;
+    c->handshake_deadline = now + s->handshake_ms;
+    c->last_progress = now;
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    pthread_mutex_lock(&s->lock);
+    s->stats.connections++;
+    s->stats.accepted++;
+    pthread_mutex_unlock(&s->lock);
+    account(s, c);
+  }
+}
+
+static void sweep(HurrayServer *s) {
+  int64_t now = hurray__wire_now_ms();
+  Conn *next = NULL;
+  for (Conn *c = s->conns; c != NULL; c = next) {
+    next = c->next;
+    char message[96];
+    if (c->phase == PHASE_CLOSING) {
+      if (now > c->close_deadline) conn_close(s, c);
+      continue;
+    }
+    if (c->phase != PHASE_READY && now > c->handshake_deadline) {
+      snprintf(message, sizeof message, "handshake not completed within %" PRIu32 " ms",
+               s->handshake_ms);
+    } else if (now - c->last_progress > (int64_t)s->idle_ms) {
+      snprintf(message, sizeof message, "no progress for %" PRIu32 " ms", s->idle_ms);
+    } else if (c->frame_start != 0 && now - c->frame_start > (int64_t)s->idle_ms) {
+      snprintf(message, sizeof message, "a frame took longer than %" PRIu32 " ms", s->idle_ms);
+    } else {
+      continue;
+    }
+    conn_fail(c, HURRAY_ETIMEOUT, message);
+    if (conn_write(s, c)) conn_interest(s, c);
+  }
+}
+
+int hurray_server_run(HurrayServer *s, HurrayError *error) {
+  if (s == NULL) return hurray__fail(error, HURRAY_EINVAL, "server is NULL");
+  struct epoll_event events[256];
+  int64_t next_sweep = hurray__wire_now_ms() + SERVER_TICK_MS;
+  bool stopping = false;
+  while (!stopping) {
+    int n = epoll_wait(s->epoll_fd, events, 256, SERVER_TICK_MS);
+    if (n < 0 && errno != EINTR) {
+      return hurray__fail(error, HURRAY_EIO, "epoll_wait: %s", strerror(errno));
+    }
+    for (int i = 0; i < n; i++) {
+      void *tag = events[i].data.ptr;
+      if (tag == NULL) {
+        on_accept(s);
+        continue;
+      }
+      if (tag == &s->wake_fd) {
+        uint64_t v;
+        ssize_t r = read(s->wake_fd, &v, sizeof v);
+        (void)r;
+        stopping = true;
+        continue;
+      }
+      Conn *c = tag;
+      /* A connection closed earlier in this batch was freed: epoll does not report a removed fd,
+         and `c` is only reached through its own event. */
+      uint32_t ev = events[i].events;
+      bool alive = true;
+      if (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)) alive = conn_write(s, c);
+      if (alive && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) alive = conn_read(s, c);
+      if (alive && (ev & (EPOLLHUP | EPOLLERR)) && !(c->events & EPOLLIN)) {
+        conn_close(s, c);
+        alive = false;
+      }
+      if (alive) alive = conn_write(s, c);
+      if (alive) conn_interest(s, c);
+    }
+    int64_t now = hurray__wire_now_ms();
+    if (now >= next_sweep) {
+      sweep(s);
+      next_sweep = now + SERVER_TICK_MS;
+    }
+  }
+  while (s->conns) conn_close(s, s->conns);
+  return HURRAY_OK;
+}
+
+void hurray_server_destroy(HurrayServer *s) {
+  if (s == NULL) return;
+  while (s->conns) conn_close(s, s->conns);
+  if (s->listen_fd >= 0) close(s->listen_fd);
+  if (s->epoll_fd >= 0) close(s->epoll_fd);
+  if (s->wake_fd >= 0) close(s->wake_fd);
+  if (s->address.family == AF_UNIX && s->listen_fd >= 0) {
+    struct sockaddr_un un;
+    memcpy(&un, s->address.storage, sizeof un);
+    unlink(un.sun_path);
+  }
+  for (size_t i = 0; i < s->ntensors; i++) hurray__wire_served_destroy(s->tensors[i]);
+  free(s->tensors);
+  free(s->secret);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}

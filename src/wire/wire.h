@@ -1,0 +1,259 @@
+/* wire.h -- private interface of the wire protocol (docs/spec/interchange.md). Not installed,
+ * not API. The sources of src/wire/ are layered, each using only those above it here:
+ *
+ *   codec.c    frames and messages: encode, and decode from untrusted bytes with every limit
+ *   auth.c     the challenge-response MAC (HMAC-SHA-256, OpenSSL libcrypto) and nonces
+ *   net.c      addresses, sockets, and blocking reads/writes with a deadline
+ *   serve.c    what a server serves: a tensor as buffers + record, rows sliced, checksums
+ *   server.c   HurrayServer: the epoll event loop
+ *   client.c   HurrayClient: blocking calls with timeouts
+ */
+#ifndef HURRAY_WIRE_WIRE_H
+#define HURRAY_WIRE_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "file.h"
+#include "internal.h"
+
+/* ---- framing (spec §2) -------------------------------------------------------------------- */
+
+#define WIRE_MAGIC "\x89HRW"
+enum {
+  WIRE_MAGIC_SIZE = 4,
+  WIRE_HEADER_SIZE = 24, /* magic[4] type[1] flags[1] reserved[2] request_id[8] length[8] */
+  WIRE_VERSION_MAJOR = 1,
+  WIRE_VERSION_MINOR = 0,
+  WIRE_FLAG_END = 1, /* the last frame of a response or an upload */
+  WIRE_NONCE_SIZE = 32,
+  WIRE_MAC_SIZE = 32,
+  WIRE_HELLO_FIXED = 56,   /* a hello's fields before its device list */
+  WIRE_REQUEST_FIXED = 32, /* TENSOR_REQUEST before the name */
+  WIRE_TENSOR_FIXED = 32,  /* TENSOR_HEADER / PUT before the buffer table */
+  WIRE_BUFFER_ENTRY = 32,  /* desc[16] checksum[8] role[1] reserved[7] */
+  WIRE_DATA_FIXED = 16,    /* DATA before its bytes */
+  WIRE_ERROR_FIXED = 8,    /* ERROR before its message */
+  WIRE_LIST_FIXED = 8,     /* LIST_RESULT before its entries */
+  WIRE_LIST_ENTRY = 16,    /* name_length[2] layout[1] dtype[1] buffers[4] data_bytes[8] */
+  WIRE_MAX_DEVICES = 256,
+  WIRE_MAX_ERROR_MESSAGE = 1024,
+};
+
+/* Frame sizes: every frame before the hellos have been exchanged, and every frame that is not
+ * DATA, is at most WIRE_CONTROL_MAX bytes of payload; DATA frames are bounded by the max_frame
+ * both hellos agree on, in [WIRE_MIN_FRAME, WIRE_MAX_FRAME]. */
+#define WIRE_CONTROL_MAX ((uint64_t)1 << 16)
+#define WIRE_MIN_FRAME ((uint64_t)1 << 16)
+#define WIRE_MAX_FRAME ((uint64_t)1 << 30)
+/* A TENSOR_HEADER or PUT header (buffer table + record) may be larger than other control
+ * frames: a descriptor with many buffers, or large metadata. */
+#define WIRE_TENSOR_HEADER_MAX ((uint64_t)1 << 26)
+
+typedef enum WireType {
+  WIRE_CLIENT_HELLO = 0x01,
+  WIRE_SERVER_HELLO = 0x02,
+  WIRE_AUTH = 0x03,
+  WIRE_AUTH_OK = 0x04,
+  WIRE_LIST = 0x10,
+  WIRE_LIST_RESULT = 0x11,
+  WIRE_TENSOR_REQUEST = 0x20,
+  WIRE_TENSOR_HEADER = 0x21,
+  WIRE_DATA = 0x22,
+  WIRE_PUT = 0x30,
+  WIRE_PUT_OK = 0x31,
+  WIRE_ERROR = 0x40,
+  WIRE_GOODBYE = 0x50,
+} WireType;
+
+/* SERVER_HELLO flags */
+enum { WIRE_HELLO_AUTH = 1, WIRE_HELLO_READ_ONLY = 2 };
+/* TENSOR_REQUEST */
+enum { WIRE_RANGE_WHOLE = 0, WIRE_RANGE_ROWS = 1, WIRE_RANGE_BYTES = 2 };
+enum { WIRE_REQUEST_FALLBACK = 1 };
+
+typedef struct WireHeader {
+  uint8_t type;
+  uint8_t flags;
+  uint64_t request_id;
+  uint64_t length;
+} WireHeader;
+
+HURRAY_INTERNAL const char *hurray__wire_type_name(int type);
+
+HURRAY_INTERNAL void hurray__wire_header_encode(const WireHeader *h, uint8_t out[WIRE_HEADER_SIZE]);
+/* Decodes a frame header: magic (HURRAY_EPROTOCOL "not a Hurray wire frame"), reserved bytes,
+ * a known type, flags only on the types that take them, and the payload length against
+ * `max_data` for DATA and the control limits for every other type (HURRAY_ELIMIT). */
+HURRAY_INTERNAL int hurray__wire_header_decode(const uint8_t in[WIRE_HEADER_SIZE],
+                                               uint64_t max_data, WireHeader *out,
+                                               HurrayError *error);
+
+/* Appends a whole frame: header, then the payload already in `payload` (may be NULL for 0). */
+HURRAY_INTERNAL void hurray__wire_frame(FileSink *out, uint8_t type, uint8_t flags,
+                                        uint64_t request_id, const void *payload, size_t len);
+
+/* ---- hellos (spec §4) --------------------------------------------------------------------- */
+
+typedef struct WireDevice {
+  uint8_t tag;
+  uint8_t name_len; /* 0 for named tags; 1..31 for private ones */
+  char name[32];    /* NUL-terminated */
+} WireDevice;
+
+typedef struct WireHello {
+  uint16_t version_major;
+  uint16_t version_minor;
+  uint32_t flags;
+  uint64_t max_frame;
+  uint8_t nonce[WIRE_NONCE_SIZE];
+  uint32_t ndevices;
+  WireDevice devices[WIRE_MAX_DEVICES];
+} WireHello;
+
+/* The devices a peer lists: every named tag it takes, then its registered private tags. */
+HURRAY_INTERNAL int hurray__wire_devices_fill(WireHello *hello, const uint8_t *tags, size_t ntags,
+                                              HurrayError *error);
+HURRAY_INTERNAL int hurray__wire_hello_encode(uint8_t type, const WireHello *hello, FileSink *out,
+                                              HurrayError *error);
+/* Parses a hello payload. A major version other than 1 is HURRAY_EUNSUPPORTED naming both
+ * versions, detected from the first four bytes before anything else is read. */
+HURRAY_INTERNAL int hurray__wire_hello_decode(const uint8_t *p, size_t len, WireHello *out,
+                                              HurrayError *error);
+/* The setup-time device rule (spec §5): every tag the peer listed must be known here -- named,
+ * or private and registered here under the same name. HURRAY_EDEVICE naming the tag. */
+HURRAY_INTERNAL int hurray__wire_devices_check(const WireHello *peer, HurrayError *error);
+
+/* ---- requests and responses (spec §6) ----------------------------------------------------- */
+
+typedef struct WireRequest {
+  uint8_t preferred_device;
+  uint8_t range_kind;
+  uint16_t flags;
+  int64_t start;
+  int64_t stop;
+  uint64_t resume_offset;
+  size_t name_len;
+  char name[HURRAY_MAX_NAME + 1];
+} WireRequest;
+
+HURRAY_INTERNAL int hurray__wire_request_encode(const WireRequest *r, FileSink *out,
+                                                HurrayError *error);
+HURRAY_INTERNAL int hurray__wire_request_decode(const uint8_t *p, size_t len, WireRequest *out,
+                                                HurrayError *error);
+
+/* One buffer of a TENSOR_HEADER / PUT. */
+typedef struct WireBuffer {
+  HurrayBufferDesc desc;
+  uint64_t checksum;
+  uint8_t role;
+} WireBuffer;
+
+/* TENSOR_HEADER and PUT payloads: fixed part, buffer table, tensor record. */
+typedef struct WireTensorHeader {
+  uint8_t device;
+  uint32_t nbuffers;
+  uint64_t total_bytes;
+  uint64_t resume_offset;
+  const WireBuffer *buffers;
+  const uint8_t *record; /* file-format.md §6 */
+  uint32_t record_len;
+} WireTensorHeader;
+
+HURRAY_INTERNAL int hurray__wire_tensor_encode(const WireTensorHeader *t, FileSink *out,
+                                               HurrayError *error);
+
+/* A decoded TENSOR_HEADER / PUT: its buffers and record live in `arena`; the record's
+ * descriptor is validated against the buffer sizes and roles (hurray_tensor_validate). */
+typedef struct WireTensor {
+  uint8_t device;
+  uint32_t nbuffers;
+  uint64_t total_bytes;
+  uint64_t resume_offset;
+  WireBuffer *buffers;
+  FileRecord record;
+} WireTensor;
+
+HURRAY_INTERNAL int hurray__wire_tensor_decode(const uint8_t *p, size_t len, FileArena *arena,
+                                               WireTensor *out, HurrayError *error);
+
+HURRAY_INTERNAL void hurray__wire_error_encode(int code, const char *message, FileSink *out);
+/* Decodes an ERROR payload into `error` (the peer's code and message); returns the code, or
+ * HURRAY_EPROTOCOL for a malformed ERROR. */
+HURRAY_INTERNAL int hurray__wire_error_decode(const uint8_t *p, size_t len, HurrayError *error);
+
+/* ---- auth.c (spec §4.3) ------------------------------------------------------------------- */
+
+/* HMAC-SHA-256(secret, label || client_nonce || server_nonce), label "hurray-wire-1 client"
+ * or "hurray-wire-1 server". */
+HURRAY_INTERNAL int hurray__wire_mac(const uint8_t *secret, size_t secret_len, bool server,
+                                     const uint8_t client_nonce[WIRE_NONCE_SIZE],
+                                     const uint8_t server_nonce[WIRE_NONCE_SIZE],
+                                     uint8_t out[WIRE_MAC_SIZE], HurrayError *error);
+HURRAY_INTERNAL bool hurray__wire_mac_equal(const uint8_t a[WIRE_MAC_SIZE],
+                                            const uint8_t b[WIRE_MAC_SIZE]);
+HURRAY_INTERNAL int hurray__wire_nonce(uint8_t out[WIRE_NONCE_SIZE], HurrayError *error);
+
+
+/* ---- serve.c ------------------------------------------------------------------------------ */
+
+/* A tensor a server serves: its context (CPU buffers), each buffer's XXH3-64, its metadata
+ * encoded as in a file (spec §6 of file-format.md). Immutable once made. */
+typedef struct WireServed {
+  char *name;
+  size_t name_len;
+  HurrayTensorContext *context;
+  uint64_t *checksums;
+  uint8_t *metadata;
+  uint32_t metadata_len;
+  uint64_t total_bytes;
+} WireServed;
+
+/* SINK for `context`. `checksums` NULL: computed here. `metadata`: encoded, copied. */
+HURRAY_INTERNAL int hurray__wire_served_create(const char *name, HurrayTensorContext *context,
+                                               const uint64_t *checksums,
+                                               const uint8_t *metadata, uint32_t metadata_len,
+                                               WireServed **out, HurrayError *error);
+HURRAY_INTERNAL void hurray__wire_served_destroy(WireServed *served);
+
+/* A run of one buffer's bytes that DATA frames carry. */
+typedef struct WireSegment {
+  const uint8_t *data;
+  uint64_t len;
+  uint64_t offset; /* in its buffer */
+  uint32_t buffer;
+} WireSegment;
+
+/* The answer to a TENSOR_REQUEST: the TENSOR_HEADER payload and the segments of the stream
+ * from the request's resume offset on. */
+typedef struct WirePlan {
+  FileSink header;
+  WireSegment *segments;
+  uint32_t nsegments;
+} WirePlan;
+
+/* Plans the response to `request` for `served`: the device rule (spec §6.2), rows or bytes,
+ * the resume offset. Fails with the status an ERROR frame then carries. */
+HURRAY_INTERNAL int hurray__wire_plan(const WireServed *served, const WireRequest *request,
+                                      WirePlan *plan, HurrayError *error);
+HURRAY_INTERNAL void hurray__wire_plan_reset(WirePlan *plan);
+
+/* ---- net.c -------------------------------------------------------------------------------- */
+
+typedef struct WireAddress {
+  int family; /* AF_INET, AF_INET6, AF_UNIX */
+  uint8_t storage[128];
+  uint32_t length; /* socklen_t */
+} WireAddress;
+
+/* Parses "HOST:PORT", "[V6]:PORT", "hurray://HOST:PORT", "unix:PATH" or "hurray+unix://PATH".
+ * HOST is a numeric address or "localhost" (no name lookup). HURRAY_EINVAL naming the text. */
+HURRAY_INTERNAL int hurray__wire_address_parse(const char *text, WireAddress *out,
+                                               HurrayError *error);
+HURRAY_INTERNAL void hurray__wire_address_format(const WireAddress *a, char *out, size_t size);
+
+/* The monotonic clock in milliseconds. */
+HURRAY_INTERNAL int64_t hurray__wire_now_ms(void);
+
+#endif /* HURRAY_WIRE_WIRE_H */

@@ -1,0 +1,806 @@
+/* test_wire.c -- HurrayServer and HurrayClient over loopback (127.0.0.1 and Unix sockets only):
+ * round trips of every layout and dtype, the handshake's refusals, the device rule, resume,
+ * corruption, faults (slowloris, oversized frames, a client that stops reading, a server
+ * killed mid-transfer), 1,000 concurrent clients, bounded server memory, auth and read-only.
+ * Faults are injected by real peers: raw frames from the codec, and a forwarding proxy that
+ * flips or cuts the byte stream. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "test_file_helpers.h"
+#include "test_tmpdir.h"
+#include "wire.h"
+
+/* ---- a server on a thread ----------------------------------------------------------------- */
+
+typedef struct Running {
+  HurrayServer *server;
+  pthread_t thread;
+  char address[128];
+} Running;
+
+static void *run_server(void *arg) {
+  Running *r = arg;
+  HurrayError error = {0};
+  if (hurray_server_run(r->server, &error) != HURRAY_OK) fprintf(stderr, "%s\n", error.message);
+  return NULL;
+}
+
+static void start(Running *r, const HurrayServerOptions *options) {
+  memset(r, 0, sizeof *r);
+  OK(hurray_server_create(options, &r->server, E));
+  OK(hurray_server_address(r->server, r->address, sizeof r->address, E));
+}
+
+static void go(Running *r) {
+  assert_int_equal(pthread_create(&r->thread, NULL, run_server, r), 0);
+}
+
+static void finish(Running *r) {
+  hurray_server_stop(r->server);
+  pthread_join(r->thread, NULL);
+  hurray_server_destroy(r->server);
+}
+
+static HurrayTensorContext *context_of(Sample s) {
+  HurrayTensorContext *c = NULL;
+  OK(hurray_tensor_context_create(&s.desc, s.list, 0, NULL, NULL, &c, E));
+  return c;
+}
+
+/* A DENSE uint8 tensor of `n` bytes, byte i = (i * 7 + seed) mod 251. */
+static HurrayTensorContext *bytes_tensor(uint64_t n, uint8_t seed) {
+  static int64_t shape[1];
+  shape[0] = (int64_t)n;
+  HurrayArray part = {.shape = shape, .ndim = 1, .dtype = HURRAY_DTYPE_UINT8};
+  HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = shape,
+                           .parts = &part, .nparts = 1, .dtype = HURRAY_DTYPE_UINT8};
+  HurrayBufferList *list = NULL;
+  HurrayBuffer *b = NULL;
+  OK(hurray_buffer_list_create(1, &list, E));
+  OK(hurray_buffer_alloc(n, 64, 0, &b, E));
+  for (uint64_t i = 0; i < n; i++) ((uint8_t *)b->data)[i] = (uint8_t)((i * 7 + seed) % 251);
+  OK(hurray_buffer_list_append(list, b, HURRAY_ROLE_VALUES, NULL, E));
+  HurrayTensorContext *c = NULL;
+  OK(hurray_tensor_context_create(&desc, list, 0, NULL, NULL, &c, E));
+  return c;
+}
+
+/* The descriptors are equal exactly when their tensor records are the same bytes. */
+static void assert_same_record(const HurrayTensorDesc *a, const HurrayTensorDesc *b) {
+  FileSink x = {0}, y = {0};
+  OK(hurray__record_encode((const uint8_t *)"t", 1, a, NULL, NULL, NULL, 0, &x, E));
+  OK(hurray__record_encode((const uint8_t *)"t", 1, b, NULL, NULL, NULL, 0, &y, E));
+  assert_int_equal(x.len, y.len);
+  assert_memory_equal(x.data, y.data, x.len);
+  hurray__sink_reset(&x);
+  hurray__sink_reset(&y);
+}
+
+static void assert_same_buffers(const HurrayTensorContext *a, const HurrayTensorContext *b) {
+  assert_int_equal(a->buffers->count, b->buffers->count);
+  for (uint32_t i = 0; i < a->buffers->count; i++) {
+    const HurrayBuffer *x = a->buffers->buffers[i], *y = b->buffers->buffers[i];
+    assert_int_equal(x->desc.byte_size, y->desc.byte_size);
+    assert_int_equal(x->desc.alignment, y->desc.alignment);
+    assert_int_equal(a->buffers->roles[i], b->buffers->roles[i]);
+    if (x->desc.byte_size) assert_memory_equal(x->data, y->data, x->desc.byte_size);
+  }
+}
+
+/* ---- raw peers ---------------------------------------------------------------------------- */
+
+static int raw_connect(const char *address) {
+  WireAddress a;
+  OK(hurray__wire_address_parse(address, &a, E));
+  int fd = socket(a.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(connect(fd, (struct sockaddr *)a.storage, a.length), 0);
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+static void raw_send(int fd, const FileSink *s) {
+  assert_int_equal(send(fd, s->data, s->len, MSG_NOSIGNAL), (ssize_t)s->len);
+}
+
+/* Reads one frame; returns its type and puts the payload (NUL-terminated) in `payload`. */
+static int raw_frame(int fd, WireHeader *h, uint8_t *payload, size_t cap) {
+  uint8_t head[WIRE_HEADER_SIZE];
+  if (recv(fd, head, sizeof head, MSG_WAITALL) != (ssize_t)sizeof head) return -1;
+  OK(hurray__wire_header_decode(head, UINT32_MAX, h, E));
+  assert_true(h->length < cap);
+  if (h->length && recv(fd, payload, (size_t)h->length, MSG_WAITALL) != (ssize_t)h->length) return -1;
+  payload[h->length] = 0;
+  return h->type;
+}
+
+/* Sends a CLIENT_HELLO listing `tags` (private ones named `names[i]`) and returns the answer's
+ * type; an ERROR's code and message go into `error`. */
+static int raw_hello(const char *address, uint16_t major, const uint8_t *tags, const char **names,
+                     uint32_t n, HurrayError *error) {
+  WireHello *h = calloc(1, sizeof *h);
+  h->version_major = major;
+  h->max_frame = 1u << 20;
+  h->ndevices = n;
+  for (uint32_t i = 0; i < n; i++) {
+    h->devices[i].tag = tags[i];
+    if (names && names[i]) {
+      h->devices[i].name_len = (uint8_t)strlen(names[i]);
+      strcpy(h->devices[i].name, names[i]);
+    }
+  }
+  FileSink out = {0};
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, h, &out, E));
+  free(h);
+  int fd = raw_connect(address);
+  raw_send(fd, &out);
+  hurray__sink_reset(&out);
+  WireHeader hd;
+  uint8_t payload[4096];
+  int type = raw_frame(fd, &hd, payload, sizeof payload);
+  if (type == WIRE_ERROR) hurray__wire_error_decode(payload, (size_t)hd.length, error);
+  close(fd);
+  return type;
+}
+
+/* ---- round trips -------------------------------------------------------------------------- */
+
+static void every_layout_round_trips(void **state) {
+  (void)state;
+  Running r;
+  start(&r, NULL);
+  char name[32];
+  for (size_t i = 0; i < SAMPLE_COUNT; i++) {
+    snprintf(name, sizeof name, "sample%zu", i);
+    OK(hurray_server_add_tensor(r.server, name, context_of(kSamples[i]()), E));
+  }
+  go(&r);
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  HurrayRemoteTensor *items = NULL;
+  uint32_t count = 0;
+  OK(hurray_client_list(c, &items, &count, E));
+  assert_int_equal(count, SAMPLE_COUNT);
+  for (size_t i = 0; i < SAMPLE_COUNT; i++) {
+    Sample s = kSamples[i]();
+    snprintf(name, sizeof name, "sample%zu", i);
+    assert_string_equal(items[i].name, name);
+    assert_int_equal(items[i].layout, s.desc.layout);
+    HurrayTensorContext *got = NULL, *want = context_of(s);
+    OK(hurray_client_get(c, name, NULL, &got, E));
+    OK(hurray_tensor_context_check(got, HURRAY_VALIDATE_CONTENTS, E));
+    assert_same_record(got->tensor, want->tensor);
+    assert_same_buffers(got, want);
+    /* and back up: an upload is served exactly as it came */
+    snprintf(name, sizeof name, "up%zu", i);
+    OK(hurray_client_put(c, name, want, E));
+    HurrayTensorContext *again = NULL;
+    OK(hurray_client_get(c, name, NULL, &again, E));
+    assert_same_record(again->tensor, want->tensor);
+    assert_same_buffers(again, want);
+    hurray_tensor_context_release(again);
+    hurray_tensor_context_release(got);
+    hurray_tensor_context_release(want);
+  }
+  free(items);
+  hurray_client_destroy(c);
+  finish(&r);
+}
+
+static void every_dtype_round_trips(void **state) {
+  (void)state;
+  Running r;
+  start(&r, NULL);
+  go(&r);
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  for (size_t i = 0; i < hurray_dtype_count(); i++) {
+    const HurrayDTypeInfo *info = hurray_dtype_at(i);
+    static const int64_t shape[] = {3, 5};
+    uint64_t bytes = 0;
+    OK(hurray_dtype_storage_bytes(info->code, 15, &bytes, E));
+    HurrayArray part = {.shape = shape, .ndim = 2, .dtype = info->code};
+    HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 2, .shape = shape,
+                             .parts = &part, .nparts = 1, .dtype = info->code};
+    HurrayBufferList *list = NULL;
+    HurrayBuffer *b = NULL;
+    OK(hurray_buffer_list_create(1, &list, E));
+    OK(hurray_buffer_alloc(bytes, 64, 0, &b, E));
+    for (uint64_t k = 0; k < bytes; k++) ((uint8_t *)b->data)[k] = (uint8_t)(k * 37 + i);
+    OK(hurray_buffer_list_append(list, b, HURRAY_ROLE_VALUES, NULL, E));
+    HurrayTensorContext *want = NULL, *got = NULL;
+    OK(hurray_tensor_context_create(&desc, list, 0, NULL, NULL, &want, E));
+    OK(hurray_client_put(c, info->name, want, E));
+    OK(hurray_client_get(c, info->name, NULL, &got, E));
+    assert_int_equal(got->tensor->dtype, info->code);
+    assert_same_record(got->tensor, want->tensor);
+    assert_same_buffers(got, want);
+    hurray_tensor_context_release(got);
+    hurray_tensor_context_release(want);
+  }
+  hurray_client_destroy(c);
+  finish(&r);
+}
+
+static void files_and_rows(void **state) {
+  (void)state;
+  /* a file of every layout, served from its mapping with its stored checksums and metadata */
+  HurrayFileWriter *w = NULL;
+  OK(hurray_file_writer_create(path_of("all.hurray"), NULL, &w, E));
+  char name[32];
+  for (size_t i = 0; i < SAMPLE_COUNT; i++) {
+    Sample s = kSamples[i]();
+    snprintf(name, sizeof name, "t%zu", i);
+    OK(hurray_file_writer_add(w, name, &s.desc, s.list, NULL, E));
+    sample_free(&s);
+  }
+  OK(hurray_file_writer_finish(w, E));
+  hurray_file_writer_destroy(w);
+  Running r;
+  start(&r, NULL);
+  OK(hurray_server_add_file(r.server, path_of("all.hurray"), E));
+  HurrayError error = {0};
+  assert_int_equal(hurray_server_add_file(r.server, path_of("all.hurray"), &error), HURRAY_EINVAL);
+  assert_non_null(strstr(error.message, "tensor 't0' is already served"));
+  go(&r);
+  HurrayFileReader *reader = NULL;
+  OK(hurray_file_reader_open(path_of("all.hurray"), 0, &reader, E));
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  for (uint32_t i = 0; i < SAMPLE_COUNT; i++) {
+    snprintf(name, sizeof name, "t%u", i);
+    HurrayTensorContext *got = NULL, *want = NULL;
+    OK(hurray_client_get(c, name, NULL, &got, E));
+    OK(hurray_file_reader_get(reader, i, 0, &want, E));
+    assert_same_record(got->tensor, want->tensor);
+    assert_same_buffers(got, want);
+    hurray_tensor_context_release(got);
+    hurray_tensor_context_release(want);
+  }
+  /* rows of the dense 2x3 float32 sample: row 1 only, the same as the reader's rows */
+  HurrayGetOptions o = {.row_start = 1, .row_stop = 2};
+  HurrayTensorContext *got = NULL, *want = NULL;
+  OK(hurray_client_get(c, "t0", &o, &got, E));
+  OK(hurray_file_reader_get_rows(reader, 0, 1, 2, &want, E));
+  assert_int_equal(got->tensor->shape[0], 1);
+  assert_true(same_tensor(got->tensor, got->buffers, want->tensor, want->buffers));
+  hurray_tensor_context_release(got);
+  hurray_tensor_context_release(want);
+  o.row_stop = 9;
+  assert_int_equal(hurray_client_get(c, "t0", &o, &got, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message, "peer: rows [1, 9) are outside tensor 't0' (2 rows)");
+  assert_int_equal(hurray_client_get(c, "nope", NULL, &got, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message, "peer: no tensor named 'nope'");
+  OK(hurray_client_get(c, "t1", NULL, &got, E)); /* the connection went on after both */
+  hurray_tensor_context_release(got);
+  hurray_file_reader_destroy(reader);
+  hurray_client_destroy(c);
+  finish(&r);
+}
+
+/* ---- handshake ---------------------------------------------------------------------------- */
+
+static void handshake_refusals(void **state) {
+  (void)state;
+  Running r;
+  start(&r, NULL);
+  go(&r);
+  HurrayError error = {0};
+  const uint8_t reserved[] = {0x00, 0x42};
+  assert_int_equal(raw_hello(r.address, 1, reserved, NULL, 2, &error), WIRE_ERROR);
+  assert_int_equal(error.code, HURRAY_EDEVICE);
+  assert_string_equal(error.message,
+                      "peer: device tag 0x42 is reserved (0x09..0xef): not in this protocol "
+                      "version");
+  const uint8_t invalid[] = {0xff};
+  assert_int_equal(raw_hello(r.address, 1, invalid, NULL, 1, &error), WIRE_ERROR);
+  assert_string_equal(error.message, "peer: device tag 0xff is invalid");
+  const uint8_t priv[] = {0x00, 0xf3};
+  const char *names[] = {NULL, "npu_x"};
+  assert_int_equal(raw_hello(r.address, 1, priv, names, 2, &error), WIRE_ERROR);
+  assert_int_equal(error.code, HURRAY_EDEVICE);
+  assert_string_equal(error.message, "peer: private device tag 0xf3 ('npu_x') is not registered here");
+  /* both peers registered 0xf3 as npu_x: the session is set up */
+  OK(hurray_device_register_private(0xf3, "npu_x", E));
+  assert_int_equal(raw_hello(r.address, 1, priv, names, 2, &error), WIRE_SERVER_HELLO);
+  HurrayClient *c = NULL;
+  HurrayClientOptions co = {.devices = priv, .ndevices = 2};
+  OK(hurray_client_connect(r.address, &co, &c, E));
+  hurray_client_destroy(c);
+  const char *other[] = {NULL, "npu_y"};
+  assert_int_equal(raw_hello(r.address, 1, priv, other, 2, &error), WIRE_ERROR);
+  assert_string_equal(error.message, "peer: private device tag 0xf3 is 'npu_y' to the peer but "
+                                     "'npu_x' here");
+  OK(hurray_device_unregister_private(0xf3, E));
+  /* the client refuses to offer what it does not know */
+  co.devices = reserved;
+  assert_int_equal(hurray_client_connect(r.address, &co, &c, &error), HURRAY_EDEVICE);
+  assert_non_null(strstr(error.message, "0x42"));
+  /* a protocol version from the future */
+  const uint8_t cpu[] = {0};
+  assert_int_equal(raw_hello(r.address, 2, cpu, NULL, 1, &error), WIRE_ERROR);
+  assert_int_equal(error.code, HURRAY_EUNSUPPORTED);
+  assert_string_equal(error.message,
+                      "peer: protocol version 2.0 is not supported (this peer speaks 1.0)");
+  /* something that is not a Hurray peer at all */
+  int fd = raw_connect(r.address);
+  const char http[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  assert_int_equal(send(fd, http, sizeof http - 1, MSG_NOSIGNAL), (ssize_t)sizeof http - 1);
+  WireHeader h;
+  uint8_t payload[512];
+  assert_int_equal(raw_frame(fd, &h, payload, sizeof payload), WIRE_ERROR);
+  assert_int_equal(hurray__wire_error_decode(payload, (size_t)h.length, &error), HURRAY_EPROTOCOL);
+  assert_string_equal(error.message, "peer: not a Hurray wire frame (bad magic 47 45 54 20)");
+  close(fd);
+  finish(&r);
+}
+
+static void preferred_device(void **state) {
+  (void)state;
+  Running r;
+  start(&r, NULL);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(100, 1), E));
+  go(&r);
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  HurrayClientInfo info;
+  OK(hurray_client_info(c, &info, E));
+  assert_int_equal(info.ndevices, 1);
+  assert_int_equal(info.devices[0], HURRAY_DEVICE_CPU);
+  HurrayGetOptions o = {.preferred_device = HURRAY_DEVICE_CUDA};
+  HurrayTensorContext *got = NULL;
+  HurrayError error = {0};
+  assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_EUNSUPPORTED);
+  assert_string_equal(error.message,
+                      "peer: device cuda (0x01) is not served here; this server serves cpu (0x00)");
+  o.flags = HURRAY_GET_FALLBACK;
+  OK(hurray_client_get(c, "x", &o, &got, E));
+  assert_int_equal(got->buffers->buffers[0]->desc.device_tag, HURRAY_DEVICE_CPU);
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  finish(&r);
+}
+
+/* ---- a proxy that flips or cuts the server's bytes ---------------------------------------- */
+
+typedef struct Proxy {
+  int listen_fd;
+  char target[128];
+  char address[64];
+  uint64_t flip_at; /* flip this byte of the first connection's server stream (0: none) */
+  uint64_t cut_at;  /* close the first connection after this many server bytes (0: never) */
+  int connections;  /* to serve, one after the other */
+  pthread_t thread;
+} Proxy;
+
+static void *proxy_main(void *arg) {
+  Proxy *p = arg;
+  for (int k = 0; k < p->connections; k++) {
+    int a = accept(p->listen_fd, NULL, NULL);
+    if (a < 0) return NULL;
+    int b = raw_connect(p->target);
+    uint64_t down = 0;
+    struct pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+    uint8_t buf[1 << 16];
+    for (bool open = true; open;) {
+      if (poll(fds, 2, 10000) <= 0) break;
+      for (int i = 0; i < 2 && open; i++) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t n = recv(fds[i].fd, buf, sizeof buf, 0);
+        if (n <= 0) {
+          open = false;
+          break;
+        }
+        if (i == 1 && k == 0) { /* server to client, first connection */
+          if (p->flip_at && down <= p->flip_at && p->flip_at < down + (uint64_t)n) {
+            buf[p->flip_at - down] ^= 0x10;
+          }
+          if (p->cut_at && down + (uint64_t)n >= p->cut_at) {
+            send(a, buf, (size_t)(p->cut_at - down), MSG_NOSIGNAL);
+            open = false;
+            break;
+          }
+          down += (uint64_t)n;
+        }
+        send(fds[1 - i].fd, buf, (size_t)n, MSG_NOSIGNAL);
+      }
+    }
+    close(a);
+    close(b);
+  }
+  return NULL;
+}
+
+static void proxy_start(Proxy *p, const char *target) {
+  p->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(p->listen_fd, (struct sockaddr *)&in, sizeof in), 0);
+  assert_int_equal(listen(p->listen_fd, 8), 0);
+  socklen_t len = sizeof in;
+  getsockname(p->listen_fd, (struct sockaddr *)&in, &len);
+  snprintf(p->address, sizeof p->address, "127.0.0.1:%u", ntohs(in.sin_port));
+  snprintf(p->target, sizeof p->target, "%s", target);
+  assert_int_equal(pthread_create(&p->thread, NULL, proxy_main, p), 0);
+}
+
+static void proxy_stop(Proxy *p) {
+  shutdown(p->listen_fd, SHUT_RDWR);
+  pthread_join(p->thread, NULL);
+  close(p->listen_fd);
+}
+
+static void flipped_byte_detected(void **state) {
+  (void)state;
+  Running r;
+  start(&r, NULL);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(1 << 20, 3), E));
+  go(&r);
+  Proxy p = {.flip_at = 200000, .connections = 1};
+  proxy_start(&p, r.address);
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(p.address, NULL, &c, E));
+  HurrayTensorContext *got = NULL;
+  HurrayError error = {0};
+  assert_int_equal(hurray_client_get(c, "x", NULL, &got, &error), HURRAY_ECHECKSUM);
+  assert_null(got);
+  assert_string_equal(error.message, "tensor 'x' buffer 0: checksum mismatch (corrupted in transit)");
+  hurray_client_destroy(c);
+  proxy_stop(&p);
+  finish(&r);
+}
+
+static void interrupted_transfer_resumes(void **state) {
+  (void)state;
+  Running r;
+  start(&r, NULL);
+  HurrayTensorContext *want = bytes_tensor(3 << 20, 5);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(3 << 20, 5), E));
+  go(&r);
+  /* on the wire: a request with a resume offset gets the stream from there */
+  WireRequest req = {.name_len = 1, .name = "x", .resume_offset = (3 << 20) - 10};
+  FileSink payload = {0}, frame = {0};
+  OK(hurray__wire_request_encode(&req, &payload, E));
+  WireHello *hello = calloc(1, sizeof *hello);
+  hello->version_major = 1;
+  hello->max_frame = 1 << 20;
+  const uint8_t cpu = 0;
+  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  free(hello);
+  hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
+  int fd = raw_connect(r.address);
+  raw_send(fd, &frame);
+  WireHeader h;
+  static uint8_t buf[1 << 12];
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_TENSOR_HEADER);
+  assert_int_equal(hurray__load_le64(buf + 16), (3 << 20) - 10);
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_DATA);
+  assert_int_equal(h.length, WIRE_DATA_FIXED + 10);
+  assert_int_equal(h.flags, WIRE_FLAG_END);
+  assert_int_equal(hurray__load_le64(buf + 8), (3 << 20) - 10);
+  assert_memory_equal(buf + WIRE_DATA_FIXED,
+                      (uint8_t *)want->buffers->buffers[0]->data + (3 << 20) - 10, 10);
+  close(fd);
+  hurray__sink_reset(&payload);
+  hurray__sink_reset(&frame);
+  /* through the client: the connection is cut mid-stream; it reconnects and resumes */
+  Proxy p = {.cut_at = 1500000, .connections = 2};
+  proxy_start(&p, r.address);
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(p.address, NULL, &c, E));
+  HurrayTensorContext *got = NULL;
+  HurrayError error = {0};
+  HurrayGetOptions o = {.retries = 0};
+  assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_ECONNECTION);
+  assert_null(got);
+  hurray_client_destroy(c);
+  proxy_stop(&p);
+  Proxy q = {.cut_at = 1500000, .connections = 2};
+  proxy_start(&q, r.address);
+  OK(hurray_client_connect(q.address, NULL, &c, E));
+  o.retries = 1;
+  OK(hurray_client_get(c, "x", &o, &got, E));
+  assert_same_buffers(got, want);
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  proxy_stop(&q);
+  hurray_tensor_context_release(want);
+  finish(&r);
+}
+
+/* ---- faults and load ---------------------------------------------------------------------- */
+
+static int64_t now_ms(void) {
+  return hurray__wire_now_ms();
+}
+
+static void faults_do_not_stall_others(void **state) {
+  (void)state;
+  HurrayServerOptions so = {.handshake_timeout_ms = 400, .idle_timeout_ms = 800,
+                            .max_frame = 1 << 16};
+  Running r;
+  start(&r, &so);
+  OK(hurray_server_add_tensor(r.server, "big", bytes_tensor(64 << 20, 9), E));
+  OK(hurray_server_add_tensor(r.server, "small", bytes_tensor(1000, 2), E));
+  go(&r);
+  /* slowloris: three bytes of a frame header, then nothing */
+  int slow = raw_connect(r.address);
+  assert_int_equal(send(slow, "\x89HR", 3, MSG_NOSIGNAL), 3);
+  /* an oversized frame after a good hello */
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  int big = raw_connect(r.address);
+  FileSink frame = {0};
+  WireHello *hello = calloc(1, sizeof *hello);
+  hello->version_major = 1;
+  hello->max_frame = 1 << 16;
+  const uint8_t cpu = 0;
+  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  uint8_t head[WIRE_HEADER_SIZE];
+  hurray__wire_header_encode(&(WireHeader){WIRE_LIST, 0, 1, (uint64_t)1 << 40}, head);
+  hurray__sink_bytes(&frame, head, sizeof head);
+  raw_send(big, &frame);
+  /* a client that asks for 64 MiB and never reads */
+  int stuck = raw_connect(r.address);
+  frame.len = 0;
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  WireRequest req = {.name_len = 3, .name = "big"};
+  FileSink payload = {0};
+  OK(hurray__wire_request_encode(&req, &payload, E));
+  hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
+  raw_send(stuck, &frame);
+  hurray__sink_reset(&frame);
+  hurray__sink_reset(&payload);
+  free(hello);
+  /* meanwhile a well-behaved client is served at once, again and again */
+  int64_t t0 = now_ms();
+  for (int i = 0; i < 50; i++) {
+    HurrayTensorContext *got = NULL;
+    OK(hurray_client_get(c, "small", NULL, &got, E));
+    hurray_tensor_context_release(got);
+  }
+  assert_true(now_ms() - t0 < 2000);
+  /* the oversized frame got an ERROR naming the limit, then the connection closed */
+  WireHeader h;
+  uint8_t buf[1024];
+  HurrayError error = {0};
+  assert_int_equal(raw_frame(big, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
+  assert_int_equal(raw_frame(big, &h, buf, sizeof buf), WIRE_ERROR);
+  assert_int_equal(hurray__wire_error_decode(buf, (size_t)h.length, &error), HURRAY_ELIMIT);
+  assert_string_equal(error.message,
+                      "peer: LIST frame of 1099511627776 bytes exceeds the limit of 65536");
+  assert_int_equal(recv(big, buf, 1, 0), 0);
+  close(big);
+  /* the slowloris is timed out with an ERROR */
+  assert_int_equal(raw_frame(slow, &h, buf, sizeof buf), WIRE_ERROR);
+  assert_int_equal(hurray__wire_error_decode(buf, (size_t)h.length, &error), HURRAY_ETIMEOUT);
+  assert_string_equal(error.message, "peer: handshake not completed within 400 ms");
+  close(slow);
+  /* the reader that stopped is dropped after the idle timeout (as is the good client, idle
+     now); the server never held more than a frame or two for any of them */
+  usleep(1200 * 1000);
+  HurrayServerStats stats;
+  OK(hurray_server_stats(r.server, &stats, E));
+  assert_int_equal(stats.connections, 0);
+  assert_true(stats.peak_buffered_bytes < (1u << 20));
+  close(stuck);
+  hurray_client_destroy(c);
+  finish(&r);
+}
+
+static void thousand_clients(void **state) {
+  (void)state;
+  struct rlimit lim;
+  getrlimit(RLIMIT_NOFILE, &lim);
+  if (lim.rlim_cur < 2200 && lim.rlim_max >= 2200) {
+    lim.rlim_cur = 2200;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  getrlimit(RLIMIT_NOFILE, &lim);
+  assert_true(lim.rlim_cur >= 2100); /* both ends of 1,000 connections in this process */
+  Running r;
+  start(&r, NULL);
+  HurrayTensorContext *want = bytes_tensor(4096, 4);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(4096, 4), E));
+  go(&r);
+  enum { N = 1000 };
+  HurrayClient **clients = calloc(N, sizeof *clients);
+  for (int i = 0; i < N; i++) OK(hurray_client_connect(r.address, NULL, &clients[i], E));
+  HurrayServerStats stats;
+  OK(hurray_server_stats(r.server, &stats, E));
+  assert_int_equal(stats.connections, N);
+  for (int i = 0; i < N; i++) {
+    HurrayTensorContext *got = NULL;
+    OK(hurray_client_get(clients[i], "x", NULL, &got, E));
+    assert_same_buffers(got, want);
+    hurray_tensor_context_release(got);
+  }
+  OK(hurray_server_stats(r.server, &stats, E));
+  assert_true(stats.peak_buffered_bytes < (uint64_t)N * 4096); /* a few KiB per connection */
+  for (int i = 0; i < N; i++) hurray_client_destroy(clients[i]);
+  free(clients);
+  hurray_tensor_context_release(want);
+  /* over the limit: refused with an ERROR, never silently */
+  finish(&r);
+  HurrayServerOptions so = {.max_connections = 2};
+  start(&r, &so);
+  go(&r);
+  HurrayClient *a = NULL, *b = NULL, *c = NULL;
+  OK(hurray_client_connect(r.address, NULL, &a, E));
+  OK(hurray_client_connect(r.address, NULL, &b, E));
+  HurrayError error = {0};
+  assert_int_equal(hurray_client_connect(r.address, NULL, &c, &error), HURRAY_EDENIED);
+  assert_string_equal(error.message, "peer: this server is at its connection limit");
+  hurray_client_destroy(a);
+  hurray_client_destroy(b);
+  finish(&r);
+}
+
+/* Kills the server process once some of the tensor has arrived. */
+typedef struct KillAt {
+  pid_t pid;
+  bool done;
+} KillAt;
+
+static void kill_midway(void *context, uint64_t done, uint64_t total) {
+  KillAt *k = context;
+  (void)total;
+  if (!k->done && done > (8u << 20)) {
+    kill(k->pid, SIGKILL);
+    k->done = true;
+  }
+}
+
+static void killed_server(void **state) {
+  (void)state;
+  HurrayServer *server = NULL;
+  OK(hurray_server_create(NULL, &server, E));
+  char address[128];
+  OK(hurray_server_address(server, address, sizeof address, E));
+  OK(hurray_server_add_tensor(server, "x", bytes_tensor(256 << 20, 7), E));
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    hurray_server_run(server, NULL);
+    _exit(0);
+  }
+  hurray_server_destroy(server); /* the child has its own copy */
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(address, NULL, &c, E));
+  HurrayTensorContext *got = NULL;
+  HurrayError error = {0};
+  KillAt k = {child, false};
+  HurrayGetOptions o = {.progress = kill_midway, .progress_context = &k};
+  assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_ECONNECTION);
+  assert_true(k.done);
+  assert_null(got);
+  assert_string_equal(error.message, "the server closed the connection");
+  hurray_client_destroy(c);
+  waitpid(child, NULL, 0);
+}
+
+/* ---- who gets in -------------------------------------------------------------------------- */
+
+static void secrets_and_read_only(void **state) {
+  (void)state;
+  HurrayServerOptions so = {.secret = (const uint8_t *)"s3cret", .secret_len = 6,
+                            .flags = HURRAY_SERVER_READ_ONLY};
+  Running r;
+  start(&r, &so);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(100, 1), E));
+  go(&r);
+  HurrayClientOptions co = {.secret = (const uint8_t *)"s3cret", .secret_len = 6};
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, &co, &c, E));
+  HurrayClientInfo info;
+  OK(hurray_client_info(c, &info, E));
+  assert_int_equal(info.server_flags, WIRE_HELLO_AUTH | WIRE_HELLO_READ_ONLY);
+  HurrayTensorContext *got = NULL, *up = bytes_tensor(1 << 20, 2);
+  OK(hurray_client_get(c, "x", NULL, &got, E));
+  HurrayError error = {0};
+  assert_int_equal(hurray_client_put(c, "y", up, &error), HURRAY_EDENIED);
+  assert_string_equal(error.message, "peer: this server is read-only: uploads are refused");
+  hurray_tensor_context_release(got);
+  OK(hurray_client_get(c, "x", NULL, &got, E)); /* still connected */
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  co.secret = (const uint8_t *)"wrong!";
+  assert_int_equal(hurray_client_connect(r.address, &co, &c, &error), HURRAY_EAUTH);
+  assert_string_equal(error.message, "peer: authentication failed: wrong secret");
+  assert_int_equal(hurray_client_connect(r.address, NULL, &c, &error), HURRAY_EAUTH);
+  assert_string_equal(error.message, "the server requires a shared secret and none was given");
+  /* a raw client that skips AUTH is refused by the server */
+  WireHello *hello = calloc(1, sizeof *hello);
+  hello->version_major = 1;
+  hello->max_frame = 1 << 16;
+  const uint8_t cpu = 0;
+  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  FileSink frame = {0};
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  free(hello);
+  hurray__wire_frame(&frame, WIRE_LIST, 0, 1, NULL, 0);
+  int fd = raw_connect(r.address);
+  raw_send(fd, &frame);
+  hurray__sink_reset(&frame);
+  WireHeader h;
+  uint8_t buf[1024];
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_ERROR);
+  assert_int_equal(hurray__wire_error_decode(buf, (size_t)h.length, &error), HURRAY_EAUTH);
+  assert_string_equal(error.message,
+                      "peer: authentication required: this server needs a shared secret");
+  close(fd);
+  hurray_tensor_context_release(up);
+  finish(&r);
+  /* a client with a secret refuses a server that does not ask for it */
+  start(&r, NULL);
+  go(&r);
+  co.secret = (const uint8_t *)"s3cret";
+  assert_int_equal(hurray_client_connect(r.address, &co, &c, &error), HURRAY_EAUTH);
+  assert_string_equal(error.message, "the server does not authenticate, but a secret was given");
+  finish(&r);
+}
+
+static void unix_socket(void **state) {
+  (void)state;
+  char address[300];
+  snprintf(address, sizeof address, "unix:%s", path_of("wire.sock"));
+  HurrayServerOptions so = {.address = address};
+  Running r;
+  start(&r, &so);
+  assert_string_equal(r.address, address);
+  HurrayTensorContext *want = bytes_tensor(5 << 20, 8);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(5 << 20, 8), E));
+  go(&r);
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(address, NULL, &c, E));
+  HurrayTensorContext *got = NULL;
+  OK(hurray_client_get(c, "x", NULL, &got, E));
+  assert_same_buffers(got, want);
+  hurray_tensor_context_release(got);
+  hurray_tensor_context_release(want);
+  hurray_client_destroy(c);
+  finish(&r);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(every_layout_round_trips),
+      cmocka_unit_test(every_dtype_round_trips),
+      cmocka_unit_test(files_and_rows),
+      cmocka_unit_test(handshake_refusals),
+      cmocka_unit_test(preferred_device),
+      cmocka_unit_test(flipped_byte_detected),
+      cmocka_unit_test(interrupted_transfer_resumes),
+      cmocka_unit_test(faults_do_not_stall_others),
+      cmocka_unit_test(thousand_clients),
+      cmocka_unit_test(killed_server),
+      cmocka_unit_test(secrets_and_read_only),
+      cmocka_unit_test(unix_socket),
+  };
+  return cmocka_run_group_tests(tests, make_dir, remove_dir);
+}

@@ -1,0 +1,315 @@
+/* test_wire_codec.c -- the frames of docs/spec/interchange.md, byte for byte: every golden
+ * example of spec §9 is encoded here and compared with the spec's hex, and decoded back; then
+ * the decoders' refusals, each with the status and message the spec names. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "test_tmpdir.h"
+#include "wire.h"
+
+/* Parses spec hex ("89 48 52 57 ..."; whitespace ignored) into bytes. */
+static size_t unhex(const char *text, uint8_t *out, size_t cap) {
+  size_t n = 0;
+  while (*text) {
+    if (*text == ' ' || *text == '\n') {
+      text++;
+      continue;
+    }
+    unsigned v = 0;
+    assert_int_equal(sscanf(text, "%2x", &v), 1);
+    assert_true(n < cap);
+    out[n++] = (uint8_t)v;
+    text += 2;
+  }
+  return n;
+}
+
+static void assert_bytes(const FileSink *sink, const char *hex) {
+  uint8_t want[4096];
+  size_t n = unhex(hex, want, sizeof want);
+  if (sink->len != n || memcmp(sink->data, want, n) != 0) {
+    for (size_t i = 0; i < sink->len; i++) fprintf(stderr, "%02x%s", sink->data[i], i % 16 == 15 ? "\n" : " ");
+    fprintf(stderr, "\n");
+    fail_msg("encoded %zu bytes differ from the spec's %zu", sink->len, n);
+  }
+}
+
+/* §9.1 */
+static const char kClientHello[] =
+    "89 48 52 57 01 00 00 00 00 00 00 00 00 00 00 00 3a 00 00 00 00 00 00 00"
+    "01 00 00 00 00 00 00 00 00 00 40 00 00 00 00 00"
+    "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
+    "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
+    "01 00 00 00 00 00 00 00 00 00";
+
+static void hello_golden(void **state) {
+  (void)state;
+  WireHello *h = calloc(1, sizeof *h);
+  h->version_major = 1;
+  h->max_frame = 4u << 20;
+  uint8_t cpu = 0;
+  OK(hurray__wire_devices_fill(h, &cpu, 1, E));
+  FileSink out = {0};
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, h, &out, E));
+  assert_bytes(&out, kClientHello);
+  WireHeader hd;
+  OK(hurray__wire_header_decode(out.data, 0, &hd, E));
+  assert_int_equal(hd.type, WIRE_CLIENT_HELLO);
+  assert_int_equal(hd.length, 58);
+  WireHello *back = calloc(1, sizeof *back);
+  OK(hurray__wire_hello_decode(out.data + WIRE_HEADER_SIZE, 58, back, E));
+  assert_int_equal(back->max_frame, 4u << 20);
+  assert_int_equal(back->ndevices, 1);
+  hurray__sink_reset(&out);
+  free(back);
+  free(h);
+}
+
+/* §9.2: the hello of a server that asks for a secret, with a private tag 0xf3 "npu_x". */
+static const char kServerHello[] =
+    "89 48 52 57 02 00 00 00 00 00 00 00 00 00 00 00 41 00 00 00 00 00 00 00"
+    "01 00 00 00 01 00 00 00 00 00 10 00 00 00 00 00"
+    "00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f"
+    "10 11 12 13 14 15 16 17 18 19 1a 1b 1c 1d 1e 1f"
+    "02 00 00 00 00 00 00 00 00 00 f3 05 6e 70 75 5f 78";
+
+static void server_hello_golden(void **state) {
+  (void)state;
+  OK(hurray_device_register_private(0xf3, "npu_x", E));
+  WireHello *h = calloc(1, sizeof *h);
+  h->version_major = 1;
+  h->flags = WIRE_HELLO_AUTH;
+  h->max_frame = 1u << 20;
+  for (int i = 0; i < WIRE_NONCE_SIZE; i++) h->nonce[i] = (uint8_t)i;
+  const uint8_t tags[] = {0x00, 0xf3};
+  OK(hurray__wire_devices_fill(h, tags, 2, E));
+  FileSink out = {0};
+  OK(hurray__wire_hello_encode(WIRE_SERVER_HELLO, h, &out, E));
+  assert_bytes(&out, kServerHello);
+  WireHello *back = calloc(1, sizeof *back);
+  OK(hurray__wire_hello_decode(out.data + WIRE_HEADER_SIZE, out.len - WIRE_HEADER_SIZE, back, E));
+  OK(hurray__wire_devices_check(back, E)); /* registered here under the same name */
+  assert_string_equal(back->devices[1].name, "npu_x");
+  OK(hurray_device_unregister_private(0xf3, E));
+  HurrayError error = {0};
+  assert_int_equal(hurray__wire_devices_check(back, &error), HURRAY_EDEVICE);
+  assert_string_equal(error.message, "private device tag 0xf3 ('npu_x') is not registered here");
+  hurray__sink_reset(&out);
+  free(back);
+  free(h);
+}
+
+/* §9.3: AUTH for secret "s3cret", client nonce 32 x 0xaa, server nonce 00..1f. */
+static const char kAuth[] =
+    "89 48 52 57 03 00 00 00 00 00 00 00 00 00 00 00 20 00 00 00 00 00 00 00"
+    "cf c4 c3 0a 10 66 5e 4a 05 34 4f 6a 6b 9c 88 4f"
+    "2c 28 32 06 be fb 92 33 f7 5d 05 00 7e 58 76 da";
+
+static void auth_golden(void **state) {
+  (void)state;
+  uint8_t cn[WIRE_NONCE_SIZE], sn[WIRE_NONCE_SIZE], mac[WIRE_MAC_SIZE], proof[WIRE_MAC_SIZE];
+  memset(cn, 0xaa, sizeof cn);
+  for (int i = 0; i < WIRE_NONCE_SIZE; i++) sn[i] = (uint8_t)i;
+  OK(hurray__wire_mac((const uint8_t *)"s3cret", 6, false, cn, sn, mac, E));
+  FileSink out = {0};
+  hurray__wire_frame(&out, WIRE_AUTH, 0, 0, mac, sizeof mac);
+  assert_bytes(&out, kAuth);
+  OK(hurray__wire_mac((const uint8_t *)"s3cret", 6, true, cn, sn, proof, E));
+  assert_false(hurray__wire_mac_equal(mac, proof)); /* the two directions differ */
+  hurray__sink_reset(&out);
+}
+
+/* §9.4: request 7 for rows [1, 2) of "x", preferring CUDA with fallback, resuming at 0. */
+static const char kRequest[] =
+    "89 48 52 57 20 00 00 00 07 00 00 00 00 00 00 00 21 00 00 00 00 00 00 00"
+    "01 01 01 00 01 00 00 00 01 00 00 00 00 00 00 00"
+    "02 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 78";
+
+static void request_golden(void **state) {
+  (void)state;
+  WireRequest r = {.preferred_device = 1, .range_kind = WIRE_RANGE_ROWS,
+                   .flags = WIRE_REQUEST_FALLBACK, .start = 1, .stop = 2, .name_len = 1,
+                   .name = "x"};
+  FileSink payload = {0}, out = {0};
+  OK(hurray__wire_request_encode(&r, &payload, E));
+  hurray__wire_frame(&out, WIRE_TENSOR_REQUEST, 0, 7, payload.data, payload.len);
+  assert_bytes(&out, kRequest);
+  WireRequest back;
+  OK(hurray__wire_request_decode(payload.data, payload.len, &back, E));
+  assert_string_equal(back.name, "x");
+  assert_int_equal(back.stop, 2);
+  hurray__sink_reset(&payload);
+  hurray__sink_reset(&out);
+}
+
+/* §9.5: the TENSOR_HEADER and DATA frames answering request 7 for the whole of "x", DENSE
+ * float32 [2] = {1.0, 2.0} (the tensor of file-format.md §11, same record). */
+static const char kTensorHeader[] =
+    "89 48 52 57 21 00 00 00 07 00 00 00 00 00 00 00 88 00 00 00 00 00 00 00"
+    "00 00 00 00 01 00 00 00 08 00 00 00 00 00 00 00"
+    "00 00 00 00 00 00 00 00 48 00 00 00 00 00 00 00"
+    "00 00 00 06 00 00 00 00 08 00 00 00 00 00 00 00"
+    "b7 f4 34 71 8f d7 e8 4d 00 00 00 00 00 00 00 00"
+    "01 00 00 00 00 00 00 00 78 00 00 00 00 00 00 00"
+    "00 0a 01 01 00 00 00 00 00 00 00 00 00 00 00 00"
+    "00 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00"
+    "0a 01 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
+    "02 00 00 00 00 00 00 00";
+static const char kData[] =
+    "89 48 52 57 22 01 00 00 07 00 00 00 00 00 00 00 18 00 00 00 00 00 00 00"
+    "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
+    "00 00 80 3f 00 00 00 40";
+
+static HurrayTensorContext *tiny_tensor(void) {
+  static const int64_t shape[] = {2};
+  static const float values[] = {1.0f, 2.0f};
+  HurrayArray part = {.shape = shape, .ndim = 1, .dtype = HURRAY_DTYPE_FLOAT32};
+  HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = shape,
+                           .parts = &part, .nparts = 1, .dtype = HURRAY_DTYPE_FLOAT32};
+  HurrayBufferList *list = NULL;
+  HurrayBuffer *b = NULL;
+  HurrayTensorContext *ctx = NULL;
+  OK(hurray_buffer_list_create(1, &list, E));
+  OK(hurray_buffer_alloc(8, 64, 0, &b, E));
+  memcpy(b->data, values, 8);
+  OK(hurray_buffer_list_append(list, b, HURRAY_ROLE_VALUES, NULL, E));
+  OK(hurray_tensor_context_create(&desc, list, 0, NULL, NULL, &ctx, E));
+  return ctx;
+}
+
+static void tensor_golden(void **state) {
+  (void)state;
+  WireServed *served = NULL;
+  OK(hurray__wire_served_create("x", tiny_tensor(), NULL, NULL, 0, &served, E));
+  WireRequest r = {.name_len = 1, .name = "x"};
+  WirePlan plan;
+  OK(hurray__wire_plan(served, &r, &plan, E));
+  FileSink out = {0};
+  hurray__wire_frame(&out, WIRE_TENSOR_HEADER, 0, 7, plan.header.data, plan.header.len);
+  assert_bytes(&out, kTensorHeader);
+  assert_int_equal(plan.nsegments, 1);
+  out.len = 0;
+  uint8_t fixed[WIRE_DATA_FIXED] = {0};
+  FileSink data = {0};
+  hurray__sink_bytes(&data, fixed, sizeof fixed);
+  hurray__sink_bytes(&data, plan.segments[0].data, (size_t)plan.segments[0].len);
+  hurray__wire_frame(&out, WIRE_DATA, WIRE_FLAG_END, 7, data.data, data.len);
+  assert_bytes(&out, kData);
+  FileArena arena = {0};
+  WireTensor t;
+  OK(hurray__wire_tensor_decode(plan.header.data, plan.header.len, &arena, &t, E));
+  assert_string_equal(t.record.name, "x");
+  assert_int_equal(t.total_bytes, 8);
+  hurray__arena_free(&arena);
+  hurray__sink_reset(&data);
+  hurray__sink_reset(&out);
+  hurray__wire_plan_reset(&plan);
+  hurray__wire_served_destroy(served);
+}
+
+/* §9.6: ERROR for request 7, and GOODBYE. */
+static const char kError[] =
+    "89 48 52 57 40 00 00 00 07 00 00 00 00 00 00 00 15 00 00 00 00 00 00 00"
+    "01 00 00 00 0d 00 00 00 6e 6f 20 74 65 6e 73 6f 72 20 27 79 27";
+static const char kGoodbye[] =
+    "89 48 52 57 50 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
+
+static void error_goodbye_golden(void **state) {
+  (void)state;
+  FileSink payload = {0}, out = {0};
+  hurray__wire_error_encode(HURRAY_EINVAL, "no tensor 'y'", &payload);
+  hurray__wire_frame(&out, WIRE_ERROR, 0, 7, payload.data, payload.len);
+  assert_bytes(&out, kError);
+  HurrayError error = {0};
+  assert_int_equal(hurray__wire_error_decode(payload.data, payload.len, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message, "peer: no tensor 'y'");
+  out.len = 0;
+  hurray__wire_frame(&out, WIRE_GOODBYE, 0, 0, NULL, 0);
+  assert_bytes(&out, kGoodbye);
+  hurray__sink_reset(&payload);
+  hurray__sink_reset(&out);
+}
+
+/* ---- refusals ----------------------------------------------------------------------------- */
+
+static void expect_header(const char *hex, uint64_t max_data, int status, const char *message) {
+  uint8_t b[WIRE_HEADER_SIZE];
+  assert_int_equal(unhex(hex, b, sizeof b), WIRE_HEADER_SIZE);
+  WireHeader h;
+  HurrayError error = {0};
+  assert_int_equal(hurray__wire_header_decode(b, max_data, &h, &error), status);
+  assert_string_equal(error.message, message);
+}
+
+static void header_refusals(void **state) {
+  (void)state;
+  expect_header("47 45 54 20 2f 20 48 54 54 50 2f 31 2e 31 0d 0a 00 00 00 00 00 00 00 00", 0,
+                HURRAY_EPROTOCOL, "not a Hurray wire frame (bad magic 47 45 54 20)");
+  expect_header("89 48 52 57 99 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00", 0,
+                HURRAY_EPROTOCOL, "unknown frame type 0x99");
+  expect_header("89 48 52 57 10 01 00 00 01 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00", 0,
+                HURRAY_EPROTOCOL, "LIST frame has unknown flags 0x01");
+  expect_header("89 48 52 57 10 00 01 00 01 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00", 0,
+                HURRAY_EPROTOCOL, "LIST frame header reserved bytes are not zero");
+  expect_header("89 48 52 57 01 00 00 00 00 00 00 00 00 00 00 00 01 00 01 00 00 00 00 00", 0,
+                HURRAY_ELIMIT, "CLIENT_HELLO frame of 65537 bytes exceeds the limit of 65536");
+  expect_header("89 48 52 57 22 00 00 00 01 00 00 00 00 00 00 00 11 00 10 00 00 00 00 00",
+                (1u << 20) + 16, HURRAY_ELIMIT,
+                "DATA frame of 1048593 bytes exceeds the limit of 1048592");
+}
+
+static void expect_hello(const uint8_t *payload, size_t len, int status, const char *message) {
+  WireHello *h = calloc(1, sizeof *h);
+  HurrayError error = {0};
+  int got = hurray__wire_hello_decode(payload, len, h, &error);
+  if (got == HURRAY_OK) got = hurray__wire_devices_check(h, &error);
+  assert_int_equal(got, status);
+  assert_string_equal(error.message, message);
+  free(h);
+}
+
+static void hello_refusals(void **state) {
+  (void)state;
+  uint8_t p[80];
+  size_t len = unhex("01 00 00 00 00 00 00 00 00 00 40 00 00 00 00 00"
+                     "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
+                     "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
+                     "01 00 00 00 00 00 00 00 00 00",
+                     p, sizeof p);
+  p[0] = 2; /* a version from the future: refused from its first four bytes */
+  expect_hello(p, 4, HURRAY_EUNSUPPORTED,
+               "protocol version 2.0 is not supported (this peer speaks 1.0)");
+  p[0] = 1;
+  p[56] = 0x42;
+  expect_hello(p, len, HURRAY_EDEVICE,
+               "device tag 0x42 is reserved (0x09..0xef): not in this protocol version");
+  p[56] = 0xff;
+  expect_hello(p, len, HURRAY_EDEVICE, "device tag 0xff is invalid");
+  p[56] = 0xf5;
+  expect_hello(p, len, HURRAY_EPROTOCOL, "private device tag 0xf5 has an invalid name");
+  p[56] = 0x01;
+  p[57] = 1;
+  expect_hello(p, len, HURRAY_EPROTOCOL, "hello truncated in device 0");
+  p[57] = 0;
+  p[10] = 0;
+  p[9] = 1; /* max_frame 256 */
+  expect_hello(p, len, HURRAY_EPROTOCOL, "hello max_frame 256 is outside [65536, 1073741824]");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(hello_golden),        cmocka_unit_test(server_hello_golden),
+      cmocka_unit_test(auth_golden),         cmocka_unit_test(request_golden),
+      cmocka_unit_test(tensor_golden),       cmocka_unit_test(error_goodbye_golden),
+      cmocka_unit_test(header_refusals),     cmocka_unit_test(hello_refusals),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
