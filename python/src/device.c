@@ -211,7 +211,8 @@ static PyGetSetDef device_getset[] = {
     {"tag", get_tag, NULL,
      PyDoc_STR("The device tag, an int: 0x00 cpu to 0x08 opencl, 0xF0-0xFE private.\n"),
      NULL},
-    {"index", get_index, NULL, PyDoc_STR("The device index (the descriptor's device_id), 0 to 65535.\n"), NULL},
+    {"index", get_index, NULL,
+     PyDoc_STR("The device index (the descriptor's device_id), 0 to 65535.\n"), NULL},
     {"name", get_name, NULL,
      PyDoc_STR("The tag's name: 'cpu', 'cuda', ... or a registered private name.\n"
                "\n"

@@ -261,7 +261,8 @@ static PyMethodDef mode_methods[] = {
 };
 
 static PyGetSetDef mode_getset[] = {
-    {"name", mode_get_name, NULL, PyDoc_STR("The mode this block puts in force: 'strict' or 'relaxed'.\n"), NULL},
+    {"name", mode_get_name, NULL,
+     PyDoc_STR("The mode this block puts in force: 'strict' or 'relaxed'.\n"), NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
