@@ -1,9 +1,39 @@
-"""Hurray: device-aware tensor interchange (hurray-python, over the hurray-ffi C ABI).
+"""Hurray: device-aware tensor interchange.
 
-Everything public lives in the C extension ``hurray._hurray``; this file only re-exports it.
-See docs/impl/python-bindings.md for the API, the DLPack mapping table, the native interchange
-protocol (``__hurray__`` / ``from_hurray``), the file container (``save`` / ``load`` /
-``open``), the error hierarchy and the compliance modes.
+Hurray describes a tensor completely -- dtype of any tier (float32 as
+much as bfloat16, float8 or packed int4), shape and strides, the device
+and kind of memory it lives in, whether it is ready to be read, and its
+layout (dense, quantised, sparse, paged, composite) -- and moves it
+between libraries, processes and files without copying it.
+
+Tensors
+    `Tensor` (over any buffer-protocol object), `Tensor.from_address`
+    (memory on any device), `Tensor.from_parts` (multi-buffer layouts),
+    `dtype`, `Device`.
+Exchange
+    `from_numpy`, `from_dlpack` and ``Tensor.__dlpack__`` for NumPy,
+    PyTorch and JAX; `from_hurray` and ``Tensor.__hurray__``, the native
+    protocol that loses nothing, between Hurray-aware extensions.
+Files
+    `save`, `load`, `open` (a lazy `File`) and `convert` (safetensors,
+    .npy and .npz).
+Modes and errors
+    `set_mode`, `get_mode`, `mode`; every error is a `HurrayError`.
+
+Everything lives in the C extension ``hurray._hurray``, over the
+hurray-ffi C ABI (`C_ABI_VERSION`); this package re-exports it. The user
+guide is docs/guide/, the reference docs/impl/python-bindings.md.
+
+Examples
+--------
+>>> import numpy as np
+>>> t = hurray.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+>>> t.shape, t.dtype
+((2, 3), hurray.float32)
+>>> hurray.save("example.hurray", {"t": t})
+>>> np.asarray(hurray.load("example.hurray")["t"])
+array([[0., 1., 2.],
+       [3., 4., 5.]], dtype=float32)
 """
 
 from hurray import _hurray

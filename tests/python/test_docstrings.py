@@ -26,10 +26,9 @@ CLASSES = [hurray.Tensor, hurray.File, hurray.Device, hurray.dtype, hurray.mode]
 
 def public_objects():
     """(qualified name, object, kind) of every documented public object."""
-    found = []
-    for name in sorted(set(hurray.__all__) | {"open"}):
-        value = getattr(hurray, name)
-        if isinstance(value, hurray.dtype) or not callable(value):
+    found = [("hurray", hurray, "module")]
+    for name, value in sorted(vars(hurray).items()):
+        if name.startswith("_") or isinstance(value, hurray.dtype) or not callable(value):
             continue
         if isinstance(value, type) and issubclass(value, BaseException):
             found.append((f"hurray.{name}", value, "exception"))
@@ -104,6 +103,9 @@ def signature_parameters(obj, kind):
 
 def test_every_public_name_is_checked():
     names = set(IDS)
+    assert {f"hurray.{name}" for name in hurray.__all__
+            if callable(getattr(hurray, name)) and
+            not isinstance(getattr(hurray, name), hurray.dtype)} <= names
     for expected in ("hurray.save", "hurray.open", "hurray.Tensor.tolist", "hurray.Tensor.shape",
                      "hurray.File.slice", "hurray.Device.name", "hurray.dtype.bits",
                      "hurray.Tensor.__dlpack__", "hurray.LayoutError"):
@@ -124,7 +126,7 @@ def test_docstring_follows_the_numpy_standard(name, obj, kind):
     for title in order:
         underline = text.splitlines()[text.splitlines().index(title) + 1]
         assert underline == "-" * len(title), f"{name}: {title!r} underlined {underline!r}"
-    if kind in ("function", "method", "class"):
+    if kind in ("module", "function", "method", "class"):
         assert "Examples" in found, f"{name} has no Examples section"
         parameters = signature_parameters(obj, kind)
         if parameters:
