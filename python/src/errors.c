@@ -43,18 +43,25 @@ typedef struct ExcSpec {
 /* Indexed by HurrayPyExc; parents come before their children. */
 static const ExcSpec kExcSpecs[HURRAY_PY_EXC_COUNT] = {
     [HURRAY_PY_EXC_ERROR] = {"hurray.HurrayError", -1, NULL,
-                             "Base class of every error raised by hurray.\n\n"
+                             "Base class of every error raised by hurray.\n"
+                             "\n"
                              "Instances raised for a hurray-core status carry it as `code` (an "
-                             "int of HURRAY_STATUS_LIST); `code` is None otherwise."},
+                             "int of\n"
+                             "HURRAY_STATUS_LIST); `code` is None otherwise."},
     [HURRAY_PY_EXC_BUFFER] = {"hurray.BufferError", HURRAY_PY_EXC_ERROR, &PyExc_BufferError,
-                              "The memory cannot be shared or reached as asked: a consumed or "
-                              "invalid capsule, host access to device memory, a non-contiguous "
-                              "buffer export, a copy needed where copy=False."},
+                              "The memory cannot be shared or reached as asked.\n"
+                              "\n"
+                              "A consumed or invalid capsule, host access to device memory, a\n"
+                              "non-contiguous buffer export, a copy needed where copy=False."},
     [HURRAY_PY_EXC_UNSUPPORTED] = {"hurray.UnsupportedError", HURRAY_PY_EXC_ERROR,
                                    &PyExc_BufferError,
-                                   "Valid, but not representable through the protocol asked for "
-                                   "(e.g. PEER memory or int4 through DLPack). A "
-                                   "builtins.BufferError, as DLPack callers expect."},
+                                   "Valid, but not representable through the protocol asked for.\n"
+                                   "\n"
+                                   "For example peer memory or int4 through DLPack: the native "
+                                   "protocol\n"
+                                   "(hurray.from_hurray) carries them. A builtins.BufferError, as "
+                                   "DLPack\n"
+                                   "callers expect."},
     [HURRAY_PY_EXC_ABI] = {"hurray.ABIError", HURRAY_PY_EXC_UNSUPPORTED, NULL,
                            "A producer built against another hurray-ffi or DLPack ABI version."},
     [HURRAY_PY_EXC_INVALID_ARGUMENT] = {"hurray.InvalidArgumentError", HURRAY_PY_EXC_ERROR,
@@ -66,11 +73,14 @@ static const ExcSpec kExcSpecs[HURRAY_PY_EXC_COUNT] = {
     [HURRAY_PY_EXC_DTYPE] = {"hurray.DTypeError", HURRAY_PY_EXC_ERROR, &PyExc_TypeError,
                              "An unknown or invalid dtype."},
     [HURRAY_PY_EXC_DESCRIPTOR] = {"hurray.DescriptorError", HURRAY_PY_EXC_ERROR, &PyExc_ValueError,
-                                  "An invalid buffer descriptor field: device tag, memory "
-                                  "class, sync mode or alignment."},
+                                  "An invalid buffer descriptor field.\n"
+                                  "\n"
+                                  "Device tag, memory class, sync mode or alignment."},
     [HURRAY_PY_EXC_LAYOUT] = {"hurray.LayoutError", HURRAY_PY_EXC_ERROR, &PyExc_ValueError,
-                              "Shape, strides, byte offset or byte count do not describe a "
-                              "valid tensor over its buffers."},
+                              "A tensor's layout does not fit its buffers.\n"
+                              "\n"
+                              "Shape, strides, byte offset or byte count do not describe a valid\n"
+                              "tensor over its buffers."},
     [HURRAY_PY_EXC_FORMAT] = {"hurray.FormatError", HURRAY_PY_EXC_ERROR, &PyExc_ValueError,
                               "Malformed encoded bytes."},
     [HURRAY_PY_EXC_CHECKSUM] = {"hurray.ChecksumError", HURRAY_PY_EXC_FORMAT, NULL,
@@ -80,12 +90,14 @@ static const ExcSpec kExcSpecs[HURRAY_PY_EXC_COUNT] = {
     [HURRAY_PY_EXC_STATE] = {"hurray.StateError", HURRAY_PY_EXC_ERROR, &PyExc_RuntimeError,
                              "An object is in the wrong state for the operation."},
     [HURRAY_PY_EXC_WIRE] = {"hurray.WireError", HURRAY_PY_EXC_ERROR, &PyExc_ConnectionError,
-                                "The peer broke the wire protocol (docs/spec/interchange.md) or "
-                                "is not a Hurray peer."},
+                                "The peer broke the wire protocol, or is not a Hurray peer.\n"
+                                "\n"
+                                "See docs/spec/interchange.md."},
     [HURRAY_PY_EXC_AUTH] = {"hurray.AuthenticationError", HURRAY_PY_EXC_ERROR,
                             &PyExc_PermissionError,
-                            "A wrong or missing shared secret, or a server that cannot prove it "
-                            "knows the secret."},
+                            "A wrong or missing shared secret.\n"
+                            "\n"
+                            "Or a server that cannot prove it knows the secret."},
     [HURRAY_PY_EXC_DENIED] = {"hurray.PermissionDeniedError", HURRAY_PY_EXC_ERROR,
                               &PyExc_PermissionError,
                               "The server refused: an upload to a read-only server, or its "
@@ -94,8 +106,9 @@ static const ExcSpec kExcSpecs[HURRAY_PY_EXC_COUNT] = {
                                "A network operation made no progress within its timeout."},
     [HURRAY_PY_EXC_CONNECTION] = {"hurray.ConnectionLostError", HURRAY_PY_EXC_ERROR,
                                   &PyExc_ConnectionError,
-                                  "The connection was refused, reset or closed by the peer; "
-                                  "nothing partial was delivered."},
+                                  "The connection was refused, reset or closed by the peer.\n"
+                                  "\n"
+                                  "Nothing partial was delivered."},
 };
 
 /* The table: every status of HURRAY_STATUS_LIST maps to exactly one class. A switch over the

@@ -767,8 +767,9 @@ static PyMethodDef file_methods[] = {
 
 static PyGetSetDef file_getset[] = {
     {"metadata", file_get_metadata, NULL,
-     PyDoc_STR("The file's metadata as a dict of bool, int, float, str, list and dict "
-               "(empty when none was written); decoded afresh on each access."),
+     PyDoc_STR("The file's metadata, a dict (empty when none was written).\n\n"
+               "Values are bool, int, float, str, list and dict, decoded afresh on\n"
+               "each access."),
      NULL},
     {"info", file_get_info, NULL,
      PyDoc_STR("Whole-file facts: version, alignment, tensors, buffers, file_size, "

@@ -1045,14 +1045,17 @@ static PyGetSetDef tensor_getset[] = {
     {"nbytes", get_nbytes, NULL,
      PyDoc_STR("Bytes of `size` packed elements: ceil(size * dtype.bits / 8)."), NULL},
     {"strides", get_strides, NULL,
-     PyDoc_STR("Strides in elements (row-major ones for a contiguous tensor); None for layouts "
-               "other than dense."),
+     PyDoc_STR("Strides in elements, or None for layouts other than dense.\n"
+               "\n"
+               "Row-major ones for a contiguous tensor.\n"),
      NULL},
     {"byte_offset", get_byte_offset, NULL,
      PyDoc_STR("Bytes from the buffer's data to element (0, ..., 0) of the values."), NULL},
     {"buffer_address", get_buffer_address, NULL,
-     PyDoc_STR("The values buffer's data as an int (64-byte aligned on address-form devices); "
-               "element (0, ..., 0) is at buffer_address + byte_offset there."),
+     PyDoc_STR("The address of the values buffer's data, an int.\n"
+               "\n"
+               "64-byte aligned on address-form devices, where element (0, ..., 0) is\n"
+               "at buffer_address + byte_offset.\n"),
      NULL},
     {"device", get_device, NULL, PyDoc_STR("Where the values live, a hurray.Device."), NULL},
     {"memory_class", get_memory_class, NULL,
@@ -1060,8 +1063,10 @@ static PyGetSetDef tensor_getset[] = {
     {"sync_mode", get_sync_mode, NULL,
      PyDoc_STR("When the data may be read: 'ready', 'stream', 'event' or 'timeline'.\n"), NULL},
     {"layout", get_layout, NULL,
-     PyDoc_STR("How the values are stored: 'dense', 'per_channel', 'block', 'sparse_coo', "
-               "'sparse_csr', 'paged' or 'composite'."),
+     PyDoc_STR("How the values are stored.\n"
+               "\n"
+               "'dense', 'per_channel', 'block', 'sparse_coo', 'sparse_csr', 'paged' or\n"
+               "'composite'."),
      NULL},
     {"readonly", get_readonly, NULL, PyDoc_STR("Whether the memory may not be written."), NULL},
     {"axis", get_axis, NULL,
@@ -1072,22 +1077,28 @@ static PyGetSetDef tensor_getset[] = {
     {"coalesced", get_coalesced, NULL,
      PyDoc_STR("Whether a sparse_coo tensor's indices are sorted and unique."), NULL},
     {"parts", get_parts, NULL,
-     PyDoc_STR("The tensor's arrays in its layout's order, each as a dense hurray.Tensor over "
-               "the same memory (a view that keeps this tensor alive): (values,) for dense, "
-               "(values, scales[, zero_points]) for per_channel, ... () for composite."),
+     PyDoc_STR("The tensor's arrays, in its layout's order, as dense tensors.\n"
+               "\n"
+               "Each is a view over the same memory that keeps this tensor alive:\n"
+               "(values,) for dense, (values, scales[, zero_points]) for per_channel,\n"
+               "... and () for composite.\n"),
      NULL},
     {"children", get_children, NULL,
-     PyDoc_STR("{name: hurray.Tensor} of a composite tensor, in order (views over the same "
-               "memory); {} for other layouts."),
+     PyDoc_STR("The children of a composite tensor, {name: hurray.Tensor}, in order.\n"
+               "\n"
+               "Views over the same memory; {} for other layouts.\n"),
      NULL},
     {"buffers", get_buffers, NULL,
-     PyDoc_STR("Every buffer of the tensor's buffer list, in order, as a dict: role, device, "
-               "memory_class, sync_mode, sync_handle, sync_value, byte_size, alignment, "
-               "address, readonly, peer_index."),
+     PyDoc_STR("Every buffer of the tensor, in order, as a tuple of dicts.\n"
+               "\n"
+               "Each dict has role, device, memory_class, sync_mode, sync_handle,\n"
+               "sync_value, byte_size, alignment, address, readonly and peer_index.\n"),
      NULL},
     {"__array_namespace__", get_array_namespace, NULL,
-     PyDoc_STR("The array API namespace method: on Tier 1 tensors always, on Tier 2 / Tier 3 "
-               "tensors in relaxed mode only (ADR-022); AttributeError elsewhere."),
+     PyDoc_STR("The array API namespace method, where the mode offers it.\n"
+               "\n"
+               "On Tier 1 tensors always, on Tier 2 and Tier 3 tensors in relaxed mode\n"
+               "only (ADR-022); AttributeError elsewhere.\n"),
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -119,6 +119,9 @@ def test_docstring_follows_the_numpy_standard(name, obj, kind):
     summary = text.split("\n\n")[0]
     assert "\n" not in summary and summary.endswith("."), \
         f"{name}: the summary is one line ending with a period, not {summary!r}"
+    prose = text.split("\nExamples\n--------\n")[0]  # doctest output is as wide as it is
+    long = [line for line in prose.splitlines() if len(line) > 79]
+    assert not long, f"{name}: lines help() would show wider than 79 columns: {long}"
     found, order = sections(text)
     unknown = [title for title in order if title not in SECTIONS]
     assert not unknown, f"{name}: sections the standard does not have: {unknown}"
