@@ -20,6 +20,47 @@
 #ifndef HURRAY_HURRAY_H
 #define HURRAY_HURRAY_H
 
+/* The simple API: read one tensor of a file. This is examples/simple.c, which the tests build
+ * and run (and keep equal to this copy and to the one in docs/impl/c-ffi.md). */
+#if 0 /* examples/simple.c */
+/* simple.c -- the simple API: open a file, get a tensor by name, reach its shape and data,
+ * release. Run: simple FILE NAME */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "hurray/hurray.h"
+
+int main(int argc, char **argv) {
+  if (argc != 3) return 2;
+  HurrayError error = {0};
+  HurrayFileReader *file = NULL;
+  HurrayTensorContext *tensor = NULL;
+  uint32_t index = 0;
+  if (hurray_file_reader_open(argv[1], 0, &file, &error) != HURRAY_OK ||  /* maps, validates */
+      hurray_file_reader_find(file, argv[2], &index, &error) != HURRAY_OK ||
+      hurray_file_reader_get(file, index, 0, &tensor, &error) != HURRAY_OK) { /* zero-copy */
+    fprintf(stderr, "%s: %s\n", hurray_status_name(error.code), error.message);
+    hurray_file_reader_destroy(file);
+    return 1;
+  }
+  const HurrayTensorDesc *t = tensor->tensor; /* layout, dtype, shape, parts */
+  printf("%s tensor of shape [", hurray_layout_name((int)t->layout));
+  for (int32_t k = 0; k < t->ndim; k++) printf("%s%" PRId64, k ? ", " : "", t->shape[k]);
+  printf("]");
+  if (t->layout == HURRAY_LAYOUT_DENSE && t->dtype == HURRAY_DTYPE_FLOAT32 &&
+      t->parts[0].strides == NULL) { /* row-major float32: a plain C array */
+    const float *x = hurray_tensor_context_data(tensor, 0);
+    uint64_t n = 0;
+    hurray_array_numel(&t->parts[0], &n, NULL);
+    for (uint64_t i = 0; i < n; i++) printf("%s%g", i ? " " : ": ", (double)x[i]);
+  }
+  printf("\n");
+  hurray_tensor_context_release(tensor); /* the data is valid until here */
+  hurray_file_reader_destroy(file);      /* may come first: a tensor keeps the mapping */
+  return 0;
+}
+#endif /* examples/simple.c */
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -545,6 +586,17 @@ HURRAY_API uint32_t hurray_tensor_context_abi_version(const HurrayTensorContext 
  * full validation of the tensor against its buffers. */
 HURRAY_API int hurray_tensor_context_check(const HurrayTensorContext *context, uint32_t flags,
                                            HurrayError *error);
+/* The address of element (0, ..., 0) of part `part` of the context's tensor: its buffer's
+ * data plus the part's byte_offset (a sub-byte element starts at bit 0 of that byte). Read the
+ * other elements through the part's shape and strides (NULL strides: row-major). The address
+ * is on the buffer's device (CPU memory for tensors from a file) and is borrowed: valid until
+ * the context is released, writable only if context->flags lacks HURRAY_BUFFER_READ_ONLY.
+ * NULL if the context is NULL, of another ABI version or released, if `part` is not one of
+ * the tensor's parts (a composite has none), or if the buffer is empty or its data is no
+ * address (Metal, WebGPU and OpenCL buffer objects). Reads the context only: validate a
+ * context from another binary with hurray_tensor_context_check first. */
+HURRAY_API void *hurray_tensor_context_data(const HurrayTensorContext *context, uint32_t part);
+
 /* Calls context->release(context) if it is set. NULL is a no-op. */
 HURRAY_API void hurray_tensor_context_release(HurrayTensorContext *context);
 

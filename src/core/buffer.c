@@ -16,18 +16,19 @@ static int check_flags(const char *what, uint32_t flags, uint32_t known, HurrayE
                       flags & ~known);
 }
 
+bool hurray__buffer_has_address(const HurrayBufferDesc *desc) {
+  return desc->device_tag != HURRAY_DEVICE_METAL && desc->device_tag != HURRAY_DEVICE_WEBGPU &&
+         desc->device_tag != HURRAY_DEVICE_OPENCL;
+}
+
 static int check_data(void *data, const HurrayBufferDesc *desc, HurrayError *error) {
   if (data == NULL) {
     if (desc->byte_size == 0) return HURRAY_OK;
     return hurray__fail(error, HURRAY_EINVAL, "data is NULL but byte_size is %" PRIu64,
                         desc->byte_size);
   }
-  /* Metal, WebGPU and OpenCL buffers have no address: data is the buffer object (spec 2.5),
-   * whose offset 0 the device API aligns. */
-  if (desc->device_tag == HURRAY_DEVICE_METAL || desc->device_tag == HURRAY_DEVICE_WEBGPU ||
-      desc->device_tag == HURRAY_DEVICE_OPENCL) {
-    return HURRAY_OK;
-  }
+  /* A buffer object's offset 0 is aligned by the device API. */
+  if (!hurray__buffer_has_address(desc)) return HURRAY_OK;
   uintptr_t offset = (uintptr_t)data & (desc->alignment - 1);
   if (offset == 0) return HURRAY_OK;
   return hurray__fail(error, HURRAY_EALIGN,

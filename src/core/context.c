@@ -150,6 +150,21 @@ int hurray_tensor_context_check(const HurrayTensorContext *context, uint32_t fla
   return hurray_tensor_validate(context->tensor, context->buffers, flags, error);
 }
 
+void *hurray_tensor_context_data(const HurrayTensorContext *context, uint32_t part) {
+  if (hurray_tensor_context_abi_version(context) != HURRAY_C_ABI_VERSION ||
+      context->release == NULL || context->tensor == NULL || context->buffers == NULL ||
+      part >= context->tensor->nparts) {
+    return NULL;
+  }
+  const HurrayArray *array = &context->tensor->parts[part];
+  if (array->buffer >= context->buffers->count) return NULL;
+  const HurrayBuffer *buffer = context->buffers->buffers[array->buffer];
+  if (buffer == NULL || buffer->data == NULL || !hurray__buffer_has_address(&buffer->desc)) {
+    return NULL;
+  }
+  return (uint8_t *)buffer->data + array->byte_offset;
+}
+
 void hurray_tensor_context_release(HurrayTensorContext *context) {
   if (context != NULL && context->release != NULL) context->release(context);
 }

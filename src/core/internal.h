@@ -26,6 +26,9 @@ HURRAY_INTERNAL int hurray__fail(HurrayError *error, int code, const char *fmt, 
 /* Every rule hurray_buffer_wrap checks, applied to a handle someone else made (a consumer's
  * view of a context it did not build): descriptor, flags, data alignment, sync state. */
 HURRAY_INTERNAL int hurray__buffer_check(const HurrayBuffer *buffer, HurrayError *error);
+/* Whether a buffer's `data` is an address: false for Metal, WebGPU and OpenCL, whose `data` is
+ * the buffer object (spec 2.5). */
+HURRAY_INTERNAL bool hurray__buffer_has_address(const HurrayBufferDesc *desc);
 
 /* hurray_tensor_desc_clone with `prefix` bytes for the caller in front of the copy, in one heap
  * block: *block is the block (the caller's bytes, released with free), *out the copy in it. */

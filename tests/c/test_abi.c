@@ -178,6 +178,7 @@ PIN_OFFSET(HurrayGetOptions, reserved, 48);
   _Static_assert(_Generic(&function, type: 1, default: 0), "signature of " #function)
 PIN_SIGNATURE(hurray_format_float64, size_t (*)(double, char *));
 PIN_SIGNATURE(hurray_layout_info, const HurrayLayoutInfo *(*)(int));
+PIN_SIGNATURE(hurray_tensor_context_data, void *(*)(const HurrayTensorContext *, uint32_t));
 _Static_assert(HURRAY_FLOAT64_TEXT_SIZE == 32, "float64 text size");
 
 /* Values that are forever. */

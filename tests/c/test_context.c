@@ -102,6 +102,55 @@ static void make_sparse(Sparse *s, int64_t extent) {
 
 /* ---- create, check, release ---------------------------------------------------------------- */
 
+/* hurray_tensor_context_data: each part's first element, past its byte offset; NULL where
+ * there is no such address. */
+static void data_is_each_parts_first_element(void **state) {
+  (void)state;
+  Counts counts = {0};
+  Sparse s;
+  make_sparse(&s, 4);
+  s.parts[1].byte_offset = 8;
+  HurrayTensorContext *context = NULL;
+  assert_int_equal(hurray_tensor_context_create(&s.tensor, make_list(&counts), 0, &counts,
+                                                count_owner, &context, NULL),
+                   HURRAY_OK);
+  const HurrayBufferList *list = context->buffers;
+  assert_ptr_equal(hurray_tensor_context_data(context, 0), list->buffers[1]->data);
+  assert_ptr_equal(hurray_tensor_context_data(context, 1), (char *)list->buffers[0]->data + 8);
+  const int64_t *indices = hurray_tensor_context_data(context, 0);
+  assert_int_equal(indices[1], 3);
+  assert_null(hurray_tensor_context_data(context, 2));
+  assert_null(hurray_tensor_context_data(NULL, 0));
+  HurrayTensorContext other = *context;
+  other.abi_version = HURRAY_C_ABI_VERSION + 1;
+  assert_null(hurray_tensor_context_data(&other, 0));
+  hurray_tensor_context_release(context);
+  expect_released_once(&counts);
+
+  /* an OpenCL buffer's data is the buffer object, not an address */
+  HurrayBufferList *list2 = NULL;
+  assert_int_equal(hurray_buffer_list_create(1, &list2, NULL), HURRAY_OK);
+  const HurrayBufferDesc desc = {.byte_size = 64,
+                                 .alignment = 64,
+                                 .device_tag = HURRAY_DEVICE_OPENCL,
+                                 .memory_class = HURRAY_MEM_DEVICE,
+                                 .sync_mode = HURRAY_SYNC_READY};
+  HurrayBuffer *object = NULL;
+  assert_int_equal(hurray_buffer_wrap((void *)(uintptr_t)0x1008, &desc, 0, NULL, 0, NULL, NULL,
+                                      &object, NULL),
+                   HURRAY_OK);
+  assert_int_equal(hurray_buffer_list_append(list2, object, HURRAY_ROLE_VALUES, NULL, NULL),
+                   HURRAY_OK);
+  static const int64_t kShape[] = {4};
+  const HurrayArray part = {.shape = kShape, .ndim = 1, .dtype = HURRAY_DTYPE_FLOAT32};
+  const HurrayTensorDesc dense = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = kShape,
+                                  .parts = &part, .nparts = 1, .dtype = HURRAY_DTYPE_FLOAT32};
+  assert_int_equal(hurray_tensor_context_create(&dense, list2, 0, NULL, NULL, &context, NULL),
+                   HURRAY_OK);
+  assert_null(hurray_tensor_context_data(context, 0));
+  hurray_tensor_context_release(context);
+}
+
 static void create_check_release(void **state) {
   (void)state;
   Counts counts = {0};
@@ -383,6 +432,7 @@ static void check_refuses_invalid_handles(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(create_check_release),
+      cmocka_unit_test(data_is_each_parts_first_element),
       cmocka_unit_test(create_without_owner_release),
       cmocka_unit_test(check_with_contents),
       cmocka_unit_test(read_only_buffers_make_the_context_read_only),

@@ -1,0 +1,30 @@
+# cmake -DSOURCE=<repository> -P check_documented.cmake: fails unless the copies of
+# examples/simple.c in include/hurray/hurray.h (between "#if 0 /* examples/simple.c */" and
+# "#endif /* examples/simple.c */") and in docs/impl/c-ffi.md (the ```c block after
+# "<!-- examples/simple.c -->") are the file itself.
+file(READ ${SOURCE}/examples/simple.c program)
+function(copy_in path begin end out)
+  file(READ ${SOURCE}/${path} text)
+  string(FIND "${text}" "${begin}" first)
+  if(first EQUAL -1)
+    message(FATAL_ERROR "${path} lacks '${begin}'")
+  endif()
+  string(LENGTH "${begin}" length)
+  math(EXPR first "${first} + ${length}")
+  string(SUBSTRING "${text}" ${first} -1 rest)
+  string(FIND "${rest}" "${end}" last)
+  if(last EQUAL -1)
+    message(FATAL_ERROR "${path} lacks '${end}' after '${begin}'")
+  endif()
+  string(SUBSTRING "${rest}" 0 ${last} copy)
+  set(${out} "${copy}" PARENT_SCOPE)
+endfunction()
+copy_in(include/hurray/hurray.h "#if 0 /* examples/simple.c */\n" "#endif /* examples/simple.c */"
+        in_header)
+copy_in(docs/impl/c-ffi.md "<!-- examples/simple.c -->\n```c\n" "```\n" in_guide)
+foreach(copy in_header in_guide)
+  if(NOT "${${copy}}" STREQUAL "${program}")
+    message(FATAL_ERROR "the copy of examples/simple.c ${copy} differs from the file")
+  endif()
+endforeach()
+message(STATUS "examples/simple.c, hurray.h and c-ffi.md agree")
