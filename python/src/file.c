@@ -262,7 +262,7 @@ static PyObject *meta_to_py(const HurrayMetaValue *value) {
 /* `obj` as a hurray.Tensor (a new reference), without copying: a Tensor as it is, a NumPy
  * array through from_numpy (which keeps read-only arrays and ml_dtypes' types), any other
  * DLPack producer (PyTorch, JAX, ...) through from_dlpack. */
-static PyObject *as_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name) {
+static PyObject *as_any_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name) {
   if (Py_IS_TYPE(obj, st->tensor_type)) return Py_NewRef(obj);
   PyObject *numpy_name = PyUnicode_FromString("numpy");
   if (numpy_name == NULL) return NULL;
@@ -284,6 +284,17 @@ static PyObject *as_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyO
                       "save(): tensor %R is a %.200s; expected a hurray.Tensor, a NumPy array "
                       "or a DLPack producer",
                       name, Py_TYPE(obj)->tp_name);
+}
+
+/* The same in host memory: a tensor on a device is copied to a host staging tensor through its
+ * runtime (Tensor.to_device('cpu'), which waits on its sync state); the file records host
+ * bytes, as file-format.md 5.2 says (ADR-048). A CPU tensor is itself. */
+static PyObject *as_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name) {
+  PyObject *tensor = as_any_tensor(module, st, obj, name);
+  if (tensor == NULL || !Py_IS_TYPE(tensor, st->tensor_type)) return tensor;
+  PyObject *host = PyObject_CallMethod(tensor, "to_device", "s", "cpu");
+  Py_DECREF(tensor);
+  return host;
 }
 
 /* One tensor to write, everything prepared with the GIL held. */

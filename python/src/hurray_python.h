@@ -18,6 +18,7 @@
  *              dlpack_check.h, driven by fuzz/fuzz_dlpack.c too)
  *   native.c   the native interchange protocol (Layer 8c): __hurray__ and hurray.from_hurray
  *   file.c     the file container (Layer 8b): hurray.save, load, open, File and convert
+ *   device_memory.c  Tensor.to_device: host <-> device copies through the device runtimes
  *
  * There are no static PyObject globals: every Python object the extension keeps lives in the
  * module state (HurrayState), reached from a type with PyType_GetModuleState. Cross-file
@@ -439,5 +440,13 @@ PyObject *hurray__py_tensor_hurray(PyObject *self, PyObject *const *args, Py_ssi
 
 extern PyType_Spec hurray__py_file_spec;
 extern PyMethodDef hurray__py_file_functions[];
+
+/* ============================================================================================
+ * device_memory.c
+ * ============================================================================================ */
+
+extern const char hurray__py_tensor_to_device_doc[];
+PyObject *hurray__py_tensor_to_device(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                      PyObject *kwnames);
 
 #endif /* HURRAY_PYTHON_H */

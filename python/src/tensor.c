@@ -1616,6 +1616,8 @@ static PyMethodDef tensor_methods[] = {
                "hurray.LayoutError: part 0 (indices): element [1, 0] is 2, outside [0, 2)\n")},
     {"__hurray__", HURRAY_PY_CFUNC(hurray__py_tensor_hurray), METH_FASTCALL | METH_KEYWORDS,
      hurray__py_tensor_hurray_doc},
+    {"to_device", HURRAY_PY_CFUNC(hurray__py_tensor_to_device), METH_FASTCALL | METH_KEYWORDS,
+     hurray__py_tensor_to_device_doc},
     {"tobytes", tensor_tobytes, METH_NOARGS,
      PyDoc_STR("tobytes($self, /)\n"
                "--\n"

@@ -14,14 +14,16 @@
  *
  *   make(kind="dense", *, device_tag=0, memory_class=0, sync_mode=0, sync_handle=0,
  *        sync_value=0, device_id=0, peer_device_id=0, readonly=False, context_flags=None,
- *        protect=False) -> Producer
+ *        protect=False, device_memory=False) -> Producer
  *       Producer.__hurray__(stream=None) returns a fresh "hurray_tensor" capsule per call: new
  *       memory for every buffer (filled with known bytes, whatever the device tag says: no
  *       device is touched), each with a release callback that frees it and counts, and the
  *       Producer itself as the context's owner, with a counting owner release. `readonly`
  *       marks every buffer HURRAY_BUFFER_READ_ONLY; `context_flags`, when given, is written
  *       over the context's flags after it is built (what a careless producer sends);
- *       `protect` maps each buffer's memory PROT_READ, so that a write to it faults.
+ *       `protect` maps each buffer's memory PROT_READ, so that a write to it faults;
+ *       `device_memory` makes each buffer real memory of the device, allocated and filled
+ *       through this copy's device backend (ADR-047), READY.
  *   consume(obj) -> Received
  *       the whole consumer protocol, in C: obj.__hurray__(), the name, the pointer, the ABI
  *       version (through hurray_tensor_context_abi_version, first), the check, the rename.
@@ -118,6 +120,7 @@ typedef struct Producer {
   uint32_t flags;         /* HURRAY_BUFFER_READ_ONLY */
   long long context_flags; /* written over the context's flags; -1: left as built */
   int protect;             /* buffers in PROT_READ pages */
+  int device_memory;       /* real memory of desc's device, through this copy's backend */
 } Producer;
 
 /* One buffer's bytes, as `make` fills them. */
@@ -155,11 +158,47 @@ static void protected_release(HurrayBuffer *buffer) {
   atomic_fetch_add(&g_buffers_released, 1);
 }
 
+/* Frees device memory this peer made: destroys the backend's buffer (the runtime's release
+ * of the memory, e.g. clReleaseMemObject), once per handle. */
+static void device_buffer_release(HurrayBuffer *buffer) {
+  hurray_buffer_destroy(buffer->release_ctx);
+  atomic_fetch_add(&g_buffers_released, 1);
+}
+
+/* A fresh buffer of `bytes` in real memory of the producer's device (hurray_device_alloc and a
+ * copy from the host, through this copy's own backend), READY. */
+static int device_buffer(const Producer *p, const Bytes *bytes, HurrayBuffer **out,
+                         HurrayError *error) {
+  HurrayDeviceQueue *queue = NULL;
+  HurrayBuffer *memory = NULL;
+  int status = hurray_device_queue_create(p->desc.device_tag, p->desc.device_id, &queue, error);
+  if (status == HURRAY_OK) status = hurray_device_alloc(queue, bytes->size, 0, &memory, error);
+  if (status == HURRAY_OK) {
+    status = hurray_device_copy_from_host(queue, memory, 0, bytes->data, bytes->size, error);
+  }
+  hurray_device_queue_destroy(queue);
+  if (status == HURRAY_OK) {
+    status = hurray_buffer_wrap(memory->data, &memory->desc, p->flags, NULL, 0,
+                                device_buffer_release, memory, out, error);
+  }
+  if (status != HURRAY_OK) hurray_buffer_destroy(memory);
+  return status;
+}
+
 /* Builds `count` buffers over fresh copies of `bytes` into `list`, each described as `p`
  * says. */
 static int add_buffers(const Producer *p, const Bytes *bytes, size_t count, HurrayBufferList *list,
                        HurrayError *error) {
   for (size_t i = 0; i < count; i++) {
+    if (p->device_memory) {
+      HurrayBuffer *buffer = NULL;
+      int status = device_buffer(p, &bytes[i], &buffer, error);
+      if (status != HURRAY_OK) return status;
+      atomic_fetch_add(&g_buffers_made, 1);
+      status = hurray_buffer_list_append(list, buffer, bytes[i].role, NULL, error);
+      if (status != HURRAY_OK) return status;
+      continue;
+    }
     void *memory = NULL;
     if (p->protect) {
       memory = mmap(NULL, page_rounded(bytes[i].size), PROT_READ | PROT_WRITE,
@@ -640,16 +679,17 @@ static PyType_Spec received_spec = {
 static PyObject *make(PyObject *module, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"kind",       "device_tag", "memory_class",   "sync_mode", "sync_handle",
                            "sync_value", "device_id",  "peer_device_id", "readonly",  "context_flags",
-                           "protect",    NULL};
+                           "protect",    "device_memory", NULL};
   const char *kind = "dense";
   unsigned char tag = 0, memory_class = 0, sync_mode = 0;
   unsigned long long handle = 0, value = 0;
   unsigned short device_id = 0, peer_device_id = 0;
-  int readonly = 0, protect = 0;
+  int readonly = 0, protect = 0, device_memory = 0;
   PyObject *context_flags = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|s$bbbKKHHpOp:make", kwlist, &kind, &tag,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|s$bbbKKHHpOpp:make", kwlist, &kind, &tag,
                                    &memory_class, &sync_mode, &handle, &value, &device_id,
-                                   &peer_device_id, &readonly, &context_flags, &protect)) {
+                                   &peer_device_id, &readonly, &context_flags, &protect,
+                                   &device_memory)) {
     return NULL;
   }
   unsigned long context_value = 0;
@@ -679,6 +719,7 @@ static PyObject *make(PyObject *module, PyObject *args, PyObject *kwargs) {
   p->flags = readonly ? HURRAY_BUFFER_READ_ONLY : 0;
   p->context_flags = context_flags == Py_None ? -1 : (long long)context_value;
   p->protect = protect;
+  p->device_memory = device_memory;
   return (PyObject *)p;
 }
 
@@ -709,7 +750,7 @@ static PyMethodDef peer_functions[] = {
     {"make", (PyCFunction)(void (*)(void))make, METH_VARARGS | METH_KEYWORDS,
      PyDoc_STR("make(kind='dense', *, device_tag=0, memory_class=0, sync_mode=0, "
                "sync_handle=0, sync_value=0, device_id=0, peer_device_id=0, readonly=False, "
-               "context_flags=None, protect=False)\n"
+               "context_flags=None, protect=False, device_memory=False)\n"
                "--\n\nA producer of capsules of one kind of tensor.")},
     {"consume", consume, METH_O,
      PyDoc_STR("consume(obj, /)\n--\n\nThe consumer protocol in C; returns a Received.")},

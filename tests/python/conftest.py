@@ -83,7 +83,7 @@ def _run(command):
 def _build_peers(directory, versions):
     """Compiles tests/native_peer/peer.c once per C ABI version in `versions` (module `peer`
     for the default, `peer_v<N>` otherwise) with the system C compiler, each linked with one
-    shared compilation of src/core/*.c into a module that exports only its PyInit_ (so its
+    shared compilation of src/core/*.c and src/device/*.c into a module that exports only its PyInit_ (so its
     hurray_* are its own). The same sanitizers as the extension when HURRAY_SANITIZED=1.
     Returns {version: module}."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -101,10 +101,12 @@ def _build_peers(directory, versions):
         common += ["-O2"]
     jobs = []
     objects = []
-    for source in sorted((ROOT / "src" / "core").glob("*.c")):
-        obj = directory / f"core_{source.stem}.o"
+    core = sorted((ROOT / "src" / "core").glob("*.c")) + sorted((ROOT / "src" / "device").glob("*.c"))
+    for source in core:
+        obj = directory / f"{source.parent.name}_{source.stem}.o"
         objects.append(obj)
-        jobs.append(common + ["-D_POSIX_C_SOURCE=200809L", "-c", str(source), "-o", str(obj)])
+        jobs.append(common + ["-D_POSIX_C_SOURCE=200809L", "-I", str(ROOT / "src" / "core"), "-c",
+                              str(source), "-o", str(obj)])
     modules = {}
     for version in versions:
         name = "peer" if version is None else f"peer_v{version}"
@@ -129,7 +131,7 @@ def _build_peers(directory, versions):
     loaded = {}
     for version, (name, obj) in modules.items():
         library = directory / (name + sysconfig.get_config_var("EXT_SUFFIX"))
-        _run([cc, *link, "-o", str(library), str(obj), *map(str, objects), "-lpthread"])
+        _run([cc, *link, "-o", str(library), str(obj), *map(str, objects), "-lpthread", "-ldl"])
         spec = importlib.util.spec_from_file_location(name, library)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

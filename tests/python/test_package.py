@@ -33,6 +33,7 @@ SIGNATURES = {
     hurray.Tensor.from_parts: "(layout, parts=(), *, dtype=None, shape=None, axis=0, "
                               "block_size=0, coalesced=False, children=None)",
     hurray.Tensor.__hurray__: "(self, /, stream=None)",
+    hurray.Tensor.to_device: "(self, device, /, *, stream=None)",
     hurray.Tensor.tobytes: "(self, /)",
     hurray.Tensor.tolist: "(self, /)",
     hurray.Tensor.__array__: "(self, /, dtype=None, copy=None)",

@@ -1,0 +1,285 @@
+"""OpenCL memory (tag 0x08) through every path hurray-python has, on a real OpenCL device: PoCL
+on the CPU in CI (scripts/setup.sh installs it), through the device backend of hurray-core
+(ADR-047) and Tensor.to_device (ADR-048). Every value is checked by reading device memory back,
+with pyopencl or through Hurray's own copy. Without an OpenCL runtime the tests are skipped,
+except under HURRAY_REQUIRE_OPENCL=1 (scripts/test.sh), where they fail."""
+
+import os
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+import hurray
+from conftest import peer
+
+cl = peer("pyopencl")
+
+REQUIRE_OPENCL = os.environ.get("HURRAY_REQUIRE_OPENCL") == "1"
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    try:
+        return cl.Context(devices=[cl.get_platforms()[0].get_devices()[0]])
+    except (cl.Error, IndexError) as error:
+        if REQUIRE_OPENCL:
+            pytest.fail(f"OpenCL is required here: {error}")
+        pytest.skip(f"no OpenCL device: {error}")
+
+
+@pytest.fixture
+def queue(ctx):
+    return cl.CommandQueue(ctx)
+
+
+def cl_buffer(ctx, array):
+    return cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=array)
+
+
+def wrap(buf, array, **kwargs):
+    """A Hurray tensor over a pyopencl buffer holding `array`, kept alive by `owner`."""
+    kwargs.setdefault("owner", buf)
+    return hurray.Tensor.from_address(buf.int_ptr, array.dtype.name, array.shape,
+                                      device="opencl", byte_size=buf.size, **kwargs)
+
+
+def read_back(queue, tensor, like):
+    """The bytes of an OpenCL tensor, read by pyopencl from the cl_mem the tensor carries."""
+    buf = cl.Buffer.from_int_ptr(tensor.buffer_address, retain=True)
+    out = np.empty_like(like)
+    cl.enqueue_copy(queue, out, buf, src_offset=tensor.byte_offset, is_blocking=True)
+    return out
+
+
+def settled(obj, info):
+    """A reference count once the runtime's own references are gone: PoCL holds some while a
+    command that used the object is in flight and drops them on a thread of its own after it
+    completed. Polls for up to two seconds while the count is above 1."""
+    count = obj.get_info(info)
+    for _ in range(200):
+        if count <= 1:
+            break
+        time.sleep(0.01)
+        count = obj.get_info(info)
+    return count
+
+
+def host(tensor):
+    """A CPU tensor as the NumPy array of its elements."""
+    return np.asarray(tensor.__array__())
+
+
+def test_pyopencl_to_hurray_to_pyopencl(ctx, queue):
+    values = np.arange(24, dtype=np.float32).reshape(4, 6) * 0.5
+    buf = cl_buffer(ctx, values)
+    tensor = wrap(buf, values)
+    received = hurray.from_hurray(tensor)  # zero-copy: the same cl_mem
+    assert received.device == hurray.Device("opencl", 0)
+    assert received.buffer_address == buf.int_ptr
+    assert received.buffers[0]["address"] == buf.int_ptr
+    np.testing.assert_array_equal(read_back(queue, received, values), values)
+    # ... and through Hurray's own copies, on the caller's queue and on one of the memory's
+    np.testing.assert_array_equal(host(received.to_device("cpu", stream=queue.int_ptr)), values)
+    np.testing.assert_array_equal(host(received.to_device("cpu")), values)
+
+
+def test_to_device_both_ways(ctx, queue):
+    values = np.arange(-50, 50, dtype=np.int16).reshape(10, 10)
+    on_device = hurray.from_numpy(values).to_device(hurray.Device("opencl", 0),
+                                                    stream=queue.int_ptr)
+    assert on_device.device == hurray.Device("opencl", 0)
+    assert on_device.sync_mode == "ready"
+    assert on_device.buffers[0]["alignment"] == max(64, ctx.devices[0].mem_base_addr_align // 8)
+    np.testing.assert_array_equal(read_back(queue, on_device, values), values)  # pyopencl reads it
+    back = on_device.to_device("cpu")
+    assert back.device == hurray.Device("cpu", 0)
+    np.testing.assert_array_equal(host(back), values)
+    # the backend's default context of device 0, when no queue is given
+    again = hurray.from_numpy(values * 3).to_device("opencl:0")
+    np.testing.assert_array_equal(host(again.to_device("cpu")), values * 3)
+
+
+def test_to_device_keeps_strides_and_offsets(ctx, queue):
+    values = np.arange(48, dtype=np.float64).reshape(6, 8)[1:, ::3]  # strided, offset
+    source = hurray.from_numpy(values)
+    on_device = source.to_device("opencl", stream=queue.int_ptr)
+    assert on_device.strides == source.strides
+    assert on_device.byte_offset == source.byte_offset
+    np.testing.assert_array_equal(host(on_device.to_device("cpu")), values)
+
+
+def test_to_device_where_the_tensor_is_returns_it(ctx):
+    cpu = hurray.from_numpy(np.ones(3, np.float32))
+    assert cpu.to_device("cpu") is cpu
+    on_device = cpu.to_device("opencl")
+    assert on_device.to_device(("opencl", 0)) is on_device
+
+
+def test_to_device_on_a_queue_of_another_device_is_refused(ctx, queue):
+    with pytest.raises(hurray.DescriptorError, match="the stream is on opencl device 0, not 3"):
+        hurray.from_numpy(np.ones(3, np.float32)).to_device("opencl:3", stream=queue.int_ptr)
+
+
+def test_to_device_without_a_backend_or_runtime_is_unsupported():
+    tensor = hurray.from_numpy(np.ones(3, np.float32))
+    with pytest.raises(hurray.UnsupportedError, match="no runtime backend for rocm memory"):
+        tensor.to_device("rocm")
+    if not os.path.exists("/dev/nvidiactl"):
+        with pytest.raises(hurray.UnsupportedError, match="libcuda.so.1"):
+            tensor.to_device("cuda")
+
+
+def test_c_producer_python_consumer(ctx, peer_ext, gc_collect):
+    """The native peer, a second extension with its own copy of hurray-core, allocates real
+    OpenCL memory through its own backend and fills it; Python consumes the capsule."""
+    before = peer_ext.released()
+    producer = peer_ext.make("dense", device_tag=8, device_memory=True)
+    tensor = hurray.from_hurray(producer)
+    assert tensor.device == hurray.Device("opencl", 0)
+    assert tensor.buffers[0]["alignment"] >= 64
+    np.testing.assert_array_equal(host(tensor.to_device("cpu")),
+                                  np.array([[1, 2, 3], [4, 5, 6]], np.float32))
+    # every buffer of a multi-buffer layout too, byte for byte what the CPU producer makes
+    quantised = hurray.from_hurray(peer_ext.make("per_channel", device_tag=8, device_memory=True))
+    reference = hurray.from_hurray(peer_ext.make("per_channel"))
+    staged = quantised.to_device("cpu")
+    for got, want in zip(staged.parts, reference.parts):
+        assert got.tobytes() == want.tobytes()
+    del tensor, quantised, reference, staged, got, want
+    gc_collect()
+    after = peer_ext.released()
+    made = after["buffers_made"] - before["buffers_made"]
+    assert made == 1 + 3 + 3
+    assert after["buffers_released"] - before["buffers_released"] == made
+
+
+def test_crosses_a_second_extension_zero_copy(ctx, queue, peer_ext):
+    values = np.arange(8, dtype=np.uint32)
+    buf = cl_buffer(ctx, values)
+    marker = cl.enqueue_marker(queue)
+    tensor = wrap(buf, values, sync_mode="event", sync_handle=marker.int_ptr, owner=(buf, marker))
+    received = peer_ext.consume(tensor)
+    (described,) = received.summary["buffers"]
+    assert described["device_tag"] == 8
+    assert described["address"] == buf.int_ptr
+    assert described["sync_mode"] == 2 and described["sync_handle"] == marker.int_ptr
+    received.release()
+
+
+def test_save_and_load_an_opencl_tensor(ctx, queue, tmp_path):
+    values = np.linspace(-1, 1, 30, dtype=np.float32).reshape(5, 6)
+    buf = cl_buffer(ctx, values)
+    marker = cl.enqueue_marker(queue)
+    tensor = wrap(buf, values, sync_mode="event", sync_handle=marker.int_ptr, owner=(buf, marker))
+    path = tmp_path / "device.hurray"
+    hurray.save(path, {"weights": tensor, "bias": np.ones(3, np.float32)})
+    loaded = hurray.load(path)
+    assert loaded["weights"].device == hurray.Device("cpu", 0)  # a file holds host bytes
+    np.testing.assert_array_equal(host(loaded["weights"]), values)
+    # and back onto the device, read there by pyopencl
+    returned = loaded["weights"].to_device("opencl", stream=queue.int_ptr)
+    np.testing.assert_array_equal(read_back(queue, returned, values), values)
+
+
+def test_dlpack_carries_kdlopencl(ctx, queue):
+    values = np.arange(6, dtype=np.int32)
+    buf = cl_buffer(ctx, values)
+    tensor = wrap(buf, values)
+    assert tensor.__dlpack_device__() == (4, 0)  # kDLOpenCL
+    imported = hurray.from_dlpack(tensor)
+    assert imported.device == hurray.Device("opencl", 0)
+    assert imported.buffer_address == buf.int_ptr  # data is the cl_mem, as DLPack says
+    np.testing.assert_array_equal(read_back(queue, imported, values), values)
+    # NumPy cannot take device memory: it refuses the capsule
+    with pytest.raises(RuntimeError, match="Unsupported device"):
+        np.from_dlpack(tensor)
+
+
+SLOW_FILL = """
+__kernel void slow_fill(__global uint *out, __global uint *scratch, uint value, uint spin) {
+    size_t i = get_global_id(0);
+    uint x = (uint)i;
+    for (uint k = 0; k < spin; k++) x = x * 1664525u + 1013904223u;
+    scratch[i] = x;   /* keeps the loop */
+    out[i] = value;
+}
+"""
+
+
+def test_the_consumer_waits_on_the_producers_event(ctx, queue):
+    """The producer enqueues a slow kernel that writes the buffer and hands the tensor over
+    at once, with the kernel's event; every round the consumer must read the new values."""
+    program = cl.Program(ctx, SLOW_FILL).build()
+    kernel = cl.Kernel(program, "slow_fill")
+    n = 4096
+    old = np.zeros(n, np.uint32)
+    buf = cl_buffer(ctx, old)
+    scratch = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, n * 4)
+    for round_ in range(1, 16):
+        cl.enqueue_copy(queue, buf, old, is_blocking=True)  # the old values again
+        kernel.set_args(buf, scratch, np.uint32(round_), np.uint32(20000))
+        written = cl.enqueue_nd_range_kernel(queue, kernel, (n,), None)
+        queue.flush()
+        tensor = hurray.Tensor.from_address(buf.int_ptr, "uint32", n, device="opencl",
+                                            sync_mode="event", sync_handle=written.int_ptr,
+                                            owner=(buf, written))
+        received = hurray.from_hurray(tensor)
+        assert received.sync_mode == "event"
+        got = host(received.to_device("cpu"))  # a queue of its own: only the event orders it
+        assert (got == round_).all(), f"round {round_}: read {np.unique(got)}"
+    queue.finish()
+
+
+def test_every_cl_mem_is_released_exactly_once_over_10000_exchanges(ctx, peer_ext, gc_collect):
+    """Counted by the producer's release callbacks (each one clReleaseMemObject): the C
+    producer allocates a cl_mem per capsule; Python takes it and drops it, 10,000 times."""
+    producer = peer_ext.make("dense", device_tag=8, device_memory=True)
+    before = peer_ext.released()
+    for i in range(10_000):
+        tensor = hurray.from_hurray(producer)
+        if i % 1000 == 0:
+            np.testing.assert_array_equal(host(tensor.to_device("cpu")).ravel(),
+                                          np.arange(1, 7, dtype=np.float32))
+        del tensor
+    gc_collect()
+    after = peer_ext.released()
+    assert after["buffers_made"] - before["buffers_made"] == 10_000
+    assert after["buffers_released"] - before["buffers_released"] == 10_000
+
+
+def test_borrowed_handles_are_never_retained_or_released(ctx, queue, peer_ext, gc_collect):
+    """Hurray borrows the producer's cl_mem and event (buffer-protocol.md 4, rule 3): 10,000
+    exchanges through __hurray__, a second extension and DLPack leave both reference counts
+    exactly where the producer set them."""
+    values = np.arange(16, dtype=np.float32)
+    buf = cl_buffer(ctx, values)
+    marker = cl.enqueue_marker(queue)
+    queue.finish()
+    mem_refs = settled(buf, cl.mem_info.REFERENCE_COUNT)
+    event_refs = settled(marker, cl.event_info.REFERENCE_COUNT)
+    assert (mem_refs, event_refs) == (1, 1)  # pyopencl's own
+    tensor = wrap(buf, values, sync_mode="event", sync_handle=marker.int_ptr, owner=(buf, marker))
+    for _ in range(10_000):
+        hurray.from_hurray(tensor)
+        peer_ext.consume(tensor).release()
+    for _ in range(100):
+        hurray.from_dlpack(hurray.from_numpy(values).to_device("opencl"))
+    del tensor
+    gc_collect()
+    assert settled(buf, cl.mem_info.REFERENCE_COUNT) == mem_refs
+    assert settled(marker, cl.event_info.REFERENCE_COUNT) == event_refs
+    np.testing.assert_array_equal(read_back(queue, hurray.from_hurray(wrap(buf, values)), values),
+                                  values)
+
+
+@pytest.mark.skipif(shutil.which("clinfo") is None, reason="clinfo is not installed")
+def test_device_ids_follow_the_platform_order(ctx):
+    """device_id counts devices across platforms in clGetPlatformIDs order (2.6.9): PoCL's
+    first device is 0 when it is the first platform."""
+    platform_index = cl.get_platforms().index(ctx.devices[0].platform)
+    if platform_index != 0:
+        pytest.skip("the first OpenCL platform is not the one under test")
+    tensor = hurray.from_numpy(np.ones(2, np.float32)).to_device("opencl:0")
+    assert tensor.buffers[0]["device"].index == 0
