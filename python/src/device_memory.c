@@ -209,4 +209,13 @@ const char hurray__py_tensor_to_device_doc[] =
     "    There is no such device, or `stream` is on another device than `device`.\n\n"
     "Notes\n-----\n"
     "The copy waits on each source buffer's sync state (its event or stream) before reading, "
-    "and returns once the bytes have arrived. The GIL is released meanwhile.";
+    "and returns once the bytes have arrived. The GIL is released meanwhile.\n\n"
+    "Examples\n--------\n"
+    ">>> t = hurray.Tensor(bytes(8), hurray.float32, [2])\n"
+    ">>> t.to_device('cpu') is t\n"
+    "True\n"
+    ">>> d = t.to_device('opencl')  # needs an OpenCL runtime (PoCL runs on the CPU)\n"
+    ">>> d.device\n"
+    "hurray.Device(\"opencl\", 0)\n"
+    ">>> d.to_device('cpu').tolist()\n"
+    "[0.0, 0.0]";
