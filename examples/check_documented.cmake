@@ -1,7 +1,7 @@
 # cmake -DSOURCE=<repository> -P check_documented.cmake: fails unless the copies of
 # examples/simple.c in include/hurray/hurray.h (between "#if 0 /* examples/simple.c */" and
-# "#endif /* examples/simple.c */") and in docs/impl/c-ffi.md (the ```c block after
-# "<!-- examples/simple.c -->") are the file itself.
+# "#endif /* examples/simple.c */"), in docs/impl/c-ffi.md and in the user guide's
+# docs/guide/c.md (the ```c block after "<!-- examples/simple.c -->") are the file itself.
 file(READ ${SOURCE}/examples/simple.c program)
 function(copy_in path begin end out)
   file(READ ${SOURCE}/${path} text)
@@ -22,9 +22,10 @@ endfunction()
 copy_in(include/hurray/hurray.h "#if 0 /* examples/simple.c */\n" "#endif /* examples/simple.c */"
         in_header)
 copy_in(docs/impl/c-ffi.md "<!-- examples/simple.c -->\n```c\n" "```\n" in_guide)
-foreach(copy in_header in_guide)
+copy_in(docs/guide/c.md "<!-- examples/simple.c -->\n```c\n" "```\n" in_user_guide)
+foreach(copy in_header in_guide in_user_guide)
   if(NOT "${${copy}}" STREQUAL "${program}")
     message(FATAL_ERROR "the copy of examples/simple.c ${copy} differs from the file")
   endif()
 endforeach()
-message(STATUS "examples/simple.c, hurray.h and c-ffi.md agree")
+message(STATUS "examples/simple.c, hurray.h, c-ffi.md and guide/c.md agree")
