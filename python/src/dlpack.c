@@ -13,7 +13,8 @@
  * the interpreter is finalising, and frees the block. A capsule destroyed under its original
  * name calls the deleter; one renamed by a consumer ("used_...") does not.
  *
- * Consumer. The capsule is checked completely before it is renamed, so a rejected capsule is
+ * Consumer. The capsule is checked completely before it is renamed -- the DLPack tensor by
+ * dlpack_check.c, plain C that the fuzz_dlpack target drives too -- so a rejected capsule is
  * released by its own destructor (the producer's deleter runs once). After the rename the
  * managed tensor is owned by the new Tensor's context, whose owner release calls the deleter
  * exactly once.

@@ -37,7 +37,8 @@ static int check_extents(const HurrayDLTensor *dl, HurrayDLImport *out, uint64_t
       return fail(error, HURRAY_ELAYOUT, "DLPack shape[%d] is %lld", (int)i,
                   (long long)dl->shape[i]);
     }
-    if (__builtin_mul_overflow(*numel, (uint64_t)dl->shape[i], numel)) {
+    if (__builtin_mul_overflow(*numel, (uint64_t)dl->shape[i], numel) || *numel > INT64_MAX) {
+      /* int64 also bounds the row-major strides of NULL strides, products of extents */
       return fail(error, HURRAY_EOVERFLOW, "DLPack shape has too many elements");
     }
   }
