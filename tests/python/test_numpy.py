@@ -160,11 +160,15 @@ def test_from_numpy_shares_memory_and_keeps_the_array_alive():
     del t2
     gc.collect()
     assert sys.getrefcount(arr) == refs
-    probe = weakref.ref(arr.base) if arr.base is not None else None
+    assert arr.base is None  # arr owns its data: keeping arr alive keeps the data
+    probe = weakref.ref(arr)
     del arr
     gc.collect()
-    assert probe is None  # arr owned its data
+    assert probe() is not None  # the tensor holds it
     assert t.tolist()[1][1] == 5.0
+    del t
+    gc.collect()
+    assert probe() is None  # and lets it go with its memory
 
 
 @pytest.mark.parametrize("index", [

@@ -6,6 +6,8 @@ import gc
 import mmap
 import struct
 import sys
+import threading
+import time
 import weakref
 
 import pytest
@@ -222,10 +224,44 @@ def test_tobytes_is_c_order_for_any_strides(index):
     assert t.tolist() == view.tolist()
 
 
+def _python_runs_during(call, tries):
+    """Whether another thread runs Python code while `call()` runs, in any of `tries` calls.
+    With a switch interval of an hour the GIL changes hands only when its holder releases it,
+    so the other thread (which gives the GIL back after every step) can step only while the
+    call has released the GIL."""
+    steps = [0]
+    done = threading.Event()
+
+    def other():
+        while not done.is_set():
+            steps[0] += 1
+            time.sleep(0)  # gives the GIL back
+
+    interval = sys.getswitchinterval()
+    thread = threading.Thread(target=other)
+    sys.setswitchinterval(3600)
+    try:
+        thread.start()
+        for _ in range(tries):
+            before = steps[0]
+            call()
+            if steps[0] != before:
+                return True
+        return False
+    finally:
+        done.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+
+
 def test_tobytes_releases_the_gil_for_large_copies():
-    data = bytes(range(256)) * 4096  # 1 MiB
+    data = bytes(range(256)) * (64 * 4096)  # 64 MiB
     t = hurray.Tensor(data, hurray.uint8, [len(data)])
     assert t.tobytes() == data
+    assert _python_runs_during(t.tobytes, tries=50)
+    # Below HURRAY_PY_NOGIL_COPY_BYTES (64 KiB) the GIL is kept: the other thread never steps.
+    small = hurray.Tensor(data[:4096], hurray.uint8, [4096])
+    assert not _python_runs_during(small.tobytes, tries=200)
 
 
 def test_sub_byte_tobytes_zeroes_bits_past_the_last_element():
