@@ -609,10 +609,68 @@ static PyObject *file_iter(PyObject *op) {
   return names == NULL ? NULL : PyObject_GetIter(names);
 }
 
+/* collections.abc.<view>(self): the Mapping views, over len, iteration and f[name]. The
+ * reader is checked first, so a closed File raises here rather than when the view is used. */
+static PyObject *file_view(PyObject *op, const char *view) {
+  if (file_reader(hurray__py_state_of(op), FILE_SELF) == NULL) return NULL;
+  PyObject *abc = PyImport_ImportModule("collections.abc");
+  if (abc == NULL) return NULL;
+  PyObject *result = PyObject_CallMethod(abc, view, "O", op);
+  Py_DECREF(abc);
+  return result;
+}
+
 static PyObject *file_keys(PyObject *op, PyObject *unused) {
   (void)unused;
-  PyObject *names = file_names(hurray__py_state_of(op), FILE_SELF);
-  return names == NULL ? NULL : PySequence_List(names);
+  return file_view(op, "KeysView");
+}
+
+static PyObject *file_items(PyObject *op, PyObject *unused) {
+  (void)unused;
+  return file_view(op, "ItemsView");
+}
+
+static PyObject *file_values(PyObject *op, PyObject *unused) {
+  (void)unused;
+  return file_view(op, "ValuesView");
+}
+
+static const char *const kGetNames[] = {"name", "default", NULL};
+
+/* Mapping.get: f[name], or `default` where that raises KeyError. */
+static PyObject *file_get_or(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames) {
+  static const HurrayPyParser parser = {"get", kGetNames, 2, 2, 1};
+  PyObject *a[2];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  PyObject *tensor = file_subscript(op, a[0]);
+  if (tensor != NULL || !PyErr_ExceptionMatches(PyExc_KeyError)) return tensor;
+  PyErr_Clear();
+  return Py_NewRef(a[1] != NULL ? a[1] : Py_None);
+}
+
+/* Mapping.__eq__: equal to any Mapping with the same items (tensors compare as objects). */
+static PyObject *file_richcompare(PyObject *op, PyObject *other, int compare) {
+  if (compare != Py_EQ && compare != Py_NE) Py_RETURN_NOTIMPLEMENTED;
+  PyObject *abc = PyImport_ImportModule("collections.abc");
+  PyObject *mapping = abc == NULL ? NULL : PyObject_GetAttrString(abc, "Mapping");
+  Py_XDECREF(abc);
+  int is_mapping = mapping == NULL ? -1 : PyObject_IsInstance(other, mapping);
+  Py_XDECREF(mapping);
+  if (is_mapping <= 0) {
+    if (is_mapping < 0) return NULL;
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  if (op == other) return PyBool_FromLong(compare == Py_EQ);
+  PyObject *mine = PyDict_New(), *theirs = PyDict_New();
+  PyObject *result = NULL;
+  if (mine != NULL && theirs != NULL && PyDict_Merge(mine, op, 1) == 0 &&
+      PyDict_Merge(theirs, other, 1) == 0) {
+    result = PyObject_RichCompare(mine, theirs, compare);
+  }
+  Py_XDECREF(mine);
+  Py_XDECREF(theirs);
+  return result;
 }
 
 /* Metadata of tensor `index` or of the whole file (HURRAY_FILE_WHOLE) as a dict. */
@@ -750,7 +808,17 @@ static PyObject *file_get_path(PyObject *op, void *closure) {
 
 static PyMethodDef file_methods[] = {
     {"keys", file_keys, METH_NOARGS,
-     PyDoc_STR("keys($self, /)\n--\n\nThe tensor names, in the order they were written.")},
+     PyDoc_STR("keys($self, /)\n--\n\nA KeysView of the tensor names, in the order they were "
+               "written.")},
+    {"items", file_items, METH_NOARGS,
+     PyDoc_STR("items($self, /)\n--\n\nAn ItemsView of (name, tensor) pairs, in the order the "
+               "tensors were written; each tensor is got (mapped or read) as it is reached.")},
+    {"values", file_values, METH_NOARGS,
+     PyDoc_STR("values($self, /)\n--\n\nA ValuesView of the tensors, in the order they were "
+               "written; each is got (mapped or read) as it is reached.")},
+    {"get", HURRAY_PY_CFUNC(file_get_or), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("get($self, name, default=None, /)\n--\n\n"
+               "f[name], or `default` when the file has no tensor called `name`.")},
     {"tensor_metadata", file_tensor_metadata, METH_O,
      PyDoc_STR("tensor_metadata($self, name, /)\n--\n\n"
                "The metadata of tensor `name` as a dict (empty when none was written); "
@@ -795,13 +863,15 @@ static PyType_Slot file_slots[] = {
     {Py_tp_dealloc, file_dealloc},
     {Py_tp_repr, file_repr},
     {Py_tp_iter, file_iter},
+    {Py_tp_richcompare, file_richcompare},
     {Py_mp_length, file_length},
     {Py_mp_subscript, file_subscript},
     {Py_sq_contains, file_contains},
     {Py_tp_methods, file_methods},
     {Py_tp_getset, file_getset},
     {Py_tp_doc,
-     (void *)PyDoc_STR("An open Hurray file, made by hurray.open(path): a read-only mapping of "
+     (void *)PyDoc_STR("An open Hurray file, made by hurray.open(path): a read-only "
+                       "collections.abc.Mapping of "
                        "tensor names to zero-copy hurray.Tensors, and a context manager that "
                        "closes it. f[name] finds a tensor in O(1) and maps it without reading "
                        "its data; tensors stay valid after close().")},
@@ -814,6 +884,16 @@ PyType_Spec hurray__py_file_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = file_slots,
 };
+
+int hurray__py_file_register(PyTypeObject *file_type) {
+  PyObject *abc = PyImport_ImportModule("collections.abc");
+  PyObject *mapping = abc == NULL ? NULL : PyObject_GetAttrString(abc, "Mapping");
+  PyObject *done = mapping == NULL ? NULL : PyObject_CallMethod(mapping, "register", "O", file_type);
+  Py_XDECREF(abc);
+  Py_XDECREF(mapping);
+  Py_XDECREF(done);
+  return done == NULL ? -1 : 0;
+}
 
 /* ============================================================================================
  * hurray.open, hurray.load

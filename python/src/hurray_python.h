@@ -439,6 +439,8 @@ PyObject *hurray__py_tensor_hurray(PyObject *self, PyObject *const *args, Py_ssi
  * ============================================================================================ */
 
 extern PyType_Spec hurray__py_file_spec;
+/* Registers hurray.File as a collections.abc.Mapping (it implements the whole interface). */
+int hurray__py_file_register(PyTypeObject *file_type);
 extern PyMethodDef hurray__py_file_functions[];
 
 /* ============================================================================================

@@ -156,7 +156,8 @@ static int hurray_exec(PyObject *module) {
       add_type(module, &hurray__py_tensor_spec, &st->tensor_type, 1) < 0 ||
       add_type(module, &hurray__py_mode_spec, &st->mode_type, 1) < 0 ||
       add_type(module, &hurray__py_host_span_spec, &st->host_span_type, 0) < 0 ||
-      add_type(module, &hurray__py_file_spec, &st->file_type, 1) < 0) {
+      add_type(module, &hurray__py_file_spec, &st->file_type, 1) < 0 ||
+      hurray__py_file_register(st->file_type) < 0) {
     return -1;
   }
   if (intern(&st->str_array_namespace, "__array_namespace__") < 0 ||

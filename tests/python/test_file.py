@@ -241,7 +241,7 @@ def test_open_is_a_lazy_mapping(path):
     tensors = {f"t{i}": u8(bytes([i]) * (i + 1)) for i in range(5)}
     hurray.save(path, tensors, {"k": "v"})
     with hurray.open(path) as f:
-        assert len(f) == 5 and f.keys() == list(tensors) and list(f) == list(tensors)
+        assert len(f) == 5 and list(f.keys()) == list(tensors) and list(f) == list(tensors)
         assert "t3" in f and "t9" not in f and 3 not in f
         assert f["t3"].tobytes() == b"\x03" * 4
         assert f.metadata == {"k": "v"}
@@ -255,12 +255,39 @@ def test_open_is_a_lazy_mapping(path):
     assert f.closed and "closed" in repr(f)
 
 
+def test_file_is_a_mapping(path):
+    """hurray.File is a collections.abc.Mapping: every method of the interface, in write order,
+    and == against any Mapping with the same items."""
+    import collections.abc
+
+    hurray.save(path, {"b": u8(b"bb"), "a": u8(b"a")})
+    with hurray.open(path) as f:
+        assert isinstance(f, collections.abc.Mapping)
+        assert not isinstance(f, collections.abc.MutableMapping)
+        assert isinstance(f.keys(), collections.abc.KeysView) and list(f.keys()) == ["b", "a"]
+        assert f.keys() == {"a", "b"}
+        items = list(f.items())
+        assert [k for k, _ in items] == ["b", "a"]
+        assert [t.tobytes() for _, t in items] == [b"bb", b"a"]
+        assert [t.tobytes() for t in f.values()] == [b"bb", b"a"]
+        assert f.get("a").tobytes() == b"a"
+        assert f.get("missing") is None and f.get("missing", 7) == 7
+        assert len(f) == 2 and "a" in f and "c" not in f and 3 not in f
+        assert list(iter(f)) == ["b", "a"]
+        assert f == f and not (f != f)
+        assert f != {} and f != {"a": 1, "b": 2}
+        assert f != [("b", 1)] and (f == 3) is False
+        with pytest.raises(TypeError):
+            hash(f)  # unhashable, as Mappings with __eq__ are
+
+
 def test_using_a_closed_file_raises_state_error(path):
     hurray.save(path, {"a": u8(b"a")})
     f = hurray.open(path)
     f.close()
     f.close()  # idempotent
     for use in (lambda: f["a"], lambda: f.keys(), lambda: len(f), lambda: "a" in f,
+                lambda: f.items(), lambda: f.values(), lambda: f.get("a"), lambda: f == {},
                 lambda: f.metadata, lambda: f.verify(), lambda: f.slice("a", 0, 1),
                 lambda: f.tensor_metadata("a"), lambda: list(f)):
         with pytest.raises(hurray.StateError, match="closed hurray.File"):
@@ -468,7 +495,7 @@ def test_save_replaces_a_previous_file_atomically(path):
     hurray.save(path, {"a": u8(b"a")})
     hurray.save(path, {"b": u8(b"b")})
     with hurray.open(path) as f:
-        assert f.keys() == ["b"]
+        assert list(f.keys()) == ["b"]
     assert os.listdir(path.parent) == [path.name]
 
 
@@ -477,7 +504,7 @@ def test_paths_may_be_str_bytes_or_pathlike(path):
         hurray.save(p, {"a": u8(b"a")})
         assert hurray.load(p)["a"].tobytes() == b"a"
         with hurray.open(p) as f:
-            assert f.keys() == ["a"]
+            assert list(f.keys()) == ["a"]
 
 
 KILL_WRITER = textwrap.dedent("""
@@ -510,7 +537,7 @@ def test_killing_the_writer_mid_save_leaves_nothing_and_the_old_file_intact(path
     assert writer.returncode == -signal.SIGKILL
     assert path.read_bytes() == before  # byte-identical
     with hurray.open(path) as f:
-        assert f.keys() == ["old"]
+        assert list(f.keys()) == ["old"]
     # What SIGKILL leaves: only the writer's own temporary, `<path>.tmp-<pid>-<n>`, which no
     # reader opens and the next save does not touch (see python-bindings.md, "File I/O").
     leftovers = sorted(p.name for p in path.parent.iterdir() if p.name != path.name)

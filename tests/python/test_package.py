@@ -56,6 +56,9 @@ SIGNATURES = {
     hurray.convert: "(input, output, *, alignment=None, name=None, metadata_as_json=False, "
                     "drop_metadata=False)",
     hurray.File.keys: "(self, /)",
+    hurray.File.items: "(self, /)",
+    hurray.File.values: "(self, /)",
+    hurray.File.get: "(self, name, default=None, /)",
     hurray.File.verify: "(self, /, name=None)",
     hurray.File.slice: "(self, /, name, start, stop)",
     hurray.File.tensor_metadata: "(self, name, /)",
