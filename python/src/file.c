@@ -330,6 +330,15 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     return NULL;
   }
   if (!PyUnicode_FSConverter(a[SV_PATH], &path)) return NULL;
+  int format = HURRAY_FORMAT_HURRAY;
+  if (hurray_format_from_path(PyBytes_AS_STRING(path), &format, NULL) == HURRAY_OK &&
+      format != HURRAY_FORMAT_HURRAY) { /* never Hurray bytes under another format's name */
+    hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                     "save() writes Hurray files, but %R names a %s file: save to a .hurray "
+                     "path and hurray.convert() it to %R",
+                     a[SV_PATH], hurray_format_name(format), a[SV_PATH]);
+    goto done;
+  }
   if (!PyMapping_Check(a[SV_TENSORS]) || PySequence_Check(a[SV_TENSORS])) {
     PyErr_Format(PyExc_TypeError, "save() takes a mapping of name -> tensor, not %.200s",
                  Py_TYPE(a[SV_TENSORS])->tp_name);
@@ -1042,6 +1051,8 @@ PyMethodDef hurray__py_file_functions[] = {
          "metadata: a dict of str -> bool, int (int64), float, str, list/tuple or dict, nested "
          "up to 16 levels; tensor_metadata: a dict of tensor name -> such a dict. alignment: "
          "of every buffer's file offset, a power of two in [64, 2 MiB] (4096 suits O_DIRECT).\n\n"
+         "A `path` whose extension names another format (.safetensors, .npy, .npz) is "
+         "refused with hurray.InvalidArgumentError: save to a .hurray path and convert() it.\n\n"
          "Atomic: the file is written under a temporary name in the same directory "
          "(`path` + '.tmp-<pid>-<n>'), fsynced and renamed into place. On any error nothing "
          "appears at `path` and a previous file there is left untouched.")},

@@ -481,6 +481,21 @@ def test_save_refuses_what_it_cannot_take(path):
     assert not path.exists() and os.listdir(path.parent) == []
 
 
+@pytest.mark.parametrize("name", ["m.safetensors", "m.npy", "m.npz", "M.NPY"])
+def test_save_refuses_another_formats_extension_and_names_convert(tmp_path, name):
+    """Hurray bytes never appear under a .safetensors, .npy or .npz name; the message names the
+    route that writes those formats."""
+    target = tmp_path / name
+    target.write_bytes(b"previous")
+    with pytest.raises(hurray.InvalidArgumentError, match=r"hurray\.convert\(\)"):
+        hurray.save(target, {"a": np.zeros(2, np.float32)})
+    assert target.read_bytes() == b"previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+    hurray.save(tmp_path / "m.hurray", {"a": np.zeros(2, np.float32)})
+    hurray.convert(tmp_path / "m.hurray", target)  # the route the message names
+    assert target.read_bytes()[:8] != b"\x89HRY\r\n\x1a\n"
+
+
 def test_a_failed_save_leaves_the_previous_file_intact(path):
     hurray.save(path, {"old": u8(b"old")})
     before = path.read_bytes()
