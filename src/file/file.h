@@ -189,6 +189,27 @@ typedef struct FileBufferEntry {
   uint8_t role;
 } FileBufferEntry;
 
+/* A tensor as the index's tables list it. */
+typedef struct FileIndexTensor {
+  const char *name;
+  size_t name_len;
+  uint64_t hash; /* XXH3-64 of the name */
+  const uint8_t *record;
+  uint32_t record_len;
+  uint32_t first_buffer;
+  uint32_t buffer_count;
+} FileIndexTensor;
+
+/* The bucket bits of an index of `tensors` tensors: the least b with 2^b >= tensors. */
+HURRAY_INTERNAL uint32_t hurray__bucket_bits(uint32_t tensors);
+/* Appends the rest of an index to `out`, which holds its first `start` bytes (a multiple of
+ * 8): the tensor table, the name table and the bucket table (spec §5.3, §5.4), zeros up to the
+ * heap, then every record and the metadata block, each padded to 8 (§5.5). */
+HURRAY_INTERNAL int hurray__index_tables(FileSink *out, uint64_t start,
+                                         const FileIndexTensor *tensors, uint32_t count,
+                                         const uint8_t *metadata, uint32_t metadata_len,
+                                         HurrayError *error);
+
 /* hurray_tensor_validate of `tensor` against `count` buffers known only by their entries
  * (sizes and roles): contents are not read. */
 HURRAY_INTERNAL int hurray__validate_against_entries(const HurrayTensorDesc *tensor,

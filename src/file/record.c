@@ -310,3 +310,71 @@ int hurray__validate_against_entries(const HurrayTensorDesc *tensor, const FileB
   free(roles);
   return status;
 }
+
+/* ---- the index's tensor, name and bucket tables and its heap (spec §5.3 - §5.5) ------------- */
+
+uint32_t hurray__bucket_bits(uint32_t tensors) {
+  uint32_t bits = 0;
+  while (((uint64_t)1 << bits) < tensors) bits++;
+  return bits;
+}
+
+typedef struct SortedName {
+  uint64_t hash;
+  const FileIndexTensor *tensor;
+  uint32_t index;
+} SortedName;
+
+static int compare_names(const void *a, const void *b) {
+  const SortedName *x = a, *y = b;
+  if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+  return hurray__compare_bytes(x->tensor->name, x->tensor->name_len, y->tensor->name,
+                               y->tensor->name_len);
+}
+
+int hurray__index_tables(FileSink *out, uint64_t start, const FileIndexTensor *tensors,
+                         uint32_t count, const uint8_t *metadata, uint32_t metadata_len,
+                         HurrayError *error) {
+  uint32_t bits = hurray__bucket_bits(count);
+  uint64_t heap = hurray__pad8(start + (uint64_t)count * (TENSOR_ENTRY_SIZE + NAME_ENTRY_SIZE) +
+                               (((uint64_t)1 << bits) + 1) * BUCKET_ENTRY_SIZE);
+  uint8_t e[TENSOR_ENTRY_SIZE];
+  uint64_t record = heap;
+  for (uint32_t i = 0; i < count; i++) {
+    memset(e, 0, sizeof e);
+    hurray__store_le64(e, record);
+    hurray__store_le32(e + 8, tensors[i].record_len);
+    hurray__store_le32(e + 12, tensors[i].first_buffer);
+    hurray__store_le32(e + 16, tensors[i].buffer_count);
+    hurray__sink_bytes(out, e, TENSOR_ENTRY_SIZE);
+    record += hurray__pad8(tensors[i].record_len);
+  }
+  SortedName *sorted = malloc((count ? count : 1) * sizeof *sorted);
+  if (sorted == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  for (uint32_t i = 0; i < count; i++) {
+    sorted[i] = (SortedName){.hash = tensors[i].hash, .tensor = &tensors[i], .index = i};
+  }
+  qsort(sorted, count, sizeof *sorted, compare_names);
+  for (uint32_t i = 0; i < count; i++) {
+    memset(e, 0, NAME_ENTRY_SIZE);
+    hurray__store_le64(e, sorted[i].hash);
+    hurray__store_le32(e + 8, sorted[i].index);
+    hurray__sink_bytes(out, e, NAME_ENTRY_SIZE);
+  }
+  /* bucket[b]: the first name-table position whose bucket is >= b. */
+  uint32_t at = 0;
+  for (uint64_t b = 0; b <= ((uint64_t)1 << bits); b++) {
+    while (at < count && hurray__bucket_of(sorted[at].hash, bits) < b) at++;
+    hurray__store_le32(e, at);
+    hurray__sink_bytes(out, e, BUCKET_ENTRY_SIZE);
+  }
+  free(sorted);
+  hurray__sink_pad8(out); /* the heap */
+  for (uint32_t i = 0; i < count; i++) {
+    hurray__sink_bytes(out, tensors[i].record, tensors[i].record_len);
+    hurray__sink_pad8(out);
+  }
+  hurray__sink_bytes(out, metadata, metadata_len);
+  hurray__sink_pad8(out);
+  return out->failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory") : HURRAY_OK;
+}

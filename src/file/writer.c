@@ -30,7 +30,7 @@ struct HurrayFileWriter {
   FileOutput out;
   WriterState state;
   uint32_t alignment;
-  FileHasher *hasher; /* the open buffer's checksum; the index's at finish */
+  FileHasher *hasher; /* the open buffer's checksum */
   WriterTensor *tensors;
   uint32_t tensor_count, tensor_capacity;
   FileBufferEntry *buffers;
@@ -260,8 +260,7 @@ static int stream(HurrayFileWriter *w, const void *data, size_t len, HurrayError
 /* The index length with `tensors`, `buffers` and `records` bytes of records (spec §5). */
 static uint64_t index_length(uint32_t tensors, uint32_t buffers, uint64_t records,
                              uint64_t metadata, uint32_t *bucket_bits) {
-  uint32_t bits = 0;
-  while (((uint64_t)1 << bits) < tensors) bits++;
+  uint32_t bits = hurray__bucket_bits(tensors);
   if (bucket_bits != NULL) *bucket_bits = bits;
   uint64_t tables = IDX_HEADER_SIZE + (uint64_t)buffers * BUFFER_ENTRY_SIZE +
                     (uint64_t)tensors * (TENSOR_ENTRY_SIZE + NAME_ENTRY_SIZE) +
@@ -540,41 +539,21 @@ int hurray_file_writer_set_metadata(HurrayFileWriter *writer, const HurrayMetaVa
   return HURRAY_OK;
 }
 
-typedef struct SortedName {
-  uint64_t hash;
-  const WriterTensor *tensor;
-  uint32_t index;
-} SortedName;
-
-static int compare_names(const void *a, const void *b) {
-  const SortedName *x = a, *y = b;
-  if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
-  return hurray__compare_bytes(x->tensor->name, x->tensor->name_len, y->tensor->name,
-                               y->tensor->name_len);
-}
-
-/* Appends index bytes: to the file and to the index checksum. */
-static int emit_index(HurrayFileWriter *w, const void *data, size_t len, HurrayError *error) {
-  hurray__hasher_update(w->hasher, data, len);
-  return emit(w, data, len, error);
-}
-
-static int emit_padded(HurrayFileWriter *w, const void *data, size_t len, HurrayError *error) {
-  static const uint8_t zeros[8];
-  int status = emit_index(w, data, len, error);
-  if (status == HURRAY_OK) status = emit_index(w, zeros, (size_t)(hurray__pad8(len) - len), error);
-  return status;
-}
-
-static int write_tables(HurrayFileWriter *w, uint32_t bits, uint64_t heap, HurrayError *error) {
+/* The index (spec §5) in memory, and its checksum. */
+static int write_index(HurrayFileWriter *w, uint64_t *checksum, HurrayError *error) {
+  uint32_t bits = 0;
+  uint64_t length =
+      index_length(w->tensor_count, w->buffer_count, w->records_bytes, w->metadata.len, &bits);
+  uint64_t heap = length - w->records_bytes - hurray__pad8(w->metadata.len);
+  FileSink index = {0};
   uint8_t e[IDX_HEADER_SIZE] = {0};
-  int status = HURRAY_OK;
   hurray__store_le32(e + IDX_TENSOR_COUNT, w->tensor_count);
   hurray__store_le32(e + IDX_BUFFER_COUNT, w->buffer_count);
   hurray__store_le32(e + IDX_BUCKET_BITS, bits);
   if (w->metadata.len > 0) hurray__store_le64(e + IDX_METADATA_OFFSET, heap + w->records_bytes);
   hurray__store_le32(e + IDX_METADATA_LENGTH, (uint32_t)w->metadata.len);
-  status = emit_index(w, e, IDX_HEADER_SIZE, error);
+  hurray__sink_bytes(&index, e, IDX_HEADER_SIZE);
+  int status = HURRAY_OK;
   for (uint32_t i = 0; i < w->buffer_count && status == HURRAY_OK; i++) {
     const FileBufferEntry *b = &w->buffers[i];
     memset(e, 0, BUFFER_ENTRY_SIZE);
@@ -582,58 +561,32 @@ static int write_tables(HurrayFileWriter *w, uint32_t bits, uint64_t heap, Hurra
     hurray__store_le64(e + 16, b->offset);
     hurray__store_le64(e + 24, b->checksum);
     e[32] = b->role;
-    if (status == HURRAY_OK) status = emit_index(w, e, BUFFER_ENTRY_SIZE, error);
+    hurray__sink_bytes(&index, e, BUFFER_ENTRY_SIZE);
   }
-  uint64_t record = heap;
+  FileIndexTensor *tensors = malloc((w->tensor_count ? w->tensor_count : 1) * sizeof *tensors);
+  if (tensors == NULL && status == HURRAY_OK) {
+    status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
   for (uint32_t i = 0; i < w->tensor_count && status == HURRAY_OK; i++) {
     const WriterTensor *t = &w->tensors[i];
-    memset(e, 0, TENSOR_ENTRY_SIZE);
-    hurray__store_le64(e, record);
-    hurray__store_le32(e + 8, t->record_len);
-    hurray__store_le32(e + 12, t->first_buffer);
-    hurray__store_le32(e + 16, t->buffer_count);
-    status = emit_index(w, e, TENSOR_ENTRY_SIZE, error);
-    record += hurray__pad8(t->record_len);
+    tensors[i] = (FileIndexTensor){.name = t->name,
+                                   .name_len = t->name_len,
+                                   .hash = t->hash,
+                                   .record = t->record,
+                                   .record_len = t->record_len,
+                                   .first_buffer = t->first_buffer,
+                                   .buffer_count = t->buffer_count};
   }
-  SortedName *sorted = malloc((w->tensor_count ? w->tensor_count : 1) * sizeof *sorted);
-  if (sorted == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  for (uint32_t i = 0; i < w->tensor_count; i++) {
-    sorted[i] = (SortedName){.hash = w->tensors[i].hash, .tensor = &w->tensors[i], .index = i};
+  if (status == HURRAY_OK) {
+    status = hurray__index_tables(&index, index.len, tensors, w->tensor_count, w->metadata.data,
+                                  (uint32_t)w->metadata.len, error);
   }
-  qsort(sorted, w->tensor_count, sizeof *sorted, compare_names);
-  for (uint32_t i = 0; i < w->tensor_count && status == HURRAY_OK; i++) {
-    memset(e, 0, NAME_ENTRY_SIZE);
-    hurray__store_le64(e, sorted[i].hash);
-    hurray__store_le32(e + 8, sorted[i].index);
-    status = emit_index(w, e, NAME_ENTRY_SIZE, error);
+  if (status == HURRAY_OK) {
+    *checksum = hurray__xxh3(index.data, index.len);
+    status = emit(w, index.data, index.len, error);
   }
-  /* bucket[b]: the first name-table position whose bucket is >= b. */
-  uint32_t at = 0;
-  for (uint64_t b = 0; b <= ((uint64_t)1 << bits) && status == HURRAY_OK; b++) {
-    while (at < w->tensor_count && hurray__bucket_of(sorted[at].hash, bits) < b) at++;
-    hurray__store_le32(e, at);
-    status = emit_index(w, e, BUCKET_ENTRY_SIZE, error);
-  }
-  free(sorted);
-  return status;
-}
-
-static int write_index(HurrayFileWriter *w, HurrayError *error) {
-  uint32_t bits = 0;
-  uint64_t length =
-      index_length(w->tensor_count, w->buffer_count, w->records_bytes, w->metadata.len, &bits);
-  uint64_t heap = length - w->records_bytes - hurray__pad8(w->metadata.len);
-  static const uint8_t zeros[8];
-  uint64_t start = position(w);
-  hurray__hasher_reset(w->hasher);
-  int status = write_tables(w, bits, heap, error);
-  if (status == HURRAY_OK) { /* pad the tables to the heap */
-    status = emit_index(w, zeros, (size_t)(heap - (position(w) - start)), error);
-  }
-  for (uint32_t i = 0; i < w->tensor_count && status == HURRAY_OK; i++) {
-    status = emit_padded(w, w->tensors[i].record, w->tensors[i].record_len, error);
-  }
-  if (status == HURRAY_OK) status = emit_padded(w, w->metadata.data, w->metadata.len, error);
+  free(tensors);
+  hurray__sink_reset(&index);
   return status;
 }
 
@@ -643,8 +596,8 @@ int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error) {
   HurrayFileWriter *w = writer;
   uint64_t end = position(w);
   status = emit_zeros(w, hurray__pad8(end) - end, error);
-  uint64_t index_offset = position(w);
-  if (status == HURRAY_OK) status = write_index(w, error);
+  uint64_t index_offset = position(w), index_checksum = 0;
+  if (status == HURRAY_OK) status = write_index(w, &index_checksum, error);
   if (status != HURRAY_OK) {
     w->state = FAILED;
     return status;
@@ -658,7 +611,7 @@ int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error) {
   hurray__store_le64(h + HDR_FILE_SIZE, file_size);
   hurray__store_le64(h + HDR_INDEX_OFFSET, index_offset);
   hurray__store_le64(h + HDR_INDEX_LENGTH, file_size - index_offset);
-  hurray__store_le64(h + HDR_INDEX_CHECKSUM, hurray__hasher_digest(w->hasher));
+  hurray__store_le64(h + HDR_INDEX_CHECKSUM, index_checksum);
   hurray__store_le64(h + HDR_CHECKSUM, hurray__xxh3(h, HDR_CHECKSUM));
   status = hurray__output_patch(&w->out, 0, h, sizeof h, error);
   if (status == HURRAY_OK) status = hurray__output_commit(&w->out, error);
