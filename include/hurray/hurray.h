@@ -855,6 +855,20 @@ typedef struct HurrayFileReader HurrayFileReader;
  * index into memory and each tensor's buffers into fresh, writable, aligned memory when it is
  * got; it suits network filesystems and files that may change. */
 #define HURRAY_FILE_OPEN_PREAD (1u << 0)
+/* FOREIGN also opens safetensors, .npy and .npz files, recognised by their first bytes (never
+ * by their name), parsed and validated by the converters' parsers (hurray_convert), as a
+ * reader of the same interface: each array is a DENSE tensor (strides for Fortran order) with
+ * one VALUES buffer, named as hurray_convert names it (a .npy file's array: the file's stem),
+ * and safetensors' __metadata__ is the file metadata. A tensor whose bytes lie in the file as
+ * they are, at an offset that is a multiple of 64, is a zero-copy read-only view of the
+ * mapping; one that does not (misaligned, big-endian, a deflated .npz member), and every
+ * tensor of a PREAD reader, is copied into fresh 64-aligned memory each time it is got (and
+ * is read-only unless PREAD, like the views). Such a reader's HurrayFileInfo has the format,
+ * version 0.0 and alignment 64; buffer offsets are where the bytes start in the file (a
+ * deflated member's compressed data), checksums 0. Verification checks the checksums the
+ * format keeps (a .npz member's CRC-32, its whole member); safetensors and .npy keep none:
+ * HURRAY_EUNSUPPORTED. The file stays mapped while the reader or a tensor is alive. */
+#define HURRAY_FILE_OPEN_FOREIGN (1u << 1)
 
 /* Opens and fully validates a file: header, limits, every table of the index, every buffer
  * descriptor (via hurray_desc_decode), offsets aligned and inside the data region, buffers
@@ -892,9 +906,11 @@ typedef struct HurrayFileInfo {
   uint32_t buffer_count;
   uint64_t file_size;
   uint64_t data_bytes; /* sum of every buffer's byte size */
-  uint64_t index_offset;
-  uint64_t index_length;
-  uint64_t reserved[4];
+  uint64_t index_offset; /* a FOREIGN reader's: 0 */
+  uint64_t index_length; /* a FOREIGN reader's: of the index it built in memory */
+  uint8_t format;        /* HurrayFormat: HURRAY, or SAFETENSORS, NPY or NPZ (FOREIGN) */
+  uint8_t reserved0[7];
+  uint64_t reserved[3];
 } HurrayFileInfo;
 
 typedef struct HurrayFileTensorInfo {

@@ -559,7 +559,8 @@ static HurrayFileReader *open_reader(HurrayState *st, PyObject *path_obj, int mm
   const char *cpath = PyBytes_AS_STRING(path);
   int status;
   Py_BEGIN_ALLOW_THREADS;
-  status = hurray_file_reader_open(cpath, mmap ? 0 : HURRAY_FILE_OPEN_PREAD, &reader, &error);
+  status = hurray_file_reader_open(
+      cpath, HURRAY_FILE_OPEN_FOREIGN | (mmap ? 0 : HURRAY_FILE_OPEN_PREAD), &reader, &error);
   if (status == HURRAY_OK) status = hurray_file_reader_info(reader, &info, &error);
   Py_END_ALLOW_THREADS;
   Py_DECREF(path);
@@ -715,7 +716,8 @@ static PyObject *file_get_info(PyObject *op, void *closure) {
   HurrayError error = {0};
   int status = hurray_file_reader_info(reader, &info, &error);
   if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
-  return Py_BuildValue("{s:(HH),s:I,s:I,s:I,s:K,s:K}", "version", info.version_major,
+  return Py_BuildValue("{s:s,s:(HH),s:I,s:I,s:I,s:K,s:K}", "format",
+                       hurray_format_name(info.format), "version", info.version_major,
                        info.version_minor, "alignment", info.alignment, "tensors",
                        info.tensor_count, "buffers", info.buffer_count, "file_size",
                        (unsigned long long)info.file_size, "data_bytes",
@@ -1058,16 +1060,22 @@ PyMethodDef hurray__py_file_functions[] = {
          "appears at `path` and a previous file there is left untouched.")},
     {"load", HURRAY_PY_CFUNC(load), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("load($module, /, path, *, mmap=True, verify=False)\n--\n\n"
-               "Every tensor of the Hurray file at `path`, as a dict of name -> hurray.Tensor "
-               "in file order. The file is fully validated first (header, index, every "
+               "Every tensor of the Hurray, safetensors, .npy or .npz file at `path` (told apart "
+               "by its bytes, not its name), as a dict of name -> hurray.Tensor in file order. "
+               "Tensors of other formats are dense, a .npy file's named after the file's stem; "
+               "each is a view of the mapping where its bytes lie at a multiple of 64 in the "
+               "file, else a copy in 64-aligned memory (big-endian, deflated, misaligned). "
+               "The file is fully validated first (header, index, every "
                "descriptor and offset). mmap=True: zero-copy, read-only views of one mapping, "
                "which they keep alive; mmap=False: each tensor read into fresh, writable, "
                "aligned memory. verify=True: every checksum is checked before anything is "
-               "returned (hurray.ChecksumError naming the tensor).")},
+               "returned (hurray.ChecksumError naming the tensor; for .npz the members' CRC-32; "
+               "safetensors and .npy keep no checksums: hurray.UnsupportedError).")},
     {"open", HURRAY_PY_CFUNC(open_file), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("open($module, /, path, *, mmap=True)\n--\n\n"
-               "Opens the Hurray file at `path` lazily, as a hurray.File: validates it and "
-               "reads its index, but no data. Use it as a context manager.")},
+               "Opens the Hurray, safetensors, .npy or .npz file at `path` (told apart by its "
+               "bytes) lazily, as a hurray.File: validates it and reads its index (or header), "
+               "but no data. Use it as a context manager.")},
     {"convert", HURRAY_PY_CFUNC(convert), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("convert($module, /, input, output, *, alignment=None, name=None, "
                "metadata_as_json=False, drop_metadata=False)\n--\n\n"

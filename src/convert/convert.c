@@ -56,8 +56,7 @@ int hurray_format_from_path(const char *path, int *format, HurrayError *error) {
                       path);
 }
 
-/* An input's format from its first bytes, for inputs without a known extension. */
-static int sniff(const FileSource *file, int *format, HurrayError *error) {
+int hurray__sniff(const FileSource *file, int *format, HurrayError *error) {
   const uint8_t *b = hurray__source_bytes(file);
   uint64_t size = hurray__source_size(file);
   if (size >= 8 && memcmp(b, "\x89HRY\r\n\x1a\n", 8) == 0) {
@@ -719,8 +718,7 @@ static int check_options(const HurrayConvertOptions *o, HurrayError *error) {
   return HURRAY_OK;
 }
 
-/* The stem of a path: its last component without its last extension. */
-static int stem_name(const char *path, FileArena *arena, const char **out, HurrayError *error) {
+int hurray__stem_name(const char *path, FileArena *arena, const char **out, HurrayError *error) {
   const char *base = strrchr(path, '/');
   base = base != NULL ? base + 1 : path;
   const char *dot = strrchr(base, '.');
@@ -773,7 +771,7 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
       uint64_t size = hurray__source_size(file);
       status = size == 0 ? hurray__fail(error, HURRAY_EFORMAT, "the input is empty")
                          : hurray__source_map(file, HURRAY_MIN_ALIGNMENT, error);
-      if (status == HURRAY_OK) status = sniff(file, &in, error);
+      if (status == HURRAY_OK) status = hurray__sniff(file, &in, error);
       if (status == HURRAY_OK && in == HURRAY_FORMAT_HURRAY) {
         hurray__source_release(file);
         file = NULL;
@@ -783,7 +781,7 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
       }
     }
     if (status == HURRAY_OK && in == HURRAY_FORMAT_NPY && name == NULL) {
-      status = stem_name(input, &names, &name, error);
+      status = hurray__stem_name(input, &names, &name, error);
     }
     if (status == HURRAY_OK && in != HURRAY_FORMAT_HURRAY) {
       status = hurray__source_open_input(file, in, name, &source, error); /* SINK for file */

@@ -8,6 +8,7 @@
  *   array.c        streaming an array's bytes: chunks of a mapping, byte swaps, inflate,
  *                  gathering a strided array into C order; checksums on the way
  *   convert.c      hurray_convert: sources (what each input holds) and sinks (each output)
+ *   view.c         a source presented as a HurrayFileReader (HURRAY_FILE_OPEN_FOREIGN)
  *
  * Every parser takes untrusted bytes: each length and count is checked against the bytes
  * that hold it before use, arithmetic is overflow-checked, and each error names the byte
@@ -294,6 +295,13 @@ typedef struct ConvSource {
   bool drop_pages; /* the input is a file mapped here: drop its pages once streamed */
 } ConvSource;
 
+/* An input's format from the first bytes of `file` (mapped): HURRAY_EFORMAT when they show
+ * none. */
+HURRAY_INTERNAL int hurray__sniff(const FileSource *file, int *format, HurrayError *error);
+/* The stem of a path (its last component without its last extension), in `arena`: the name of
+ * a .npy file's array. HURRAY_EINVAL when it is no valid tensor name. */
+HURRAY_INTERNAL int hurray__stem_name(const char *path, FileArena *arena, const char **out,
+                                      HurrayError *error);
 /* Opens an input already held by `file` (SINK: released with the source) as `format`
  * (not AUTO). `name` names the array of a .npy input (required for it). */
 HURRAY_INTERNAL int hurray__source_open_input(FileSource *file, int format, const char *name,

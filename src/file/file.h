@@ -242,6 +242,8 @@ HURRAY_INTERNAL int hurray__source_read(const FileSource *source, uint64_t offse
 HURRAY_INTERNAL int hurray__source_buffer(FileSource *source, uint64_t offset, uint64_t len,
                                           uint32_t alignment, HurrayBuffer **out,
                                           HurrayError *error);
+/* One more reference on the source, released with hurray__source_release. */
+HURRAY_INTERNAL void hurray__source_retain(FileSource *source);
 /* Whether buffers made by hurray__source_buffer are read-only views. */
 HURRAY_INTERNAL bool hurray__source_is_view(const FileSource *source);
 
@@ -259,6 +261,49 @@ HURRAY_INTERNAL void hurray__source_release(FileSource *source);
 
 /* The bytes of a mapped or memory source (after hurray__source_map), NULL for a pread one. */
 HURRAY_INTERNAL const uint8_t *hurray__source_bytes(const FileSource *source);
+
+/* ---- reader.c: files of other formats, presented as readers ------------------------------ */
+
+/* What a view does where a Hurray file would be read directly. */
+typedef struct FileViewOps {
+  /* A new CPU buffer holding bytes [offset, offset + len) of buffer `buffer`: a read-only view
+   * of the mapping where they lie in the file as they are, at a multiple of 64; else a copy
+   * in fresh 64-aligned memory. */
+  int (*buffer)(void *view, uint32_t buffer, uint64_t offset, uint64_t len, HurrayBuffer **out,
+                HurrayError *error);
+  /* Checks buffer `buffer`'s bytes against the checksum its format keeps (HURRAY_EUNSUPPORTED
+   * where the format keeps none). */
+  int (*verify)(void *view, uint32_t buffer, HurrayError *error);
+  void (*destroy)(void *view);
+} FileViewOps;
+
+/* A file of another format as a reader sees it: an index built in memory (the tensor table at
+ * offset 0, then the name and bucket tables and the heap, as hurray__index_tables writes them)
+ * and a buffer entry per buffer, whose offsets and checksums only the view interprets. */
+typedef struct FileView {
+  FileSource *source;  /* a reference, for the reader */
+  HurrayFileInfo info; /* format, alignment, tensor and buffer counts, file_size */
+  uint8_t *index;      /* malloc'd */
+  uint64_t index_length;
+  uint64_t metadata_offset; /* of the file metadata block in the index (0: none) */
+  uint32_t metadata_length;
+  FileBufferEntry *buffers; /* malloc'd, info.buffer_count of them */
+  bool read_only;           /* tensors are read-only (mapped) rather than fresh copies */
+  const FileViewOps *ops;
+  void *view;
+} FileView;
+
+/* A reader over `view`, SINK for everything it holds (also on failure). Its index is validated
+ * as a file's is: every record decoded and validated against its buffers, the name and bucket
+ * tables, the metadata. */
+HURRAY_INTERNAL int hurray__reader_open_view(FileView *view, HurrayFileReader **out,
+                                             HurrayError *error);
+
+/* Defined in src/convert/view.c: opens the file at `path`, whose first bytes are not a Hurray
+ * file's, as a view when they show safetensors, .npy or .npz (HURRAY_EFORMAT otherwise).
+ * `flags` as for hurray_file_reader_open. */
+HURRAY_INTERNAL int hurray__view_open(const char *path, uint32_t flags, HurrayFileReader **out,
+                                      HurrayError *error);
 
 /* ---- output.c ----------------------------------------------------------------------------- */
 

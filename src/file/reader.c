@@ -35,6 +35,9 @@ struct HurrayFileReader {
   ReaderTensor *tensors;
   FileBufferEntry *buffers;
   FileArena names;
+  bool read_only;           /* tensors are read-only views of the source */
+  const FileViewOps *view_ops; /* a file of another format (NULL: a Hurray file) */
+  void *view;
 };
 
 /* ---- header (spec §3, checks 1-7) --------------------------------------------------------- */
@@ -408,8 +411,61 @@ static int open_source(FileSource *source, HurrayFileReader **out, HurrayError *
     hurray_file_reader_destroy(r);
     return status;
   }
+  r->info.format = HURRAY_FORMAT_HURRAY;
+  r->read_only = hurray__source_is_view(source);
   *out = r;
   return HURRAY_OK;
+}
+
+int hurray__reader_open_view(FileView *view, HurrayFileReader **out, HurrayError *error) {
+  HurrayFileReader *r = calloc(1, sizeof *r);
+  if (r == NULL) {
+    view->ops->destroy(view->view);
+    free(view->index);
+    free(view->buffers);
+    hurray__source_release(view->source);
+    return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  *r = (HurrayFileReader){.source = view->source,
+                          .info = view->info,
+                          .index = view->index,
+                          .metadata_offset = view->metadata_offset,
+                          .metadata_length = view->metadata_length,
+                          .buffers = view->buffers,
+                          .read_only = view->read_only,
+                          .view_ops = view->ops,
+                          .view = view->view};
+  uint32_t count = r->info.tensor_count;
+  r->info.index_offset = 0;
+  r->info.index_length = view->index_length;
+  r->bucket_bits = hurray__bucket_bits(count);
+  r->name_table = (uint64_t)count * TENSOR_ENTRY_SIZE;
+  r->bucket_table = r->name_table + (uint64_t)count * NAME_ENTRY_SIZE;
+  r->heap = hurray__pad8(r->bucket_table + (((uint64_t)1 << r->bucket_bits) + 1) * BUCKET_ENTRY_SIZE);
+  for (uint32_t i = 0; i < r->info.buffer_count; i++) r->info.data_bytes += r->buffers[i].desc.byte_size;
+  int status = read_tensor_table(r, error);
+  if (status == HURRAY_OK) status = read_name_table(r, error);
+  if (status == HURRAY_OK) {
+    status =
+        hurray__meta_decode(r->index + r->metadata_offset, r->metadata_length, NULL, NULL, error);
+    if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
+  }
+  if (status != HURRAY_OK) {
+    hurray_file_reader_destroy(r);
+    return status;
+  }
+  *out = r;
+  return HURRAY_OK;
+}
+
+/* Whether the file starts as a Hurray file does (as far as it goes), or cannot be read: then
+ * opening it as one reports the problem. */
+static bool starts_as_hurray(const FileSource *source) {
+  uint8_t magic[FILE_MAGIC_SIZE];
+  uint64_t size = hurray__source_size(source);
+  size_t have = size < sizeof magic ? (size_t)size : sizeof magic;
+  return hurray__source_read(source, 0, magic, have, NULL) != HURRAY_OK ||
+         memcmp(magic, FILE_MAGIC, have) == 0;
 }
 
 int hurray_file_reader_open(const char *path, uint32_t flags, HurrayFileReader **out,
@@ -418,12 +474,16 @@ int hurray_file_reader_open(const char *path, uint32_t flags, HurrayFileReader *
     return hurray__fail(error, HURRAY_EINVAL, "hurray_file_reader_open: %s is NULL",
                         path == NULL ? "path" : "out");
   }
-  if (flags & ~HURRAY_FILE_OPEN_PREAD) {
+  if (flags & ~(HURRAY_FILE_OPEN_PREAD | HURRAY_FILE_OPEN_FOREIGN)) {
     return hurray__fail(error, HURRAY_EINVAL, "open flags 0x%" PRIX32 " include unknown bits",
                         flags);
   }
   FileSource *source = NULL;
   int status = hurray__source_open(path, flags & HURRAY_FILE_OPEN_PREAD, &source, error);
+  if (status == HURRAY_OK && (flags & HURRAY_FILE_OPEN_FOREIGN) && !starts_as_hurray(source)) {
+    hurray__source_release(source);
+    return hurray__view_open(path, flags, out, error);
+  }
   return status == HURRAY_OK ? open_source(source, out, error) : status;
 }
 
@@ -440,6 +500,7 @@ int hurray_file_reader_open_memory(const void *data, uint64_t size, HurrayOwnerR
 
 void hurray_file_reader_destroy(HurrayFileReader *reader) {
   if (reader == NULL) return;
+  if (reader->view_ops != NULL) reader->view_ops->destroy(reader->view);
   hurray__source_release(reader->source);
   hurray__arena_free(&reader->names);
   free(reader->tensors);
@@ -549,6 +610,24 @@ static int checksum_mismatch(const HurrayFileReader *r, uint32_t index, uint32_t
                       t->name, buffer, hurray_buffer_role_name(b->role), b->checksum, computed);
 }
 
+/* Bytes [offset, offset + len) of buffer `buffer` (of the file) as a new CPU buffer. */
+static int read_buffer(const HurrayFileReader *r, uint32_t buffer, uint64_t offset, uint64_t len,
+                       uint32_t alignment, HurrayBuffer **out, HurrayError *error) {
+  if (r->view_ops != NULL) return r->view_ops->buffer(r->view, buffer, offset, len, out, error);
+  return hurray__source_buffer(r->source, r->buffers[buffer].offset + offset, len, alignment, out,
+                               error);
+}
+
+/* Checks buffer `k` of tensor `index`, got as `buffer`, against its checksum. */
+static int check_buffer(const HurrayFileReader *r, uint32_t index, uint32_t k,
+                        const HurrayBuffer *buffer, HurrayError *error) {
+  const ReaderTensor *t = &r->tensors[index];
+  if (r->view_ops != NULL) return r->view_ops->verify(r->view, t->first_buffer + k, error);
+  const FileBufferEntry *b = &r->buffers[t->first_buffer + k];
+  uint64_t computed = hurray__xxh3(buffer->data, (size_t)b->desc.byte_size);
+  return computed == b->checksum ? HURRAY_OK : checksum_mismatch(r, index, k, computed, error);
+}
+
 int hurray_file_reader_get(const HurrayFileReader *reader, uint32_t index, uint32_t flags,
                            HurrayTensorContext **out, HurrayError *error) {
   int status = check_tensor(reader, index, "hurray_file_reader_get", error);
@@ -565,12 +644,11 @@ int hurray_file_reader_get(const HurrayFileReader *reader, uint32_t index, uint3
   for (uint32_t k = 0; k < t->buffer_count && status == HURRAY_OK; k++) {
     const FileBufferEntry *b = &reader->buffers[t->first_buffer + k];
     HurrayBuffer *buffer = NULL;
-    status = hurray__source_buffer(reader->source, b->offset, b->desc.byte_size,
-                                   reader->info.alignment, &buffer, error);
+    status = read_buffer(reader, t->first_buffer + k, 0, b->desc.byte_size,
+                         reader->info.alignment, &buffer, error);
     if (status == HURRAY_OK) status = hurray_buffer_list_append(list, buffer, b->role, NULL, error);
     if (status == HURRAY_OK && (flags & HURRAY_FILE_GET_VERIFY)) {
-      uint64_t computed = hurray__xxh3(buffer->data, (size_t)b->desc.byte_size);
-      if (computed != b->checksum) status = checksum_mismatch(reader, index, k, computed, error);
+      status = check_buffer(reader, index, k, buffer, error);
     }
   }
   FileArena arena = {0};
@@ -581,7 +659,7 @@ int hurray_file_reader_get(const HurrayFileReader *reader, uint32_t index, uint3
     if (status != HURRAY_OK) hurray__error_prefix(error, status, "tensor '%s': ", t->name);
   }
   if (status == HURRAY_OK) {
-    uint32_t context_flags = hurray__source_is_view(reader->source) ? HURRAY_BUFFER_READ_ONLY : 0;
+    uint32_t context_flags = reader->read_only ? HURRAY_BUFFER_READ_ONLY : 0;
     status = hurray_tensor_context_create(record.tensor, list, context_flags, NULL, NULL, out,
                                           error); /* SINK for the list */
   } else {
@@ -664,13 +742,13 @@ int hurray_file_reader_get_rows(const HurrayFileReader *reader, uint32_t index, 
   if (status == HURRAY_OK) {
     const FileBufferEntry *b = &reader->buffers[t->first_buffer + values.buffer];
     HurrayBuffer *buffer = NULL;
-    status = hurray__source_buffer(reader->source, b->offset + first, end - first,
-                                   HURRAY_MIN_ALIGNMENT, &buffer, error);
+    status = read_buffer(reader, t->first_buffer + values.buffer, first, end - first,
+                         HURRAY_MIN_ALIGNMENT, &buffer, error);
     if (status == HURRAY_OK) status = hurray_buffer_list_append(list, buffer, b->role, NULL, error);
   }
   if (status == HURRAY_OK) {
     values.buffer = 0;
-    uint32_t context_flags = hurray__source_is_view(reader->source) ? HURRAY_BUFFER_READ_ONLY : 0;
+    uint32_t context_flags = reader->read_only ? HURRAY_BUFFER_READ_ONLY : 0;
     status = hurray_tensor_context_create(&rows, list, context_flags, NULL, NULL, out,
                                           error); /* SINK for the list */
   } else {
@@ -697,6 +775,13 @@ int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
     const ReaderTensor *t = &reader->tensors[i];
     for (uint32_t k = 0; k < t->buffer_count; k++) {
       const FileBufferEntry *b = &reader->buffers[t->first_buffer + k];
+      if (reader->view_ops != NULL) {
+        int status = reader->view_ops->verify(reader->view, t->first_buffer + k, error);
+        if (status != HURRAY_OK) return status;
+        p.done += b->desc.byte_size;
+        if (progress != NULL) progress(context, p.done, p.total);
+        continue;
+      }
       uint64_t computed = 0;
       int status =
           hurray__source_hash(reader->source, b->offset, b->desc.byte_size, &p, &computed, error);

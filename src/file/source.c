@@ -184,6 +184,10 @@ int hurray__source_read(const FileSource *source, uint64_t offset, void *out, si
   return HURRAY_OK;
 }
 
+void hurray__source_retain(FileSource *source) {
+  atomic_fetch_add_explicit(&source->refs, 1, memory_order_relaxed);
+}
+
 static void release_view(HurrayBuffer *self) {
   hurray__source_release(self->release_ctx);
 }
@@ -209,7 +213,7 @@ int hurray__source_buffer(FileSource *source, uint64_t offset, uint64_t len, uin
                                  .device_tag = HURRAY_DEVICE_CPU,
                                  .memory_class = HURRAY_MEM_DEVICE,
                                  .sync_mode = HURRAY_SYNC_READY};
-  atomic_fetch_add_explicit(&source->refs, 1, memory_order_relaxed);
+  hurray__source_retain(source);
   int status =
       hurray_buffer_wrap((void *)(uintptr_t)(source->base + offset), &desc, HURRAY_BUFFER_READ_ONLY,
                          NULL, 0, release_view, source, out, error);

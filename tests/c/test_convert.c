@@ -261,6 +261,125 @@ static void npy_golden_input(void **state) {
   hurray_tensor_context_release(get_tensor(path_of("named.hurray"), "renamed"));
 }
 
+/* ---- other formats opened as readers (HURRAY_FILE_OPEN_FOREIGN) ---------------------------- */
+
+/* Tensor `name` of `r`, got twice: whether both gets share their memory (a view of the
+ * mapping) and that each starts at a multiple of 64 and holds `bytes`. */
+static bool got_twice_shares(const HurrayFileReader *r, const char *name, const void *bytes,
+                             size_t size, uint32_t context_flags) {
+  uint32_t index = 0;
+  OK(hurray_file_reader_find(r, name, &index, E));
+  HurrayTensorContext *a = NULL, *b = NULL;
+  OK(hurray_file_reader_get(r, index, HURRAY_VALIDATE_CONTENTS, &a, E));
+  OK(hurray_file_reader_get(r, index, 0, &b, E));
+  const HurrayBuffer *x = a->buffers->buffers[0], *y = b->buffers->buffers[0];
+  assert_int_equal(a->flags, context_flags);
+  assert_int_equal(x->desc.byte_size, size);
+  assert_int_equal((uintptr_t)x->data % 64, 0);
+  assert_int_equal(a->tensor->parts[0].byte_offset, 0);
+  assert_memory_equal(x->data, bytes, size);
+  bool shared = x->data == y->data;
+  hurray_tensor_context_release(a);
+  hurray_tensor_context_release(b);
+  return shared;
+}
+
+static void other_formats_open_as_readers(void **state) {
+  (void)state;
+  static const float f32[3] = {1.0f, 2.0f, 3.0f};
+  static const int8_t i8[5] = {1, -2, 3, -4, 5};
+  const Dense tensors[] = {
+      {.name = "f", .dtype = HURRAY_DTYPE_FLOAT32, .ndim = 1, .shape = {3}, .bytes = f32,
+       .size = sizeof f32},
+      {.name = "i", .dtype = HURRAY_DTYPE_INT8, .ndim = 2, .shape = {1, 5}, .bytes = i8,
+       .size = sizeof i8},
+  };
+  write_hurray(path_of("two.hurray"), tensors, 2, NULL);
+  HurrayConvertOptions aligned = {.alignment = 64};
+  OK(hurray_convert(path_of("two.hurray"), path_of("two.safetensors"), &aligned, E));
+  OK(hurray_convert(path_of("two.hurray"), path_of("two.npz"), NULL, E));
+  HurrayConvertOptions one = {.name = "i"};
+  OK(hurray_convert(path_of("two.hurray"), path_of("one.npy"), &one, E));
+  /* Recognised by their bytes, not their names. */
+  size_t size = 0;
+  uint8_t *st = read_bytes(path_of("two.safetensors"), &size);
+  write_bytes(path_of("st.bin"), st, size);
+  free(st);
+
+  HurrayFileReader *r = NULL;
+  HurrayError error = {0};
+  assert_int_equal(hurray_file_reader_open(path_of("st.bin"), 0, &r, &error), HURRAY_EFORMAT);
+  assert_non_null(strstr(error.message, "bad magic"));
+  OK(hurray_file_reader_open(path_of("st.bin"), HURRAY_FILE_OPEN_FOREIGN, &r, E));
+  HurrayFileInfo info;
+  OK(hurray_file_reader_info(r, &info, E));
+  assert_int_equal(info.format, HURRAY_FORMAT_SAFETENSORS);
+  assert_int_equal(info.version_major, 0);
+  assert_int_equal(info.alignment, 64);
+  assert_int_equal(info.tensor_count, 2);
+  assert_int_equal(info.data_bytes, sizeof f32 + sizeof i8);
+  /* The data starts at a multiple of 64: float32 first (by rank), a view; int8 12 bytes on,
+   * a copy. */
+  assert_true(got_twice_shares(r, "f", f32, sizeof f32, HURRAY_BUFFER_READ_ONLY));
+  assert_false(got_twice_shares(r, "i", i8, sizeof i8, HURRAY_BUFFER_READ_ONLY));
+  HurrayTensorContext *rows = NULL;
+  OK(hurray_file_reader_get_rows(r, 0, 1, 3, &rows, E));
+  assert_int_equal(rows->tensor->shape[0], 2);
+  const uint8_t *row_data = (const uint8_t *)rows->buffers->buffers[0]->data;
+  assert_memory_equal(row_data + rows->tensor->parts[0].byte_offset, f32 + 1, 8);
+  hurray_tensor_context_release(rows);
+  assert_int_equal(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, &error),
+                   HURRAY_EUNSUPPORTED);
+  assert_non_null(strstr(error.message, "keeps no checksums"));
+  HurrayMetaValue *meta = NULL;
+  OK(hurray_file_reader_metadata(r, HURRAY_FILE_WHOLE, &meta, E));
+  assert_int_equal(meta->count, 0);
+  hurray_meta_destroy(meta);
+  hurray_file_reader_destroy(r);
+
+  /* PREAD: fresh writable copies, each get its own. */
+  OK(hurray_file_reader_open(path_of("two.safetensors"),
+                             HURRAY_FILE_OPEN_FOREIGN | HURRAY_FILE_OPEN_PREAD, &r, E));
+  assert_false(got_twice_shares(r, "f", f32, sizeof f32, 0));
+  hurray_file_reader_destroy(r);
+
+  /* .npy: 64-byte preamble, a view named after the file's stem. */
+  OK(hurray_file_reader_open(path_of("one.npy"), HURRAY_FILE_OPEN_FOREIGN, &r, E));
+  OK(hurray_file_reader_info(r, &info, E));
+  assert_int_equal(info.format, HURRAY_FORMAT_NPY);
+  assert_true(got_twice_shares(r, "one", i8, sizeof i8, HURRAY_BUFFER_READ_ONLY));
+  assert_int_equal(hurray_file_reader_verify(r, 0, NULL, NULL, NULL), HURRAY_EUNSUPPORTED);
+  hurray_file_reader_destroy(r);
+
+  /* .npz: CRC-32s verified; a flipped data byte is found by verify and by a copying get. */
+  OK(hurray_file_reader_open(path_of("two.npz"), HURRAY_FILE_OPEN_FOREIGN, &r, E));
+  OK(hurray_file_reader_info(r, &info, E));
+  assert_int_equal(info.format, HURRAY_FORMAT_NPZ);
+  OK(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, E));
+  HurrayFileBufferInfo bi;
+  OK(hurray_file_reader_buffer_info(r, 1, 0, &bi, E));
+  bool view = got_twice_shares(r, "i", i8, sizeof i8, HURRAY_BUFFER_READ_ONLY);
+  assert_int_equal(view, bi.offset % 64 == 0);
+  hurray_file_reader_destroy(r);
+  uint8_t *npz = read_bytes(path_of("two.npz"), &size);
+  npz[bi.offset + 1] ^= 0x40;
+  write_bytes(path_of("bad.npz"), npz, size);
+  free(npz);
+  OK(hurray_file_reader_open(path_of("bad.npz"), HURRAY_FILE_OPEN_FOREIGN, &r, E));
+  assert_int_equal(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, &error),
+                   HURRAY_ECHECKSUM);
+  assert_non_null(strstr(error.message, "'i'"));
+  hurray_file_reader_destroy(r);
+
+  /* Neither format: named as such; unknown flags refused. */
+  write_bytes(path_of("junk.bin"), "junk bytes", 10);
+  assert_int_equal(
+      hurray_file_reader_open(path_of("junk.bin"), HURRAY_FILE_OPEN_FOREIGN, &r, &error),
+      HURRAY_EFORMAT);
+  assert_non_null(strstr(error.message, "safetensors, .npy or .npz"));
+  assert_int_equal(hurray_file_reader_open(path_of("two.npz"), 1u << 2, &r, NULL), HURRAY_EINVAL);
+}
+
 /* ---- round trips of every dtype ----------------------------------------------------------- */
 
 typedef struct DtypeCase {
@@ -794,6 +913,7 @@ int main(void) {
       cmocka_unit_test(options_are_checked),
       cmocka_unit_test(progress_is_reported),
       cmocka_unit_test(failures_leave_nothing_behind),
+      cmocka_unit_test(other_formats_open_as_readers),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

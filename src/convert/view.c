@@ -1,0 +1,222 @@
+/* view.c -- a safetensors, .npy or .npz file presented as a HurrayFileReader
+ * (HURRAY_FILE_OPEN_FOREIGN, ADR-046). The converters' parsers open and validate it (a
+ * ConvSource, as hurray_convert opens its input); each array becomes a DENSE tensor with one
+ * VALUES buffer whose record is encoded by the writer's encoder, and the index's tables are
+ * built by the writer's hurray__index_tables, so the reader validates and serves them exactly
+ * as a file's. Buffers are zero-copy views of the mapping where an array's bytes lie in the
+ * file as they are at a multiple of 64; otherwise (misaligned, big-endian, deflated, or a
+ * PREAD reader) each get copies them through the source's streaming into 64-aligned memory. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+
+typedef struct View {
+  ConvSource source;
+  FileArena names; /* a .npy array's name */
+  bool copy;       /* PREAD: every buffer is a fresh copy */
+} View;
+
+/* Whether array `a`'s bytes lie in the file as they are (stored, not byte-swapped); `*at` is
+ * where they (or a deflated member's compressed data) start. */
+static bool stored_as_is(const View *v, const ConvArray *a, uint64_t *at) {
+  if (v->source.format != HURRAY_FORMAT_NPZ) {
+    *at = a->region_offset;
+    return a->swap == 0;
+  }
+  const ZipMember *m = &v->source.zip.members[a->index];
+  *at = m->method == 0 ? m->data_offset + a->region_offset : m->data_offset;
+  return m->method == 0 && a->swap == 0;
+}
+
+typedef struct Fill {
+  uint8_t *at;
+} Fill;
+
+static int fill_chunk(void *context, const uint8_t *bytes, size_t len, HurrayError *error) {
+  (void)error;
+  Fill *fill = context;
+  memcpy(fill->at, bytes, len);
+  fill->at += len;
+  return HURRAY_OK;
+}
+
+static int view_buffer(void *context, uint32_t buffer, uint64_t offset, uint64_t len,
+                       HurrayBuffer **out, HurrayError *error) {
+  View *v = context;
+  const ConvArray *a = &v->source.arrays[buffer];
+  uint64_t at = 0;
+  if (stored_as_is(v, a, &at) && !v->copy && len > 0 && (at + offset) % HURRAY_MIN_ALIGNMENT == 0) {
+    return hurray__source_buffer(v->source.file, at + offset, len, HURRAY_MIN_ALIGNMENT, out,
+                                 error);
+  }
+  HurrayBuffer *copy = NULL;
+  int status = hurray_buffer_alloc(len, HURRAY_MIN_ALIGNMENT, 0, &copy, error);
+  if (status == HURRAY_OK && len > 0) {
+    Fill fill = {.at = copy->data};
+    status = hurray__source_stream(&v->source, a, offset, len, fill_chunk, &fill, error);
+  }
+  if (status != HURRAY_OK) {
+    hurray_buffer_destroy(copy);
+    return status;
+  }
+  *out = copy;
+  return HURRAY_OK;
+}
+
+static int view_verify(void *context, uint32_t buffer, HurrayError *error) {
+  View *v = context;
+  const ConvArray *a = &v->source.arrays[buffer];
+  if (v->source.format != HURRAY_FORMAT_NPZ) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "tensor '%.64s': a %s file keeps no checksums to verify", a->name,
+                        hurray_format_name(v->source.format));
+  }
+  int status = hurray__zip_stream(v->source.bytes, &v->source.zip.members[a->index], 0, 0, false,
+                                  NULL, NULL, error); /* the member's CRC-32 */
+  if (status != HURRAY_OK) hurray__error_prefix(error, status, "tensor '%.64s': ", a->name);
+  return status;
+}
+
+static void view_destroy(void *context) {
+  View *v = context;
+  hurray__source_close(&v->source);
+  hurray__arena_free(&v->names);
+  free(v);
+}
+
+static const FileViewOps kViewOps = {view_buffer, view_verify, view_destroy};
+
+/* Each array's record into `records` (padded to 8), its table entry and its buffer entry. */
+static int describe_arrays(View *v, FileSink *records, FileIndexTensor *tensors,
+                           FileBufferEntry *buffers, HurrayError *error) {
+  FileSink record = {0};
+  int status = HURRAY_OK;
+  for (uint32_t i = 0; i < v->source.count && status == HURRAY_OK; i++) {
+    const ConvArray *a = &v->source.arrays[i];
+    HurrayArray part = {.shape = a->shape,
+                        .strides = a->strides,
+                        .byte_offset = a->byte_offset,
+                        .ndim = a->ndim,
+                        .dtype = a->dtype};
+    HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE,
+                             .ndim = a->ndim,
+                             .shape = a->shape,
+                             .parts = &part,
+                             .nparts = 1,
+                             .dtype = a->dtype};
+    status = hurray__record_encode((const uint8_t *)a->name, a->name_len, &desc, NULL, NULL, NULL,
+                                   0, &record, error);
+    if (status != HURRAY_OK) break;
+    hurray__sink_bytes(records, record.data, record.len);
+    hurray__sink_pad8(records);
+    tensors[i] = (FileIndexTensor){.name = a->name,
+                                   .name_len = a->name_len,
+                                   .hash = hurray__xxh3(a->name, a->name_len),
+                                   .record_len = (uint32_t)record.len,
+                                   .first_buffer = i,
+                                   .buffer_count = 1};
+    uint64_t at = 0;
+    stored_as_is(v, a, &at);
+    buffers[i] = (FileBufferEntry){.desc = {.byte_size = a->region_size,
+                                            .alignment = HURRAY_MIN_ALIGNMENT,
+                                            .device_tag = HURRAY_DEVICE_CPU,
+                                            .memory_class = HURRAY_MEM_DEVICE,
+                                            .sync_mode = HURRAY_SYNC_READY},
+                                   .offset = at,
+                                   .role = HURRAY_ROLE_VALUES};
+  }
+  hurray__sink_reset(&record);
+  if (status == HURRAY_OK && records->failed) {
+    status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  uint64_t at = 0; /* the records are in place: point at them */
+  for (uint32_t i = 0; i < v->source.count && status == HURRAY_OK; i++) {
+    tensors[i].record = records->data + at;
+    at += hurray__pad8(tensors[i].record_len);
+  }
+  return status;
+}
+
+/* The index of the view's arrays, with the file metadata, in `index`. */
+static int build_index(View *v, FileSink *index, FileBufferEntry *buffers,
+                       uint64_t *metadata_offset, uint32_t *metadata_length, HurrayError *error) {
+  uint32_t count = v->source.count;
+  if (count > HURRAY_FILE_MAX_TENSORS) {
+    return hurray__fail(error, HURRAY_ELIMIT, "%u tensors exceed the limit of %u", count,
+                        HURRAY_FILE_MAX_TENSORS);
+  }
+  FileSink records = {0}, metadata = {0};
+  FileIndexTensor *tensors = calloc(count ? count : 1, sizeof *tensors);
+  int status = tensors != NULL ? describe_arrays(v, &records, tensors, buffers, error)
+                               : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  if (status == HURRAY_OK) {
+    status = hurray__meta_encode(v->source.metadata, &metadata, error);
+    if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
+  }
+  if (status == HURRAY_OK) {
+    status = hurray__index_tables(index, 0, tensors, count, metadata.data,
+                                  (uint32_t)metadata.len, error);
+  }
+  if (status == HURRAY_OK && index->len > HURRAY_FILE_MAX_INDEX) {
+    status = hurray__fail(error, HURRAY_ELIMIT, "the index would exceed %llu bytes",
+                          (unsigned long long)HURRAY_FILE_MAX_INDEX);
+  }
+  *metadata_length = (uint32_t)metadata.len;
+  *metadata_offset = metadata.len > 0 ? index->len - hurray__pad8(metadata.len) : 0;
+  free(tensors);
+  hurray__sink_reset(&records);
+  hurray__sink_reset(&metadata);
+  return status;
+}
+
+int hurray__view_open(const char *path, uint32_t flags, HurrayFileReader **out,
+                      HurrayError *error) {
+  View *v = calloc(1, sizeof *v);
+  if (v == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  v->copy = (flags & HURRAY_FILE_OPEN_PREAD) != 0;
+  FileSource *file = NULL;
+  int format = HURRAY_FORMAT_AUTO;
+  const char *name = NULL;
+  int status = hurray__source_open(path, false, &file, error);
+  if (status == HURRAY_OK) status = hurray__source_map(file, HURRAY_MIN_ALIGNMENT, error);
+  if (status == HURRAY_OK &&
+      (hurray__sniff(file, &format, NULL) != HURRAY_OK || format == HURRAY_FORMAT_HURRAY)) {
+    status = hurray__fail(error, HURRAY_EFORMAT,
+                          "not a Hurray file (bad magic), nor safetensors, .npy or .npz by its "
+                          "first bytes");
+  }
+  if (status == HURRAY_OK && format == HURRAY_FORMAT_NPY) {
+    status = hurray__stem_name(path, &v->names, &name, error);
+  }
+  if (status == HURRAY_OK) {
+    status = hurray__source_open_input(file, format, name, &v->source, error); /* SINK */
+    file = NULL;
+  }
+  hurray__source_release(file);
+  FileSink index = {0};
+  FileView view = {.ops = &kViewOps, .view = v, .read_only = !v->copy};
+  if (status == HURRAY_OK) {
+    view.buffers = calloc(v->source.count ? v->source.count : 1, sizeof *view.buffers);
+    status = view.buffers != NULL
+                 ? build_index(v, &index, view.buffers, &view.metadata_offset,
+                               &view.metadata_length, error)
+                 : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  if (status != HURRAY_OK) {
+    free(view.buffers);
+    hurray__sink_reset(&index);
+    view_destroy(v);
+    return status;
+  }
+  hurray__source_retain(v->source.file);
+  view.source = v->source.file;
+  view.info = (HurrayFileInfo){.alignment = HURRAY_MIN_ALIGNMENT,
+                               .tensor_count = v->source.count,
+                               .buffer_count = v->source.count,
+                               .file_size = v->source.size,
+                               .format = (uint8_t)format};
+  view.index = index.data;
+  view.index_length = index.len;
+  return hurray__reader_open_view(&view, out, error); /* SINK for the view */
+}
