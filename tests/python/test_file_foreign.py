@@ -106,7 +106,9 @@ SOURCES = {
 
 
 def test_safetensors_numpy_files_load(tmp_path):
-    st = peer("safetensors.numpy")
+    peer("safetensors")
+    import safetensors.numpy as st
+
     path = tmp_path / "model.safetensors"
     st.save_file(SOURCES, path, metadata={"framework": "numpy"})
     order = safetensors_order(path)
@@ -130,7 +132,9 @@ def test_safetensors_numpy_files_load(tmp_path):
 
 def test_safetensors_torch_files_load_and_views_are_zero_copy(tmp_path):
     torch = peer("torch")
-    st = peer("safetensors.torch")
+    peer("safetensors")
+    import safetensors.torch as st
+
     path = tmp_path / "model.safetensors"
     tensors = {"big": torch.arange(64 * 4, dtype=torch.float32).reshape(64, 4),
                "bf": torch.arange(5, dtype=torch.bfloat16),
@@ -192,7 +196,9 @@ def test_a_damaged_npz_member_is_found_by_verify_and_by_reading(tmp_path):
 
 
 def test_formats_are_recognised_by_their_bytes_not_their_names(tmp_path):
-    st = peer("safetensors.numpy")
+    peer("safetensors")
+    import safetensors.numpy as st
+
     disguised = tmp_path / "model.hurray"
     st.save_file({"x": np.ones(3, np.float32)}, disguised)
     assert np.array_equal(hurray.load(disguised)["x"].__array__(), np.ones(3, np.float32))
