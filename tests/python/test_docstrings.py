@@ -52,7 +52,6 @@ def public_objects():
 NOT_YET_CONVERTED = {
     "hurray.File",
     "hurray.File.close",
-    "hurray.File.keys",
     "hurray.File.slice",
     "hurray.File.tensor_metadata",
     "hurray.File.verify",
