@@ -18,6 +18,11 @@
 #include "hurray_python.h"
 
 #include <string.h>
+#if defined(__linux__)
+#include <errno.h>
+#include <sys/mman.h> /* mincore */
+#include <unistd.h>
+#endif
 
 #include "structmember.h" /* PyMemberDef's T_PYSSIZET and READONLY on CPython 3.11 */
 
@@ -322,6 +327,32 @@ static PyObject *tensor_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
                                        hurray__py_owner_release_view);
 }
 
+/* Whether every page of [address, address + size) is mapped in this process -- what can be
+ * known of CPU memory without reading it (ADR-035): 1 yes, 0 no, -1 cannot tell (nothing is
+ * refused then). Linux's mincore fails with ENOMEM on a gap; it is asked about at most 4096
+ * pages a call. Elsewhere: -1. The range does not wrap (checked by the caller). */
+static int cpu_range_mapped(uintptr_t address, uint64_t size) {
+#if defined(__linux__)
+  unsigned char pages[4096];
+  long page_size = sysconf(_SC_PAGESIZE);
+  if (page_size <= 0) return -1;
+  uintptr_t page = (uintptr_t)page_size;
+  uintptr_t at = address - address % page;
+  uintptr_t end = address + (uintptr_t)(size - 1); /* the last byte */
+  while (at <= end) {
+    uintptr_t length = end - at + 1;
+    if (length > sizeof pages * page) length = sizeof pages * page;
+    if (mincore((void *)at, (size_t)length, pages) != 0) return errno == ENOMEM ? 0 : -1;
+    if (__builtin_add_overflow(at, length, &at)) break; /* reached the top of the space */
+  }
+  return 1;
+#else
+  (void)address;
+  (void)size;
+  return -1;
+#endif
+}
+
 static const char *const kFromAddressNames[] = {
     "address",     "dtype",       "shape",      "device",    "memory_class",
     "sync_mode",   "sync_handle", "sync_value", "byte_size", "strides",
@@ -403,13 +434,22 @@ static PyObject *tensor_from_address(PyObject *cls, PyObject *const *args, Py_ss
   if (hurray__py_address_form(memory.tag) && byte_size > 0 &&
       byte_size - 1 > UINTPTR_MAX - (uintptr_t)address) {
     return hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
-                            "%llu bytes at address 0x%llx: the range wraps the address space",
-                            (unsigned long long)byte_size, (unsigned long long)address);
+                            "%llu bytes at address %p: the range wraps the address space",
+                            (unsigned long long)byte_size, (void *)(uintptr_t)address);
   }
   PyObject *owner = a[FA_OWNER] == NULL || a[FA_OWNER] == Py_None ? NULL : Py_NewRef(a[FA_OWNER]);
-  return hurray__py_tensor_from_memory(st, (void *)(uintptr_t)address, byte_size, &memory, &array,
-                                       owner,
-                                       owner == NULL ? NULL : hurray__py_owner_release_object);
+  PyObject *tensor = hurray__py_tensor_from_memory(
+      st, (void *)(uintptr_t)address, byte_size, &memory, &array, owner,
+      owner == NULL ? NULL : hurray__py_owner_release_object);
+  if (tensor != NULL && memory.tag == HURRAY_DEVICE_CPU && byte_size > 0 &&
+      cpu_range_mapped((uintptr_t)address, byte_size) == 0) {
+    Py_DECREF(tensor); /* releases the owner */
+    return hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                            "%llu bytes at address %p: not all of them are mapped in this "
+                            "process",
+                            (unsigned long long)byte_size, (void *)(uintptr_t)address);
+  }
+  return tensor;
 }
 
 /* ---- from_parts: multi-buffer layouts over the memory of dense tensors -------------------- */
@@ -1527,7 +1567,7 @@ static PyMethodDef tensor_methods[] = {
                "hurray.LayoutError\n"
                "    The array does not fit in `byte_size`.\n"
                "hurray.InvalidArgumentError\n"
-               "    The range wraps the address space.\n"
+               "    The range wraps the address space, or (CPU, Linux) is not mapped.\n"
                "\n"
                "Warnings\n"
                "--------\n"
@@ -1536,7 +1576,9 @@ static PyMethodDef tensor_methods[] = {
                "reads of that memory: whatever later reads the tensor's bytes\n"
                "(tobytes, tolist, memoryview, NumPy, hurray.save, any DLPack or native\n"
                "consumer) reads `address`, and a wrong address or byte_size can crash\n"
-               "the process. Nothing reads it before that.\n"
+               "the process. Nothing reads it before that. On Linux a CPU range that\n"
+               "is not mapped at all is refused; mapped memory without read access,\n"
+               "or memory unmapped later, is not detected.\n"
                "\n"
                "Examples\n"
                "--------\n"

@@ -4,8 +4,9 @@ arithmetic overflows, addresses that wrap. Each crash that was once reproduced r
 interpreter (conftest.run_isolated), so a regression shows as a failed test naming the signal
 rather than a dead test run; what the child prints is the clean exception it got instead."""
 
-import ctypes
+import gc
 import sys
+import weakref
 
 import pytest
 
@@ -135,6 +136,39 @@ except hurray.InvalidArgumentError as e:
     assert out.startswith("InvalidArgumentError: ") and "wraps the address space" in out
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore: Linux only")
+@pytest.mark.parametrize("address,count", [(4096, 4), (2**47 - 4096, 8192)])
+def test_from_address_refuses_cpu_ranges_that_are_not_mapped(address, count):
+    out = run_isolated(f"""
+import hurray
+try:
+    hurray.Tensor.from_address({address}, hurray.uint8, [{count}], device="cpu").tobytes()
+except hurray.InvalidArgumentError as e:
+    print("InvalidArgumentError:", e)
+""")
+    assert out == (f"InvalidArgumentError: {count} bytes at address {hex(address)}: not all of "
+                   "them are mapped in this process\n")
+
+
+def test_from_address_accepts_mapped_cpu_memory_and_keeps_its_owner():
+    buf = np.arange(8192, dtype=np.uint8)  # pages of its own: the whole range is mapped
+    t = hurray.Tensor.from_address(buf.ctypes.data, hurray.uint8, [8192], device="cpu",
+                                   owner=buf)
+    assert t.tobytes() == buf.tobytes()
+
+
+    class Owner:
+        pass
+
+    owner = Owner()
+    probe = weakref.ref(owner)
+    with pytest.raises(hurray.InvalidArgumentError, match="not all of them are mapped"):
+        hurray.Tensor.from_address(4096, hurray.uint8, [4], device="cpu", owner=owner)
+    del owner
+    gc.collect()
+    assert probe() is None  # the refused tensor released its owner
+
+
 def test_from_address_ranges_up_to_the_top_are_accepted():
     t = hurray.Tensor.from_address(2**64 - 64, hurray.uint8, [64], device="cuda")
     assert t.buffer_address == 2**64 - 64
@@ -193,7 +227,6 @@ def _refused(export, error, match):
     with pytest.raises(error, match=match) as info:
         hurray.from_dlpack(fake.Producer(export))
     assert type(info.value) is error
-    import gc
     gc.collect()
     assert export.deleted == 1  # the producer's deleter ran once, through its capsule
 

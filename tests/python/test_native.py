@@ -494,7 +494,7 @@ def test_a_reference_cycle_through_the_owner_is_collected():
         pass
 
     holder = Holder()
-    t = hurray.Tensor.from_address(0x1000, hurray.uint8, [64], device="cpu", owner=holder)
+    t = hurray.Tensor.from_address(0x1000, hurray.uint8, [64], device="cuda", owner=holder)
     holder.consumer = hurray.from_hurray(t)  # holder -> consumer -> t -> holder
     alive = weakref.ref(holder)
     del holder, t
