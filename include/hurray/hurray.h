@@ -138,10 +138,12 @@ typedef enum HurrayStatus {
 #define HURRAY_ERROR_MESSAGE_SIZE 256
 
 /* Caller-owned error details. Functions that fail write `code` and a NUL-terminated,
- * human-readable `message` naming what was wrong; on success they leave it untouched. */
+ * human-readable `message` naming what was wrong; on success they leave it untouched.
+ * `system_errno` is the errno of the failed system call behind the error (a file that does not
+ * exist: ENOENT), 0 when there is none (ADR-038). */
 typedef struct HurrayError {
   int32_t code;
-  uint32_t reserved;
+  int32_t system_errno;
   char message[HURRAY_ERROR_MESSAGE_SIZE];
 } HurrayError;
 

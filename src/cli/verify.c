@@ -59,6 +59,11 @@ static int run_verify(int argc, char **argv) {
     }
     progress.before += ti.data_bytes;
   }
+  if (info.tensor_count == 0) { /* no tensor's check covers the data region's padding */
+    HurrayError error = {0};
+    int status = hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, &error);
+    if (status != HURRAY_OK) rc = cli_fail(&kVerifyCommand, path, status, &error);
+  }
   if (tty) cli_progress_clear();
   char size[32];
   if (rc == EXIT_OK && failed > 0) {

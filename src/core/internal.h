@@ -22,6 +22,9 @@
  * The message is truncated to fit, never overflowing. */
 HURRAY_INTERNAL int hurray__fail(HurrayError *error, int code, const char *fmt, ...)
     HURRAY_PRINTF(3, 4);
+/* hurray__fail that also records the errno of the failed system call behind it (0: none). */
+HURRAY_INTERNAL int hurray__fail_errno(HurrayError *error, int code, int system_errno,
+                                       const char *fmt, ...) HURRAY_PRINTF(4, 5);
 
 /* Every rule hurray_buffer_wrap checks, applied to a handle someone else made (a consumer's
  * view of a context it did not build): descriptor, flags, data alignment, sync state. */

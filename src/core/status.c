@@ -32,15 +32,29 @@ const char *hurray_status_message(int status) {
   }
 }
 
-int hurray__fail(HurrayError *error, int code, const char *fmt, ...) {
+HURRAY_PRINTF(4, 0)
+static int fail(HurrayError *error, int code, int system_errno, const char *fmt, va_list args) {
   if (error != NULL) {
     error->code = code;
-    error->reserved = 0;
-    va_list args;
-    va_start(args, fmt);
+    error->system_errno = system_errno;
     int n = vsnprintf(error->message, sizeof error->message, fmt, args);
-    va_end(args);
     if (n < 0) snprintf(error->message, sizeof error->message, "%s", hurray_status_message(code));
   }
+  return code;
+}
+
+int hurray__fail(HurrayError *error, int code, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  fail(error, code, 0, fmt, args);
+  va_end(args);
+  return code;
+}
+
+int hurray__fail_errno(HurrayError *error, int code, int system_errno, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  fail(error, code, system_errno, fmt, args);
+  va_end(args);
   return code;
 }

@@ -19,7 +19,7 @@ int hurray__error_prefix(HurrayError *error, int code, const char *fmt, ...) {
   char message[HURRAY_ERROR_MESSAGE_SIZE];
   memcpy(message, error->message, sizeof message);
   message[sizeof message - 1] = '\0';
-  return hurray__fail(error, code, "%s%s", prefix, message);
+  return hurray__fail_errno(error, code, error->system_errno, "%s%s", prefix, message);
 }
 
 /* ---- cursor ------------------------------------------------------------------------------- */

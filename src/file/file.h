@@ -231,9 +231,13 @@ HURRAY_INTERNAL int hurray__source_memory(const void *data, uint64_t size,
                                           HurrayOwnerReleaseFn release, void *owner,
                                           FileSource **out, HurrayError *error);
 HURRAY_INTERNAL uint64_t hurray__source_size(const FileSource *source);
-/* Maps a file source (no-op for pread and memory sources) so that its first byte is aligned to
- * `alignment`; checks a memory source's alignment. */
+/* Maps a file source copy-on-write (no-op for pread and memory sources) so that its first byte
+ * is aligned to `alignment`; checks a memory source's alignment. The descriptor stays open, for
+ * hurray__source_hash, until hurray__source_close_file. */
 HURRAY_INTERNAL int hurray__source_map(FileSource *source, uint32_t alignment, HurrayError *error);
+/* Closes a mapped file's descriptor (no-op for other sources); after this, hashing reads the
+ * mapping. Call it when no thread hashes the source any more. */
+HURRAY_INTERNAL void hurray__source_close_file(FileSource *source);
 /* Copies bytes [offset, offset + len) into `out` (bounds already checked by the caller). */
 HURRAY_INTERNAL int hurray__source_read(const FileSource *source, uint64_t offset, void *out,
                                         size_t len, HurrayError *error);
@@ -254,9 +258,14 @@ typedef struct FileProgress {
   uint64_t total;
 } FileProgress;
 
-/* XXH3-64 of bytes [offset, offset + len), in bounded memory, reporting progress. */
+/* XXH3-64 of bytes [offset, offset + len), in bounded memory, reporting progress. A file is
+ * read with pread (mapped or not), so a file that shrank is HURRAY_EIO, not SIGBUS. */
 HURRAY_INTERNAL int hurray__source_hash(const FileSource *source, uint64_t offset, uint64_t len,
                                         FileProgress *progress, uint64_t *hash, HurrayError *error);
+/* HURRAY_EFORMAT naming `what` and the offset of the first byte in [offset, offset + len) that
+ * is not zero; read as hurray__source_hash reads. */
+HURRAY_INTERNAL int hurray__source_check_zero(const FileSource *source, uint64_t offset,
+                                              uint64_t len, const char *what, HurrayError *error);
 HURRAY_INTERNAL void hurray__source_release(FileSource *source);
 
 /* The bytes of a mapped or memory source (after hurray__source_map), NULL for a pread one. */
@@ -308,7 +317,7 @@ HURRAY_INTERNAL int hurray__view_open(const char *path, uint32_t flags, HurrayFi
 /* ---- output.c ----------------------------------------------------------------------------- */
 
 /* A file written under a temporary name `path` + ".tmp-<pid>-<n>" in the destination's
- * directory, through a 256 KiB staging buffer, and renamed over `path` only by
+ * directory (`path` being a symlink's final target, ADR-037), through a 256 KiB staging buffer, and renamed over `path` only by
  * hurray__output_commit: until then nothing appears at `path` and any previous file there is
  * untouched. After an I/O error (HURRAY_EIO) every call fails; only close remains. */
 typedef struct FileOutput {
@@ -326,6 +335,11 @@ HURRAY_INTERNAL int hurray__output_open(FileOutput *o, const char *path, HurrayE
 /* Appends bytes (zeros). */
 HURRAY_INTERNAL int hurray__output_write(FileOutput *o, const void *data, size_t len,
                                          HurrayError *error);
+/* Appends bytes and adds to `hasher` exactly the bytes that reach the file, even while another
+ * thread changes `data`: small writes are hashed in the stage they are copied to, large ones as
+ * read back from the file. */
+HURRAY_INTERNAL int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len,
+                                                FileHasher *hasher, HurrayError *error);
 HURRAY_INTERNAL int hurray__output_zeros(FileOutput *o, uint64_t len, HurrayError *error);
 /* The length written so far: where the next byte goes. */
 static inline uint64_t hurray__output_position(const FileOutput *o) {
@@ -345,5 +359,20 @@ HURRAY_INTERNAL int hurray__output_patch(FileOutput *o, uint64_t offset, const v
 HURRAY_INTERNAL int hurray__output_commit(FileOutput *o, HurrayError *error);
 /* Closes and, unless committed, removes the temporary; frees. Safe on a closed output. */
 HURRAY_INTERNAL void hurray__output_close(FileOutput *o);
+
+/* A test hook, never set by the library: the next commit step named here fails as if its
+ * system call had failed with `errno_value`, then the hook clears itself. */
+typedef enum FileOutputStep {
+  OUTPUT_STEP_NONE,
+  OUTPUT_STEP_TRUNCATE,
+  OUTPUT_STEP_SYNC,
+  OUTPUT_STEP_RENAME,
+  OUTPUT_STEP_SYNC_DIRECTORY,
+} FileOutputStep;
+typedef struct FileOutputFault {
+  FileOutputStep step;
+  int errno_value;
+} FileOutputFault;
+HURRAY_INTERNAL extern FileOutputFault hurray__output_fault;
 
 #endif /* HURRAY_FILE_FILE_H */

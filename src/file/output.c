@@ -2,13 +2,17 @@
  * file in the destination's directory through a staging buffer; commit fsyncs it, renames it
  * over the destination and fsyncs the directory, so a crash at any moment leaves either the
  * previous file or the new one under the destination name, never a part of one. The container
- * writer (writer.c) and the converters (src/convert/) write every output through this. */
+ * writer (writer.c) and the converters (src/convert/) write every output through this.
+ *
+ * The destination is a regular file or nothing; a symlink is followed and its final target
+ * replaced in the target's own directory; anything else is refused (ADR-037). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "file.h"
@@ -17,13 +21,101 @@
 #define O_CLOEXEC 0
 #endif
 
-enum { STAGE_SIZE = 256u << 10, TEMP_ATTEMPTS = 100 };
+enum { STAGE_SIZE = 256u << 10, TEMP_ATTEMPTS = 100, MAX_SYMLINKS = 40 };
+
+FileOutputFault hurray__output_fault;
+
+/* Whether the test hook makes `step` fail now (with its errno, once). */
+static bool fault(FileOutputStep step) {
+  if (hurray__output_fault.step != step) return false;
+  errno = hurray__output_fault.errno_value;
+  hurray__output_fault = (FileOutputFault){0};
+  return true;
+}
 
 static int io_failed(FileOutput *o, const char *what, HurrayError *error) {
   int code = errno;
   o->failed = true;
-  return hurray__fail(error, HURRAY_EIO, "%s %s: %s", what, o->temp_path ? o->temp_path : o->path,
-                      strerror(code));
+  if (code == EFAULT) { /* the kernel could not read the caller's bytes */
+    return hurray__fail_errno(error, HURRAY_EIO, code,
+                              "%s %s: the data being written is no longer readable (a mapped "
+                              "input file shrank while it was read)",
+                              what, o->temp_path ? o->temp_path : o->path);
+  }
+  return hurray__fail_errno(error, HURRAY_EIO, code, "%s %s: %s", what,
+                            o->temp_path ? o->temp_path : o->path, strerror(code));
+}
+
+/* `name` resolved against the directory of the symlink `link`. */
+static char *link_target(const char *link, const char *name) {
+  const char *slash = name[0] == '/' ? NULL : strrchr(link, '/');
+  size_t dir = slash == NULL ? 0 : (size_t)(slash - link) + 1, len = strlen(name);
+  char *out = malloc(dir + len + 1);
+  if (out == NULL) return NULL;
+  memcpy(out, link, dir);
+  memcpy(out + dir, name, len + 1);
+  return out;
+}
+
+static const char *kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+/* The file a save to `path` replaces (ADR-037): `path` when it is a regular file or nothing;
+ * through symlinks, their final target (which may not exist yet); anything else is refused,
+ * so that a save never renames a file over a device, a FIFO or a directory. */
+static int resolve_destination(const char *path, char **out, HurrayError *error) {
+  size_t len = strlen(path);
+  char *current = malloc(len + 1);
+  if (current == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  memcpy(current, path, len + 1);
+  for (int hops = 0;; hops++) {
+    struct stat st;
+    if (lstat(current, &st) != 0) {
+      int code = errno;
+      if (code == ENOENT) break; /* a new file: its directory's absence shows when creating it */
+      free(current);
+      return hurray__fail_errno(error, HURRAY_EIO, code, "%s: %s", path, strerror(code));
+    }
+    if (S_ISREG(st.st_mode)) break;
+    if (!S_ISLNK(st.st_mode)) {
+      bool linked = strcmp(current, path) != 0;
+      int status = hurray__fail_errno(
+          error, HURRAY_EIO, S_ISDIR(st.st_mode) ? EISDIR : 0,
+          "%s%s%s is %s: only a regular file is replaced by a save", path, linked ? " -> " : "",
+          linked ? current : "", kind_of(st.st_mode));
+      free(current);
+      return status;
+    }
+    if (hops == MAX_SYMLINKS) {
+      free(current);
+      return hurray__fail_errno(error, HURRAY_EIO, ELOOP, "%s: %s", path, strerror(ELOOP));
+    }
+    size_t size = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096;
+    char *name = malloc(size);
+    ssize_t n = name == NULL ? -1 : readlink(current, name, size);
+    if (n < 0 || (size_t)n >= size) {
+      int code = name == NULL ? ENOMEM : n < 0 ? errno : ENAMETOOLONG;
+      free(name);
+      free(current);
+      return code == ENOMEM ? hurray__fail(error, HURRAY_ENOMEM, "out of memory")
+                            : hurray__fail_errno(error, HURRAY_EIO, code, "%s: %s", path,
+                                                 strerror(code));
+    }
+    name[n] = '\0';
+    char *next = link_target(current, name);
+    free(name);
+    free(current);
+    if (next == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    current = next;
+  }
+  *out = current;
+  return HURRAY_OK;
 }
 
 static int open_temporary(FileOutput *o, HurrayError *error) {
@@ -34,29 +126,25 @@ static int open_temporary(FileOutput *o, HurrayError *error) {
   for (int attempt = 0; attempt < TEMP_ATTEMPTS; attempt++) {
     snprintf(o->temp_path, size, "%s.tmp-%ld-%u", o->path, (long)getpid(),
              atomic_fetch_add(&counter, 1u));
-    o->fd = open(o->temp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    o->fd = open(o->temp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666); /* read back */
     if (o->fd >= 0) return HURRAY_OK;
     if (errno != EEXIST && errno != EINTR) break;
   }
   int code = errno;
   free(o->temp_path);
   o->temp_path = NULL;
-  return hurray__fail(error, HURRAY_EIO, "cannot create a temporary file for %s: %s", o->path,
-                      strerror(code));
+  return hurray__fail_errno(error, HURRAY_EIO, code, "cannot create a temporary file for %s: %s",
+                            o->path, strerror(code));
 }
 
 int hurray__output_open(FileOutput *o, const char *path, HurrayError *error) {
   *o = (FileOutput){.fd = -1};
-  size_t len = strlen(path);
-  o->path = malloc(len + 1);
-  o->stage = malloc(STAGE_SIZE);
-  int status = HURRAY_OK;
-  if (o->path == NULL || o->stage == NULL) {
+  int status = resolve_destination(path, &o->path, error);
+  o->stage = status == HURRAY_OK ? malloc(STAGE_SIZE) : NULL;
+  if (status == HURRAY_OK && o->stage == NULL) {
     status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  } else {
-    memcpy(o->path, path, len + 1);
-    status = open_temporary(o, error);
   }
+  if (status == HURRAY_OK) status = open_temporary(o, error);
   if (status != HURRAY_OK) hurray__output_close(o);
   return status;
 }
@@ -106,6 +194,37 @@ int hurray__output_write(FileOutput *o, const void *data, size_t len, HurrayErro
   if (len > 0) memcpy(o->stage + o->staged, data, len);
   o->staged += len;
   return HURRAY_OK;
+}
+
+int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len, FileHasher *hasher,
+                                HurrayError *error) {
+  if (o->failed) return hurray__fail(error, HURRAY_EIO, "%s: an earlier write failed", o->path);
+  int status = len > STAGE_SIZE - o->staged ? flush(o, error) : HURRAY_OK;
+  if (status != HURRAY_OK) return status;
+  if (len < STAGE_SIZE) { /* hashed as copied: later changes to `data` do not reach the file */
+    if (len > 0) memcpy(o->stage + o->staged, data, len);
+    hurray__hasher_update(hasher, o->stage + o->staged, len);
+    o->staged += len;
+    return HURRAY_OK;
+  }
+  /* Straight from the caller's memory (the kernel's copy fails cleanly where the memory went
+   * away), then hashed as read back through the empty stage. */
+  uint64_t at = o->flushed;
+  status = pwrite_all(o, data, len, at, error);
+  for (size_t done = 0; done < len && status == HURRAY_OK;) {
+    ssize_t n = pread(o->fd, o->stage, len - done < STAGE_SIZE ? len - done : STAGE_SIZE,
+                      (off_t)(at + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO; /* the temporary shrank under us */
+      status = io_failed(o, "cannot read back", error);
+    } else {
+      hurray__hasher_update(hasher, o->stage, (size_t)n);
+      done += (size_t)n;
+    }
+  }
+  if (status == HURRAY_OK) o->flushed += len;
+  return status;
 }
 
 int hurray__output_zeros(FileOutput *o, uint64_t len, HurrayError *error) {
@@ -159,9 +278,10 @@ static int sync_directory(const char *path, HurrayError *error) {
   }
   int fd = open(dir != NULL ? dir : ".", O_RDONLY | O_CLOEXEC);
   int status = HURRAY_OK;
-  if (fd < 0 || fsync(fd) != 0) {
-    status = hurray__fail(error, HURRAY_EIO, "cannot sync the directory of %s: %s", path,
-                          strerror(errno));
+  if (fd < 0 || fault(OUTPUT_STEP_SYNC_DIRECTORY) || fsync(fd) != 0) {
+    int code = errno;
+    status = hurray__fail_errno(error, HURRAY_EIO, code, "cannot sync the directory of %s: %s",
+                                path, strerror(code));
   }
   if (fd >= 0) close(fd);
   free(dir);
@@ -172,16 +292,18 @@ int hurray__output_commit(FileOutput *o, HurrayError *error) {
   if (o->failed) return hurray__fail(error, HURRAY_EIO, "%s: an earlier write failed", o->path);
   uint64_t size = hurray__output_position(o);
   int status = flush(o, error);
-  if (status == HURRAY_OK && ftruncate(o->fd, (off_t)size) != 0) {
+  if (status == HURRAY_OK && (fault(OUTPUT_STEP_TRUNCATE) || ftruncate(o->fd, (off_t)size) != 0)) {
     status = io_failed(o, "cannot truncate", error); /* drops rewound bytes */
   }
-  if (status == HURRAY_OK && fsync(o->fd) != 0) status = io_failed(o, "cannot sync", error);
+  if (status == HURRAY_OK && (fault(OUTPUT_STEP_SYNC) || fsync(o->fd) != 0)) {
+    status = io_failed(o, "cannot sync", error);
+  }
   if (status == HURRAY_OK) {
     int rc = close(o->fd);
     o->fd = -1;
     if (rc != 0) status = io_failed(o, "cannot close", error);
   }
-  if (status == HURRAY_OK && rename(o->temp_path, o->path) != 0) {
+  if (status == HURRAY_OK && (fault(OUTPUT_STEP_RENAME) || rename(o->temp_path, o->path) != 0)) {
     status = io_failed(o, "cannot rename into place", error);
   }
   if (status != HURRAY_OK) return status;

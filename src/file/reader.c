@@ -124,6 +124,14 @@ static int read_index(HurrayFileReader *r, uint64_t checksum, HurrayError *error
   return status;
 }
 
+/* A value read from the file that a core validator calls an invalid argument is a malformed
+ * file: HURRAY_EFORMAT, keeping the message. */
+static int from_file(HurrayError *error, int status) {
+  if (status != HURRAY_EINVAL) return status;
+  if (error != NULL) error->code = HURRAY_EFORMAT;
+  return HURRAY_EFORMAT;
+}
+
 /* ---- index header and buffer table (checks 9, 10) -----------------------------------------------
  */
 
@@ -191,7 +199,7 @@ static int read_buffer_table(HurrayFileReader *r, HurrayError *error) {
   for (uint32_t i = 0; i < count; i++) {
     const uint8_t *e = r->index + IDX_HEADER_SIZE + (uint64_t)i * BUFFER_ENTRY_SIZE;
     FileBufferEntry *b = &r->buffers[i];
-    int status = hurray_desc_decode(e, &b->desc, error);
+    int status = from_file(error, hurray_desc_decode(e, &b->desc, error));
     if (status != HURRAY_OK) return hurray__error_prefix(error, status, "buffer %" PRIu32 ": ", i);
     b->offset = hurray__load_le64(e + 16);
     b->checksum = hurray__load_le64(e + 24);
@@ -279,10 +287,11 @@ static int read_tensor(HurrayFileReader *r, uint32_t i, uint32_t first, FileAren
                         t->record_offset, t->record_length);
   }
   FileRecord record;
-  int status = hurray__record_decode(record_bytes(r, t), t->record_length, scratch, &record, error);
+  int status = from_file(
+      error, hurray__record_decode(record_bytes(r, t), t->record_length, scratch, &record, error));
   if (status != HURRAY_OK) return status;
-  status =
-      hurray__validate_against_entries(record.tensor, r->buffers + first, t->buffer_count, error);
+  status = from_file(error, hurray__validate_against_entries(record.tensor, r->buffers + first,
+                                                             t->buffer_count, error));
   if (status != HURRAY_OK) {
     return hurray__error_prefix(error, status, "'%s': ", record.name);
   }
@@ -501,6 +510,7 @@ int hurray_file_reader_open_memory(const void *data, uint64_t size, HurrayOwnerR
 void hurray_file_reader_destroy(HurrayFileReader *reader) {
   if (reader == NULL) return;
   if (reader->view_ops != NULL) reader->view_ops->destroy(reader->view);
+  if (reader->source != NULL) hurray__source_close_file(reader->source); /* verify's */
   hurray__source_release(reader->source);
   hurray__arena_free(&reader->names);
   free(reader->tensors);
@@ -758,6 +768,22 @@ int hurray_file_reader_get_rows(const HurrayFileReader *reader, uint32_t index, 
   return status;
 }
 
+/* The zero padding before global buffer `k` (from the end of the one before, or of the
+ * header), and after it when it is the file's last (up to the index). */
+static int check_padding(const HurrayFileReader *r, uint32_t k, HurrayError *error) {
+  uint64_t before = k == 0 ? HURRAY_FILE_HEADER_SIZE
+                           : r->buffers[k - 1].offset + r->buffers[k - 1].desc.byte_size;
+  const FileBufferEntry *b = &r->buffers[k];
+  int status = hurray__source_check_zero(r->source, before, b->offset - before,
+                                         "padding in the data region", error);
+  if (status == HURRAY_OK && k + 1 == r->info.buffer_count) {
+    uint64_t end = b->offset + b->desc.byte_size;
+    status = hurray__source_check_zero(r->source, end, r->info.index_offset - end,
+                                       "padding in the data region", error);
+  }
+  return status;
+}
+
 int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
                               HurrayFileProgressFn progress, void *context, HurrayError *error) {
   uint32_t first = index, last = index;
@@ -768,6 +794,12 @@ int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
     int status = check_tensor(reader, index, "hurray_file_reader_verify", error);
     if (status != HURRAY_OK) return status;
     last = index + 1;
+  }
+  if (index == HURRAY_FILE_WHOLE && reader->view_ops == NULL && reader->info.buffer_count == 0) {
+    int status = hurray__source_check_zero(reader->source, HURRAY_FILE_HEADER_SIZE,
+                                           reader->info.index_offset - HURRAY_FILE_HEADER_SIZE,
+                                           "padding in the data region", error);
+    if (status != HURRAY_OK) return status;
   }
   FileProgress p = {.fn = progress, .context = context};
   for (uint32_t i = first; i < last; i++) p.total += reader->tensors[i].data_bytes;
@@ -783,9 +815,15 @@ int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
         continue;
       }
       uint64_t computed = 0;
-      int status =
-          hurray__source_hash(reader->source, b->offset, b->desc.byte_size, &p, &computed, error);
-      if (status != HURRAY_OK) return status;
+      int status = check_padding(reader, t->first_buffer + k, error);
+      if (status == HURRAY_OK) {
+        status = hurray__source_hash(reader->source, b->offset, b->desc.byte_size, &p, &computed,
+                                     error);
+      }
+      if (status != HURRAY_OK) {
+        return hurray__error_prefix(error, status, "tensor '%s', buffer %" PRIu32 ": ", t->name,
+                                    k);
+      }
       if (computed != b->checksum) return checksum_mismatch(reader, i, k, computed, error);
     }
   }

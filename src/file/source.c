@@ -1,6 +1,12 @@
-/* source.c -- where a reader's bytes live: a read-only mapping of the file, memory the caller
+/* source.c -- where a reader's bytes live: a copy-on-write mapping of the file, memory the caller
  * lent, or the file itself read with pread. A source is reference-counted so zero-copy buffers
- * keep a mapping alive after the reader that made them is gone. */
+ * keep a mapping alive after the reader that made them is gone.
+ *
+ * A mapping is private and writable (MAP_PRIVATE, PROT_READ | PROT_WRITE, as
+ * torch.load(mmap=True) maps): a consumer that ignores the read-only flag and writes gets its
+ * own copy of the page; nothing reaches the file and nothing faults. The descriptor stays open
+ * beside the mapping while the reader needs it, so that verification reads with pread and
+ * reports a file that shrank instead of dying of SIGBUS. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -19,7 +25,7 @@
 
 struct FileSource {
   atomic_uint_fast32_t refs;
-  int fd;              /* -1 once mapped, and for memory */
+  int fd;              /* -1 for memory, and once the reader closed a mapped file's */
   const uint8_t *base; /* the bytes, once mapped or lent; NULL for pread */
   uint64_t size;
   void *map_start; /* what munmap takes, when this source mapped the file */
@@ -34,9 +40,10 @@ enum {
   READ_CHUNK = 1u << 20, /* pread scratch */
 };
 
-static int system_error(HurrayError *error, const char *what, const char *detail) {
-  return hurray__fail(error, errno == ENOMEM ? HURRAY_ENOMEM : HURRAY_EIO, "%s: %s", what,
-                      detail != NULL ? detail : strerror(errno));
+static int system_error(HurrayError *error, const char *what) {
+  int code = errno;
+  return hurray__fail_errno(error, code == ENOMEM ? HURRAY_ENOMEM : HURRAY_EIO, code, "%s: %s",
+                            what, strerror(code));
 }
 
 static FileSource *source_new(void) {
@@ -49,19 +56,24 @@ static FileSource *source_new(void) {
 
 int hurray__source_open(const char *path, bool use_pread, FileSource **out, HurrayError *error) {
   int fd;
-  do {
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+  do { /* O_NONBLOCK: opening a FIFO must not wait for a writer before it is refused */
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return system_error(error, path, NULL);
+  if (fd < 0) return system_error(error, path);
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int status = system_error(error, path, NULL);
+  int flags = 0;
+  int status = fstat(fd, &st) != 0 ? system_error(error, path) : HURRAY_OK;
+  if (status == HURRAY_OK && !S_ISREG(st.st_mode)) {
+    status = hurray__fail_errno(error, HURRAY_EIO, S_ISDIR(st.st_mode) ? EISDIR : 0,
+                                "%s: not a regular file", path);
+  }
+  if (status == HURRAY_OK &&
+      ((flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)) {
+    status = system_error(error, path);
+  }
+  if (status != HURRAY_OK) {
     close(fd);
     return status;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return hurray__fail(error, HURRAY_EIO, "%s: not a regular file", path);
   }
   FileSource *source = source_new();
   if (source == NULL) {
@@ -103,7 +115,7 @@ bool hurray__source_is_view(const FileSource *source) {
   return source->base != NULL;
 }
 
-/* Maps the whole file read-only at an address aligned to `alignment`. Beyond the page size,
+/* Maps the whole file copy-on-write at an address aligned to `alignment`. Beyond the page size,
  * it reserves size + alignment bytes of address space, maps the file over the aligned part of
  * that reservation (MAP_FIXED inside a range this process owns, so nothing else is replaced),
  * and returns the rest. */
@@ -118,8 +130,8 @@ static int map_aligned(FileSource *source, uint32_t alignment, HurrayError *erro
   size_t length = (size_t)source->size;
   long page = sysconf(_SC_PAGESIZE);
   if (page > 0 && alignment <= (unsigned long)page) {
-    void *p = mmap(NULL, length, PROT_READ, MAP_PRIVATE, source->fd, 0);
-    if (p == MAP_FAILED) return system_error(error, "mmap", NULL);
+    void *p = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, source->fd, 0);
+    if (p == MAP_FAILED) return system_error(error, "mmap");
     source->map_start = p;
     source->map_length = length;
     source->base = p;
@@ -127,11 +139,11 @@ static int map_aligned(FileSource *source, uint32_t alignment, HurrayError *erro
   }
   size_t reserved = length + alignment;
   uint8_t *r = mmap(NULL, reserved, PROT_NONE, MAP_PRIVATE, source->fd, 0);
-  if (r == MAP_FAILED) return system_error(error, "mmap", NULL);
+  if (r == MAP_FAILED) return system_error(error, "mmap");
   uint8_t *aligned = (uint8_t *)(((uintptr_t)r + alignment - 1) & ~(uintptr_t)(alignment - 1));
-  void *p = mmap(aligned, length, PROT_READ, MAP_PRIVATE | MAP_FIXED, source->fd, 0);
+  void *p = mmap(aligned, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, source->fd, 0);
   if (p == MAP_FAILED) {
-    int status = system_error(error, "mmap", NULL);
+    int status = system_error(error, "mmap");
     munmap(r, reserved);
     return status;
   }
@@ -155,12 +167,13 @@ int hurray__source_map(FileSource *source, uint32_t alignment, HurrayError *erro
                         (const void *)source->base, alignment);
   }
   if (source->use_pread) return HURRAY_OK;
-  int status = map_aligned(source, alignment, error);
-  if (status == HURRAY_OK) {
-    close(source->fd);
-    source->fd = -1;
-  }
-  return status;
+  return map_aligned(source, alignment, error);
+}
+
+void hurray__source_close_file(FileSource *source) {
+  if (source->base == NULL || source->fd < 0) return; /* pread needs it; memory has none */
+  close(source->fd);
+  source->fd = -1;
 }
 
 static int pread_all(const FileSource *source, uint64_t offset, uint8_t *out, size_t len,
@@ -168,7 +181,7 @@ static int pread_all(const FileSource *source, uint64_t offset, uint8_t *out, si
   while (len > 0) {
     ssize_t n = pread(source->fd, out, len, (off_t)offset);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return system_error(error, "read", NULL);
+    if (n < 0) return system_error(error, "read");
     if (n == 0) return hurray__fail(error, HURRAY_EIO, "read: the file shrank while open");
     out += n;
     len -= (size_t)n;
@@ -227,34 +240,74 @@ static void report(FileProgress *progress, uint64_t bytes) {
   if (progress->fn != NULL) progress->fn(progress->context, progress->done, progress->total);
 }
 
-int hurray__source_hash(const FileSource *source, uint64_t offset, uint64_t len,
-                        FileProgress *progress, uint64_t *hash, HurrayError *error) {
-  FileHasher *hasher = hurray__hasher_create();
-  uint8_t *chunk = source->base == NULL ? malloc(READ_CHUNK) : NULL;
-  if (hasher == NULL || (source->base == NULL && chunk == NULL)) {
-    hurray__hasher_destroy(hasher);
-    free(chunk);
-    return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  }
+/* Hands bytes [offset, offset + len) to `fn` in order, in bounded memory: a file through
+ * pread (mapped or not), memory directly; reports progress every HASH_STEP bytes. */
+static int scan(const FileSource *source, uint64_t offset, uint64_t len, FileProgress *progress,
+                bool (*fn)(void *context, const uint8_t *bytes, size_t n), void *context,
+                HurrayError *error) {
+  bool from_memory = source->fd < 0;
+  uint8_t *chunk = from_memory ? NULL : malloc(READ_CHUNK);
+  if (!from_memory && chunk == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   int status = HURRAY_OK;
+  bool more = true;
   uint64_t done = 0;
-  do {
+  do { /* at least once: an empty region reports its progress too */
     size_t step = (size_t)(len - done < HASH_STEP ? len - done : HASH_STEP);
-    if (source->base != NULL) {
-      hurray__hasher_update(hasher, source->base + offset + done, step);
+    if (from_memory) {
+      more = fn(context, source->base + offset + done, step);
     } else {
-      for (size_t at = 0; at < step && status == HURRAY_OK; at += READ_CHUNK) {
+      for (size_t at = 0; at < step && status == HURRAY_OK && more; at += READ_CHUNK) {
         size_t n = step - at < READ_CHUNK ? step - at : READ_CHUNK;
         status = pread_all(source, offset + done + at, chunk, n, error);
-        if (status == HURRAY_OK) hurray__hasher_update(hasher, chunk, n);
+        if (status == HURRAY_OK) more = fn(context, chunk, n);
       }
     }
     done += step;
     if (status == HURRAY_OK) report(progress, step);
-  } while (done < len && status == HURRAY_OK);
+  } while (done < len && status == HURRAY_OK && more);
+  free(chunk);
+  return status;
+}
+
+static bool hash_bytes(void *hasher, const uint8_t *bytes, size_t n) {
+  hurray__hasher_update(hasher, bytes, n);
+  return true;
+}
+
+int hurray__source_hash(const FileSource *source, uint64_t offset, uint64_t len,
+                        FileProgress *progress, uint64_t *hash, HurrayError *error) {
+  FileHasher *hasher = hurray__hasher_create();
+  if (hasher == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  int status = scan(source, offset, len, progress, hash_bytes, hasher, error);
   if (status == HURRAY_OK) *hash = hurray__hasher_digest(hasher);
   hurray__hasher_destroy(hasher);
-  free(chunk);
+  return status;
+}
+
+typedef struct ZeroScan {
+  uint64_t at;      /* the offset of the next byte */
+  bool found;       /* a byte that is not zero, at `at` */
+} ZeroScan;
+
+static bool find_nonzero(void *context, const uint8_t *bytes, size_t n) {
+  ZeroScan *z = context;
+  for (size_t i = 0; i < n; i++, z->at++) {
+    if (bytes[i] != 0) {
+      z->found = true;
+      return false;
+    }
+  }
+  return true;
+}
+
+int hurray__source_check_zero(const FileSource *source, uint64_t offset, uint64_t len,
+                              const char *what, HurrayError *error) {
+  ZeroScan z = {.at = offset};
+  int status = scan(source, offset, len, NULL, find_nonzero, &z, error);
+  if (status == HURRAY_OK && z.found) {
+    status = hurray__fail(error, HURRAY_EFORMAT, "%s is not zero: byte %" PRIu64 " of the file",
+                          what, z.at);
+  }
   return status;
 }
 

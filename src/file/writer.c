@@ -252,9 +252,8 @@ static int stream(HurrayFileWriter *w, const void *data, size_t len, HurrayError
   if (len > UINT64_MAX - b->offset - b->desc.byte_size) {
     return hurray__fail(error, HURRAY_EOVERFLOW, "the buffer's size overflows");
   }
-  hurray__hasher_update(w->hasher, data, len);
   b->desc.byte_size += len;
-  return emit(w, data, len, error);
+  return checked(w, hurray__output_write_hashed(&w->out, data, len, w->hasher, error));
 }
 
 /* The index length with `tensors`, `buffers` and `records` bytes of records (spec §5). */

@@ -28,7 +28,7 @@ PIN_OFFSET(HurrayBufferDesc, reserved, 19);
 
 PIN_SIZE(HurrayError, 8 + HURRAY_ERROR_MESSAGE_SIZE);
 PIN_OFFSET(HurrayError, code, 0);
-PIN_OFFSET(HurrayError, reserved, 4);
+PIN_OFFSET(HurrayError, system_errno, 4);
 PIN_OFFSET(HurrayError, message, 8);
 
 /* The frozen head of the context: the same offsets for every ABI version, on every platform

@@ -463,12 +463,17 @@ static void index_violations_are_named(void **state) {
   store32(v, 25);
   expect_patched(TINY_INDEX + 8, v, 4, HURRAY_ELIMIT, "bucket bits");
   expect_patched(TINY_INDEX + 40, "\x01", 1, HURRAY_EFORMAT, "reserved index header bytes");
+  store32(v, HURRAY_FILE_MAX_BUFFERS + 1);
+  expect_patched(TINY_INDEX + 4, v, 4, HURRAY_ELIMIT, "buffers");
+  store32(v, HURRAY_META_MAX_BYTES + 1);
+  expect_patched(TINY_INDEX + 24, v, 4, HURRAY_ELIMIT, "file metadata is 16777217 bytes");
   store32(v, 16);
   expect_patched(TINY_INDEX + 24, v, 4, HURRAY_EBOUNDS, "file metadata"); /* length, no offset */
 
   /* buffer table */
   expect_patched(TINY_BUFFER, "\x09", 1, HURRAY_EDEVICE, "buffer 0: ");
   expect_patched(TINY_BUFFER, "\x01", 1, HURRAY_EFORMAT, "not cpu:0/device/ready");
+  expect_patched(TINY_BUFFER + 6, "\x01", 1, HURRAY_EFORMAT, "buffer 0: "); /* peer id on device */
   expect_patched(TINY_BUFFER + 3, "\x05", 1, HURRAY_EALIGN, "buffer 0: ");
   expect_patched(TINY_BUFFER + 3, "\x07", 1, HURRAY_EALIGN, "is not the file's 64");
   expect_patched(TINY_BUFFER + 16, "\x48", 1, HURRAY_EALIGN, "offset 72 is misaligned");
@@ -485,13 +490,121 @@ static void index_violations_are_named(void **state) {
   expect_patched(TINY_TENSOR, "\x10", 1, HURRAY_EBOUNDS, "outside the index heap");
   expect_patched(TINY_TENSOR + 8, "\x40", 1, HURRAY_EFORMAT, "truncated");
   expect_patched(TINY_TENSOR + 12, "\x01", 1, HURRAY_EFORMAT, "expected first buffer 0");
-  expect_patched(TINY_TENSOR + 16, "\x00", 1, HURRAY_EINVAL, "past the 0 buffers");
+  expect_patched(TINY_TENSOR + 16, "\x00", 1, HURRAY_EFORMAT, "past the 0 buffers");
   expect_patched(TINY_TENSOR + 20, "\x01", 1, HURRAY_EFORMAT, "reserved bytes");
 
   /* name and bucket tables */
   expect_patched(TINY_NAME, "\x12", 1, HURRAY_EFORMAT, "wrong hash for tensor 'x'");
   expect_patched(TINY_NAME + 8, "\x01", 1, HURRAY_EFORMAT, "not a distinct tensor");
   expect_patched(TINY_BUCKETS + 4, "\x00", 1, HURRAY_EFORMAT, "bucket table");
+}
+
+/* The tables of a two-tensor file ("dense", "strided": one buffer each, bucket_bits 1, so four
+ * bytes of padding follow the bucket table), patched. */
+static void two_tensor_tables_are_checked(void **state) {
+  (void)state;
+  Image im = samples_image(0, 2, NULL, NULL);
+  uint64_t index = index_offset(im);
+  uint64_t names = index + 64 + 2 * 40 + 2 * 24, tables_end = names + 2 * 16 + 3 * 4;
+  assert_int_equal(load64(im.bytes + index + 8), 1); /* bucket_bits */
+  Image bad = image_copy(im);
+  bad.bytes[tables_end + 1] = 1;
+  reseal(bad);
+  expect_refused(bad, HURRAY_EFORMAT, "padding after the bucket table is not zero");
+
+  bad = image_copy(im); /* the name entries swapped */
+  uint8_t entry[16];
+  memcpy(entry, bad.bytes + names, 16);
+  memcpy(bad.bytes + names, bad.bytes + names + 16, 16);
+  memcpy(bad.bytes + names + 16, entry, 16);
+  reseal(bad);
+  expect_refused(bad, HURRAY_EFORMAT, "name table is not sorted");
+
+  /* One tensor listed with two buffers in the table (and no buckets to move the heap). */
+  bad = image_copy(im);
+  store32(bad.bytes + index, 1);
+  store32(bad.bytes + index + 8, 0);
+  reseal(bad);
+  expect_refused(bad, HURRAY_EFORMAT, "the tensors own 1 buffers but the index lists 2");
+  free(im.bytes);
+}
+
+/* Bytes of the data region outside every buffer are padding: open does not read the data
+ * region, verify does. */
+static void data_padding_is_checked_by_verify(void **state) {
+  (void)state;
+  /* Every sample, then three bytes: the writer pads the data region to 8 before the index. */
+  const char *samples = path_of("samples.hurray");
+  HurrayFileWriter *w = NULL;
+  OK(hurray_file_writer_create(samples, NULL, &w, E));
+  for (size_t i = 0; i < SAMPLE_COUNT; i++) {
+    Sample s = kSamples[i]();
+    OK(hurray_file_writer_add(w, s.name, &s.desc, s.list, NULL, E));
+    sample_free(&s);
+  }
+  static const int64_t three[] = {3};
+  HurrayArray bytes = SAMPLE_ARRAY(HURRAY_DTYPE_UINT8, 1, three, NULL, 0, 0);
+  const HurrayTensorDesc odd = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = three,
+                                .parts = &bytes, .nparts = 1, .dtype = HURRAY_DTYPE_UINT8};
+  HurrayBufferList *list = sample_list();
+  sample_append(list, "abc", 3, HURRAY_ROLE_VALUES);
+  OK(hurray_file_writer_add(w, "odd", &odd, list, NULL, E));
+  hurray_buffer_list_destroy(list);
+  OK(hurray_file_writer_finish(w, E));
+  hurray_file_writer_destroy(w);
+  Image im = image_read(samples);
+  uint64_t index = index_offset(im);
+  uint32_t buffers = (uint32_t)load64(im.bytes + index + 4), tensors = (uint32_t)load64(im.bytes + index);
+  const uint8_t *table = im.bytes + index + 64, *last = table + 40 * (buffers - 1);
+  uint64_t end0 = load64(table + 16) + load64(table + 8);
+  uint64_t end = load64(last + 16) + load64(last + 8);
+  assert_true(end0 < load64(table + 40 + 16) && end < index);
+  /* Before buffer 1 (tensor 0 owns buffer 0 only), and after the last buffer. */
+  const uint64_t spots[] = {end0, end};
+  const uint32_t owner[] = {1, tensors - 1};
+  const char *path = path_of("padding.hurray");
+  for (int spot = 0; spot < 2; spot++) {
+    Image bad = image_copy(im);
+    bad.bytes[spots[spot]] = 0x5a;
+    image_write(bad, path);
+    for (int way = 0; way < 3; way++) {
+      HurrayFileReader *r = NULL;
+      if (way == 0) {
+        OK(hurray_file_reader_open_memory(bad.bytes, bad.size, NULL, NULL, &r, E));
+      } else {
+        OK(hurray_file_reader_open(path, way == 2 ? HURRAY_FILE_OPEN_PREAD : 0, &r, E));
+      }
+      HurrayError error = {0};
+      assert_int_equal(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, &error),
+                       HURRAY_EFORMAT);
+      assert_non_null(strstr(error.message, "padding in the data region is not zero"));
+      OK(hurray_file_reader_verify(r, 0, NULL, NULL, E)); /* tensor 0's bytes are fine */
+      assert_int_equal(hurray_file_reader_verify(r, owner[spot], NULL, NULL, &error),
+                       HURRAY_EFORMAT);
+      hurray_file_reader_destroy(r);
+    }
+    free(bad.bytes);
+  }
+  free(im.bytes);
+}
+
+/* A file cut short under an open reader: verify reads with pread and says so, mapped or not. */
+static void verify_reports_a_file_that_shrank(void **state) {
+  (void)state;
+  Image im = samples_image(0, SAMPLE_COUNT, NULL, NULL);
+  const char *path = path_of("shrinking.hurray");
+  for (int way = 0; way < 2; way++) {
+    image_write(im, path);
+    HurrayFileReader *r = NULL;
+    OK(hurray_file_reader_open(path, way == 1 ? HURRAY_FILE_OPEN_PREAD : 0, &r, E));
+    assert_int_equal(truncate(path, 100), 0);
+    HurrayError error = {0};
+    assert_int_equal(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, &error),
+                     HURRAY_EIO);
+    assert_non_null(strstr(error.message, "the file shrank"));
+    hurray_file_reader_destroy(r);
+  }
+  free(im.bytes);
 }
 
 /* Two buffers claiming the same bytes. */
@@ -543,7 +656,11 @@ static void record_violations_are_named(void **state) {
   expect_patched(TINY_NODE + 1, "\x63", 1, HURRAY_EDTYPE, "'x'");
   expect_patched(TINY_PART + 2, "\x02", 1, HURRAY_EFORMAT, "part flags");
   expect_patched(TINY_PART + 3, "\x01", 1, HURRAY_EFORMAT, "reserved byte");
-  expect_patched(TINY_PART + 4, "\x01", 1, HURRAY_EINVAL, "buffer index 1");
+  expect_patched(TINY_PART + 4, "\x01", 1, HURRAY_EFORMAT, "buffer index 1");
+  /* Values the core validators call invalid arguments are, read from a file, format errors. */
+  expect_patched(TINY_NODE + 4, "\x80", 1, HURRAY_EFORMAT, "'x'"); /* unknown tensor flags */
+  store64(v, UINT64_MAX);                                         /* shape [-1] */
+  expect_patched(TINY_NODE + 24, v, 8, HURRAY_EFORMAT, "'x'");
   store64(v, 3); /* 3 float32 in an 8-byte buffer */
   expect_patched(TINY_NODE + 24, v, 8, HURRAY_ELAYOUT, "'x'");
   Image im = tiny_image();
@@ -602,6 +719,35 @@ static void metadata_violations_are_named(void **state) {
   im.bytes[at] = 9;
   reseal(im);
   expect_refused(im, HURRAY_EFORMAT, "metadata type 9 is unknown");
+
+  /* Values: a bool above 1, a string that is not UTF-8. */
+  im = samples_image(0, 1, NULL, &flags);
+  im.bytes[find_bytes(im, "flag", 4) + 5] = 2;
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "metadata bool is 2, not 0 or 1");
+  HurrayMetaValue text = {.type = HURRAY_META_STRING, .count = 4};
+  text.as.string = "text";
+  HurrayMetaValue texts = {.type = HURRAY_META_MAP, .count = 1, .keys = flag_keys};
+  texts.as.items = &text;
+  im = samples_image(0, 1, &texts, NULL);
+  im.bytes[find_bytes(im, "text", 4) + 1] = 0xff;
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "metadata string is not valid UTF-8");
+
+  /* The file's block: a root that is not a map, bytes after the map. {"flag": true} is 13
+   * bytes (type, count, key length, key, type, value), padded to 16. */
+  im = samples_image(0, 1, &flags, NULL);
+  at = find_bytes(im, "flag", 4) - 7;
+  assert_int_equal(im.bytes[at], HURRAY_META_MAP);
+  im.bytes[at] = HURRAY_META_BOOL;
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "metadata is not a map");
+  im = samples_image(0, 1, &flags, NULL);
+  uint64_t index = index_offset(im);
+  assert_int_equal(im.bytes[index + 24], 13);
+  im.bytes[index + 24] = 14;
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "1 trailing bytes after the metadata map");
 
   /* A record must end where its metadata does. */
   im = samples_image(0, 1, NULL, &flags);
@@ -676,6 +822,9 @@ int main(void) {
       cmocka_unit_test(bad_checksums_are_found_by_verify),
       cmocka_unit_test(header_violations_are_named),
       cmocka_unit_test(index_violations_are_named),
+      cmocka_unit_test(two_tensor_tables_are_checked),
+      cmocka_unit_test(data_padding_is_checked_by_verify),
+      cmocka_unit_test(verify_reports_a_file_that_shrank),
       cmocka_unit_test(overlapping_buffers_are_refused),
       cmocka_unit_test(duplicate_names_are_refused),
       cmocka_unit_test(record_violations_are_named),

@@ -5,6 +5,8 @@
  * nothing; bad arguments are refused before anything is written. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,11 +14,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "file.h" /* the output layer and its fault-injection hook */
 
 #include "test_file_helpers.h"
 #include "test_tmpdir.h"
@@ -273,7 +279,182 @@ static void calls_out_of_order_change_nothing(void **state) {
   hurray_file_writer_destroy(w);
   FAILS(hurray_file_writer_finish(NULL, F), HURRAY_EINVAL);
   hurray_file_writer_destroy(NULL);
+  /* The file holds "a" as written, and nothing the refused calls tried. */
+  HurrayFileReader *r = NULL;
+  HurrayFileInfo info;
+  OK(hurray_file_reader_open(path_of("order.hurray"), 0, &r, E));
+  OK(hurray_file_reader_info(r, &info, E));
+  assert_int_equal(info.tensor_count, 1);
+  assert_int_equal(info.buffer_count, 1);
+  HurrayTensorContext *a = NULL;
+  uint32_t index = 1;
+  OK(hurray_file_reader_find(r, "a", &index, E));
+  OK(hurray_file_reader_get(r, index, HURRAY_FILE_GET_VERIFY, &a, E));
+  assert_true(same_tensor(a->tensor, a->buffers, &s.desc, s.list));
+  HurrayMetaValue *meta = NULL;
+  OK(hurray_file_reader_metadata(r, HURRAY_FILE_WHOLE, &meta, E));
+  assert_int_equal(meta->count, 0);
+  hurray_meta_destroy(meta);
+  hurray_tensor_context_release(a);
+  hurray_file_reader_destroy(r);
   sample_free(&s);
+}
+
+/* ---- commit failures (through the output layer's test hook) ------------------------------- */
+
+/* A failing truncate, fsync or rename leaves the previous file and no temporary; a failing
+ * directory fsync leaves the new file in place and says its durability is unknown. */
+static void commit_failures_leave_the_previous_file(void **state) {
+  (void)state;
+  static const struct {
+    FileOutputStep step;
+    const char *words;
+  } kSteps[] = {{OUTPUT_STEP_TRUNCATE, "cannot truncate"},
+                {OUTPUT_STEP_SYNC, "cannot sync"},
+                {OUTPUT_STEP_RENAME, "cannot rename into place"},
+                {OUTPUT_STEP_SYNC_DIRECTORY, "cannot sync the directory"}};
+  const char *path = path_of("commit.hurray");
+  for (size_t i = 0; i < sizeof kSteps / sizeof kSteps[0]; i++) {
+    clear_dir();
+    write_text(path, "previous contents");
+    HurrayFileWriter *w = NULL;
+    OK(hurray_file_writer_create(path, NULL, &w, E));
+    add_dense(w);
+    hurray__output_fault = (FileOutputFault){kSteps[i].step, ENOSPC};
+    HurrayError error = {0};
+    assert_int_equal(hurray_file_writer_finish(w, &error), HURRAY_EIO);
+    assert_int_equal(hurray__output_fault.step, OUTPUT_STEP_NONE); /* it fired */
+    assert_non_null(strstr(error.message, kSteps[i].words));
+    assert_int_equal(error.system_errno, ENOSPC);
+    bool renamed = kSteps[i].step == OUTPUT_STEP_SYNC_DIRECTORY;
+    /* Finished once renamed (only destroy remains), failed otherwise. */
+    FAILS(hurray_file_writer_finish(w, F), HURRAY_ESTATE);
+    hurray_file_writer_destroy(w);
+    assert_int_equal(count_entries(), 1);
+    size_t size = 0;
+    char *text = read_all(path, &size);
+    if (renamed) {
+      HurrayFileReader *r = NULL;
+      OK(hurray_file_reader_open(path, 0, &r, E));
+      OK(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, E));
+      hurray_file_reader_destroy(r);
+    } else {
+      assert_string_equal(text, "previous contents");
+    }
+    free(text);
+  }
+}
+
+/* ---- destinations (ADR-037) ---------------------------------------------------------------- */
+
+static int save_dense(const char *path, HurrayError *error) {
+  HurrayFileWriter *w = NULL;
+  int status = hurray_file_writer_create(path, NULL, &w, error);
+  if (status == HURRAY_OK) {
+    add_dense(w);
+    status = hurray_file_writer_finish(w, error);
+  }
+  hurray_file_writer_destroy(w);
+  return status;
+}
+
+static bool is_hurray_file(const char *path) {
+  HurrayFileReader *r = NULL;
+  int status = hurray_file_reader_open(path, 0, &r, NULL);
+  hurray_file_reader_destroy(r);
+  return status == HURRAY_OK;
+}
+
+static void destinations_other_than_regular_files_are_refused(void **state) {
+  (void)state;
+  clear_dir();
+  char command[600];
+  snprintf(command, sizeof command, "rm -rf '%s'/*", g_dir);
+  struct stat st;
+  HurrayError error = {0};
+  /* A FIFO, a directory, a character device: refused, left as they are. */
+  const char *fifo = path_of("fifo.hurray");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(save_dense(fifo, &error), HURRAY_EIO);
+  assert_non_null(strstr(error.message, "is a FIFO"));
+  assert_true(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+  const char *dir = path_of("dir.hurray");
+  assert_int_equal(mkdir(dir, 0700), 0);
+  assert_int_equal(save_dense(dir, &error), HURRAY_EIO);
+  assert_non_null(strstr(error.message, "is a directory"));
+  assert_int_equal(error.system_errno, EISDIR);
+  assert_int_equal(save_dense("/dev/null", &error), HURRAY_EIO);
+  assert_non_null(strstr(error.message, "/dev/null is a character device"));
+  assert_true(lstat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode));
+  /* Through a symlink, the target decides. */
+  const char *to_fifo = path_of("to-fifo.hurray");
+  assert_int_equal(symlink("fifo.hurray", to_fifo), 0);
+  assert_int_equal(save_dense(to_fifo, &error), HURRAY_EIO);
+  assert_non_null(strstr(error.message, "is a FIFO"));
+  const char *loop = path_of("loop.hurray");
+  assert_int_equal(symlink("loop.hurray", loop), 0);
+  assert_int_equal(save_dense(loop, &error), HURRAY_EIO);
+  assert_int_equal(error.system_errno, ELOOP);
+  assert_int_equal(count_entries(), 4); /* no temporary left */
+  assert_int_equal(system(command), 0);
+}
+
+/* A symlink stays; its final target, in the target's directory, is replaced or created. */
+static void symlinks_are_followed_to_their_target(void **state) {
+  (void)state;
+  char command[600];
+  snprintf(command, sizeof command, "rm -rf '%s'/*", g_dir);
+  assert_int_equal(system(command), 0);
+  assert_int_equal(mkdir(path_of("blobs"), 0700), 0);
+  assert_int_equal(mkdir(path_of("snapshot"), 0700), 0);
+  const char *blob = path_of("blobs/abc");
+  write_text(blob, "previous contents");
+  const char *link = path_of("snapshot/model.hurray");
+  assert_int_equal(symlink("../blobs/abc", link), 0);
+  const char *hop = path_of("hop.hurray"); /* a symlink to the symlink */
+  assert_int_equal(symlink("snapshot/model.hurray", hop), 0);
+  for (int i = 0; i < 2; i++) {
+    OK(save_dense(i == 0 ? link : hop, E));
+    struct stat st;
+    assert_true(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+    assert_true(lstat(hop, &st) == 0 && S_ISLNK(st.st_mode));
+    assert_true(is_hurray_file(blob));
+  }
+  /* A dangling symlink: its target is created. */
+  const char *dangling = path_of("snapshot/new.hurray");
+  assert_int_equal(symlink("../blobs/def", dangling), 0);
+  OK(save_dense(dangling, E));
+  assert_true(is_hurray_file(path_of("blobs/def")));
+  struct stat st;
+  assert_true(lstat(dangling, &st) == 0 && S_ISLNK(st.st_mode));
+  assert_int_equal(system(command), 0);
+}
+
+/* The kernel's copy of memory that went away fails with EFAULT: a clear error, not SIGBUS. */
+static void unreadable_source_memory_is_a_clear_error(void **state) {
+  (void)state;
+  clear_dir();
+  const char *source = path_of("source.bin");
+  size_t size = 1u << 20;
+  FILE *f = fopen(source, "wb");
+  assert_non_null(f);
+  for (size_t i = 0; i < size; i++) fputc((int)(i & 0xff), f);
+  fclose(f);
+  int fd = open(source, O_RDONLY);
+  assert_true(fd >= 0);
+  void *mapped = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  assert_true(mapped != MAP_FAILED);
+  close(fd);
+  assert_int_equal(truncate(source, 0), 0);
+  FileOutput out;
+  OK(hurray__output_open(&out, path_of("out.bin"), E));
+  HurrayError error = {0};
+  assert_int_equal(hurray__output_write(&out, mapped, size, &error), HURRAY_EIO);
+  assert_non_null(strstr(error.message, "no longer readable (a mapped input file shrank"));
+  assert_int_equal(error.system_errno, EFAULT);
+  hurray__output_close(&out);
+  munmap(mapped, size);
+  assert_int_equal(count_entries(), 1);
 }
 
 static void bad_arguments_are_refused(void **state) {
@@ -456,6 +637,10 @@ int main(void) {
       cmocka_unit_test(streamed_tensors_round_trip),
       cmocka_unit_test(a_failed_tensor_leaves_no_trace),
       cmocka_unit_test(calls_out_of_order_change_nothing),
+      cmocka_unit_test(commit_failures_leave_the_previous_file),
+      cmocka_unit_test(destinations_other_than_regular_files_are_refused),
+      cmocka_unit_test(symlinks_are_followed_to_their_target),
+      cmocka_unit_test(unreadable_source_memory_is_a_clear_error),
       cmocka_unit_test(bad_arguments_are_refused),
       cmocka_unit_test(shared_descriptor_trees_are_bounded),
       cmocka_unit_test(relative_paths_work),
