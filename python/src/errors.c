@@ -15,6 +15,10 @@
  *   ├── FormatError(HurrayError, ValueError)                 HURRAY_EFORMAT
  *   │   └── ChecksumError(FormatError)                       HURRAY_ECHECKSUM
  *   ├── InputOutputError(HurrayError, OSError)               HURRAY_EIO
+ *   │   ├── FileNotFoundError(InputOutputError, builtins.FileNotFoundError)    errno ENOENT
+ *   │   ├── PermissionError(InputOutputError, builtins.PermissionError)        EACCES, EPERM
+ *   │   ├── IsADirectoryError(InputOutputError, builtins.IsADirectoryError)    EISDIR
+ *   │   └── NotADirectoryError(InputOutputError, builtins.NotADirectoryError)  ENOTDIR
  *   ├── StateError(HurrayError, RuntimeError)                HURRAY_ESTATE
  *   ├── WireError(HurrayError, ConnectionError)              HURRAY_EPROTOCOL
  *   ├── AuthenticationError(HurrayError, PermissionError)    HURRAY_EAUTH
@@ -30,6 +34,7 @@
  */
 #include "hurray_python.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -109,6 +114,18 @@ static const ExcSpec kExcSpecs[HURRAY_PY_EXC_COUNT] = {
                                   "The connection was refused, reset or closed by the peer.\n"
                                   "\n"
                                   "Nothing partial was delivered."},
+    [HURRAY_PY_EXC_FILE_NOT_FOUND] = {"hurray.FileNotFoundError", HURRAY_PY_EXC_IO,
+                                      &PyExc_FileNotFoundError,
+                                      "The file (or a directory on its path) does not exist."},
+    [HURRAY_PY_EXC_PERMISSION] = {"hurray.PermissionError", HURRAY_PY_EXC_IO,
+                                  &PyExc_PermissionError,
+                                  "The file or its directory may not be read or written."},
+    [HURRAY_PY_EXC_IS_A_DIRECTORY] = {"hurray.IsADirectoryError", HURRAY_PY_EXC_IO,
+                                      &PyExc_IsADirectoryError,
+                                      "A directory is where a file was expected."},
+    [HURRAY_PY_EXC_NOT_A_DIRECTORY] = {"hurray.NotADirectoryError", HURRAY_PY_EXC_IO,
+                                       &PyExc_NotADirectoryError,
+                                       "A component of the path is not a directory."},
 };
 
 /* The table: every status of HURRAY_STATUS_LIST maps to exactly one class. A switch over the
@@ -187,11 +204,8 @@ int hurray__py_errors_init(PyObject *module, HurrayState *st) {
   return 0;
 }
 
-/* Raises `kind` with `message` (stolen) and, when `code` is not None, `.code`. */
-static PyObject *raise_message(HurrayState *st, HurrayPyExc kind, int code, PyObject *message) {
-  if (message == NULL) return NULL;
-  PyObject *exc = PyObject_CallOneArg(st->exceptions[kind], message);
-  Py_DECREF(message);
+/* Raises `exc` (stolen; NULL when making it failed) with `.code` set unless `code` < 0. */
+static PyObject *raise_instance(PyObject *exc, int code) {
   if (exc == NULL) return NULL;
   if (code >= 0) {
     PyObject *value = PyLong_FromLong(code);
@@ -207,12 +221,51 @@ static PyObject *raise_message(HurrayState *st, HurrayPyExc kind, int code, PyOb
   return NULL;
 }
 
-PyObject *hurray__py_raise_status(HurrayState *st, int status, const HurrayError *error) {
+/* Raises `kind` with `message` (stolen) and, when `code` is not negative, `.code`. */
+static PyObject *raise_message(HurrayState *st, HurrayPyExc kind, int code, PyObject *message) {
+  if (message == NULL) return NULL;
+  PyObject *exc = PyObject_CallOneArg(st->exceptions[kind], message);
+  Py_DECREF(message);
+  return raise_instance(exc, code);
+}
+
+/* The InputOutputError class for a system errno (ADR-038). */
+static HurrayPyExc io_class(int system_errno) {
+  switch (system_errno) {
+    case ENOENT:
+      return HURRAY_PY_EXC_FILE_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+      return HURRAY_PY_EXC_PERMISSION;
+    case EISDIR:
+      return HURRAY_PY_EXC_IS_A_DIRECTORY;
+    case ENOTDIR:
+      return HURRAY_PY_EXC_NOT_A_DIRECTORY;
+    default:
+      return HURRAY_PY_EXC_IO;
+  }
+}
+
+PyObject *hurray__py_raise_path(HurrayState *st, int status, const HurrayError *error,
+                                PyObject *filename, PyObject *filename2) {
   const char *text =
       error != NULL && error->message[0] != '\0' ? error->message : hurray_status_message(status);
   size_t length = strnlen(text, HURRAY_ERROR_MESSAGE_SIZE);
   PyObject *message = PyUnicode_DecodeUTF8(text, (Py_ssize_t)length, "replace");
-  return raise_message(st, hurray__py_exc_for_status(status), status, message);
+  int system_errno = error != NULL && status == HURRAY_EIO ? error->system_errno : 0;
+  if (system_errno == 0) {
+    return raise_message(st, hurray__py_exc_for_status(status), status, message);
+  }
+  if (message == NULL) return NULL;
+  /* OSError(errno, strerror, filename, winerror, filename2): the attributes Python code reads. */
+  PyObject *exc = PyObject_CallFunction(st->exceptions[io_class(system_errno)], "iNOOO",
+                                        system_errno, message, filename ? filename : Py_None,
+                                        Py_None, filename2 ? filename2 : Py_None);
+  return raise_instance(exc, status);
+}
+
+PyObject *hurray__py_raise_status(HurrayState *st, int status, const HurrayError *error) {
+  return hurray__py_raise_path(st, status, error, NULL, NULL);
 }
 
 PyObject *hurray__py_raise_statusf(HurrayState *st, int status, const char *fmt, ...) {

@@ -126,6 +126,26 @@ static int meta_map_from_py(HurrayState *st, Arena *arena, PyObject *dict, int d
   return 0;
 }
 
+/* Whether `obj` is a numpy.bool_ (1) or not (0), without importing NumPy: if it is not
+ * imported, nothing is a NumPy scalar. -1 with an exception set. */
+static int is_numpy_bool(PyObject *obj) {
+  if (PyBool_Check(obj) || PyLong_Check(obj) || PyFloat_Check(obj) || PyUnicode_Check(obj) ||
+      PyDict_Check(obj) || PyList_Check(obj) || PyTuple_Check(obj)) {
+    return 0;
+  }
+  PyObject *name = PyUnicode_FromString("numpy");
+  if (name == NULL) return -1;
+  PyObject *numpy = PyImport_GetModule(name); /* NULL, no error, when not imported */
+  Py_DECREF(name);
+  if (numpy == NULL) return PyErr_Occurred() ? -1 : 0;
+  PyObject *type = PyObject_GetAttrString(numpy, "bool_");
+  Py_DECREF(numpy);
+  if (type == NULL) return -1;
+  int result = PyType_Check(type) && PyObject_TypeCheck(obj, (PyTypeObject *)type);
+  Py_DECREF(type);
+  return result;
+}
+
 static int meta_from_py(HurrayState *st, Arena *arena, PyObject *obj, int depth,
                         HurrayMetaValue *out) {
   memset(out, 0, sizeof *out);
@@ -135,9 +155,13 @@ static int meta_from_py(HurrayState *st, Arena *arena, PyObject *obj, int depth,
                              HURRAY_META_MAX_DEPTH);
     return -1;
   }
-  if (PyBool_Check(obj)) {
+  int numpy_bool = is_numpy_bool(obj);
+  if (numpy_bool < 0) return -1;
+  if (PyBool_Check(obj) || numpy_bool) { /* numpy.bool_ stays a bool, not 1.0 */
+    int truth = PyObject_IsTrue(obj);
+    if (truth < 0) return -1;
     out->type = HURRAY_META_BOOL;
-    out->as.boolean = obj == Py_True;
+    out->as.boolean = (uint8_t)truth;
     return 0;
   }
   if (PyFloat_Check(obj)) {
@@ -429,7 +453,7 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     Py_END_ALLOW_THREADS;
   }
   if (status != HURRAY_OK) {
-    hurray__py_raise_status(st, status, &error);
+    hurray__py_raise_path(st, status, &error, a[SV_PATH], NULL);
     goto done;
   }
   result = Py_NewRef(Py_None);
@@ -523,7 +547,7 @@ static PyObject *file_get(HurrayState *st, FileObject *self, HurrayFileReader *r
   } else { /* a mapping: a few small allocations */
     status = hurray_file_reader_get(reader, index, flags, &context, &error);
   }
-  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  if (status != HURRAY_OK) return hurray__py_raise_path(st, status, &error, self->path, NULL);
   return hurray__py_tensor_adopt(st, context);
 }
 
@@ -566,7 +590,7 @@ static HurrayFileReader *open_reader(HurrayState *st, PyObject *path_obj, int mm
   Py_DECREF(path);
   if (status != HURRAY_OK) {
     hurray_file_reader_destroy(reader);
-    hurray__py_raise_status(st, status, &error);
+    hurray__py_raise_path(st, status, &error, path_obj, NULL);
     return NULL;
   }
   *count = info.tensor_count;
@@ -747,7 +771,7 @@ static PyObject *file_verify(PyObject *op, PyObject *const *args, Py_ssize_t nar
   status = hurray_file_reader_verify(reader, index, NULL, NULL, &error);
   Py_END_ALLOW_THREADS;
   file_leave(FILE_SELF);
-  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  if (status != HURRAY_OK) return hurray__py_raise_path(st, status, &error, FILE_SELF->path, NULL);
   Py_RETURN_NONE;
 }
 
@@ -774,7 +798,7 @@ static PyObject *file_slice(PyObject *op, PyObject *const *args, Py_ssize_t narg
   status = hurray_file_reader_get_rows(reader, (uint32_t)index, start, stop, &context, &error);
   Py_END_ALLOW_THREADS;
   file_leave(FILE_SELF);
-  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  if (status != HURRAY_OK) return hurray__py_raise_path(st, status, &error, FILE_SELF->path, NULL);
   return hurray__py_tensor_adopt(st, context);
 }
 
@@ -1170,7 +1194,7 @@ static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     Py_END_ALLOW_THREADS;
   }
   PyObject *result =
-      status == HURRAY_OK ? PyDict_New() : hurray__py_raise_status(st, status, &error);
+      status == HURRAY_OK ? PyDict_New() : hurray__py_raise_path(st, status, &error, a[0], NULL);
   for (uint32_t i = 0; result != NULL && i < count; i++) {
     HurrayFileTensorInfo info;
     HurrayTensorContext *context = NULL;
@@ -1185,7 +1209,7 @@ static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
       }
     }
     PyObject *tensor = status == HURRAY_OK ? hurray__py_tensor_adopt(st, context)
-                                           : hurray__py_raise_status(st, status, &error);
+                                           : hurray__py_raise_path(st, status, &error, a[0], NULL);
     if (tensor == NULL || PyDict_SetItemString(result, info.name, tensor) < 0) Py_CLEAR(result);
     Py_XDECREF(tensor);
   }
@@ -1241,7 +1265,8 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
   Py_BEGIN_ALLOW_THREADS;
   status = hurray_convert(in, out, &options, &error);
   Py_END_ALLOW_THREADS;
-  result = status == HURRAY_OK ? Py_NewRef(Py_None) : hurray__py_raise_status(st, status, &error);
+  result = status == HURRAY_OK ? Py_NewRef(Py_None) : hurray__py_raise_path(st, status, &error, a[CV_INPUT],
+                                                                       a[CV_OUTPUT]);
 
 done:
   Py_XDECREF(input);

@@ -117,6 +117,11 @@ typedef enum HurrayPyExc {
   HURRAY_PY_EXC_DENIED,           /* PermissionDeniedError(HurrayError, PermissionError) */
   HURRAY_PY_EXC_TIMEOUT,          /* TimedOutError(HurrayError, builtins.TimeoutError) */
   HURRAY_PY_EXC_CONNECTION,       /* ConnectionLostError(HurrayError, ConnectionError) */
+  /* HURRAY_EIO of a failed system call, by errno (ADR-038): also the builtin OSError subclass */
+  HURRAY_PY_EXC_FILE_NOT_FOUND,   /* FileNotFoundError(InputOutputError, builtins.~) */
+  HURRAY_PY_EXC_PERMISSION,       /* PermissionError(InputOutputError, builtins.~) */
+  HURRAY_PY_EXC_IS_A_DIRECTORY,   /* IsADirectoryError(InputOutputError, builtins.~) */
+  HURRAY_PY_EXC_NOT_A_DIRECTORY,  /* NotADirectoryError(InputOutputError, builtins.~) */
   HURRAY_PY_EXC_COUNT
 } HurrayPyExc;
 
@@ -201,6 +206,11 @@ HurrayPyExc hurray__py_exc_for_status(int status);
 /* Raises the exception of `status` with `error`'s message (the generic message of the status
  * when `error` is NULL or empty); the instance carries `.code`. Returns NULL. */
 PyObject *hurray__py_raise_status(HurrayState *st, int status, const HurrayError *error);
+/* hurray__py_raise_status for a call on files: an error with a system errno is raised as an
+ * OSError carrying it (FileNotFoundError, PermissionError, ... where one fits) and the file
+ * names (`filename2` may be NULL, as may both). */
+PyObject *hurray__py_raise_path(HurrayState *st, int status, const HurrayError *error,
+                                PyObject *filename, PyObject *filename2);
 /* The same with a formatted message (PyUnicode_FromFormat syntax). */
 PyObject *hurray__py_raise_statusf(HurrayState *st, int status, const char *fmt, ...);
 /* Raises one of the extension's classes with a formatted message; `.code` is None. */
