@@ -3,13 +3,20 @@
  *
  *   make_files DIR            good.hurray (every layout, with metadata), bad_checksum.hurray,
  *                             truncated.hurray, empty.hurray, not_hurray.txt, dense.hurray
- *                             (the dense samples only, for `hurray convert`)
+ *                             (the dense samples only, for `hurray convert`), bad_field.hurray
+ *                             (dense.hurray with a peer device id in buffer 0's descriptor,
+ *                             checksums recomputed: a malformed file that checksums cannot
+ *                             catch)
  *   make_files --corpus DIR   a small valid file per layout, files with metadata and large
  *                             alignment, and broken ones (the corpus of fuzz/fuzz_file.c)
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "../c/test_file_helpers.h"
 
@@ -95,6 +102,29 @@ static void damage(const char *from, const char *to, size_t at, bool cut) {
   free(bytes);
 }
 
+static uint64_t load64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+static void store64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Copies `from` to `to` with byte 6 of buffer 0's descriptor (peer_device_id) set to 1 and
+ * the index and header checksums recomputed, as a hostile writer would. */
+static void set_peer_id(const char *from, const char *to) {
+  size_t size = 0;
+  unsigned char *bytes = read_all(from, &size);
+  uint64_t index = load64(bytes + 24), length = load64(bytes + 32);
+  bytes[index + 64 + 6] = 1;
+  store64(bytes + 40, XXH3_64bits(bytes + index, (size_t)length));
+  store64(bytes + 56, XXH3_64bits(bytes, 56));
+  write_all(to, bytes, size);
+  free(bytes);
+}
+
 /* The file offset of buffer `buffer` of tensor `name`. */
 static size_t buffer_offset(const char *path, const char *name, uint32_t buffer) {
   HurrayError error = {0};
@@ -120,6 +150,9 @@ static void write_cli_files(const char *dir) {
   write_all(join(dir, "not_hurray.txt"), (const unsigned char *)"hello\n", 6);
   write_samples(join(dir, "dense.hurray"), 0, 5, 0, false); /* dense, strided, negative, scalar,
                                                                empty */
+  char dense[1024];
+  snprintf(dense, sizeof dense, "%s", join(dir, "dense.hurray"));
+  set_peer_id(dense, join(dir, "bad_field.hurray"));
 }
 
 static void write_corpus(const char *dir) {

@@ -180,6 +180,19 @@ run 5 info missing.hurray
 has "missing.hurray: No such file or directory"
 run 5 verify .
 has "not a regular file"
+mkfifo fifo.hurray
+run 5 info fifo.hurray # refused at once, not waiting for a writer
+has "not a regular file"
+# A malformed field the checksums cannot catch: the same status and exit code in every command.
+run 3 info bad_field.hurray
+has "buffer 0: "
+has "(HURRAY_EFORMAT)"
+run 3 verify bad_field.hurray
+has "(HURRAY_EFORMAT)"
+run 3 convert bad_field.hurray bad_field.npz
+has "(HURRAY_EFORMAT)"
+run 5 convert fifo.hurray fifo.npz
+has "not a regular file"
 
 # convert
 run 0 convert --help
