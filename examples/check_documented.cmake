@@ -1,8 +1,12 @@
-# cmake -DSOURCE=<repository> -P check_documented.cmake: fails unless the copies of
-# examples/simple.c in include/hurray/hurray.h (between "#if 0 /* examples/simple.c */" and
-# "#endif /* examples/simple.c */"), in docs/impl/c-ffi.md and in the user guide's
-# docs/guide/c.md (the ```c block after "<!-- examples/simple.c -->") are the file itself.
-file(READ ${SOURCE}/examples/simple.c program)
+# cmake -DSOURCE=<repository> [-DEXAMPLE=<name>] -P check_documented.cmake: fails unless the
+# copies of examples/<name>.c (default: simple) in docs/impl/c-ffi.md (the ```c block after
+# "<!-- examples/<name>.c -->") and, for simple.c, in include/hurray/hurray.h (between
+# "#if 0 /* examples/simple.c */" and "#endif /* examples/simple.c */") and in the user guide's
+# docs/guide/c.md are the file itself.
+if(NOT DEFINED EXAMPLE)
+  set(EXAMPLE simple)
+endif()
+file(READ ${SOURCE}/examples/${EXAMPLE}.c program)
 function(copy_in path begin end out)
   file(READ ${SOURCE}/${path} text)
   string(FIND "${text}" "${begin}" first)
@@ -19,13 +23,17 @@ function(copy_in path begin end out)
   string(SUBSTRING "${rest}" 0 ${last} copy)
   set(${out} "${copy}" PARENT_SCOPE)
 endfunction()
-copy_in(include/hurray/hurray.h "#if 0 /* examples/simple.c */\n" "#endif /* examples/simple.c */"
-        in_header)
-copy_in(docs/impl/c-ffi.md "<!-- examples/simple.c -->\n```c\n" "```\n" in_guide)
-copy_in(docs/guide/c.md "<!-- examples/simple.c -->\n```c\n" "```\n" in_user_guide)
-foreach(copy in_header in_guide in_user_guide)
+set(copies in_guide)
+copy_in(docs/impl/c-ffi.md "<!-- examples/${EXAMPLE}.c -->\n```c\n" "```\n" in_guide)
+if(EXAMPLE STREQUAL "simple")
+  copy_in(include/hurray/hurray.h "#if 0 /* examples/simple.c */\n" "#endif /* examples/simple.c */"
+          in_header)
+  copy_in(docs/guide/c.md "<!-- examples/simple.c -->\n```c\n" "```\n" in_user_guide)
+  list(APPEND copies in_header in_user_guide)
+endif()
+foreach(copy ${copies})
   if(NOT "${${copy}}" STREQUAL "${program}")
-    message(FATAL_ERROR "the copy of examples/simple.c ${copy} differs from the file")
+    message(FATAL_ERROR "the copy of examples/${EXAMPLE}.c ${copy} differs from the file")
   endif()
 endforeach()
-message(STATUS "examples/simple.c, hurray.h, c-ffi.md and guide/c.md agree")
+message(STATUS "the copies of examples/${EXAMPLE}.c agree with the file")

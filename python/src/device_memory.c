@@ -13,7 +13,13 @@
 #include "hurray_python.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#define HUGE_PAGE_BYTES ((uint32_t)2 << 20)
+#define HUGE_COPY_BYTES ((uint64_t)4 << 20)
+#define ZERO_GAP_BYTES ((uint64_t)1 << 20)
 
 /* The hull [lo, hi) of the bytes each buffer's arrays span, over the whole descriptor tree. */
 static int collect_spans(const HurrayTensorDesc *desc, uint64_t *lo, uint64_t *hi,
@@ -69,10 +75,21 @@ static int copy_buffer(Copy *copy, const HurrayBuffer *src, int role) {
   if (src_cpu && !dst_cpu) {
     host = NULL; /* read straight from the source */
   } else {
-    /* the source's alignment, up to a page */
-    uint32_t alignment = src->desc.alignment <= 4096 ? src->desc.alignment : 4096;
-    status = hurray_buffer_alloc(size, alignment, HURRAY_ALLOC_ZERO, &host, error);
+    /* The source's alignment, up to a page; a large buffer in huge pages, as NumPy allocates
+     * its large arrays: a copy into 4 KiB pages that were never touched spends most of its
+     * time in page faults. */
+    int huge = size >= HUGE_COPY_BYTES;
+    uint32_t alignment = huge ? HUGE_PAGE_BYTES
+                              : src->desc.alignment <= 4096 ? src->desc.alignment : 4096;
+    status = hurray_buffer_alloc(size, alignment, 0, &host, error);
     if (status != HURRAY_OK) return status;
+#ifdef MADV_HUGEPAGE
+    if (huge) (void)madvise(host->data, (size_t)size, MADV_HUGEPAGE); /* a hint: may be refused */
+#endif
+    if (size > 0) { /* zero what is not copied, after the advice (zeroing faults pages in) */
+      memset(host->data, 0, (size_t)lo);
+      memset(hurray__py_buffer_at(host, lo + n), 0, (size_t)(size - lo - n));
+    }
     if (n > 0 && src_cpu) {
       memcpy(hurray__py_buffer_at(host, lo), hurray__py_buffer_at(src, lo), (size_t)n);
     } else if (n > 0) {
@@ -99,12 +116,27 @@ static int copy_buffer(Copy *copy, const HurrayBuffer *src, int role) {
       status = HURRAY_EDEVICE;
     }
     result = NULL;
+    /* What is not copied is zero: a staging buffer is zero there already, so all of it goes;
+     * from the source itself, the span goes and small gaps are written from zeros, large ones
+     * filled by the allocation. */
+    uint64_t first = host != NULL ? 0 : lo, count = host != NULL ? size : n;
+    uint64_t gap = lo > size - lo - n ? lo : size - lo - n;
+    void *zeros = NULL;
+    if (host == NULL && gap > 0 && gap <= ZERO_GAP_BYTES) zeros = calloc(1, (size_t)gap);
     if (status == HURRAY_OK) {
-      uint32_t flags = n < size ? HURRAY_ALLOC_ZERO : 0;
+      uint32_t flags = first + count < size && zeros == NULL ? HURRAY_ALLOC_ZERO : 0;
       status = hurray_device_alloc(queue, size, flags, &result, error);
     }
-    if (status == HURRAY_OK && n > 0) {
-      status = hurray_device_copy_from_host(queue, result, lo, (const char *)bytes + lo, n, error);
+    if (status == HURRAY_OK && zeros != NULL) {
+      status = hurray_device_copy_from_host(queue, result, 0, zeros, lo, error);
+      if (status == HURRAY_OK) {
+        status = hurray_device_copy_from_host(queue, result, lo + n, zeros, size - lo - n, error);
+      }
+    }
+    free(zeros);
+    if (status == HURRAY_OK && count > 0) {
+      status = hurray_device_copy_from_host(queue, result, first, (const char *)bytes + first,
+                                            count, error);
     }
     hurray_device_queue_destroy(queue);
     hurray_buffer_destroy(host);

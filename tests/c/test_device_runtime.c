@@ -384,7 +384,8 @@ static void *read_buffer(void *opaque) {
 
 /* The producer's write waits on a user event that the test completes only after the consumer
  * has started reading, from another thread. A consumer that did not wait on the write's event
- * would read the old bytes (its read has nothing to wait for); one that waits reads the new. */
+ * (EVENT) or the producer's queue (STREAM) would read the old bytes (its read has nothing to
+ * wait for); one that waits reads the new. */
 static void a_consumer_waits_on_the_event(void **state) {
   (void)state;
   REQUIRE_RUNTIME(HURRAY_DEVICE_OPENCL);
@@ -409,12 +410,16 @@ static void a_consumer_waits_on_the_event(void **state) {
                                             0, sizeof fresh, fresh, 1, &gate, &written),
                      0);
     assert_int_equal(tcl.Flush(hurray_device_queue_native(producer)), 0);
+    /* even rounds hand over the write's event, odd ones the producer's queue (STREAM) */
+    const int stream = round % 2 == 1;
     const HurrayBufferDesc bdesc = {.byte_size = 256, .alignment = 64,
                                     .device_tag = HURRAY_DEVICE_OPENCL,
-                                    .sync_mode = HURRAY_SYNC_EVENT};
-    HurrayBuffer *handed = NULL; /* the producer's view with the event; `buffer` owns the cl_mem */
-    assert_int_equal(hurray_buffer_wrap(buffer->data, &bdesc, 0, written, 0, NULL, NULL, &handed,
-                                        &error),
+                                    .sync_mode = stream ? HURRAY_SYNC_STREAM : HURRAY_SYNC_EVENT};
+    HurrayBuffer *handed = NULL; /* the producer's view with its sync handle; `buffer` owns the
+                                    cl_mem */
+    assert_int_equal(hurray_buffer_wrap(buffer->data, &bdesc, 0,
+                                        stream ? hurray_device_queue_native(producer) : written, 0,
+                                        NULL, NULL, &handed, &error),
                      HURRAY_OK);
     Reader reader = {.queue = consumer, .buffer = handed, .status = -1};
     pthread_t thread;

@@ -1,0 +1,78 @@
+"""Host <-> device copies of OpenCL memory: hurray's Tensor.to_device against pyopencl's own
+enqueue_copy of the same bytes, on the same device and queue, in the same run (a benchmark, not
+a test). Figures are the best of --rounds, and each ratio is hurray's time / pyopencl's.
+
+    .venv/bin/python bench/bench_opencl.py [--rounds 20] [--sizes 4096,1048576,67108864]
+
+  to device    hurray.from_numpy(a).to_device('opencl', stream=q)   (allocates + writes)
+               vs cl.Buffer(ctx, size) + cl.enqueue_copy(q, buf, a)  (allocates + writes)
+  to host      t.to_device('cpu', stream=q)                          (allocates + reads)
+               vs np.empty + cl.enqueue_copy(q, out, buf)            (allocates + reads)
+  to host*     the same with no stream: hurray makes a queue in the memory's own context
+
+Both sides block until the bytes have arrived. The device is the first of the first platform
+(PoCL on the CPU in CI, where "device memory" is host memory and the copy is a memcpy).
+"""
+
+import argparse
+import gc
+import time
+
+import numpy as np
+import pyopencl as cl
+
+import hurray
+
+
+def best(fn, rounds):
+    times = []
+    for _ in range(rounds):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--sizes", default="4096,1048576,67108864")
+    args = parser.parse_args()
+    device = cl.get_platforms()[0].get_devices()[0]
+    ctx = cl.Context(devices=[device])
+    queue = cl.CommandQueue(ctx)
+    print(f"device: {device.name} ({device.platform.name}); best of {args.rounds}")
+    print(f"{'bytes':>10} {'direction':<10} {'hurray':>10} {'pyopencl':>10} {'ratio':>6}")
+    for size in (int(s) for s in args.sizes.split(",")):
+        host = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
+        source = hurray.from_numpy(host)
+        on_device = source.to_device("opencl", stream=queue.int_ptr)
+        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size)
+        cl.enqueue_copy(queue, buf, host, is_blocking=True)
+
+        def pyopencl_to_device():
+            b = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size)
+            cl.enqueue_copy(queue, b, host, is_blocking=True)
+
+        def pyopencl_to_host():
+            out = np.empty(size, np.uint8)
+            cl.enqueue_copy(queue, out, buf, is_blocking=True)
+
+        rows = [
+            ("to device", lambda: source.to_device("opencl", stream=queue.int_ptr),
+             pyopencl_to_device),
+            ("to host", lambda: on_device.to_device("cpu", stream=queue.int_ptr),
+             pyopencl_to_host),
+            ("to host*", lambda: on_device.to_device("cpu"), pyopencl_to_host),
+        ]
+        back = np.asarray(on_device.to_device("cpu").__array__())
+        assert np.array_equal(back, host), "the round trip changed the bytes"
+        for name, ours, theirs in rows:
+            t_ours, t_theirs = best(ours, args.rounds), best(theirs, args.rounds)
+            print(f"{size:>10} {name:<10} {t_ours * 1e6:>8.1f}us {t_theirs * 1e6:>8.1f}us "
+                  f"{t_ours / t_theirs:>5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
