@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -853,6 +854,39 @@ static void progress_is_reported(void **state) {
   }
 }
 
+/* Truncates the input (the context) to 100 bytes when the conversion begins. */
+static void truncate_input(void *context, uint64_t done, uint64_t total) {
+  (void)total;
+  if (done == 0) assert_int_equal(truncate(context, 100), 0);
+}
+
+/* An input that shrinks under the conversion's mapping: a clear error (the kernel's copy of the
+ * lost pages fails), not "Bad address" and not SIGBUS; nothing is left behind. */
+static void an_input_that_shrinks_is_a_clear_error(void **state) {
+  (void)state;
+  static uint8_t big[3 << 20];
+  for (size_t i = 0; i < sizeof big; i++) big[i] = (uint8_t)(i * 13);
+  Dense t = {.name = "big",
+             .dtype = HURRAY_DTYPE_UINT8,
+             .ndim = 1,
+             .shape = {sizeof big},
+             .bytes = big,
+             .size = sizeof big};
+  write_hurray(path_of("shrink.hurray"), &t, 1, NULL);
+  static const char *const kOut[] = {"shrunk.hurray", "shrunk.npy", "shrunk.safetensors"};
+  for (size_t i = 0; i < 3; i++) {
+    OK(hurray_convert(path_of("shrink.hurray"), path_of("shrink.safetensors"), NULL, E));
+    HurrayConvertOptions o = {.progress = truncate_input,
+                              .progress_context = path_of("shrink.safetensors")};
+    HurrayError error = {0};
+    assert_int_equal(hurray_convert(path_of("shrink.safetensors"), path_of(kOut[i]), &o, &error),
+                     HURRAY_EIO);
+    assert_non_null(strstr(error.message, "a mapped input file shrank"));
+    assert_false(exists(path_of(kOut[i])));
+    assert_int_equal(temporaries(), 0);
+  }
+}
+
 /* A conversion that fails after writing data (a checksum found bad at the end) leaves no
  * output and keeps the previous file. */
 static void failures_leave_nothing_behind(void **state) {
@@ -912,6 +946,7 @@ int main(void) {
       cmocka_unit_test(npy_output_needs_one_tensor),
       cmocka_unit_test(options_are_checked),
       cmocka_unit_test(progress_is_reported),
+      cmocka_unit_test(an_input_that_shrinks_is_a_clear_error),
       cmocka_unit_test(failures_leave_nothing_behind),
       cmocka_unit_test(other_formats_open_as_readers),
   };
