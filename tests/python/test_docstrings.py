@@ -51,8 +51,6 @@ def public_objects():
 # checks (a strict xfail), so converting one means deleting it here.
 NOT_YET_CONVERTED = {
     "hurray.dtype",
-    "hurray.load",
-    "hurray.save",
 }
 
 OBJECTS = public_objects()
