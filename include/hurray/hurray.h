@@ -1132,9 +1132,10 @@ HURRAY_API int hurray_server_address(const HurrayServer *server, char *out, size
  * file is added then); the reader's statuses for a bad file. */
 HURRAY_API int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *error);
 /* Serves a tensor held in CPU memory under `name`. SINK for `tensor`: the server releases it
- * when destroyed, or now on failure. HURRAY_EUNSUPPORTED for buffers not on the CPU,
- * HURRAY_EINVAL if the name is taken. The bytes must not change while served (their
- * checksums are computed here). Thread-safe, also while running. */
+ * when destroyed, or now on failure. Only the bytes its arrays address are ever read.
+ * HURRAY_EUNSUPPORTED for buffers not on the CPU, HURRAY_EINVAL if the name is taken. The
+ * bytes must not change while served (their checksums are computed here). Thread-safe, also
+ * while running. */
 HURRAY_API int hurray_server_add_tensor(HurrayServer *server, const char *name,
                                         HurrayTensorContext *tensor, HurrayError *error);
 /* Runs the event loop on the calling thread until hurray_server_stop; then every connection
@@ -1233,7 +1234,9 @@ typedef struct HurrayGetOptions {
 } HurrayGetOptions;
 
 /* Fetches tensor `name` into new CPU memory aligned as the server's descriptor says, and
- * returns it as a context whose descriptor equals the served one. Each buffer's XXH3-64 is
+ * returns it as a context whose descriptor equals the served one but for byte offsets: each
+ * buffer holds only the bytes the tensor's arrays address, laid out as in a file (spec §6.3),
+ * so a tensor read from a file arrives byte-identical. Each buffer's XXH3-64 is
  * checked as it completes: a mismatch is HURRAY_ECHECKSUM naming the buffer, the connection
  * is closed and nothing is returned. A preferred device the server does not serve is
  * HURRAY_EUNSUPPORTED from the server unless HURRAY_GET_FALLBACK is set (the tensor then comes

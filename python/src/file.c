@@ -286,7 +286,8 @@ static PyObject *meta_to_py(const HurrayMetaValue *value) {
 /* `obj` as a hurray.Tensor (a new reference), without copying: a Tensor as it is, a NumPy
  * array through from_numpy (which keeps read-only arrays and ml_dtypes' types), any other
  * DLPack producer (PyTorch, JAX, ...) through from_dlpack. */
-static PyObject *as_any_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name) {
+static PyObject *as_any_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name,
+                               const char *operation) {
   if (Py_IS_TYPE(obj, st->tensor_type)) return Py_NewRef(obj);
   PyObject *numpy_name = PyUnicode_FromString("numpy");
   if (numpy_name == NULL) return NULL;
@@ -305,16 +306,18 @@ static PyObject *as_any_tensor(PyObject *module, HurrayState *st, PyObject *obj,
   if (PyObject_HasAttr(obj, st->str_dlpack))
     return PyObject_CallMethod(module, "from_dlpack", "O", obj);
   return PyErr_Format(PyExc_TypeError,
-                      "save(): tensor %R is a %.200s; expected a hurray.Tensor, a NumPy array "
+                      "%s(): tensor %R is a %.200s; expected a hurray.Tensor, a NumPy array "
                       "or a DLPack producer",
-                      name, Py_TYPE(obj)->tp_name);
+                      operation, name, Py_TYPE(obj)->tp_name);
 }
 
 /* The same in host memory: a tensor on a device is copied to a host staging tensor through its
  * runtime (Tensor.to_device('cpu'), which waits on its sync state); the file records host
- * bytes, as file-format.md 5.2 says (ADR-048). A CPU tensor is itself. */
-static PyObject *as_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name) {
-  PyObject *tensor = as_any_tensor(module, st, obj, name);
+ * bytes, as file-format.md 5.2 says (ADR-048), and the wire sends them. A CPU tensor is
+ * itself. */
+PyObject *hurray__py_as_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name,
+                               const char *operation) {
+  PyObject *tensor = as_any_tensor(module, st, obj, name, operation);
   if (tensor == NULL || !Py_IS_TYPE(tensor, st->tensor_type)) return tensor;
   PyObject *host = PyObject_CallMethod(tensor, "to_device", "s", "cpu");
   Py_DECREF(tensor);
@@ -388,7 +391,7 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     items[i].name = arena_utf8(st, &arena, key, 0, "tensor name", NULL);
     if (items[i].name == NULL) goto done;
-    items[i].tensor = as_tensor(module, st, PyTuple_GET_ITEM(pair, 1), key);
+    items[i].tensor = hurray__py_as_tensor(module, st, PyTuple_GET_ITEM(pair, 1), key, "save");
     if (items[i].tensor == NULL) goto done;
     if (!Py_IS_TYPE(items[i].tensor, st->tensor_type)) {
       PyErr_SetString(PyExc_SystemError, "save(): the conversion did not make a hurray.Tensor");

@@ -140,6 +140,8 @@ typedef struct HurrayState {
   PyTypeObject *mode_type;      /* hurray.mode, the context manager */
   PyTypeObject *host_span_type; /* private: the byte exporter behind __array__ */
   PyTypeObject *file_type;      /* hurray.File, made by hurray.open */
+  PyTypeObject *client_type;    /* hurray.Client, made by hurray.connect */
+  PyTypeObject *server_type;    /* hurray.Server, made by hurray.serve */
   PyObject *exceptions[HURRAY_PY_EXC_COUNT];
   PyObject *dtypes;              /* tuple of the dtype singletons, in C table order */
   uint8_t dtype_index[256];      /* dtype code -> index into `dtypes`, or HURRAY_PY_NO_DTYPE */
@@ -452,6 +454,21 @@ extern PyType_Spec hurray__py_file_spec;
 /* Registers hurray.File as a collections.abc.Mapping (it implements the whole interface). */
 int hurray__py_file_register(PyTypeObject *file_type);
 extern PyMethodDef hurray__py_file_functions[];
+/* `obj` as a hurray.Tensor in host memory (a new reference): a Tensor as it is, a NumPy array
+ * through from_numpy (which keeps read-only arrays and ml_dtypes' types), any other DLPack
+ * producer (PyTorch, JAX, ...) through from_dlpack, without copying; a tensor on a device is
+ * copied to the host (Tensor.to_device('cpu')). `operation` ("save") and `name` (the
+ * tensor's) name it in the TypeError for anything else. */
+PyObject *hurray__py_as_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name,
+                               const char *operation);
+
+/* ============================================================================================
+ * wire.c: hurray.connect, hurray.serve, hurray.Client, hurray.Server
+ * ============================================================================================ */
+
+extern PyType_Spec hurray__py_client_spec;
+extern PyType_Spec hurray__py_server_spec;
+extern PyMethodDef hurray__py_wire_functions[];
 
 /* ============================================================================================
  * device_memory.c

@@ -157,7 +157,9 @@ static int hurray_exec(PyObject *module) {
       add_type(module, &hurray__py_mode_spec, &st->mode_type, 1) < 0 ||
       add_type(module, &hurray__py_host_span_spec, &st->host_span_type, 0) < 0 ||
       add_type(module, &hurray__py_file_spec, &st->file_type, 1) < 0 ||
-      hurray__py_file_register(st->file_type) < 0) {
+      hurray__py_file_register(st->file_type) < 0 ||
+      add_type(module, &hurray__py_client_spec, &st->client_type, 1) < 0 ||
+      add_type(module, &hurray__py_server_spec, &st->server_type, 1) < 0) {
     return -1;
   }
   if (intern(&st->str_array_namespace, "__array_namespace__") < 0 ||
@@ -176,7 +178,8 @@ static int hurray_exec(PyObject *module) {
       PyModule_AddFunctions(module, hurray__py_numpy_functions) < 0 ||
       PyModule_AddFunctions(module, hurray__py_dlpack_functions) < 0 ||
       PyModule_AddFunctions(module, hurray__py_native_functions) < 0 ||
-      PyModule_AddFunctions(module, hurray__py_file_functions) < 0) {
+      PyModule_AddFunctions(module, hurray__py_file_functions) < 0 ||
+      PyModule_AddFunctions(module, hurray__py_wire_functions) < 0) {
     return -1;
   }
   if (PyModule_AddStringConstant(module, "__version__", hurray_version_string()) < 0 ||
@@ -193,6 +196,8 @@ static int hurray_exec(PyObject *module) {
   X(st->mode_type)              \
   X(st->host_span_type)         \
   X(st->file_type)              \
+  X(st->client_type)            \
+  X(st->server_type)            \
   X(st->dtypes)                 \
   X(st->mode_var)               \
   X(st->mode_names[0])          \

@@ -6,6 +6,7 @@
  *   meta.c      typed metadata: encode, validate, decode
  *   record.c    tensor records (name + descriptor tree + metadata): encode, decode; and the
  *               validation of a descriptor against buffer sizes alone
+ *   runs.c      the addressed bytes of a tensor's buffers, merged and laid out compactly
  *   source.c    where the bytes live (mapping, caller memory, pread file): buffers, hashing
  *   output.c    a file that appears at its path only when complete (temporary, fsync, rename)
  *   writer.c    HurrayFileWriter
@@ -215,6 +216,32 @@ HURRAY_INTERNAL int hurray__index_tables(FileSink *out, uint64_t start,
 HURRAY_INTERNAL int hurray__validate_against_entries(const HurrayTensorDesc *tensor,
                                                      const FileBufferEntry *entries, uint32_t count,
                                                      HurrayError *error);
+
+/* ---- runs.c ------------------------------------------------------------------------------- */
+
+/* A merged run of addressed bytes of one source buffer and where it goes in the compact
+ * buffer. */
+typedef struct FileRun {
+  uint32_t buffer;
+  uint64_t begin, end; /* in the source buffer */
+  uint64_t placed;     /* its first byte's offset in the compact buffer */
+} FileRun;
+
+/* Every run of a tensor, sorted by (buffer, begin). */
+typedef struct FileRuns {
+  FileRun *runs;
+  size_t count, capacity;
+} FileRuns;
+
+/* Collects the spans (hurray_array_span) of every array of `tensor` (a valid one), merges
+ * overlapping and adjacent ones into runs and places each buffer's runs in address order: the
+ * first at offset 0, each later one at the first multiple of 64 after the previous. The
+ * compact buffer is zeros between runs; a buffer no array addresses is empty. */
+HURRAY_INTERNAL int hurray__runs_make(FileRuns *plan, const HurrayTensorDesc *tensor,
+                                      HurrayError *error);
+/* A FileRebaseFn over a FileRuns: an array's byte offset in the compact buffer. */
+HURRAY_INTERNAL uint64_t hurray__runs_rebase(void *context, const HurrayArray *array);
+HURRAY_INTERNAL void hurray__runs_free(FileRuns *plan);
 
 /* ---- source.c ----------------------------------------------------------------------------- */
 

@@ -371,104 +371,14 @@ int hurray_file_writer_end_tensor(HurrayFileWriter *writer, const HurrayTensorDe
 
 /* ---- writing a tensor from memory --------------------------------------------------------- */
 
-/* A merged run of addressed bytes of one source buffer and where it goes in the file buffer. */
-typedef struct Run {
-  uint32_t buffer;
-  uint64_t begin, end; /* in the source buffer */
-  uint64_t placed;     /* its first byte's offset in the file buffer */
-} Run;
-
-typedef struct Plan {
-  Run *runs;
-  size_t count, capacity;
-} Plan;
-
-static int compare_runs(const void *a, const void *b) {
-  const Run *x = a, *y = b;
-  if (x->buffer != y->buffer) return x->buffer < y->buffer ? -1 : 1;
-  return (x->begin > y->begin) - (x->begin < y->begin);
-}
-
-/* The bytes an array addresses; false when it addresses none. Valid arrays cannot fail. */
-static bool array_bytes(const HurrayArray *array, uint64_t *begin, uint64_t *end) {
-  uint64_t numel = 0;
-  return hurray_array_numel(array, &numel, NULL) == HURRAY_OK && numel > 0 &&
-         hurray_array_span(array, begin, end, NULL) == HURRAY_OK;
-}
-
-static int collect_spans(Plan *plan, const HurrayTensorDesc *t, HurrayError *error) {
-  for (uint32_t i = 0; i < t->nparts; i++) {
-    Run run = {.buffer = t->parts[i].buffer};
-    if (!array_bytes(&t->parts[i], &run.begin, &run.end)) continue;
-    if (plan->count == plan->capacity) {
-      size_t capacity = plan->capacity ? plan->capacity * 2 : 8;
-      Run *grown = realloc(plan->runs, capacity * sizeof *grown);
-      if (grown == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-      plan->runs = grown;
-      plan->capacity = capacity;
-    }
-    plan->runs[plan->count++] = run;
-  }
-  for (uint32_t i = 0; i < t->nchildren; i++) {
-    int status = collect_spans(plan, &t->children[i], error);
-    if (status != HURRAY_OK) return status;
-  }
-  return HURRAY_OK;
-}
-
-/* Merges overlapping (and adjacent) spans into runs and places each buffer's runs in address
- * order: the first at the buffer's start, which the file aligns, each later one at the first
- * multiple of 64 after the previous (spec §10). Where the source's bytes lie in memory does
- * not matter: alignment is a promise about the tensor as it is read back. */
-static int make_plan(Plan *plan, const HurrayTensorDesc *tensor, HurrayError *error) {
-  int status = collect_spans(plan, tensor, error);
-  if (status != HURRAY_OK) return status;
-  if (plan->count > 0) qsort(plan->runs, plan->count, sizeof *plan->runs, compare_runs);
-  size_t merged = 0;
-  uint64_t at = 0;
-  for (size_t i = 0; i < plan->count; i++) {
-    Run run = plan->runs[i];
-    Run *last = merged > 0 ? &plan->runs[merged - 1] : NULL;
-    if (last != NULL && last->buffer == run.buffer && run.begin <= last->end) {
-      if (run.end > last->end) last->end = run.end;
-      at = last->placed + (last->end - last->begin);
-      continue;
-    }
-    if (last == NULL || last->buffer != run.buffer) at = 0;
-    run.placed = (at + HURRAY_MIN_ALIGNMENT - 1) & ~(uint64_t)(HURRAY_MIN_ALIGNMENT - 1);
-    at = run.placed + (run.end - run.begin);
-    plan->runs[merged++] = run;
-  }
-  plan->count = merged;
-  return HURRAY_OK;
-}
-
-static uint64_t rebase(void *context, const HurrayArray *array) {
-  const Plan *plan = context;
-  uint64_t begin = 0, end = 0;
-  if (!array_bytes(array, &begin, &end)) return 0;
-  size_t lo = 0, hi = plan->count; /* the last run at or before (buffer, begin) */
-  while (hi - lo > 1) {
-    size_t mid = lo + (hi - lo) / 2;
-    const Run *r = &plan->runs[mid];
-    bool after = r->buffer > array->buffer || (r->buffer == array->buffer && r->begin > begin);
-    if (after)
-      hi = mid;
-    else
-      lo = mid;
-  }
-  const Run *run = &plan->runs[lo];
-  return array->byte_offset - (run->begin - run->placed);
-}
-
 /* Streams buffer `index` of the list as the plan lays it out. */
-static int stream_buffer(HurrayFileWriter *w, const Plan *plan, const HurrayBufferList *list,
+static int stream_buffer(HurrayFileWriter *w, const FileRuns *plan, const HurrayBufferList *list,
                          uint32_t index, HurrayError *error) {
   static const uint8_t zeros[HURRAY_MIN_ALIGNMENT];
   int status = open_buffer(w, list->roles[index], error);
   const uint8_t *data = list->buffers[index]->data;
   for (size_t i = 0; i < plan->count && status == HURRAY_OK; i++) {
-    const Run *run = &plan->runs[i];
+    const FileRun *run = &plan->runs[i];
     if (run->buffer != index) continue;
     uint64_t gap = run->placed - w->buffers[w->buffer_count - 1].desc.byte_size;
     status = stream(w, zeros, (size_t)gap, error);
@@ -499,9 +409,9 @@ int hurray_file_writer_add(HurrayFileWriter *writer, const char *name,
                             device ? device : "device");
     }
   }
-  Plan plan = {0};
+  FileRuns plan = {0};
   FileSink encoded = {0};
-  if (status == HURRAY_OK) status = make_plan(&plan, tensor, error);
+  if (status == HURRAY_OK) status = hurray__runs_make(&plan, tensor, error);
   if (status == HURRAY_OK) status = hurray__meta_encode(metadata, &encoded, error);
   if (status == HURRAY_OK) status = open_tensor(writer, name, error);
   bool opened = status == HURRAY_OK;
@@ -509,10 +419,10 @@ int hurray_file_writer_add(HurrayFileWriter *writer, const char *name,
     status = stream_buffer(writer, &plan, buffers, i, error);
   }
   if (opened && status == HURRAY_OK) {
-    status = commit_tensor(writer, tensor, rebase, &plan, &encoded, error);
+    status = commit_tensor(writer, tensor, hurray__runs_rebase, &plan, &encoded, error);
   }
   if (opened && status != HURRAY_OK) discard_tensor(writer);
-  free(plan.runs);
+  hurray__runs_free(&plan);
   hurray__sink_reset(&encoded);
   return status;
 }

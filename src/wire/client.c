@@ -641,71 +641,48 @@ int hurray_client_put(HurrayClient *c, const char *name, const HurrayTensorConte
                       HurrayError *error) {
   int status = usable(c, error);
   if (status != HURRAY_OK) return status;
-  size_t name_len = 0;
-  status = hurray__check_cname(name, "tensor name", &name_len, error);
-  if (status == HURRAY_OK) status = hurray_tensor_context_check(tensor, 0, error);
+  WireServed up; /* the bytes the tensor's arrays address, compact, with their checksums */
+  status = hurray__wire_served_init(&up, name, tensor, NULL, NULL, 0, error);
   if (status != HURRAY_OK) return status;
-  const HurrayBufferList *list = tensor->buffers;
-  WireBuffer *table = calloc(list->count + 1u, sizeof *table);
-  if (table == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  uint64_t total = 0;
-  for (uint32_t i = 0; status == HURRAY_OK && i < list->count; i++) {
-    const HurrayBuffer *b = list->buffers[i];
-    if (b->desc.device_tag != HURRAY_DEVICE_CPU) {
-      status = hurray__fail(error, HURRAY_EUNSUPPORTED,
-                            "buffer %" PRIu32 " is not in CPU memory: copy it to the host first", i);
-      break;
-    }
-    table[i].desc = b->desc;
-    table[i].checksum = hurray__xxh3(b->data, (size_t)b->desc.byte_size);
-    table[i].role = list->roles[i];
-    total += b->desc.byte_size;
-  }
-  FileSink record = {0}, payload = {0}, frame = {0};
-  if (status == HURRAY_OK) {
-    status = hurray__record_encode((const uint8_t *)name, name_len, tensor->tensor, NULL, NULL,
-                                   NULL, 0, &record, error);
-  }
-  if (status == HURRAY_OK && record.len > UINT32_MAX) {
-    status = hurray__fail(error, HURRAY_ELIMIT, "tensor record too large");
-  }
   uint64_t id = c->next_id++;
+  FileSink payload = {0}, frame = {0};
+  WireTensorHeader h = {HURRAY_DEVICE_CPU, up.nbuffers,     up.total_bytes,
+                        0,                 up.buffers,      up.record.data,
+                        (uint32_t)up.record.len};
+  status = hurray__wire_tensor_encode(&h, &payload, error);
   if (status == HURRAY_OK) {
-    WireTensorHeader h = {HURRAY_DEVICE_CPU, list->count, total, 0, table, record.data,
-                          (uint32_t)record.len};
-    status = hurray__wire_tensor_encode(&h, &payload, error);
-  }
-  if (status == HURRAY_OK) {
-    hurray__wire_frame(&frame, WIRE_PUT, total == 0 ? WIRE_FLAG_END : 0, id, payload.data,
-                       payload.len);
+    hurray__wire_frame(&frame, WIRE_PUT, up.total_bytes == 0 ? WIRE_FLAG_END : 0, id,
+                       payload.data, payload.len);
     status = frame.failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory")
                           : send_bytes(c, frame.data, frame.len, error);
   }
-  hurray__sink_reset(&record);
   hurray__sink_reset(&payload);
   hurray__sink_reset(&frame);
-  free(table);
+  static const uint8_t zeros[HURRAY_MIN_ALIGNMENT];
   uint64_t sent = 0;
-  for (uint32_t i = 0; status == HURRAY_OK && i < list->count; i++) {
-    const HurrayBuffer *b = list->buffers[i];
-    for (uint64_t off = 0; status == HURRAY_OK && off < b->desc.byte_size;) {
-      uint64_t n = b->desc.byte_size - off < c->max_frame ? b->desc.byte_size - off : c->max_frame;
+  for (size_t i = 0; status == HURRAY_OK && i < up.nsegments; i++) {
+    const WireSegment *g = &up.segments[i];
+    for (uint64_t off = 0; status == HURRAY_OK && off < g->len;) {
+      uint64_t n = g->len - off < c->max_frame ? g->len - off : c->max_frame;
       sent += n;
       uint8_t head[WIRE_HEADER_SIZE + WIRE_DATA_FIXED];
-      WireHeader h = {WIRE_DATA, sent == total ? WIRE_FLAG_END : 0, id, n + WIRE_DATA_FIXED};
-      hurray__wire_header_encode(&h, head);
-      hurray__store_le32(head + WIRE_HEADER_SIZE, i);
+      WireHeader dh = {WIRE_DATA, sent == up.total_bytes ? WIRE_FLAG_END : 0, id,
+                       n + WIRE_DATA_FIXED};
+      hurray__wire_header_encode(&dh, head);
+      hurray__store_le32(head + WIRE_HEADER_SIZE, g->buffer);
       hurray__store_le32(head + WIRE_HEADER_SIZE + 4, 0);
-      hurray__store_le64(head + WIRE_HEADER_SIZE + 8, off);
-      struct iovec iov[2] = {{head, sizeof head}, {(uint8_t *)b->data + off, (size_t)n}};
+      hurray__store_le64(head + WIRE_HEADER_SIZE + 8, g->offset + off);
+      const uint8_t *data = g->data ? g->data + off : zeros; /* gaps: < 64 bytes */
+      struct iovec iov[2] = {{head, sizeof head}, {(void *)data, (size_t)n}};
       status = send_iov(c, iov, 2, error);
       off += n;
     }
   }
-  WireHeader h;
-  if (status == HURRAY_OK) status = read_header(c, &h, error);
-  if (status == HURRAY_OK) status = expect(c, &h, WIRE_PUT_OK, id, error);
-  if (status == HURRAY_OK && h.length != 0) {
+  hurray__wire_served_reset(&up);
+  WireHeader r;
+  if (status == HURRAY_OK) status = read_header(c, &r, error);
+  if (status == HURRAY_OK) status = expect(c, &r, WIRE_PUT_OK, id, error);
+  if (status == HURRAY_OK && r.length != 0) {
     status = broken(c, hurray__fail(error, HURRAY_EPROTOCOL, "PUT_OK with a payload"));
   }
   return status;

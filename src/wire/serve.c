@@ -1,50 +1,121 @@
-/* serve.c -- what a server sends for a tensor (docs/spec/interchange.md §6.2): the
+/* serve.c -- what a server sends for a tensor (docs/spec/interchange.md §6.3-§6.4): the
  * TENSOR_HEADER (buffer table with checksums, then the file format's tensor record) and the
  * segments of the byte stream that DATA frames carry, for a whole tensor, rows of a DENSE one,
- * or a byte range, from any resume offset. */
+ * or a byte range, from any resume offset. Only the bytes a tensor's arrays address are ever
+ * read from its memory (buffer-protocol.md §1): each buffer is sent in the compact form the
+ * file writer writes, zeros between its runs. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "wire.h"
 
+static const uint8_t kZeros[HURRAY_MIN_ALIGNMENT];
+
+/* Appends a segment (skipping empty ones); `segments` has room. */
+static void add_segment(WireSegment *segments, size_t *n, const uint8_t *data, uint64_t len,
+                        uint64_t offset, uint32_t buffer) {
+  if (len > 0) segments[(*n)++] = (WireSegment){data, len, offset, buffer};
+}
+
+/* XXH3-64 of compact buffer `buffer`: its segments, zeros included. */
+static uint64_t hash_buffer(FileHasher *h, const WireSegment *segments, size_t n, uint32_t buffer) {
+  hurray__hasher_reset(h);
+  for (size_t i = 0; i < n; i++) {
+    if (segments[i].buffer != buffer) continue;
+    hurray__hasher_update(h, segments[i].data ? segments[i].data : kZeros, (size_t)segments[i].len);
+  }
+  return hurray__hasher_digest(h);
+}
+
+int hurray__wire_served_init(WireServed *s, const char *name, const HurrayTensorContext *context,
+                             const uint64_t *checksums, const uint8_t *metadata,
+                             uint32_t metadata_len, HurrayError *error) {
+  memset(s, 0, sizeof *s);
+  size_t name_len = 0;
+  int status = hurray__check_cname(name, "tensor name", &name_len, error);
+  if (status == HURRAY_OK) status = hurray_tensor_context_check(context, 0, error);
+  if (status != HURRAY_OK) return status;
+  const HurrayBufferList *list = context->buffers;
+  for (uint32_t i = 0; i < list->count; i++) {
+    if (list->buffers[i]->desc.device_tag != HURRAY_DEVICE_CPU) {
+      return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                          "tensor '%s' buffer %" PRIu32 " is not in CPU memory", name, i);
+    }
+  }
+  FileRuns runs = {0};
+  FileHasher *hasher = hurray__hasher_create();
+  s->name = malloc(name_len + 1);
+  s->buffers = calloc(list->count + 1u, sizeof *s->buffers);
+  status = s->name && s->buffers && hasher ? hurray__runs_make(&runs, context->tensor, error)
+                                          : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  if (status == HURRAY_OK) {
+    s->segments = calloc(2 * runs.count + 1, sizeof *s->segments); /* a gap and a run each */
+    if (s->segments == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  if (status == HURRAY_OK) {
+    memcpy(s->name, name, name_len + 1);
+    s->name_len = name_len;
+    s->nbuffers = list->count;
+    uint64_t end = 0;
+    for (size_t i = 0; i < runs.count; i++) {
+      const FileRun *r = &runs.runs[i];
+      if (i == 0 || runs.runs[i - 1].buffer != r->buffer) end = 0;
+      add_segment(s->segments, &s->nsegments, NULL, r->placed - end, end, r->buffer);
+      const uint8_t *data = list->buffers[r->buffer]->data;
+      add_segment(s->segments, &s->nsegments, data + r->begin, r->end - r->begin, r->placed,
+                  r->buffer);
+      end = r->placed + (r->end - r->begin);
+      s->buffers[r->buffer].desc.byte_size = end;
+    }
+    for (uint32_t i = 0; i < list->count; i++) {
+      const HurrayBuffer *b = list->buffers[i];
+      WireBuffer *w = &s->buffers[i];
+      uint64_t size = w->desc.byte_size;
+      w->desc = b->desc;
+      w->desc.byte_size = size;
+      w->role = list->roles[i];
+      /* the whole source buffer, as it is: its stored checksum covers exactly these bytes */
+      bool whole = size == b->desc.byte_size;
+      w->checksum = checksums && whole ? checksums[i] : hash_buffer(hasher, s->segments,
+                                                                    s->nsegments, i);
+      s->total_bytes += size;
+    }
+    status = hurray__record_encode((const uint8_t *)name, name_len, context->tensor,
+                                   hurray__runs_rebase, &runs, metadata, metadata_len, &s->record,
+                                   error);
+  }
+  if (status == HURRAY_OK && s->record.len > UINT32_MAX) {
+    status = hurray__fail(error, HURRAY_ELIMIT, "tensor '%s': record too large", name);
+  }
+  hurray__runs_free(&runs);
+  hurray__hasher_destroy(hasher);
+  if (status != HURRAY_OK) hurray__wire_served_reset(s);
+  return status;
+}
+
+void hurray__wire_served_reset(WireServed *s) {
+  hurray__sink_reset(&s->record);
+  free(s->name);
+  free(s->buffers);
+  free(s->segments);
+  memset(s, 0, sizeof *s);
+}
+
 int hurray__wire_served_create(const char *name, HurrayTensorContext *context,
                                const uint64_t *checksums, const uint8_t *metadata,
                                uint32_t metadata_len, WireServed **out, HurrayError *error) {
   *out = NULL;
-  size_t name_len = 0;
-  int status = hurray__check_cname(name, "tensor name", &name_len, error);
-  if (status == HURRAY_OK) status = hurray_tensor_context_check(context, 0, error);
-  const HurrayBufferList *list = status == HURRAY_OK ? context->buffers : NULL;
-  for (uint32_t i = 0; status == HURRAY_OK && i < list->count; i++) {
-    if (list->buffers[i]->desc.device_tag != HURRAY_DEVICE_CPU) {
-      status = hurray__fail(error, HURRAY_EUNSUPPORTED,
-                            "tensor '%s' buffer %" PRIu32 " is not in CPU memory", name, i);
-    }
-  }
-  WireServed *s = status == HURRAY_OK ? calloc(1, sizeof *s) : NULL;
-  if (status == HURRAY_OK && s == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  WireServed *s = malloc(sizeof *s);
+  int status = s ? hurray__wire_served_init(s, name, context, checksums, metadata, metadata_len,
+                                            error)
+                 : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   if (status != HURRAY_OK) {
+    free(s);
     hurray_tensor_context_release(context);
     return status;
   }
   s->context = context;
-  s->name = malloc(name_len + 1);
-  s->checksums = calloc(list->count + 1u, sizeof(uint64_t));
-  s->metadata = metadata_len ? malloc(metadata_len) : NULL;
-  if (s->name == NULL || s->checksums == NULL || (metadata_len && s->metadata == NULL)) {
-    hurray__wire_served_destroy(s);
-    return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  }
-  memcpy(s->name, name, name_len + 1);
-  s->name_len = name_len;
-  if (metadata_len) memcpy(s->metadata, metadata, metadata_len);
-  s->metadata_len = metadata_len;
-  for (uint32_t i = 0; i < list->count; i++) {
-    const HurrayBuffer *b = list->buffers[i];
-    s->checksums[i] = checksums ? checksums[i] : hurray__xxh3(b->data, (size_t)b->desc.byte_size);
-    s->total_bytes += b->desc.byte_size; /* the context check bounded every size */
-  }
   *out = s;
   return HURRAY_OK;
 }
@@ -52,9 +123,7 @@ int hurray__wire_served_create(const char *name, HurrayTensorContext *context,
 void hurray__wire_served_destroy(WireServed *s) {
   if (s == NULL) return;
   hurray_tensor_context_release(s->context);
-  free(s->name);
-  free(s->checksums);
-  free(s->metadata);
+  hurray__wire_served_reset(s);
   free(s);
 }
 
@@ -65,13 +134,14 @@ void hurray__wire_plan_reset(WirePlan *plan) {
   plan->nsegments = 0;
 }
 
-/* Rows [start, stop) of a DENSE tensor: its one array re-based on the 64-byte-aligned start of
- * the bytes those rows address, which become the one buffer sent. */
+/* Rows [start, stop) of a DENSE tensor: the bytes those rows address become the one buffer
+ * sent, the array re-based onto its start (as the file writer lays a tensor out). */
 typedef struct RowSlice {
   HurrayTensorDesc desc;
   HurrayArray part;
   int64_t shape[HURRAY_MAX_NDIM];
-  const uint8_t *data;
+  WireSegment segments[1];
+  size_t nsegments;
   uint64_t len;
 } RowSlice;
 
@@ -96,8 +166,6 @@ static int slice_rows(const WireServed *s, int64_t start, int64_t stop, RowSlice
   } else {
     for (int32_t k = 1; k < a->ndim; k++) stride0 *= a->shape[k]; /* validated: no overflow */
   }
-  /* Bit offset of row `start` from element 0: |start * stride0 * bits| fits, as the row lies
-   * in the buffer (start < shape[0]) or is the end (start == shape[0], one row past). */
   int64_t bits = 0;
   if (hurray__mul_i64(start, stride0, &bits) || hurray__mul_i64(bits, info->bits, &bits)) {
     return hurray__fail(error, HURRAY_EOVERFLOW, "row offset overflows");
@@ -115,31 +183,37 @@ static int slice_rows(const WireServed *s, int64_t start, int64_t stop, RowSlice
   out->part.byte_offset = (uint64_t)((int64_t)a->byte_offset + bits / 8);
   out->part.buffer = 0;
   out->desc.parts = &out->part;
-  uint64_t begin = 0, end = 0;
+  uint64_t begin = 0, end = 0, numel = 0;
   int status = hurray_array_span(&out->part, &begin, &end, error);
+  if (status == HURRAY_OK) status = hurray_array_numel(&out->part, &numel, error);
   if (status != HURRAY_OK) return status;
-  uint64_t base = begin & ~(uint64_t)63;
-  out->part.byte_offset -= base;
-  out->data = (const uint8_t *)s->context->buffers->buffers[a->buffer]->data + base;
-  out->len = end - base;
+  const uint8_t *data = s->context->buffers->buffers[a->buffer]->data;
+  out->nsegments = 0;
+  if (numel == 0) { /* no rows: an empty buffer */
+    out->part.byte_offset = 0;
+    out->len = 0;
+    return HURRAY_OK;
+  }
+  out->part.byte_offset -= begin;
+  add_segment(out->segments, &out->nsegments, data + begin, end - begin, 0, 0);
+  out->len = end - begin;
   return HURRAY_OK;
 }
 
-/* Appends the segments of stream bytes [from, to) over buffers of the given sizes. */
-static int plan_segments(WirePlan *plan, const HurrayBufferList *list, const RowSlice *rows,
-                         uint64_t from, uint64_t to, HurrayError *error) {
-  uint32_t n = rows ? 1 : list->count;
-  plan->segments = calloc(n + 1u, sizeof(WireSegment));
+/* The segments of stream bytes [from, to). */
+static int plan_segments(WirePlan *plan, const WireSegment *segments, size_t n, uint64_t from,
+                         uint64_t to, HurrayError *error) {
+  plan->segments = calloc(n + 1, sizeof *plan->segments);
   if (plan->segments == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  uint64_t at = 0; /* stream position of buffer i's first byte */
-  for (uint32_t i = 0; i < n; i++) {
-    const uint8_t *data = rows ? rows->data : list->buffers[i]->data;
-    uint64_t size = rows ? rows->len : list->buffers[i]->desc.byte_size;
-    uint64_t lo = from > at ? from - at : 0, hi = to - at < size ? to - at : size;
-    if (to > at && lo < hi) {
-      plan->segments[plan->nsegments++] = (WireSegment){data + lo, hi - lo, lo, i};
+  uint64_t at = 0; /* stream position of segment i's first byte */
+  for (size_t i = 0; i < n && at < to; i++) {
+    const WireSegment *g = &segments[i];
+    uint64_t lo = from > at ? from - at : 0, hi = to - at < g->len ? to - at : g->len;
+    if (lo < hi) {
+      plan->segments[plan->nsegments++] =
+          (WireSegment){g->data ? g->data + lo : NULL, hi - lo, g->offset + lo, g->buffer};
     }
-    at += size;
+    at += g->len;
   }
   return HURRAY_OK;
 }
@@ -150,72 +224,60 @@ int hurray__wire_plan(const WireServed *s, const WireRequest *r, WirePlan *plan,
   int status = hurray_device_check(r->preferred_device, error);
   if (status != HURRAY_OK) return status;
   if (r->preferred_device != HURRAY_DEVICE_CPU && !(r->flags & WIRE_REQUEST_FALLBACK)) {
-    const char *name = hurray_device_name(r->preferred_device);
     return hurray__fail(error, HURRAY_EUNSUPPORTED,
                         "device %s (0x%02x) is not served here; this server serves cpu (0x00)",
-                        name, r->preferred_device);
+                        hurray_device_name(r->preferred_device), r->preferred_device);
   }
-  const HurrayBufferList *list = s->context->buffers;
   RowSlice rows;
-  const HurrayTensorDesc *desc = s->context->tensor;
-  uint32_t nbuffers = list->count;
-  uint64_t total = s->total_bytes, from = 0, to = 0;
+  WireBuffer row_buffer;
+  FileSink row_record = {0};
+  WireTensorHeader h = {HURRAY_DEVICE_CPU, s->nbuffers, s->total_bytes,
+                        r->resume_offset, s->buffers, s->record.data, (uint32_t)s->record.len};
+  const WireSegment *segments = s->segments;
+  size_t nsegments = s->nsegments;
   if (r->range_kind == WIRE_RANGE_ROWS) {
     status = slice_rows(s, r->start, r->stop, &rows, error);
     if (status != HURRAY_OK) return status;
-    desc = &rows.desc;
-    nbuffers = 1;
-    total = rows.len;
+    FileHasher *hasher = hurray__hasher_create();
+    if (hasher == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    row_buffer.desc = s->buffers[s->context->tensor->parts[0].buffer].desc;
+    row_buffer.desc.byte_size = rows.len;
+    row_buffer.desc.alignment = HURRAY_MIN_ALIGNMENT;
+    row_buffer.checksum = hash_buffer(hasher, rows.segments, rows.nsegments, 0);
+    row_buffer.role = HURRAY_ROLE_VALUES;
+    hurray__hasher_destroy(hasher);
+    status = hurray__record_encode((const uint8_t *)s->name, s->name_len, &rows.desc, NULL, NULL,
+                                   NULL, 0, &row_record, error);
+    if (status != HURRAY_OK) {
+      hurray__sink_reset(&row_record);
+      return status;
+    }
+    h = (WireTensorHeader){HURRAY_DEVICE_CPU, 1,           rows.len, r->resume_offset,
+                           &row_buffer,       row_record.data, (uint32_t)row_record.len};
+    segments = rows.segments;
+    nsegments = rows.nsegments;
   }
+  uint64_t from = 0, to = h.total_bytes;
   if (r->range_kind == WIRE_RANGE_BYTES) {
-    if (r->start < 0 || r->stop < r->start || (uint64_t)r->stop > total) {
+    if (r->start < 0 || r->stop < r->start || (uint64_t)r->stop > h.total_bytes) {
       return hurray__fail(error, HURRAY_EINVAL,
                           "bytes [%" PRId64 ", %" PRId64 ") are outside tensor '%s' (%" PRIu64
                           " bytes)",
-                          r->start, r->stop, s->name, total);
+                          r->start, r->stop, s->name, h.total_bytes);
     }
     from = (uint64_t)r->start;
     to = (uint64_t)r->stop;
-  } else {
-    to = total;
   }
   if (r->resume_offset > to - from) {
-    return hurray__fail(error, HURRAY_EINVAL,
-                        "resume offset %" PRIu64 " is past the %" PRIu64 " bytes requested",
-                        r->resume_offset, to - from);
+    status = hurray__fail(error, HURRAY_EINVAL,
+                          "resume offset %" PRIu64 " is past the %" PRIu64 " bytes requested",
+                          r->resume_offset, to - from);
   }
-  WireBuffer *table = calloc(nbuffers + 1u, sizeof(WireBuffer));
-  if (table == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  for (uint32_t i = 0; i < nbuffers; i++) {
-    if (r->range_kind == WIRE_RANGE_ROWS) {
-      table[i].desc = list->buffers[desc->parts[0].buffer]->desc;
-      table[i].desc.byte_size = rows.len;
-      table[i].desc.alignment = HURRAY_MIN_ALIGNMENT;
-      table[i].checksum = hurray__xxh3(rows.data, (size_t)rows.len);
-      table[i].role = HURRAY_ROLE_VALUES;
-    } else {
-      table[i].desc = list->buffers[i]->desc;
-      table[i].checksum = s->checksums[i];
-      table[i].role = list->roles[i];
-    }
-  }
-  FileSink record = {0};
-  status = hurray__record_encode((const uint8_t *)s->name, s->name_len, desc, NULL, NULL,
-                                 s->metadata, s->metadata_len, &record, error);
-  if (status == HURRAY_OK && record.len > UINT32_MAX) {
-    status = hurray__fail(error, HURRAY_ELIMIT, "tensor record too large");
-  }
+  if (status == HURRAY_OK) status = hurray__wire_tensor_encode(&h, &plan->header, error);
   if (status == HURRAY_OK) {
-    WireTensorHeader h = {HURRAY_DEVICE_CPU, nbuffers,          total,     r->resume_offset,
-                          table,             record.data,       (uint32_t)record.len};
-    status = hurray__wire_tensor_encode(&h, &plan->header, error);
+    status = plan_segments(plan, segments, nsegments, from + r->resume_offset, to, error);
   }
-  hurray__sink_reset(&record);
-  free(table);
-  if (status == HURRAY_OK) {
-    status = plan_segments(plan, list, r->range_kind == WIRE_RANGE_ROWS ? &rows : NULL,
-                           from + r->resume_offset, to, error);
-  }
+  hurray__sink_reset(&row_record);
   if (status != HURRAY_OK) hurray__wire_plan_reset(plan);
   return status;
 }

@@ -33,6 +33,8 @@
 #define SERVER_LINGER_MS 1000 /* a closing connection gets this long to take its ERROR */
 #define SERVER_MAX_ALIGNMENT ((uint32_t)1 << 21)
 
+static const uint8_t kZeros[HURRAY_MIN_ALIGNMENT];
+
 typedef enum Phase { PHASE_HELLO, PHASE_AUTH, PHASE_READY, PHASE_CLOSING } Phase;
 
 /* An upload in progress (PUT, then DATA frames until END). `refused` uploads are read and
@@ -799,7 +801,8 @@ static bool conn_write(HurrayServer *s, Conn *c) {
         iov[n_iov++] = (struct iovec){c->data_head + c->data_head_sent,
                                       sizeof c->data_head - c->data_head_sent};
       }
-      iov[n_iov++] = (struct iovec){(void *)(g->data + c->segment_sent), (size_t)c->chunk_left};
+      const uint8_t *from = g->data ? g->data + c->segment_sent : kZeros; /* gaps: < 64 bytes */
+      iov[n_iov++] = (struct iovec){(void *)from, (size_t)c->chunk_left};
     } else {
       break;
     }

@@ -198,33 +198,46 @@ HURRAY_INTERNAL int hurray__wire_nonce(uint8_t out[WIRE_NONCE_SIZE], HurrayError
 
 /* ---- serve.c ------------------------------------------------------------------------------ */
 
-/* A tensor a server serves: its context (CPU buffers), each buffer's XXH3-64, its metadata
- * encoded as in a file (spec §6 of file-format.md). Immutable once made. */
+/* A run of stream bytes of one buffer: `len` bytes at `offset` of compact buffer `buffer`, from
+ * `data`, or zeros (always fewer than 64) when `data` is NULL. */
+typedef struct WireSegment {
+  const uint8_t *data;
+  uint64_t len;
+  uint64_t offset;
+  uint32_t buffer;
+} WireSegment;
+
+/* A tensor a server serves, as it goes on the wire: each buffer reduced to the bytes its arrays
+ * address (hurray__runs_make), the tensor record re-based onto those compact buffers, each
+ * compact buffer's XXH3-64, and the segments that make up the stream. Immutable once made. */
 typedef struct WireServed {
   char *name;
   size_t name_len;
-  HurrayTensorContext *context;
-  uint64_t *checksums;
-  uint8_t *metadata;
-  uint32_t metadata_len;
+  HurrayTensorContext *context; /* the source, owned (NULL for one made by init) */
+  uint32_t nbuffers;
+  FileSink record;              /* name, re-based descriptor, metadata (file-format.md §6) */
+  WireBuffer *buffers;          /* the compact buffers' table entries */
+  WireSegment *segments;        /* the whole stream, in order */
+  size_t nsegments;
   uint64_t total_bytes;
 } WireServed;
 
-/* SINK for `context`. `checksums` NULL: computed here. `metadata`: encoded, copied. */
+/* SINK for `context`, whose buffers must be CPU memory that does not change while served.
+ * `checksums` (may be NULL): the XXH3-64 of each source buffer as it is, used where a compact
+ * buffer is the whole source buffer (a file's tensors), instead of hashing it. `metadata`:
+ * encoded, copied. */
 HURRAY_INTERNAL int hurray__wire_served_create(const char *name, HurrayTensorContext *context,
                                                const uint64_t *checksums,
                                                const uint8_t *metadata, uint32_t metadata_len,
                                                WireServed **out, HurrayError *error);
 HURRAY_INTERNAL void hurray__wire_served_destroy(WireServed *served);
-
-/* A run of one buffer's bytes that DATA frames carry. */
-typedef struct WireSegment {
-  const uint8_t *data;
-  uint64_t len;
-  uint64_t offset; /* in its buffer */
-  uint32_t buffer;
-} WireSegment;
-
+/* The same over a context the caller keeps (a client's upload): `*served` borrows its memory;
+ * reset frees what init made. */
+HURRAY_INTERNAL int hurray__wire_served_init(WireServed *served, const char *name,
+                                             const HurrayTensorContext *context,
+                                             const uint64_t *checksums, const uint8_t *metadata,
+                                             uint32_t metadata_len, HurrayError *error);
+HURRAY_INTERNAL void hurray__wire_served_reset(WireServed *served);
 /* The answer to a TENSOR_REQUEST: the TENSOR_HEADER payload and the segments of the stream
  * from the request's resume offset on. */
 typedef struct WirePlan {

@@ -21,7 +21,8 @@ SECTIONS = ["Parameters", "Returns", "Yields", "Receives", "Other Parameters", "
 # Dunders that are part of the public surface (protocols users call or implement).
 PUBLIC_DUNDERS = {"__hurray__", "__dlpack__", "__dlpack_device__", "__array__",
                   "__array_namespace__"}
-CLASSES = [hurray.Tensor, hurray.File, hurray.Device, hurray.dtype, hurray.mode]
+CLASSES = [hurray.Tensor, hurray.File, hurray.Device, hurray.dtype, hurray.mode, hurray.Client,
+           hurray.Server]
 
 
 def public_objects():

@@ -1,0 +1,939 @@
+/* wire.c -- the wire protocol in Python (docs/impl/wire.md): hurray.connect returns a
+ * hurray.Client over HurrayClient, hurray.serve a hurray.Server running HurrayServer's event
+ * loop on a thread of its own. Every network call runs with the GIL released; the server's
+ * thread never touches Python (the tensors it serves hold references that are dropped, with
+ * the GIL, when the server is stopped). */
+#include "hurray_python.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <string.h>
+
+/* ---- arguments ---------------------------------------------------------------------------- */
+
+/* A secret given as bytes-like or str (UTF-8); *out stays NULL for None. */
+static int secret_arg(PyObject *obj, Py_buffer *view, int *have) {
+  *have = 0;
+  if (obj == NULL || obj == Py_None) return 0;
+  if (PyUnicode_Check(obj)) {
+    Py_ssize_t n = 0;
+    const char *s = PyUnicode_AsUTF8AndSize(obj, &n);
+    if (s == NULL) return -1;
+    if (PyBuffer_FillInfo(view, obj, (void *)s, n, 1, PyBUF_SIMPLE) < 0) return -1;
+  } else if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) {
+    return -1;
+  }
+  *have = 1;
+  return 0;
+}
+
+/* Seconds (a positive real) -> milliseconds in [1, INT_MAX]; `fallback` for None. */
+static int timeout_arg(HurrayState *st, PyObject *obj, const char *what, uint32_t fallback,
+                       uint32_t *out) {
+  *out = fallback;
+  if (obj == NULL || obj == Py_None) return 0;
+  double seconds = PyFloat_AsDouble(obj);
+  if (seconds == -1.0 && PyErr_Occurred()) return -1;
+  if (!(seconds > 0) || seconds * 1000.0 > (double)INT_MAX) {
+    hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT, "%s must be a positive number of "
+                     "seconds below %d, not %R", what, INT_MAX / 1000, obj);
+    return -1;
+  }
+  *out = seconds * 1000.0 < 1.0 ? 1u : (uint32_t)(seconds * 1000.0);
+  return 0;
+}
+
+/* ============================================================================================
+ * hurray.Client
+ * ============================================================================================ */
+
+typedef struct ClientObject {
+  PyObject_HEAD HurrayClient *client; /* NULL once closed */
+  PyObject *address;
+  int busy; /* a call is running with the GIL released */
+} ClientObject;
+
+#define CLIENT_SELF ((ClientObject *)op)
+
+static HurrayClient *client_enter(HurrayState *st, ClientObject *self) {
+  if (self->client == NULL) {
+    hurray__py_raise(st, HURRAY_PY_EXC_STATE, "the hurray.Client for %R is closed",
+                     self->address);
+    return NULL;
+  }
+  if (self->busy) {
+    hurray__py_raise(st, HURRAY_PY_EXC_STATE,
+                     "the hurray.Client for %R is in use by another thread: a client makes "
+                     "one call at a time (connect once per thread)",
+                     self->address);
+    return NULL;
+  }
+  self->busy = 1;
+  return self->client;
+}
+
+static void client_dealloc(PyObject *op) {
+  PyTypeObject *type = Py_TYPE(op);
+  if (CLIENT_SELF->client != NULL) {
+    HurrayClient *client = CLIENT_SELF->client;
+    Py_BEGIN_ALLOW_THREADS;
+    hurray_client_destroy(client);
+    Py_END_ALLOW_THREADS;
+  }
+  Py_XDECREF(CLIENT_SELF->address);
+  type->tp_free(op);
+  Py_DECREF(type);
+}
+
+static PyObject *client_repr(PyObject *op) {
+  return PyUnicode_FromFormat("<hurray.Client %R%s>", CLIENT_SELF->address,
+                              CLIENT_SELF->client ? "" : " (closed)");
+}
+
+static PyObject *client_list(PyObject *op, PyObject *unused) {
+  (void)unused;
+  HurrayState *st = hurray__py_state_of(op);
+  HurrayClient *client = client_enter(st, CLIENT_SELF);
+  if (client == NULL) return NULL;
+  HurrayRemoteTensor *items = NULL;
+  uint32_t count = 0;
+  HurrayError error = {0};
+  int status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_client_list(client, &items, &count, &error);
+  Py_END_ALLOW_THREADS;
+  CLIENT_SELF->busy = 0;
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  PyObject *result = PyList_New(count);
+  for (uint32_t i = 0; result != NULL && i < count; i++) {
+    const HurrayRemoteTensor *t = &items[i];
+    const char *layout = hurray_layout_name(t->layout);
+    PyObject *dtype = t->dtype == HURRAY_DTYPE_INVALID ? Py_NewRef(Py_None)
+                                                       : hurray__py_dtype_object(st, t->dtype);
+    PyObject *entry = dtype == NULL ? NULL
+                                    : Py_BuildValue("{s:s,s:s,s:N,s:I,s:K}", "name", t->name,
+                                                    "layout", layout ? layout : "unknown",
+                                                    "dtype", dtype, "buffers", t->buffer_count,
+                                                    "nbytes", (unsigned long long)t->data_bytes);
+    if (entry == NULL) {
+      Py_CLEAR(result);
+      break;
+    }
+    PyList_SET_ITEM(result, i, entry);
+  }
+  free(items);
+  return result;
+}
+
+/* Calls a Python progress callable from the transfer's thread, which runs without the GIL. The
+ * first exception it raises is kept and raised once the transfer is over; later calls are
+ * skipped. */
+typedef struct Progress {
+  PyObject *fn;
+  int failed;
+  HurrayPySavedError error;
+} Progress;
+
+static void progress_call(void *context, uint64_t done, uint64_t total) {
+  Progress *p = context;
+  if (p->failed) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *r = PyObject_CallFunction(p->fn, "KK", (unsigned long long)done,
+                                      (unsigned long long)total);
+  if (r == NULL) {
+    p->failed = 1;
+    hurray__py_error_save(&p->error);
+  }
+  Py_XDECREF(r);
+  PyGILState_Release(gil);
+}
+
+static const char *const kGetNames[] = {"name",     "device",  "slice", "fallback",
+                                        "retries", "progress", NULL};
+enum { G_NAME, G_DEVICE, G_SLICE, G_FALLBACK, G_RETRIES, G_PROGRESS, G_COUNT };
+
+/* slice(start, stop) or (start, stop) of non-negative row numbers -> *start, *stop. */
+static int rows_arg(HurrayState *st, PyObject *obj, int64_t *start, int64_t *stop) {
+  PyObject *a = NULL, *b = NULL;
+  if (PySlice_Check(obj)) {
+    PySliceObject *s = (PySliceObject *)obj;
+    if (s->step != Py_None) {
+      PyObject *one = PyLong_FromLong(1);
+      int equal = one ? PyObject_RichCompareBool(s->step, one, Py_EQ) : -1;
+      Py_XDECREF(one);
+      if (equal < 0) return -1;
+      if (!equal) {
+        hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                         "slice=%R: rows are sent contiguously, the step must be 1", obj);
+        return -1;
+      }
+    }
+    a = s->start;
+    b = s->stop;
+  } else if (PyTuple_Check(obj) && PyTuple_GET_SIZE(obj) == 2) {
+    a = PyTuple_GET_ITEM(obj, 0);
+    b = PyTuple_GET_ITEM(obj, 1);
+  } else {
+    PyErr_Format(PyExc_TypeError, "slice must be a slice or a (start, stop) tuple, not %.200s",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  if (b == Py_None) {
+    hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                     "slice=%R: give the stop row (rows are counted from 0, never from the end)",
+                     obj);
+    return -1;
+  }
+  *start = 0;
+  if (a != Py_None && hurray__py_i64(st, a, "slice start", start) < 0) return -1;
+  if (hurray__py_i64(st, b, "slice stop", stop) < 0) return -1;
+  if (*start < 0 || *stop <= *start) {
+    hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                     "slice=%R: rows [start, stop) with 0 <= start < stop", obj);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *client_get(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames) {
+  static const HurrayPyParser parser = {"get", kGetNames, 1, 1, 1};
+  PyObject *a[G_COUNT];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  HurrayState *st = hurray__py_state_of(op);
+  if (!PyUnicode_Check(a[G_NAME])) {
+    return PyErr_Format(PyExc_TypeError, "get(): name must be str, not %.200s",
+                        Py_TYPE(a[G_NAME])->tp_name);
+  }
+  const char *name = PyUnicode_AsUTF8(a[G_NAME]);
+  if (name == NULL) return NULL;
+  HurrayGetOptions options = {0};
+  if (a[G_DEVICE] != NULL && a[G_DEVICE] != Py_None) {
+    uint16_t index = 0;
+    if (hurray__py_device_arg(st, a[G_DEVICE], &options.preferred_device, &index) < 0) {
+      return NULL;
+    }
+  }
+  if (a[G_SLICE] != NULL && a[G_SLICE] != Py_None &&
+      rows_arg(st, a[G_SLICE], &options.row_start, &options.row_stop) < 0) {
+    return NULL;
+  }
+  int fallback = a[G_FALLBACK] == NULL ? 0 : PyObject_IsTrue(a[G_FALLBACK]);
+  if (fallback < 0) return NULL;
+  if (fallback) options.flags |= HURRAY_GET_FALLBACK;
+  long long retries = 0;
+  if (a[G_RETRIES] != NULL &&
+      hurray__py_int_in_range(st, a[G_RETRIES], 0, 1000, "retries", &retries) < 0) {
+    return NULL;
+  }
+  options.retries = (uint32_t)retries;
+  Progress progress = {0};
+  if (a[G_PROGRESS] != NULL && a[G_PROGRESS] != Py_None) {
+    if (!PyCallable_Check(a[G_PROGRESS])) {
+      return PyErr_Format(PyExc_TypeError, "progress must be callable, not %.200s",
+                          Py_TYPE(a[G_PROGRESS])->tp_name);
+    }
+    progress.fn = a[G_PROGRESS];
+    options.progress = progress_call;
+    options.progress_context = &progress;
+  }
+  HurrayClient *client = client_enter(st, CLIENT_SELF);
+  if (client == NULL) return NULL;
+  HurrayTensorContext *context = NULL;
+  HurrayError error = {0};
+  int status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_client_get(client, name, &options, &context, &error);
+  Py_END_ALLOW_THREADS;
+  CLIENT_SELF->busy = 0;
+  if (progress.failed) {
+    hurray_tensor_context_release(context);
+    hurray__py_error_restore(&progress.error);
+    return NULL;
+  }
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  return hurray__py_tensor_adopt(st, context);
+}
+
+static PyObject *client_put(PyObject *op, PyObject *const *args, Py_ssize_t nargs) {
+  HurrayState *st = hurray__py_state_of(op);
+  if (nargs != 2) {
+    return PyErr_Format(PyExc_TypeError, "put() takes 2 positional arguments (%zd given)",
+                        nargs);
+  }
+  if (!PyUnicode_Check(args[0])) {
+    return PyErr_Format(PyExc_TypeError, "put(): name must be str, not %.200s",
+                        Py_TYPE(args[0])->tp_name);
+  }
+  const char *name = PyUnicode_AsUTF8(args[0]);
+  if (name == NULL) return NULL;
+  PyObject *module = PyType_GetModule(Py_TYPE(op));
+  if (module == NULL) return NULL;
+  PyObject *tensor = hurray__py_as_tensor(module, st, args[1], args[0], "put");
+  if (tensor == NULL) return NULL;
+  if (hurray__py_tensor_live(st, (HurrayTensorObject *)tensor) < 0) {
+    Py_DECREF(tensor);
+    return NULL;
+  }
+  HurrayClient *client = client_enter(st, CLIENT_SELF);
+  if (client == NULL) {
+    Py_DECREF(tensor);
+    return NULL;
+  }
+  const HurrayTensorContext *context = ((HurrayTensorObject *)tensor)->context;
+  HurrayError error = {0};
+  int status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_client_put(client, name, context, &error);
+  Py_END_ALLOW_THREADS;
+  CLIENT_SELF->busy = 0;
+  Py_DECREF(tensor);
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  Py_RETURN_NONE;
+}
+
+static PyObject *client_close(PyObject *op, PyObject *unused) {
+  (void)unused;
+  HurrayState *st = hurray__py_state_of(op);
+  if (CLIENT_SELF->busy) {
+    return hurray__py_raise(st, HURRAY_PY_EXC_STATE,
+                            "the hurray.Client is in use by another thread");
+  }
+  HurrayClient *client = CLIENT_SELF->client;
+  CLIENT_SELF->client = NULL;
+  if (client != NULL) {
+    Py_BEGIN_ALLOW_THREADS;
+    hurray_client_destroy(client);
+    Py_END_ALLOW_THREADS;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *client_enter_ctx(PyObject *op, PyObject *unused) {
+  (void)unused;
+  return Py_NewRef(op);
+}
+
+static PyObject *client_exit_ctx(PyObject *op, PyObject *const *args, Py_ssize_t nargs) {
+  (void)args;
+  (void)nargs;
+  PyObject *r = client_close(op, NULL);
+  if (r == NULL) return NULL;
+  Py_DECREF(r);
+  Py_RETURN_FALSE;
+}
+
+static PyObject *client_get_info(PyObject *op, void *closure) {
+  (void)closure;
+  HurrayState *st = hurray__py_state_of(op);
+  if (CLIENT_SELF->client == NULL) {
+    return hurray__py_raise(st, HURRAY_PY_EXC_STATE, "the hurray.Client for %R is closed",
+                            CLIENT_SELF->address);
+  }
+  HurrayClientInfo info;
+  HurrayError error = {0};
+  int status = hurray_client_info(CLIENT_SELF->client, &info, &error);
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  PyObject *devices = PyTuple_New(info.ndevices);
+  for (uint32_t i = 0; devices != NULL && i < info.ndevices; i++) {
+    PyObject *d = hurray__py_device_new(st, info.devices[i], 0);
+    if (d == NULL) {
+      Py_CLEAR(devices);
+      break;
+    }
+    PyTuple_SET_ITEM(devices, i, d);
+  }
+  if (devices == NULL) return NULL;
+  return Py_BuildValue("{s:(HH),s:O,s:O,s:K,s:N}", "version", info.version_major,
+                       info.version_minor, "authenticated",
+                       (info.server_flags & 1u) ? Py_True : Py_False, "read_only",
+                       (info.server_flags & 2u) ? Py_True : Py_False, "max_frame",
+                       (unsigned long long)info.max_frame, "devices", devices);
+}
+
+static PyObject *client_get_address(PyObject *op, void *closure) {
+  (void)closure;
+  return Py_NewRef(CLIENT_SELF->address);
+}
+
+static PyObject *client_get_closed(PyObject *op, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(CLIENT_SELF->client == NULL);
+}
+
+static PyMethodDef client_methods[] = {
+    {"list", client_list, METH_NOARGS,
+     PyDoc_STR("list($self, /)\n--\n\n"
+               "List the tensors the server serves.\n\n"
+               "Returns\n-------\n"
+               "list of dict\n"
+               "    One dict per tensor, in the server's order: ``name`` (str), ``layout``\n"
+               "    (str), ``dtype`` (hurray.dtype, None for a composite tensor), ``buffers``\n"
+               "    (int) and ``nbytes`` (int, the sum of its buffers' sizes).\n\n"
+               "Raises\n------\n"
+               "hurray.ConnectionLostError\n"
+               "    The server went away.\n"
+               "hurray.TimedOutError\n"
+               "    The server made no progress within the client's timeout.\n\n"
+               "Examples\n--------\n"
+               ">>> import numpy as np\n"
+               ">>> with hurray.serve({'w': np.zeros((2, 3), np.float32)}) as server:\n"
+               "...     with hurray.connect(server.address) as client:\n"
+               "...         client.list()\n"
+               "[{'name': 'w', 'layout': 'dense', 'dtype': hurray.float32, 'buffers': 1, "
+               "'nbytes': 24}]\n")},
+    {"get", HURRAY_PY_CFUNC(client_get), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR(
+         "get($self, name, /, *, device='cpu', slice=None, fallback=False, retries=0,\n"
+         "    progress=None)\n--\n\n"
+         "Fetch a tensor, checked, with its whole descriptor.\n\n"
+         "Parameters\n----------\n"
+         "name : str\n"
+         "    The tensor's name on the server.\n"
+         "device : hurray.Device or str, optional\n"
+         "    The preferred device (``preferred_device`` of the request).\n"
+         "slice : slice or tuple of int, optional\n"
+         "    Rows ``[start, stop)`` of the first axis of a dense tensor; only their\n"
+         "    bytes cross the wire.\n"
+         "fallback : bool, optional\n"
+         "    Accept the tensor from the CPU when the server cannot serve `device`.\n"
+         "retries : int, optional\n"
+         "    Reconnections allowed when the connection drops mid-transfer; each\n"
+         "    resumes at the first byte not yet received.\n"
+         "progress : callable, optional\n"
+         "    Called as ``progress(done, total)`` in bytes as the data arrives. An\n"
+         "    exception it raises is raised once the transfer is over.\n\n"
+         "Returns\n-------\n"
+         "hurray.Tensor\n"
+         "    The tensor in new host memory, aligned as the server's descriptor says:\n"
+         "    its layout, dtype (Tier 2 and 3 too), shape, strides, axis, block size and\n"
+         "    children are the served ones.\n\n"
+         "Raises\n------\n"
+         "hurray.InvalidArgumentError\n"
+         "    No tensor of that name, or rows outside the tensor.\n"
+         "hurray.UnsupportedError\n"
+         "    The server cannot serve `device` and `fallback` is false.\n"
+         "hurray.ChecksumError\n"
+         "    A byte was corrupted in transit; nothing is returned.\n"
+         "hurray.ConnectionLostError\n"
+         "    The server went away (after `retries`); nothing partial is returned.\n"
+         "hurray.TimedOutError\n"
+         "    No progress within the client's timeout.\n\n"
+         "Examples\n--------\n"
+         ">>> import numpy as np\n"
+         ">>> a = np.arange(12, dtype=np.int16).reshape(4, 3)\n"
+         ">>> with hurray.serve({'a': a}) as server, hurray.connect(server.address) as c:\n"
+         "...     c.get('a', slice=slice(1, 3)).tolist()\n"
+         "[[3, 4, 5], [6, 7, 8]]\n")},
+    {"put", HURRAY_PY_CFUNC(client_put), METH_FASTCALL,
+     PyDoc_STR("put($self, name, tensor, /)\n--\n\n"
+               "Upload a tensor to the server, which then serves it under `name`.\n\n"
+               "Parameters\n----------\n"
+               "name : str\n"
+               "    The name to serve it under; the server refuses a name it serves already.\n"
+               "tensor : hurray.Tensor, numpy.ndarray or DLPack producer\n"
+               "    A tensor in host memory, of any layout and dtype; it is not copied\n"
+               "    before it is sent.\n\n"
+               "Raises\n------\n"
+               "hurray.PermissionDeniedError\n"
+               "    The server is read-only.\n"
+               "hurray.InvalidArgumentError\n"
+               "    The server already serves a tensor of that name.\n"
+               "hurray.LimitError\n"
+               "    The tensor is larger than the server accepts.\n\n"
+               "Examples\n--------\n"
+               ">>> import numpy as np\n"
+               ">>> with hurray.serve() as server, hurray.connect(server.address) as c:\n"
+               "...     c.put('v', np.array([1.5, 2.5]))\n"
+               "...     c.get('v').tolist()\n"
+               "[1.5, 2.5]\n")},
+    {"close", client_close, METH_NOARGS,
+     PyDoc_STR("close($self, /)\n--\n\n"
+               "Say goodbye to the server and close the connection; idempotent.\n\n"
+               "Examples\n--------\n"
+               ">>> with hurray.serve() as server:\n"
+               "...     client = hurray.connect(server.address)\n"
+               "...     client.close()\n"
+               "...     client.closed\n"
+               "True\n")},
+    {"__enter__", client_enter_ctx, METH_NOARGS, NULL},
+    {"__exit__", HURRAY_PY_CFUNC(client_exit_ctx), METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef client_getset[] = {
+    {"address", client_get_address, NULL, PyDoc_STR("The address the client connected to."),
+     NULL},
+    {"closed", client_get_closed, NULL, PyDoc_STR("Whether close() was called."), NULL},
+    {"info", client_get_info, NULL,
+     PyDoc_STR("What the server's hello said: ``version`` (the negotiated protocol version),\n"
+               "``authenticated``, ``read_only``, ``max_frame`` and ``devices`` (the\n"
+               "devices the server serves from)."),
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot client_slots[] = {
+    {Py_tp_dealloc, client_dealloc},
+    {Py_tp_repr, client_repr},
+    {Py_tp_methods, client_methods},
+    {Py_tp_getset, client_getset},
+    {Py_tp_doc,
+     (void *)PyDoc_STR(
+         "A connection to a Hurray server, made by hurray.connect.\n\n"
+         "Its calls block, each wait bounded by the timeout given to connect, and run\n"
+         "with the GIL released; a client makes one call at a time. It is a context\n"
+         "manager that closes the connection.\n\n"
+         "Examples\n--------\n"
+         ">>> with hurray.serve() as server, hurray.connect(server.address) as client:\n"
+         "...     client.list()\n"
+         "[]\n")},
+    {0, NULL},
+};
+
+PyType_Spec hurray__py_client_spec = {
+    .name = "hurray.Client",
+    .basicsize = sizeof(ClientObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = client_slots,
+};
+
+static const char *const kConnectNames[] = {"url", "secret", "timeout", "devices", NULL};
+enum { C_URL, C_SECRET, C_TIMEOUT, C_DEVICES, C_COUNT };
+
+static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames) {
+  static const HurrayPyParser parser = {"connect", kConnectNames, 1, 1, 1};
+  PyObject *a[C_COUNT];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  HurrayState *st = PyModule_GetState(module);
+  if (!PyUnicode_Check(a[C_URL])) {
+    return PyErr_Format(PyExc_TypeError, "connect(): url must be str, not %.200s",
+                        Py_TYPE(a[C_URL])->tp_name);
+  }
+  const char *url = PyUnicode_AsUTF8(a[C_URL]);
+  if (url == NULL) return NULL;
+  HurrayClientOptions options = {0};
+  if (timeout_arg(st, a[C_TIMEOUT], "timeout", 30000, &options.timeout_ms) < 0) return NULL;
+  uint8_t devices[256];
+  if (a[C_DEVICES] != NULL && a[C_DEVICES] != Py_None) {
+    PyObject *seq = PySequence_Fast(a[C_DEVICES], "devices must be a sequence of devices");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n < 1 || n > 256) {
+      Py_DECREF(seq);
+      return hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                              "devices lists 1 to 256 devices, not %zd", n);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      uint16_t index = 0;
+      if (hurray__py_device_arg(st, PySequence_Fast_GET_ITEM(seq, i), &devices[i], &index) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+      }
+    }
+    Py_DECREF(seq);
+    options.devices = devices;
+    options.ndevices = (uint32_t)n;
+  }
+  Py_buffer secret;
+  int have_secret = 0;
+  if (secret_arg(a[C_SECRET], &secret, &have_secret) < 0) return NULL;
+  if (have_secret) {
+    options.secret = secret.buf;
+    options.secret_len = (size_t)secret.len;
+  }
+  HurrayClient *client = NULL;
+  HurrayError error = {0};
+  int status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_client_connect(url, &options, &client, &error);
+  Py_END_ALLOW_THREADS;
+  if (have_secret) PyBuffer_Release(&secret);
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  ClientObject *self = PyObject_New(ClientObject, st->client_type);
+  if (self == NULL) {
+    hurray_client_destroy(client);
+    return NULL;
+  }
+  self->client = client;
+  self->address = Py_NewRef(a[C_URL]);
+  self->busy = 0;
+  return (PyObject *)self;
+}
+
+/* ============================================================================================
+ * hurray.Server
+ * ============================================================================================ */
+
+typedef struct ServerObject {
+  PyObject_HEAD HurrayServer *server; /* NULL once stopped */
+  pthread_t thread;
+  int running;
+  PyObject *address;
+} ServerObject;
+
+#define SERVER_SELF ((ServerObject *)op)
+
+static void *server_thread(void *arg) {
+  hurray_server_run(arg, NULL); /* fails only if epoll itself does */
+  return NULL;
+}
+
+/* Stops the loop, joins its thread (without the GIL) and destroys the server, which drops its
+ * tensors' references (with the GIL). */
+static void server_shutdown(ServerObject *self) {
+  HurrayServer *server = self->server;
+  if (server == NULL) return;
+  self->server = NULL;
+  if (self->running) {
+    pthread_t thread = self->thread;
+    Py_BEGIN_ALLOW_THREADS;
+    hurray_server_stop(server);
+    pthread_join(thread, NULL);
+    Py_END_ALLOW_THREADS;
+    self->running = 0;
+  }
+  hurray_server_destroy(server);
+}
+
+static void server_dealloc(PyObject *op) {
+  PyTypeObject *type = Py_TYPE(op);
+  server_shutdown(SERVER_SELF);
+  Py_XDECREF(SERVER_SELF->address);
+  type->tp_free(op);
+  Py_DECREF(type);
+}
+
+static PyObject *server_repr(PyObject *op) {
+  return PyUnicode_FromFormat("<hurray.Server %R%s>", SERVER_SELF->address,
+                              SERVER_SELF->server ? "" : " (stopped)");
+}
+
+static PyObject *server_stop(PyObject *op, PyObject *unused) {
+  (void)unused;
+  server_shutdown(SERVER_SELF);
+  Py_RETURN_NONE;
+}
+
+static PyObject *server_exit_ctx(PyObject *op, PyObject *const *args, Py_ssize_t nargs) {
+  (void)args;
+  (void)nargs;
+  server_shutdown(SERVER_SELF);
+  Py_RETURN_FALSE;
+}
+
+static PyObject *server_stats(PyObject *op, PyObject *unused) {
+  (void)unused;
+  HurrayState *st = hurray__py_state_of(op);
+  if (SERVER_SELF->server == NULL) {
+    return hurray__py_raise(st, HURRAY_PY_EXC_STATE, "the hurray.Server at %R is stopped",
+                            SERVER_SELF->address);
+  }
+  HurrayServerStats s;
+  HurrayError error = {0};
+  int status = hurray_server_stats(SERVER_SELF->server, &s, &error);
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K}", "connections",
+                       (unsigned long long)s.connections, "accepted",
+                       (unsigned long long)s.accepted, "refused", (unsigned long long)s.refused,
+                       "requests", (unsigned long long)s.requests, "buffered_bytes",
+                       (unsigned long long)s.buffered_bytes, "peak_buffered_bytes",
+                       (unsigned long long)s.peak_buffered_bytes);
+}
+
+static PyObject *server_get_address(PyObject *op, void *closure) {
+  (void)closure;
+  return Py_NewRef(SERVER_SELF->address);
+}
+
+static PyObject *server_get_running(PyObject *op, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(SERVER_SELF->server != NULL);
+}
+
+static PyMethodDef server_methods[] = {
+    {"stop", server_stop, METH_NOARGS,
+     PyDoc_STR("stop($self, /)\n--\n\n"
+               "Stop serving: close every connection and release the tensors; idempotent.\n\n"
+               "Examples\n--------\n"
+               ">>> server = hurray.serve()\n"
+               ">>> server.stop()\n"
+               ">>> server.running\n"
+               "False\n")},
+    {"stats", server_stats, METH_NOARGS,
+     PyDoc_STR("stats($self, /)\n--\n\n"
+               "Counters of the running server.\n\n"
+               "Returns\n-------\n"
+               "dict\n"
+               "    ``connections`` open now, ``accepted`` and ``refused`` since it started,\n"
+               "    ``requests`` answered, and ``buffered_bytes`` / ``peak_buffered_bytes``:\n"
+               "    the memory its connections hold, now and at most.\n\n"
+               "Examples\n--------\n"
+               ">>> with hurray.serve() as server:\n"
+               "...     server.stats()['connections']\n"
+               "0\n")},
+    {"__enter__", client_enter_ctx, METH_NOARGS, NULL},
+    {"__exit__", HURRAY_PY_CFUNC(server_exit_ctx), METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef server_getset[] = {
+    {"address", server_get_address, NULL,
+     PyDoc_STR("The address clients connect to, e.g. ``'127.0.0.1:40123'``."), NULL},
+    {"running", server_get_running, NULL, PyDoc_STR("Whether the server is serving."), NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot server_slots[] = {
+    {Py_tp_dealloc, server_dealloc},
+    {Py_tp_repr, server_repr},
+    {Py_tp_methods, server_methods},
+    {Py_tp_getset, server_getset},
+    {Py_tp_doc,
+     (void *)PyDoc_STR(
+         "A Hurray server running on a thread of its own, made by hurray.serve.\n\n"
+         "It serves until stop() (or the end of a with block, or garbage collection).\n\n"
+         "Examples\n--------\n"
+         ">>> with hurray.serve() as server:\n"
+         "...     server.running\n"
+         "True\n")},
+    {0, NULL},
+};
+
+PyType_Spec hurray__py_server_spec = {
+    .name = "hurray.Server",
+    .basicsize = sizeof(ServerObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = server_slots,
+};
+
+/* Adds one entry of serve()'s first argument: a path, or a mapping of name -> tensor. */
+static int serve_add(PyObject *module, HurrayState *st, HurrayServer *server, PyObject *item,
+                     int depth) {
+  HurrayError error = {0};
+  int status = HURRAY_OK;
+  if (PyUnicode_Check(item) || PyBytes_Check(item) || PyObject_HasAttrString(item, "__fspath__")) {
+    PyObject *path = NULL;
+    if (!PyUnicode_FSConverter(item, &path)) return -1;
+    const char *cpath = PyBytes_AS_STRING(path);
+    Py_BEGIN_ALLOW_THREADS;
+    status = hurray_server_add_file(server, cpath, &error);
+    Py_END_ALLOW_THREADS;
+    Py_DECREF(path);
+  } else if (PyMapping_Check(item) && !PySequence_Check(item)) {
+    PyObject *pairs = PyMapping_Items(item);
+    if (pairs == NULL) return -1;
+    for (Py_ssize_t i = 0; status == HURRAY_OK && i < PyList_GET_SIZE(pairs); i++) {
+      PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 0);
+      PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 1);
+      const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+      if (name == NULL) {
+        if (!PyErr_Occurred()) {
+          PyErr_Format(PyExc_TypeError, "serve(): tensor names must be str, not %.200s",
+                       Py_TYPE(key)->tp_name);
+        }
+        Py_DECREF(pairs);
+        return -1;
+      }
+      PyObject *tensor = hurray__py_as_tensor(module, st, value, key, "serve");
+      HurrayTensorContext *context =
+          tensor == NULL || hurray__py_tensor_live(st, (HurrayTensorObject *)tensor) < 0
+              ? NULL
+              : hurray__py_tensor_share(st, (HurrayTensorObject *)tensor,
+                                        ((HurrayTensorObject *)tensor)->desc, -1);
+      Py_XDECREF(tensor); /* the context holds its own reference */
+      if (context == NULL) {
+        Py_DECREF(pairs);
+        return -1;
+      }
+      Py_BEGIN_ALLOW_THREADS; /* hashes the bytes */
+      status = hurray_server_add_tensor(server, name, context, &error);
+      Py_END_ALLOW_THREADS;
+    }
+    Py_DECREF(pairs);
+  } else if (depth == 0 && (PyList_Check(item) || PyTuple_Check(item))) {
+    for (Py_ssize_t i = 0; i < PySequence_Size(item); i++) {
+      PyObject *entry = PySequence_GetItem(item, i);
+      int r = entry == NULL ? -1 : serve_add(module, st, server, entry, 1);
+      Py_XDECREF(entry);
+      if (r < 0) return -1;
+    }
+  } else {
+    PyErr_Format(PyExc_TypeError,
+                 "serve() takes a path, a mapping of name -> tensor, or a list of them, not "
+                 "%.200s",
+                 Py_TYPE(item)->tp_name);
+    return -1;
+  }
+  if (status != HURRAY_OK) {
+    hurray__py_raise_status(st, status, &error);
+    return -1;
+  }
+  return 0;
+}
+
+static const char *const kServeNames[] = {"tensors",         "address",           "read_only",
+                                          "secret",          "max_connections",   "idle_timeout",
+                                          "handshake_timeout", "max_upload_bytes", NULL};
+enum { S_TENSORS, S_ADDRESS, S_READ_ONLY, S_SECRET, S_MAXCONN, S_IDLE, S_HANDSHAKE, S_UPLOAD,
+       S_COUNT };
+
+static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                       PyObject *kwnames) {
+  static const HurrayPyParser parser = {"serve", kServeNames, 1, 2, 0};
+  PyObject *a[S_COUNT];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  HurrayState *st = PyModule_GetState(module);
+  HurrayServerOptions options = {0};
+  if (a[S_ADDRESS] != NULL && a[S_ADDRESS] != Py_None) {
+    if (!PyUnicode_Check(a[S_ADDRESS])) {
+      return PyErr_Format(PyExc_TypeError, "serve(): address must be str, not %.200s",
+                          Py_TYPE(a[S_ADDRESS])->tp_name);
+    }
+    options.address = PyUnicode_AsUTF8(a[S_ADDRESS]);
+    if (options.address == NULL) return NULL;
+  }
+  int read_only = a[S_READ_ONLY] == NULL ? 0 : PyObject_IsTrue(a[S_READ_ONLY]);
+  if (read_only < 0) return NULL;
+  if (read_only) options.flags |= HURRAY_SERVER_READ_ONLY;
+  long long max_connections = 0;
+  if (a[S_MAXCONN] != NULL && a[S_MAXCONN] != Py_None &&
+      hurray__py_int_in_range(st, a[S_MAXCONN], 1, 1 << 20, "max_connections",
+                              &max_connections) < 0) {
+    return NULL;
+  }
+  options.max_connections = (uint32_t)max_connections;
+  if (timeout_arg(st, a[S_IDLE], "idle_timeout", 0, &options.idle_timeout_ms) < 0 ||
+      timeout_arg(st, a[S_HANDSHAKE], "handshake_timeout", 0, &options.handshake_timeout_ms) < 0) {
+    return NULL;
+  }
+  if (a[S_UPLOAD] != NULL && a[S_UPLOAD] != Py_None &&
+      hurray__py_u64(st, a[S_UPLOAD], "max_upload_bytes", &options.max_upload_bytes) < 0) {
+    return NULL;
+  }
+  Py_buffer secret;
+  int have_secret = 0;
+  if (secret_arg(a[S_SECRET], &secret, &have_secret) < 0) return NULL;
+  if (have_secret) {
+    options.secret = secret.buf;
+    options.secret_len = (size_t)secret.len;
+  }
+  HurrayServer *server = NULL;
+  HurrayError error = {0};
+  int status = hurray_server_create(&options, &server, &error); /* copies the secret */
+  if (have_secret) PyBuffer_Release(&secret);
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  ServerObject *self = PyObject_New(ServerObject, st->server_type);
+  if (self == NULL) {
+    hurray_server_destroy(server);
+    return NULL;
+  }
+  self->server = server;
+  self->running = 0;
+  self->address = NULL;
+  char address[160];
+  hurray_server_address(server, address, sizeof address, NULL);
+  self->address = PyUnicode_FromString(address);
+  if (self->address == NULL ||
+      (a[S_TENSORS] != NULL && a[S_TENSORS] != Py_None &&
+       serve_add(module, st, server, a[S_TENSORS], 0) < 0)) {
+    Py_DECREF(self);
+    return NULL;
+  }
+  if (pthread_create(&self->thread, NULL, server_thread, server) != 0) {
+    Py_DECREF(self);
+    return hurray__py_raise(st, HURRAY_PY_EXC_IO, "cannot start the server's thread");
+  }
+  self->running = 1;
+  return (PyObject *)self;
+}
+
+PyMethodDef hurray__py_wire_functions[] = {
+    {"connect", HURRAY_PY_CFUNC(connect), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR(
+         "connect($module, url, /, *, secret=None, timeout=30.0, devices=None)\n--\n\n"
+         "Connect to a Hurray server (docs/spec/interchange.md).\n\n"
+         "Parameters\n----------\n"
+         "url : str\n"
+         "    ``'HOST:PORT'`` or ``'hurray://HOST:PORT'`` with a numeric IPv4 or IPv6\n"
+         "    (``'[::1]:7700'``) address or ``localhost``, or ``'unix:PATH'``.\n"
+         "secret : str or bytes, optional\n"
+         "    The shared secret the server asks for, proved by challenge-response: it\n"
+         "    never crosses the wire. A server that does not ask for it is refused.\n"
+         "timeout : float, optional\n"
+         "    Seconds any one wait (connecting, each read and write) may take.\n"
+         "devices : sequence of hurray.Device or str, optional\n"
+         "    The devices offered in the hello (default: the CPU). A private device\n"
+         "    must be registered here and on the server under the same name.\n\n"
+         "Returns\n-------\n"
+         "hurray.Client\n"
+         "    The connection, set up and authenticated.\n\n"
+         "Raises\n------\n"
+         "hurray.ConnectionLostError\n"
+         "    Nothing listens at `url`, or it closed the connection.\n"
+         "hurray.DescriptorError\n"
+         "    A device tag one side does not know (the message names it).\n"
+         "hurray.UnsupportedError\n"
+         "    The server speaks another major protocol version.\n"
+         "hurray.AuthenticationError\n"
+         "    A wrong or missing secret.\n"
+         "hurray.PermissionDeniedError\n"
+         "    The server is at its connection limit.\n"
+         "hurray.TimedOutError\n"
+         "    No answer within `timeout`.\n\n"
+         "See Also\n--------\n"
+         "serve : The server side.\n\n"
+         "Examples\n--------\n"
+         ">>> import numpy as np\n"
+         ">>> server = hurray.serve({'x': np.float32([1, 2])}, secret='s3cret')\n"
+         ">>> with hurray.connect(server.address, secret='s3cret') as client:\n"
+         "...     client.get('x').tolist()\n"
+         "[1.0, 2.0]\n"
+         ">>> server.stop()\n")},
+    {"serve", HURRAY_PY_CFUNC(serve), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR(
+         "serve($module, tensors=None, /, address=None, *, read_only=False, secret=None,\n"
+         "      max_connections=None, idle_timeout=None, handshake_timeout=None,\n"
+         "      max_upload_bytes=None)\n--\n\n"
+         "Serve tensors over the wire from a background thread.\n\n"
+         "Parameters\n----------\n"
+         "tensors : path, mapping or list, optional\n"
+         "    A Hurray file's path (every tensor in it is served from its mapping), a\n"
+         "    mapping of name -> tensor (hurray.Tensor, NumPy array or DLPack producer\n"
+         "    in host memory, served without a copy: do not change it while served),\n"
+         "    or a list of those.\n"
+         "address : str, optional\n"
+         "    Where to listen: ``'127.0.0.1:0'`` (loopback, a free port) by default;\n"
+         "    ``'0.0.0.0:PORT'`` listens beyond the host, ``'unix:PATH'`` on a Unix socket.\n"
+         "read_only : bool, optional\n"
+         "    Refuse uploads (hurray.PermissionDeniedError on the client).\n"
+         "secret : str or bytes, optional\n"
+         "    A shared secret every client must prove it knows.\n"
+         "max_connections : int, optional\n"
+         "    Connections served at once (default 1024); more are refused.\n"
+         "idle_timeout : float, optional\n"
+         "    Seconds a connection may make no progress (default 60).\n"
+         "handshake_timeout : float, optional\n"
+         "    Seconds a client has to complete the hello (default 5).\n"
+         "max_upload_bytes : int, optional\n"
+         "    The largest upload accepted (default 1 GiB).\n\n"
+         "Returns\n-------\n"
+         "hurray.Server\n"
+         "    The running server; a context manager that stops it.\n\n"
+         "Raises\n------\n"
+         "hurray.InputOutputError\n"
+         "    The address cannot be listened on.\n"
+         "hurray.InvalidArgumentError\n"
+         "    Two tensors of one name.\n\n"
+         "See Also\n--------\n"
+         "connect : The client side.\n\n"
+         "Examples\n--------\n"
+         ">>> import numpy as np\n"
+         ">>> hurray.save('weights.hurray', {'w': np.ones((2, 2), np.float16)})\n"
+         ">>> with hurray.serve('weights.hurray', read_only=True) as server:\n"
+         "...     with hurray.connect(server.address) as client:\n"
+         "...         client.get('w').tolist()\n"
+         "[[1.0, 1.0], [1.0, 1.0]]\n")},
+    {NULL, NULL, 0, NULL},
+};
