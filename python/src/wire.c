@@ -466,9 +466,10 @@ static PyGetSetDef client_getset[] = {
      NULL},
     {"closed", client_get_closed, NULL, PyDoc_STR("Whether close() was called."), NULL},
     {"info", client_get_info, NULL,
-     PyDoc_STR("What the server's hello said: ``version`` (the negotiated protocol version),\n"
-               "``authenticated``, ``read_only``, ``max_frame`` and ``devices`` (the\n"
-               "devices the server serves from)."),
+     PyDoc_STR("What the server's hello said, as a dict.\n\n"
+               "``version`` (the negotiated protocol version), ``authenticated``,\n"
+               "``read_only``, ``max_frame`` and ``devices`` (the devices the server\n"
+               "serves from)."),
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -930,7 +931,7 @@ PyMethodDef hurray__py_wire_functions[] = {
          "connect : The client side.\n\n"
          "Examples\n--------\n"
          ">>> import numpy as np\n"
-         ">>> hurray.save('weights.hurray', {'w': np.ones((2, 2), np.float16)})\n"
+         ">>> hurray.save('weights.hurray', {'w': np.ones((2, 2), np.float32)})\n"
          ">>> with hurray.serve('weights.hurray', read_only=True) as server:\n"
          "...     with hurray.connect(server.address) as client:\n"
          "...         client.get('w').tolist()\n"

@@ -1,0 +1,339 @@
+"""hurray.serve / hurray.connect over loopback with real peers (NumPy, ml_dtypes, PyTorch):
+every dtype and layout round trips with its descriptor, faults surface as their exact
+exception classes, and only loopback addresses and Unix sockets are ever used."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import hurray
+from test_native_layouts import LAYOUTS
+
+
+@pytest.fixture
+def server():
+    with hurray.serve() as s:
+        yield s
+
+
+def describe(t):
+    """Everything a tensor is but its byte offsets and addresses (the wire sends buffers in
+    their compact form, as a file does)."""
+    return (t.layout, t.dtype, t.shape, t.axis, t.block_size, t.coalesced,
+            [(p.dtype, p.shape, p.strides, p.tobytes()) for p in t.parts],
+            {name: describe(child) for name, child in t.children.items()})
+
+
+# ============================================================================================
+# Round trips
+# ============================================================================================
+
+NUMPY_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128,
+                ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2]
+
+
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_numpy_dtypes_round_trip_byte_identical(server, dtype):
+    a = (np.arange(24) % 7).astype(dtype).reshape(2, 3, 4)
+    with hurray.connect(server.address) as c:
+        c.put("a", a)
+        t = c.get("a")
+    back = np.asarray(t)
+    assert back.dtype == a.dtype and back.shape == a.shape
+    assert back.tobytes() == a.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8,
+                                   torch.bool, torch.complex64])
+def test_torch_tensors_round_trip(server, dtype):
+    x = (torch.arange(12) % 5).to(dtype).reshape(3, 4)
+    with hurray.connect(server.address) as c:
+        c.put("x", x)
+        y = torch.from_dlpack(c.get("x"))
+    assert y.dtype == x.dtype and torch.equal(y, x)
+
+
+def test_tier_3_dtypes_keep_their_descriptor(server):
+    packed = bytes(range(0, 256, 16))  # 16 bytes: 32 int4 nibbles
+    t = hurray.Tensor(packed, hurray.dtype.int4, [4, 8])
+    with hurray.connect(server.address) as c:
+        c.put("q", t)
+        got = c.get("q")
+    assert got.dtype is hurray.dtype.int4 and got.shape == (4, 8)
+    assert got.tobytes() == packed
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_every_layout_round_trips(layout):
+    t = LAYOUTS[layout]()
+    with hurray.serve({"t": t}) as s, hurray.connect(s.address) as c:
+        got = c.get("t")
+        assert describe(got) == describe(t)
+        # a received tensor is compact: it crosses again byte for byte
+        c.put("again", got)
+        again = c.get("again")
+    assert describe(again) == describe(got)
+    assert [b["byte_size"] for b in again.buffers] == [b["byte_size"] for b in got.buffers]
+
+
+def test_a_strided_numpy_view_sends_only_its_bytes(server):
+    base = np.arange(100, dtype=np.int32)
+    view = base[10:50:2]
+    with hurray.connect(server.address) as c:
+        c.put("v", view)
+        t = c.get("v")
+    assert np.array_equal(np.asarray(t), view)
+    assert t.buffers[0]["byte_size"] == (view.size - 1) * 8 + 4  # its span, not the base
+
+
+def test_files_are_served_with_metadata_and_rows(tmp_path):
+    path = tmp_path / "w.hurray"
+    w = np.arange(40, dtype=np.float32).reshape(10, 4)
+    hurray.save(path, {"w": w, "b": np.ones(3, np.int8)}, tensor_metadata={"w": {"unit": "m"}})
+    with hurray.serve(str(path), read_only=True) as s, hurray.connect(s.address) as c:
+        listed = c.list()
+        assert [(e["name"], e["layout"], e["dtype"], e["nbytes"]) for e in listed] == \
+            [("w", "dense", hurray.float32, 160), ("b", "dense", hurray.int8, 3)]
+        assert np.array_equal(np.asarray(c.get("w")), w)
+        rows = c.get("w", slice=slice(2, 5))
+        assert np.array_equal(np.asarray(rows), w[2:5])
+        assert np.array_equal(np.asarray(c.get("w", slice=(7, 10))), w[7:])
+        with pytest.raises(hurray.InvalidArgumentError, match=r"rows \[8, 11\) are outside"):
+            c.get("w", slice=slice(8, 11))
+        with pytest.raises(hurray.InvalidArgumentError, match="the step must be 1"):
+            c.get("w", slice=slice(0, 4, 2))
+        with pytest.raises(hurray.InvalidArgumentError, match="no tensor named 'nope'"):
+            c.get("nope")
+        with pytest.raises(hurray.PermissionDeniedError, match="read-only"):
+            c.put("x", w)
+        assert c.info["read_only"] is True
+
+
+def test_progress_is_reported_and_its_exception_raised(server):
+    big = np.zeros(6 << 20, np.uint8)
+    calls = []
+    with hurray.connect(server.address) as c:
+        c.put("big", big)
+        c.get("big", progress=lambda done, total: calls.append((done, total)))
+        assert calls[-1] == (big.nbytes, big.nbytes)
+        assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+        def boom(done, total):
+            raise KeyError("stop")
+        with pytest.raises(KeyError, match="stop"):
+            c.get("big", progress=boom)
+        assert np.asarray(c.get("big")).nbytes == big.nbytes  # the client is still fine
+
+
+def test_a_closed_client_and_names_taken(server):
+    c = hurray.connect(server.address)
+    c.put("a", np.ones(2))
+    with pytest.raises(hurray.InvalidArgumentError, match="already served"):
+        c.put("a", np.ones(2))
+    c.close()
+    c.close()
+    assert c.closed
+    with pytest.raises(hurray.StateError, match="closed"):
+        c.list()
+
+
+# ============================================================================================
+# Devices and the handshake
+# ============================================================================================
+
+def test_unservable_preferred_device(server):
+    with hurray.connect(server.address) as c:
+        c.put("x", np.ones(4, np.float32))
+        with pytest.raises(hurray.UnsupportedError,
+                           match=r"device cuda \(0x01\) is not served here"):
+            c.get("x", device="cuda")
+        t = c.get("x", device="cuda", fallback=True)
+        assert t.device.name == "cpu"
+
+
+SERVER_SCRIPT = textwrap.dedent("""
+    import sys, numpy as np, hurray
+    with hurray.serve({"x": np.arange(SIZE, dtype=np.uint8)}) as s:
+        print(s.address, flush=True)
+        sys.stdin.read()
+""")
+
+
+@pytest.fixture
+def server_process():
+    """A server in another process (its own private-tag registry), serving 64 MiB."""
+    script = SERVER_SCRIPT.replace("SIZE", str(64 << 20))
+    p = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        yield p, p.stdout.readline().strip()
+    finally:
+        p.kill()
+        p.wait(timeout=30)
+
+
+def test_private_tags_at_setup(server_process, server):
+    _, address = server_process
+    hurray.register_device(0xF3, "npu_x")
+    try:
+        with pytest.raises(hurray.DescriptorError,
+                           match=r"private device tag 0xf3 \('npu_x'\) is not registered here"):
+            hurray.connect(address, devices=["cpu", 0xF3])
+        # both peers registered it (this process's server shares the registry): set up
+        with hurray.connect(server.address, devices=["cpu", 0xF3]) as c:
+            assert c.info["devices"][0].name == "cpu"
+    finally:
+        hurray.unregister_device(0xF3)
+    with pytest.raises(hurray.DescriptorError, match="0x42"):
+        hurray.connect(server.address, devices=[0x42])
+
+
+def test_killed_server_mid_transfer(server_process):
+    process, address = server_process
+    with hurray.connect(address) as c:
+        def kill(done, total):
+            if done > (8 << 20) and process.poll() is None:
+                process.kill()
+                process.wait()
+        with pytest.raises(hurray.ConnectionLostError, match="closed the connection"):
+            c.get("x", progress=kill)
+        with pytest.raises(hurray.ConnectionLostError, match="lost by an earlier call"):
+            c.list()
+
+
+# ============================================================================================
+# Faults through a proxy: a flipped byte, a cut connection
+# ============================================================================================
+
+class Proxy:
+    """Forwards 127.0.0.1 connections to `target`; on the first, flips the server's byte at
+    `flip_at` or cuts the connection after `cut_at` bytes from the server."""
+
+    def __init__(self, target, flip_at=None, cut_at=None):
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.flip_at, self.cut_at = flip_at, cut_at
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.first = True
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while True:
+            try:
+                a, _ = self.listener.accept()
+            except OSError:
+                return
+            b = socket.create_connection(self.target)
+            first, self.first = self.first, False
+            threading.Thread(target=self.pump, args=(a, b, False), daemon=True).start()
+            self.pump(b, a, first)
+
+    def pump(self, src, dst, faulty):
+        seen = 0
+        try:
+            while data := src.recv(1 << 16):
+                if faulty and self.flip_at is not None and seen <= self.flip_at < seen + len(data):
+                    i = self.flip_at - seen
+                    data = data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1:]
+                if faulty and self.cut_at is not None and seen + len(data) >= self.cut_at:
+                    dst.sendall(data[:self.cut_at - seen])
+                    break
+                seen += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self.listener.close()
+
+
+def test_a_flipped_byte_is_detected_never_delivered(server):
+    data = np.arange(1 << 20, dtype=np.uint8)
+    with hurray.connect(server.address) as c:
+        c.put("x", data)
+    proxy = Proxy(server.address, flip_at=300_000)
+    try:
+        with hurray.connect(proxy.address) as c:
+            with pytest.raises(hurray.ChecksumError,
+                               match="tensor 'x' buffer 0: checksum mismatch"):
+                c.get("x")
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_an_interrupted_transfer_resumes(server, retries):
+    data = np.random.default_rng(1).integers(0, 255, 5 << 20, dtype=np.uint8)
+    with hurray.connect(server.address) as c:
+        c.put("x", data)
+    proxy = Proxy(server.address, cut_at=2_000_000)
+    try:
+        with hurray.connect(proxy.address) as c:
+            if retries == 0:
+                with pytest.raises(hurray.ConnectionLostError):
+                    c.get("x")
+            else:
+                assert np.array_equal(np.asarray(c.get("x", retries=1)), data)
+    finally:
+        proxy.close()
+
+
+# ============================================================================================
+# Who gets in
+# ============================================================================================
+
+def test_secrets():
+    with hurray.serve({"x": np.ones(3)}, secret=b"s3cret") as s:
+        with hurray.connect(s.address, secret="s3cret") as c:
+            assert c.info["authenticated"] is True
+            assert np.asarray(c.get("x")).tolist() == [1.0, 1.0, 1.0]
+        with pytest.raises(hurray.AuthenticationError, match="wrong secret"):
+            hurray.connect(s.address, secret="guess")
+        with pytest.raises(hurray.AuthenticationError, match="none was given"):
+            hurray.connect(s.address)
+    with hurray.serve() as s:
+        with pytest.raises(hurray.AuthenticationError, match="does not authenticate"):
+            hurray.connect(s.address, secret="s3cret")
+
+
+def test_loopback_by_default_unix_sockets_and_bad_addresses(tmp_path):
+    with hurray.serve() as s:
+        assert s.address.startswith("127.0.0.1:")
+    path = tmp_path / "h.sock"
+    with hurray.serve({"x": np.arange(5)}, address=f"unix:{path}") as s:
+        assert s.address == f"unix:{path}"
+        with hurray.connect(s.address) as c:
+            assert np.asarray(c.get("x")).tolist() == [0, 1, 2, 3, 4]
+    assert not os.path.exists(path)
+    with pytest.raises(hurray.InvalidArgumentError, match="not a numeric IPv4/IPv6 address"):
+        hurray.serve(address="example.com:80")
+    with pytest.raises(hurray.ConnectionLostError, match="cannot connect"):
+        hurray.connect(f"unix:{tmp_path / 'nobody'}")
+
+
+def test_server_stats_and_stop(server):
+    clients = [hurray.connect(server.address) for _ in range(20)]
+    assert server.stats()["connections"] == 20
+    for c in clients:
+        c.close()
+    server.stop()
+    assert not server.running
+    with pytest.raises(hurray.StateError, match="stopped"):
+        server.stats()
