@@ -1246,6 +1246,15 @@ typedef struct HurrayGetOptions {
 HURRAY_API int hurray_client_get(HurrayClient *client, const char *name,
                                  const HurrayGetOptions *options, HurrayTensorContext **out,
                                  HurrayError *error);
+/* Fetches tensor `name` into a new Hurray file at `path` (the tensor and its metadata, under
+ * its name), streaming: each DATA frame goes to the file as it arrives, so memory use is
+ * bounded by the frame size whatever the tensor's size, and max_tensor_bytes does not apply.
+ * The file appears at `path` only when every byte has arrived and every checksum matched, as
+ * with hurray_file_writer_* (a failure leaves any previous file there intact). Statuses: those
+ * of hurray_client_get, and the writer's (HURRAY_EIO). */
+HURRAY_API int hurray_client_fetch(HurrayClient *client, const char *name,
+                                   const HurrayGetOptions *options, const char *path,
+                                   HurrayError *error);
 /* Uploads a tensor held in CPU memory under `name` (borrowed). Statuses: HURRAY_EDENIED
  * (read-only server), HURRAY_EINVAL (name taken), HURRAY_ELIMIT (too large for the server),
  * HURRAY_EUNSUPPORTED (buffers not on the CPU), and the connection errors. */

@@ -18,6 +18,8 @@ enum {
   EXIT_INVALID = 3,     /* an input is not a valid file of its format (every other status) */
   EXIT_UNSUPPORTED = 4, /* valid, but not supported here (HURRAY_EUNSUPPORTED) */
   EXIT_SYSTEM = 5,      /* the system refused: I/O (HURRAY_EIO), memory (HURRAY_ENOMEM) */
+  EXIT_NETWORK = 6,     /* the network or the peer refused (EPROTOCOL, EAUTH, EDENIED,
+                           ETIMEOUT, ECONNECTION) */
 };
 
 /* The exit status of a failed (or successful) library call. */
@@ -33,6 +35,9 @@ typedef struct Command {
 extern const Command kInfoCommand;
 extern const Command kVerifyCommand;
 extern const Command kConvertCommand;
+extern const Command kServeCommand;
+extern const Command kLsCommand;
+extern const Command kFetchCommand;
 
 /* One option of a command: a short and/or a long spelling; a flag or one with a value. */
 typedef struct CliOption {
@@ -52,6 +57,9 @@ typedef struct CliOption {
  * exit status: EXIT_OK after printing the usage for --help, EXIT_USAGE after an error. */
 int cli_parse_operands(const Command *command, int argc, char **argv, const CliOption *options,
                        int option_count, const char **operands, int count, const char *names);
+/* The form with one or more operands (FILE...): *operands points into argv. */
+int cli_parse_list(const Command *command, int argc, char **argv, const CliOption *options,
+                   int option_count, char ***operands, int *count, const char *names);
 /* The one-FILE form. */
 int cli_parse(const Command *command, int argc, char **argv, const CliOption *options,
               int option_count, const char **file);

@@ -8,7 +8,8 @@
 
 #include "cli.h"
 
-static const Command *const kCommands[] = {&kInfoCommand, &kVerifyCommand, &kConvertCommand};
+static const Command *const kCommands[] = {&kInfoCommand,  &kVerifyCommand, &kConvertCommand,
+                                           &kServeCommand, &kLsCommand,     &kFetchCommand};
 enum { COMMAND_COUNT = sizeof kCommands / sizeof kCommands[0] };
 
 /* The one description of the exit statuses, printed by every --help. */
@@ -21,7 +22,9 @@ static const char kExitStatuses[] =
     "  3  an input is not a valid file of its format (malformed, truncated, over a limit)\n"
     "  4  valid, but not supported: what the output cannot hold, a format version this\n"
     "     does not read\n"
-    "  5  the system refused: a file could not be opened, read or written; out of memory\n";
+    "  5  the system refused: a file could not be opened, read or written; out of memory\n"
+    "  6  the network or the peer refused: no connection, timed out, authentication,\n"
+    "     permission, a broken protocol\n";
 
 int cli_exit_status(int status) {
   switch (status) {
@@ -36,6 +39,12 @@ int cli_exit_status(int status) {
     case HURRAY_EIO:
     case HURRAY_ENOMEM:
       return EXIT_SYSTEM;
+    case HURRAY_EPROTOCOL:
+    case HURRAY_EAUTH:
+    case HURRAY_EDENIED:
+    case HURRAY_ETIMEOUT:
+    case HURRAY_ECONNECTION:
+      return EXIT_NETWORK;
     default:
       return EXIT_INVALID;
   }
@@ -45,7 +54,8 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: hurray [--version] [--help] COMMAND [ARGS]\n"
           "\n"
-          "Inspects, checks and converts Hurray tensor files (docs/spec/file-format.md).\n"
+          "Inspects, checks and converts Hurray tensor files (docs/spec/file-format.md), and\n"
+          "serves and fetches tensors over the wire (docs/spec/interchange.md).\n"
           "\n"
           "commands:\n");
   for (int i = 0; i < COMMAND_COUNT; i++) {
@@ -88,8 +98,10 @@ static const CliOption *option_of(int value, const CliOption *options, int optio
   return NULL;
 }
 
-int cli_parse_operands(const Command *command, int argc, char **argv, const CliOption *options,
-                       int option_count, const char **operands, int count, const char *names) {
+/* Parses the options; returns -1 when the operands follow at argv[optind], else the exit
+ * status. */
+static int parse_options(const Command *command, int argc, char **argv, const CliOption *options,
+                         int option_count) {
   struct option longs[CLI_MAX_OPTIONS + 2];
   char shorts[2 + 2 * CLI_MAX_OPTIONS + 2] = ":h"; /* ':': report a missing value as ':' */
   size_t n = 2;
@@ -136,7 +148,13 @@ int cli_parse_operands(const Command *command, int argc, char **argv, const CliO
     if (o->value != NULL) *o->value = optarg;
     if (o->set != NULL) *o->set = true;
   }
+  return -1;
+}
 
+int cli_parse_operands(const Command *command, int argc, char **argv, const CliOption *options,
+                       int option_count, const char **operands, int count, const char *names) {
+  int rc = parse_options(command, argc, argv, options, option_count);
+  if (rc >= 0) return rc;
   int given = argc - optind;
   if (given > count) {
     if (count == 1) {
@@ -153,6 +171,19 @@ int cli_parse_operands(const Command *command, int argc, char **argv, const CliO
     return EXIT_USAGE;
   }
   for (int i = 0; i < count; i++) operands[i] = argv[optind + i];
+  return -1;
+}
+
+int cli_parse_list(const Command *command, int argc, char **argv, const CliOption *options,
+                   int option_count, char ***operands, int *count, const char *names) {
+  int rc = parse_options(command, argc, argv, options, option_count);
+  if (rc >= 0) return rc;
+  if (optind == argc) {
+    cli_error(command, "%s missing (see hurray %s --help)", names, command->name);
+    return EXIT_USAGE;
+  }
+  *operands = argv + optind;
+  *count = argc - optind;
   return -1;
 }
 

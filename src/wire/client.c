@@ -420,19 +420,34 @@ int hurray_client_list(HurrayClient *c, HurrayRemoteTensor **out, uint32_t *coun
   return *out ? HURRAY_OK : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
 }
 
-/* ---- get ---------------------------------------------------------------------------------- */
+/* ---- get and fetch ------------------------------------------------------------------------ */
 
-/* A transfer in progress, kept across reconnections so that it resumes. */
+#define CLIENT_CHUNK ((size_t)1 << 20) /* fetch: bytes received per write to the file */
+
+/* A transfer in progress, kept across reconnections so that it resumes. The bytes go into
+ * new buffers (`list`, get) or, streaming, into a file (`writer`, fetch). */
 typedef struct Transfer {
   FileArena arena;
   WireTensor tensor;
   bool have_tensor;
+  const char *path;  /* fetch: the file to write; NULL for get */
+  HurrayFileWriter *writer;
+  uint32_t begun;    /* fetch: buffers begun in the writer */
+  uint8_t *chunk;    /* fetch: CLIENT_CHUNK bytes */
   HurrayBufferList *list;
   FileHasher *hasher;
   uint32_t buffer;
   uint64_t offset;   /* in `buffer` */
   uint64_t received; /* stream bytes */
 } Transfer;
+
+static void transfer_reset(Transfer *t) {
+  hurray_file_writer_destroy(t->writer); /* unfinished: nothing appears at the path */
+  free(t->chunk);
+  hurray_buffer_list_destroy(t->list);
+  hurray__hasher_destroy(t->hasher);
+  hurray__arena_free(&t->arena);
+}
 
 static int send_request(HurrayClient *c, uint64_t id, const WireRequest *r, HurrayError *error) {
   FileSink payload = {0}, frame = {0};
@@ -458,8 +473,42 @@ static bool same_buffers(const WireTensor *a, const WireTensor *b) {
   return true;
 }
 
-/* Reads the TENSOR_HEADER of request `id`; on the first attempt allocates the buffers, on a
- * resumed one checks the tensor is the same. */
+/* Where the bytes go, once the first TENSOR_HEADER is known: new buffers of the descriptor's
+ * sizes and alignments, or a file writer (its alignment: the largest the buffers ask for). */
+static int prepare(Transfer *t, HurrayError *error) {
+  const WireTensor *w = &t->tensor;
+  int status = HURRAY_OK;
+  uint32_t alignment = HURRAY_FILE_DEFAULT_ALIGNMENT;
+  for (uint32_t i = 0; i < w->nbuffers; i++) {
+    const HurrayBufferDesc *d = &w->buffers[i].desc;
+    if (d->alignment > CLIENT_MAX_ALIGNMENT) {
+      return hurray__fail(error, HURRAY_ELIMIT, "buffer %" PRIu32 " asks for alignment %" PRIu32,
+                          i, d->alignment);
+    }
+    if (d->alignment > alignment) alignment = d->alignment;
+  }
+  t->hasher = hurray__hasher_create();
+  if (t->hasher == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  if (t->path != NULL) {
+    HurrayFileWriterOptions options = {.alignment = alignment};
+    t->chunk = malloc(CLIENT_CHUNK);
+    status = t->chunk ? hurray_file_writer_create(t->path, &options, &t->writer, error)
+                      : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    if (status == HURRAY_OK) status = hurray_file_writer_begin_tensor(t->writer, w->record.name, error);
+    return status;
+  }
+  status = hurray_buffer_list_create(w->nbuffers, &t->list, error);
+  for (uint32_t i = 0; status == HURRAY_OK && i < w->nbuffers; i++) {
+    HurrayBuffer *b = NULL;
+    const HurrayBufferDesc *d = &w->buffers[i].desc;
+    status = hurray_buffer_alloc(d->byte_size, d->alignment, 0, &b, error);
+    if (status == HURRAY_OK) status = hurray_buffer_list_append(t->list, b, w->buffers[i].role, NULL, error);
+  }
+  return status;
+}
+
+/* Reads the TENSOR_HEADER of request `id`; on the first attempt prepares where the bytes go,
+ * on a resumed one checks the tensor is the same. */
 static int receive_header(HurrayClient *c, uint64_t id, Transfer *t, bool *end,
                           HurrayError *error) {
   WireHeader h;
@@ -496,23 +545,18 @@ static int receive_header(HurrayClient *c, uint64_t id, Transfer *t, bool *end,
   t->arena = arena;
   t->tensor = tensor;
   t->have_tensor = true;
-  if (tensor.total_bytes > c->max_tensor_bytes) {
+  if (tensor.total_bytes > c->max_tensor_bytes && t->path == NULL) {
     return hurray__fail(error, HURRAY_ELIMIT, "tensor of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
                         tensor.total_bytes, c->max_tensor_bytes);
   }
-  status = hurray_buffer_list_create(tensor.nbuffers, &t->list, error);
-  for (uint32_t i = 0; status == HURRAY_OK && i < tensor.nbuffers; i++) {
-    HurrayBuffer *b = NULL;
-    const HurrayBufferDesc *d = &tensor.buffers[i].desc;
-    status = d->alignment > CLIENT_MAX_ALIGNMENT
-                 ? hurray__fail(error, HURRAY_ELIMIT, "buffer %" PRIu32 " asks for alignment %" PRIu32,
-                                i, d->alignment)
-                 : hurray_buffer_alloc(d->byte_size, d->alignment, 0, &b, error);
-    if (status == HURRAY_OK) status = hurray_buffer_list_append(t->list, b, tensor.buffers[i].role, NULL, error);
-  }
-  if (status == HURRAY_OK) {
-    t->hasher = hurray__hasher_create();
-    if (t->hasher == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  return prepare(t, error);
+}
+
+/* fetch: begins every buffer before `upto` not yet begun (empty ones included). */
+static int begin_buffers(Transfer *t, uint32_t upto, HurrayError *error) {
+  int status = HURRAY_OK;
+  for (; status == HURRAY_OK && t->begun < upto; t->begun++) {
+    status = hurray_file_writer_begin_buffer(t->writer, t->tensor.buffers[t->begun].role, error);
   }
   return status;
 }
@@ -522,6 +566,34 @@ static void skip_empty(Transfer *t) {
     t->buffer++;
     t->offset = 0;
   }
+}
+
+/* Receives `n` bytes of the current buffer where they go, hashing them and counting them
+ * received as soon as they are where they go (so a resumed transfer neither skips nor repeats
+ * a byte). */
+static int receive_bytes(HurrayClient *c, Transfer *t, uint64_t n, HurrayError *error) {
+  if (t->writer == NULL) {
+    uint8_t *dest = (uint8_t *)t->list->buffers[t->buffer]->data + t->offset;
+    int status = recv_exact(c, dest, (size_t)n, error);
+    if (status != HURRAY_OK) return status;
+    hurray__hasher_update(t->hasher, dest, (size_t)n);
+    t->offset += n;
+    t->received += n;
+    return HURRAY_OK;
+  }
+  int status = begin_buffers(t, t->buffer + 1, error);
+  while (status == HURRAY_OK && n > 0) {
+    size_t k = n < CLIENT_CHUNK ? (size_t)n : CLIENT_CHUNK;
+    status = recv_exact(c, t->chunk, k, error);
+    if (status != HURRAY_OK) return status;
+    hurray__hasher_update(t->hasher, t->chunk, k);
+    status = hurray_file_writer_write(t->writer, t->chunk, k, error);
+    if (status != HURRAY_OK) return broken(c, status); /* the file cannot go on */
+    t->offset += k;
+    t->received += k;
+    n -= k;
+  }
+  return status;
 }
 
 /* Receives DATA frames of request `id` until END. */
@@ -548,12 +620,8 @@ static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayG
                                     " is not the next %" PRIu64 " bytes",
                                     buffer, offset, n));
     }
-    uint8_t *dest = (uint8_t *)t->list->buffers[t->buffer]->data + t->offset;
-    status = recv_exact(c, dest, (size_t)n, error);
+    status = receive_bytes(c, t, n, error);
     if (status != HURRAY_OK) return status;
-    hurray__hasher_update(t->hasher, dest, (size_t)n);
-    t->offset += n;
-    t->received += n;
     const WireBuffer *b = &t->tensor.buffers[t->buffer];
     if (t->offset == b->desc.byte_size) {
       if (hurray__hasher_digest(t->hasher) != b->checksum) {
@@ -572,15 +640,14 @@ static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayG
 /* Whether a failed transfer may resume on a new connection. */
 static bool resumable(int status, const Transfer *t) {
   return (status == HURRAY_ECONNECTION || status == HURRAY_ETIMEOUT) && t->have_tensor &&
-         t->list != NULL;
+         (t->list != NULL || t->writer != NULL);
 }
 
-int hurray_client_get(HurrayClient *c, const char *name, const HurrayGetOptions *options,
-                      HurrayTensorContext **out, HurrayError *error) {
+/* get and fetch: the request, its answer, and resumption on new connections. */
+static int transfer(HurrayClient *c, const char *name, const HurrayGetOptions *options,
+                    Transfer *t, HurrayError *error) {
   int status = usable(c, error);
   if (status != HURRAY_OK) return status;
-  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
-  *out = NULL;
   HurrayGetOptions o = {0};
   if (options != NULL) o = *options;
   WireRequest r = {.preferred_device = o.preferred_device,
@@ -599,39 +666,61 @@ int hurray_client_get(HurrayClient *c, const char *name, const HurrayGetOptions 
     return hurray__fail(error, HURRAY_ELIMIT, "tensor name of %zu bytes", r.name_len);
   }
   memcpy(r.name, name, r.name_len + 1);
-  Transfer t = {0};
   uint32_t retries = o.retries;
   for (;;) {
     uint64_t id = c->next_id++;
     bool end = false;
-    r.resume_offset = t.received;
+    r.resume_offset = t->received;
     status = send_request(c, id, &r, error);
-    if (status == HURRAY_OK) status = receive_header(c, id, &t, &end, error);
-    if (status == HURRAY_OK && !end) status = receive_data(c, id, &t, &o, error);
+    if (status == HURRAY_OK) status = receive_header(c, id, t, &end, error);
+    if (status == HURRAY_OK && !end) status = receive_data(c, id, t, &o, error);
     if (status == HURRAY_OK) {
-      skip_empty(&t);
-      if (t.buffer != t.tensor.nbuffers) {
+      skip_empty(t);
+      if (t->buffer != t->tensor.nbuffers) {
         status = broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
                                         "the response ended before its last byte"));
       }
     }
-    if (status == HURRAY_OK || !resumable(status, &t) || retries == 0) break;
+    if (status == HURRAY_OK || !resumable(status, t) || retries == 0) return status;
     retries--;
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
-    int again = handshake(c, error);
-    if (again != HURRAY_OK) {
-      status = again;
-      break;
-    }
+    status = handshake(c, error);
+    if (status != HURRAY_OK) return status;
   }
+}
+
+int hurray_client_get(HurrayClient *c, const char *name, const HurrayGetOptions *options,
+                      HurrayTensorContext **out, HurrayError *error) {
+  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
+  *out = NULL;
+  Transfer t = {0};
+  int status = transfer(c, name, options, &t, error);
   if (status == HURRAY_OK) {
     status = hurray_tensor_context_create(t.tensor.record.tensor, t.list, 0, NULL, NULL, out, error);
     t.list = NULL;
   }
-  hurray_buffer_list_destroy(t.list);
-  hurray__hasher_destroy(t.hasher);
-  hurray__arena_free(&t.arena);
+  transfer_reset(&t);
+  return status;
+}
+
+int hurray_client_fetch(HurrayClient *c, const char *name, const HurrayGetOptions *options,
+                        const char *path, HurrayError *error) {
+  if (path == NULL) return hurray__fail(error, HURRAY_EINVAL, "path is NULL");
+  Transfer t = {.path = path};
+  int status = transfer(c, name, options, &t, error);
+  HurrayMetaValue *metadata = NULL;
+  if (status == HURRAY_OK) status = begin_buffers(&t, t.tensor.nbuffers, error);
+  if (status == HURRAY_OK) {
+    status = hurray__meta_decode_tree(t.tensor.record.metadata, t.tensor.record.metadata_len,
+                                      &metadata, error);
+  }
+  if (status == HURRAY_OK) {
+    status = hurray_file_writer_end_tensor(t.writer, t.tensor.record.tensor, metadata, error);
+  }
+  if (status == HURRAY_OK) status = hurray_file_writer_finish(t.writer, error);
+  hurray_meta_destroy(metadata);
+  transfer_reset(&t);
   return status;
 }
 

@@ -288,7 +288,11 @@ static void files_and_rows(void **state) {
   for (size_t i = 0; i < SAMPLE_COUNT; i++) {
     Sample s = kSamples[i]();
     snprintf(name, sizeof name, "t%zu", i);
-    OK(hurray_file_writer_add(w, name, &s.desc, s.list, NULL, E));
+    static const char *const keys[] = {"unit"};
+    const HurrayMetaValue unit = {.type = HURRAY_META_STRING, .count = 1, .as.string = "m"};
+    const HurrayMetaValue meta = {.type = HURRAY_META_MAP, .count = 1, .as.items = &unit,
+                                  .keys = keys};
+    OK(hurray_file_writer_add(w, name, &s.desc, s.list, i == 0 ? &meta : NULL, E));
     sample_free(&s);
   }
   OK(hurray_file_writer_finish(w, E));
@@ -328,6 +332,27 @@ static void files_and_rows(void **state) {
   assert_string_equal(error.message, "peer: rows [1, 9) are outside tensor 't0' (2 rows)");
   assert_int_equal(hurray_client_get(c, "nope", NULL, &got, &error), HURRAY_EINVAL);
   assert_string_equal(error.message, "peer: no tensor named 'nope'");
+  /* fetch: streamed into a file, every tensor of every layout with its metadata, the same */
+  for (uint32_t i = 0; i < SAMPLE_COUNT; i++) {
+    snprintf(name, sizeof name, "t%u", i);
+    OK(hurray_client_fetch(c, name, NULL, path_of("fetched.hurray"), E));
+    HurrayFileReader *f = NULL;
+    OK(hurray_file_reader_open(path_of("fetched.hurray"), 0, &f, E));
+    HurrayMetaValue *m = NULL;
+    OK(hurray_file_reader_metadata(f, 0, &m, E));
+    assert_int_equal(m->count, i == 0 ? 1 : 0);
+    if (i == 0) assert_string_equal(m->as.items[0].as.string, "m");
+    hurray_meta_destroy(m);
+    OK(hurray_file_reader_verify(f, HURRAY_FILE_WHOLE, NULL, NULL, E));
+    HurrayTensorContext *a = NULL, *b = NULL;
+    OK(hurray_file_reader_get(f, 0, 0, &a, E));
+    OK(hurray_file_reader_get(reader, i, 0, &b, E));
+    assert_same_record(a->tensor, b->tensor);
+    assert_same_buffers(a, b);
+    hurray_tensor_context_release(a);
+    hurray_tensor_context_release(b);
+    hurray_file_reader_destroy(f);
+  }
   OK(hurray_client_get(c, "t1", NULL, &got, E)); /* the connection went on after both */
   hurray_tensor_context_release(got);
   hurray_file_reader_destroy(reader);
@@ -503,6 +528,14 @@ static void flipped_byte_detected(void **state) {
   assert_string_equal(error.message, "tensor 'x' buffer 0: checksum mismatch (corrupted in transit)");
   hurray_client_destroy(c);
   proxy_stop(&p);
+  Proxy q = {.flip_at = 900000, .connections = 1};
+  proxy_start(&q, r.address);
+  OK(hurray_client_connect(q.address, NULL, &c, E));
+  assert_int_equal(hurray_client_fetch(c, "x", NULL, path_of("flipped.hurray"), &error),
+                   HURRAY_ECHECKSUM);
+  assert_int_equal(access(path_of("flipped.hurray"), F_OK), -1); /* nothing delivered */
+  hurray_client_destroy(c);
+  proxy_stop(&q);
   finish(&r);
 }
 
@@ -562,6 +595,20 @@ static void interrupted_transfer_resumes(void **state) {
   hurray_tensor_context_release(got);
   hurray_client_destroy(c);
   proxy_stop(&q);
+  /* fetch resumes the same way, into its file */
+  Proxy f = {.cut_at = 1500000, .connections = 2};
+  proxy_start(&f, r.address);
+  OK(hurray_client_connect(f.address, NULL, &c, E));
+  OK(hurray_client_fetch(c, "x", &o, path_of("resumed.hurray"), E));
+  HurrayFileReader *reader = NULL;
+  OK(hurray_file_reader_open(path_of("resumed.hurray"), 0, &reader, E));
+  OK(hurray_file_reader_verify(reader, HURRAY_FILE_WHOLE, NULL, NULL, E));
+  OK(hurray_file_reader_get(reader, 0, 0, &got, E));
+  assert_same_buffers(got, want);
+  hurray_tensor_context_release(got);
+  hurray_file_reader_destroy(reader);
+  hurray_client_destroy(c);
+  proxy_stop(&f);
   hurray_tensor_context_release(want);
   finish(&r);
 }

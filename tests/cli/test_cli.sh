@@ -39,6 +39,7 @@ has "verify   check every buffer's checksum"
 has "exit status (the same in every command):"
 has "3  an input is not a valid file of its format"
 has "5  the system refused"
+has "6  the network or the peer refused"
 run 0 -h
 has "usage: hurray [--version] [--help] COMMAND"
 run 0 --version
@@ -284,6 +285,63 @@ PYTHON
 else
   echo "interop with numpy and safetensors: skipped (no Python with both)"
 fi
+
+# serve, ls, fetch over loopback (docs/spec/interchange.md)
+run 2 serve
+has "FILE missing"
+run 5 serve nonesuch.hurray -a 127.0.0.1:0
+run 2 serve good.hurray -a example.com:80
+has "not a numeric IPv4/IPv6 address"
+"$hurray" serve -a 127.0.0.1:0 good.hurray >served.txt 2>&1 &
+server=$!
+tries=0
+while [ ! -s served.txt ] && [ "$tries" -lt 100 ]; do sleep 0.1; tries=$((tries + 1)); done
+address=$(sed -n 's/^serving 1 file on \([0-9.:]*\)$/\1/p' served.txt)
+[ -n "$address" ] || { last="hurray serve"; out=$(cat served.txt); fail "no address printed"; }
+run 0 ls "$address"
+has "per_channel  per_channel int8  3 buffers  32 B"
+has "paged  paged bfloat16  2 buffers  216 B"
+run 0 fetch "$address" composite -o fetched.hurray
+has "fetched composite into fetched.hurray"
+run 0 info fetched.hurray
+has "composite: composite, 96 B in 2 buffers"
+has "bias_view: dense float32 [4]"
+run 0 verify fetched.hurray
+run 0 fetch -q "$address" strided
+[ -z "$out" ] || fail "-q printed something"
+run 0 info strided.hurray
+has "strided: dense float32 [4], 40 B in 1 buffer"
+run 0 fetch "$address" dense -o noted.hurray
+run 0 info noted.hurray
+has "metadata: {\"note\""
+run 0 fetch "$address" dense --rows 1:2 -o row.hurray
+run 0 info row.hurray
+has "dense: dense float32 [1, 3], 12 B in 1 buffer"
+run 2 fetch "$address" nonesuch
+has "no tensor named 'nonesuch' (HURRAY_EINVAL)"
+run 4 fetch "$address" sparse_coo --rows 0:1
+has "rows need a dense tensor"
+run 2 fetch "$address" dense --rows 2:1
+has "--rows must be START:STOP"
+kill "$server"
+wait "$server" 2>/dev/null
+run 6 ls "$address"
+has "Connection refused (HURRAY_ECONNECTION)"
+printf 's3cret\n' >secret.txt
+"$hurray" serve -r -s secret.txt -a 127.0.0.1:0 good.hurray >served2.txt 2>&1 &
+server=$!
+tries=0
+while [ ! -s served2.txt ] && [ "$tries" -lt 100 ]; do sleep 0.1; tries=$((tries + 1)); done
+address=$(sed -n 's/^serving 1 file on \([0-9.:]*\) (read-only)$/\1/p' served2.txt)
+run 6 ls "$address"
+has "the server requires a shared secret and none was given (HURRAY_EAUTH)"
+run 0 ls -s secret.txt "$address"
+has "dense  dense float32"
+last="ls with HURRAY_SECRET"
+out=$(HURRAY_SECRET=wrong "$hurray" ls "$address" 2>&1)
+has "authentication failed: wrong secret"
+kill "$server"
+wait "$server" 2>/dev/null
 
 # progress, when stderr is a terminal (where `script` can provide one)
 if command -v script >/dev/null 2>&1 && script -qec true /dev/null >/dev/null 2>&1; then

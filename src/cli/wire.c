@@ -1,0 +1,313 @@
+/* wire.c -- `hurray serve FILE...`, `hurray ls URL` and `hurray fetch URL NAME`: the wire
+ * protocol (docs/spec/interchange.md) from the command line. A secret is never taken from the
+ * command line (other users see it there): --secret-file, or the HURRAY_SECRET variable. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+/* ---- shared ------------------------------------------------------------------------------- */
+
+typedef struct Secret {
+  uint8_t bytes[1024];
+  size_t len; /* 0: none */
+} Secret;
+
+/* The secret from `path` (one trailing newline dropped) or HURRAY_SECRET. */
+static int read_secret(const Command *command, const char *path, Secret *out) {
+  out->len = 0;
+  if (path == NULL) {
+    const char *env = getenv("HURRAY_SECRET");
+    if (env == NULL || *env == '\0') return -1;
+    out->len = strlen(env);
+    if (out->len > sizeof out->bytes) {
+      cli_error(command, "HURRAY_SECRET is longer than 1024 bytes");
+      return EXIT_USAGE;
+    }
+    memcpy(out->bytes, env, out->len);
+    return -1;
+  }
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    cli_error(command, "%s: %s", path, strerror(errno));
+    return EXIT_SYSTEM;
+  }
+  out->len = fread(out->bytes, 1, sizeof out->bytes, f);
+  int more = fgetc(f);
+  fclose(f);
+  if (out->len > 0 && out->bytes[out->len - 1] == '\n') out->len--;
+  if (more != EOF || out->len == 0) {
+    cli_error(command, "%s: a secret is 1 to 1024 bytes", path);
+    return EXIT_USAGE;
+  }
+  return -1;
+}
+
+/* A positive count or number of seconds from text. */
+static int parse_number(const Command *command, const char *option, const char *text,
+                        double max, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = text ? strtod(text, &end) : 0;
+  if (text == NULL || end == text || *end != '\0' || errno != 0 || !(v > 0) || v > max) {
+    cli_error(command, "--%s must be a positive number up to %.0f, not '%s'", option, max,
+              text ? text : "");
+    return EXIT_USAGE;
+  }
+  *out = v;
+  return -1;
+}
+
+static int connect_to(const Command *command, const char *url, const char *secret_file,
+                      const char *timeout, HurrayClient **out) {
+  Secret secret;
+  int rc = read_secret(command, secret_file, &secret);
+  double seconds = 30;
+  if (rc < 0 && timeout != NULL) rc = parse_number(command, "timeout", timeout, 86400, &seconds);
+  if (rc >= 0) return rc;
+  HurrayClientOptions options = {.timeout_ms = (uint32_t)(seconds * 1000)};
+  if (secret.len > 0) {
+    options.secret = secret.bytes;
+    options.secret_len = secret.len;
+  }
+  HurrayError error = {0};
+  int status = hurray_client_connect(url, &options, out, &error);
+  memset(&secret, 0, sizeof secret);
+  return status == HURRAY_OK ? -1 : cli_fail(command, url, status, &error);
+}
+
+/* ---- serve -------------------------------------------------------------------------------- */
+
+static const char kServeUsage[] =
+    "usage: hurray serve [-r] [-a ADDRESS] [-s SECRET_FILE] [-c N] [-q] FILE...\n"
+    "\n"
+    "Serves every tensor of the Hurray FILEs over the wire protocol until interrupted\n"
+    "(SIGINT or SIGTERM). Tensors are sent from the files' mappings, never copied. The\n"
+    "address is printed on stdout when the server is ready.\n"
+    "\n"
+    "options:\n"
+    "  -a, --address ADDRESS     where to listen (default 127.0.0.1:7700): HOST:PORT with a\n"
+    "                            numeric address, [IPV6]:PORT, or unix:PATH; port 0 picks\n"
+    "                            a free one. Give 0.0.0.0:PORT to listen beyond this host\n"
+    "  -r, --read-only           refuse uploads\n"
+    "  -s, --secret-file FILE    require clients to prove they know the secret in FILE\n"
+    "                            (default: the HURRAY_SECRET variable, if set)\n"
+    "  -c, --max-connections N   clients served at once (default 1024)\n"
+    "  -q, --quiet               print nothing but errors\n"
+    "  -h, --help                show this help\n";
+
+static HurrayServer *g_server; /* for the signal handler */
+
+static void on_signal(int signo) {
+  (void)signo;
+  hurray_server_stop(g_server); /* async-signal-safe: one write to an eventfd */
+}
+
+static int run_serve(int argc, char **argv) {
+  bool read_only = false, quiet = false;
+  const char *address = "127.0.0.1:7700", *secret_file = NULL, *max_connections = NULL;
+  const CliOption options[] = {{'a', "address", NULL, &address},
+                               {'r', "read-only", &read_only, NULL},
+                               {'s', "secret-file", NULL, &secret_file},
+                               {'c', "max-connections", NULL, &max_connections},
+                               {'q', "quiet", &quiet, NULL}};
+  char **files = NULL;
+  int count = 0;
+  int rc = cli_parse_list(&kServeCommand, argc, argv, options, 5, &files, &count, "FILE");
+  if (rc >= 0) return rc;
+  Secret secret;
+  rc = read_secret(&kServeCommand, secret_file, &secret);
+  double connections = 0;
+  if (rc < 0 && max_connections != NULL) {
+    rc = parse_number(&kServeCommand, "max-connections", max_connections, 1 << 20, &connections);
+  }
+  if (rc >= 0) return rc;
+  HurrayServerOptions so = {.address = address,
+                            .flags = read_only ? HURRAY_SERVER_READ_ONLY : 0u,
+                            .max_connections = (uint32_t)connections};
+  if (secret.len > 0) {
+    so.secret = secret.bytes;
+    so.secret_len = secret.len;
+  }
+  HurrayError error = {0};
+  HurrayServer *server = NULL;
+  int status = hurray_server_create(&so, &server, &error);
+  memset(&secret, 0, sizeof secret);
+  if (status != HURRAY_OK) return cli_fail(&kServeCommand, address, status, &error);
+  for (int i = 0; i < count; i++) {
+    status = hurray_server_add_file(server, files[i], &error);
+    if (status != HURRAY_OK) {
+      hurray_server_destroy(server);
+      return cli_fail(&kServeCommand, files[i], status, &error);
+    }
+  }
+  char bound[160];
+  hurray_server_address(server, bound, sizeof bound, NULL);
+  g_server = server;
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  if (!quiet) {
+    printf("serving %d file%s on %s%s\n", count, count == 1 ? "" : "s", bound,
+           read_only ? " (read-only)" : "");
+    fflush(stdout);
+  }
+  status = hurray_server_run(server, &error);
+  hurray_server_destroy(server);
+  return status == HURRAY_OK ? EXIT_OK : cli_fail(&kServeCommand, bound, status, &error);
+}
+
+const Command kServeCommand = {"serve", "serve the tensors of files over the network", kServeUsage,
+                               run_serve};
+
+/* ---- ls ----------------------------------------------------------------------------------- */
+
+static const char kLsUsage[] =
+    "usage: hurray ls [-s SECRET_FILE] [-t SECONDS] URL\n"
+    "\n"
+    "Lists the tensors a server serves: name, layout, dtype, buffers and size.\n"
+    "\n"
+    "options:\n"
+    "  -s, --secret-file FILE   the shared secret (default: the HURRAY_SECRET variable)\n"
+    "  -t, --timeout SECONDS    the longest wait for the server (default 30)\n"
+    "  -h, --help               show this help\n";
+
+static int run_ls(int argc, char **argv) {
+  const char *secret_file = NULL, *timeout = NULL, *url = NULL;
+  const CliOption options[] = {{'s', "secret-file", NULL, &secret_file},
+                               {'t', "timeout", NULL, &timeout}};
+  int rc = cli_parse_operands(&kLsCommand, argc, argv, options, 2, &url, 1, "URL");
+  if (rc >= 0) return rc;
+  HurrayClient *client = NULL;
+  rc = connect_to(&kLsCommand, url, secret_file, timeout, &client);
+  if (rc >= 0) return rc;
+  HurrayRemoteTensor *items = NULL;
+  uint32_t count = 0;
+  HurrayError error = {0};
+  int status = hurray_client_list(client, &items, &count, &error);
+  hurray_client_destroy(client);
+  if (status != HURRAY_OK) return cli_fail(&kLsCommand, url, status, &error);
+  for (uint32_t i = 0; i < count; i++) {
+    const HurrayDTypeInfo *dtype = hurray_dtype_info(items[i].dtype);
+    const char *layout = hurray_layout_name(items[i].layout);
+    char size[32];
+    printf("%s  %s %s  %" PRIu32 " buffer%s  %s\n", items[i].name, layout ? layout : "?",
+           dtype ? dtype->name : "-", items[i].buffer_count, items[i].buffer_count == 1 ? "" : "s",
+           cli_size(items[i].data_bytes, size));
+  }
+  free(items);
+  return EXIT_OK;
+}
+
+const Command kLsCommand = {"ls", "list the tensors a server serves", kLsUsage, run_ls};
+
+/* ---- fetch -------------------------------------------------------------------------------- */
+
+static const char kFetchUsage[] =
+    "usage: hurray fetch [-q] [-o OUT] [--rows START:STOP] [-r N] [-s SECRET_FILE]\n"
+    "                    [-t SECONDS] URL NAME\n"
+    "\n"
+    "Fetches tensor NAME from a server into a new Hurray file, streaming (memory use does\n"
+    "not grow with the tensor), with its metadata. Every buffer's checksum is checked as\n"
+    "it arrives; the file appears only when the whole tensor did. Progress is shown on\n"
+    "stderr when it is a terminal and the transfer takes more than a moment.\n"
+    "\n"
+    "options:\n"
+    "  -o, --output OUT         the file to write (default NAME.hurray)\n"
+    "      --rows START:STOP    only rows [START, STOP) of a dense tensor\n"
+    "  -r, --retries N          reconnect and resume up to N times if the connection drops\n"
+    "  -s, --secret-file FILE   the shared secret (default: the HURRAY_SECRET variable)\n"
+    "  -t, --timeout SECONDS    the longest wait for the server (default 30)\n"
+    "  -q, --quiet              print nothing on success\n"
+    "  -h, --help               show this help\n";
+
+typedef struct FetchProgress {
+  struct timespec start;
+  int shown; /* last percentage printed, -1 for none */
+} FetchProgress;
+
+/* Shows progress once the transfer has taken half a second. */
+static void fetch_progress(void *context, uint64_t done, uint64_t total) {
+  FetchProgress *p = context;
+  if (p->shown < 0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double elapsed = (double)(now.tv_sec - p->start.tv_sec) +
+                     (double)(now.tv_nsec - p->start.tv_nsec) / 1e9;
+    if (elapsed < 0.5) return;
+  }
+  cli_progress("fetching", done, total, &p->shown);
+}
+
+static int run_fetch(int argc, char **argv) {
+  bool quiet = false;
+  const char *output = NULL, *rows = NULL, *retries = NULL, *secret_file = NULL, *timeout = NULL;
+  const CliOption options[] = {{'o', "output", NULL, &output},
+                               {0, "rows", NULL, &rows},
+                               {'r', "retries", NULL, &retries},
+                               {'s', "secret-file", NULL, &secret_file},
+                               {'t', "timeout", NULL, &timeout},
+                               {'q', "quiet", &quiet, NULL}};
+  const char *operands[2];
+  int rc = cli_parse_operands(&kFetchCommand, argc, argv, options, 6, operands, 2, "URL and NAME");
+  if (rc >= 0) return rc;
+  const char *url = operands[0], *name = operands[1];
+  HurrayGetOptions get = {0};
+  if (rows != NULL) {
+    char *colon = NULL, *end = NULL;
+    errno = 0;
+    long long start = strtoll(rows, &colon, 10);
+    long long stop = colon && *colon == ':' ? strtoll(colon + 1, &end, 10) : -1;
+    if (colon == rows || *colon != ':' || end == colon + 1 || *end != '\0' || errno != 0 ||
+        start < 0 || stop <= start) {
+      cli_error(&kFetchCommand, "--rows must be START:STOP with 0 <= START < STOP, not '%s'",
+                rows);
+      return EXIT_USAGE;
+    }
+    get.row_start = start;
+    get.row_stop = stop;
+  }
+  if (retries != NULL) {
+    double n = 0;
+    rc = parse_number(&kFetchCommand, "retries", retries, 1000, &n);
+    if (rc >= 0) return rc;
+    get.retries = (uint32_t)n;
+  }
+  char default_output[HURRAY_MAX_NAME + 16];
+  if (output == NULL) {
+    if (strchr(name, '/') != NULL) {
+      cli_error(&kFetchCommand, "'%s' is not a file name: give -o OUT", name);
+      return EXIT_USAGE;
+    }
+    snprintf(default_output, sizeof default_output, "%s.hurray", name);
+    output = default_output;
+  }
+  HurrayClient *client = NULL;
+  rc = connect_to(&kFetchCommand, url, secret_file, timeout, &client);
+  if (rc >= 0) return rc;
+  FetchProgress progress = {.shown = -1};
+  clock_gettime(CLOCK_MONOTONIC, &progress.start);
+  bool tty = !quiet && isatty(STDERR_FILENO);
+  if (tty) {
+    get.progress = fetch_progress;
+    get.progress_context = &progress;
+  }
+  HurrayError error = {0};
+  int status = hurray_client_fetch(client, name, &get, output, &error);
+  hurray_client_destroy(client);
+  if (tty && progress.shown >= 0) cli_progress_clear();
+  if (status != HURRAY_OK) return cli_fail(&kFetchCommand, name, status, &error);
+  if (!quiet) printf("fetched %s into %s\n", name, output);
+  return EXIT_OK;
+}
+
+const Command kFetchCommand = {"fetch", "fetch a tensor from a server into a file", kFetchUsage,
+                               run_fetch};
