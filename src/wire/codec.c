@@ -394,6 +394,12 @@ int hurray__wire_tensor_decode(const uint8_t *p, size_t len, FileArena *arena, W
   int status = hurray__record_decode(p + WIRE_TENSOR_FIXED + table, record_len, arena,
                                      &out->record, error);
   if (status != HURRAY_OK) return hurray__error_prefix(error, status, "tensor record: ");
+  if (out->record.metadata_len > 0) { /* it pointed into `p`: the arena outlives the payload */
+    uint8_t *metadata = hurray__arena_alloc(arena, out->record.metadata_len);
+    if (metadata == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    memcpy(metadata, out->record.metadata, out->record.metadata_len);
+    out->record.metadata = metadata;
+  }
   status = hurray__validate_against_entries(out->record.tensor, entries, out->nbuffers, error);
   if (status != HURRAY_OK) {
     return hurray__error_prefix(error, status, "tensor '%s': ", out->record.name);

@@ -164,7 +164,8 @@ typedef struct WireTensorHeader {
 HURRAY_INTERNAL int hurray__wire_tensor_encode(const WireTensorHeader *t, FileSink *out,
                                                HurrayError *error);
 
-/* A decoded TENSOR_HEADER / PUT: its buffers and record live in `arena`; the record's
+/* A decoded TENSOR_HEADER / PUT: its buffers and record (metadata included) live in `arena`,
+ * not in the payload, which may be freed; the record's
  * descriptor is validated against the buffer sizes and roles (hurray_tensor_validate). */
 typedef struct WireTensor {
   uint8_t device;
