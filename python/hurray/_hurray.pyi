@@ -4,7 +4,8 @@
 import builtins
 import os
 import types
-from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
+from collections.abc import (Callable, ItemsView, Iterator, KeysView, Mapping, Sequence,
+                             ValuesView)
 from typing import Any, Final, Literal, Protocol, TypedDict, TypeVar, final, overload
 
 __version__: Final[str]
