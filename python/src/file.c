@@ -983,7 +983,8 @@ static PyMethodDef file_methods[] = {
                "Check the checksums of one tensor's buffers, or of every tensor's.\n"
                "\n"
                "Reads the data and recomputes each buffer's XXH3-64 checksum, with the\n"
-               "GIL released, comparing it with the one stored in the index.\n"
+               "GIL released, comparing it with the one stored in the index (for a .npz\n"
+               "file: each member's CRC-32).\n"
                "\n"
                "Parameters\n"
                "----------\n"
@@ -1079,7 +1080,8 @@ static PyGetSetDef file_getset[] = {
                "each access."),
      NULL},
     {"info", file_get_info, NULL,
-     PyDoc_STR("Whole-file facts: version, alignment, tensors, buffers, file_size, "
+     PyDoc_STR("Whole-file facts, a dict.\n\n"
+               "Keys: format, version, alignment, tensors, buffers, file_size,\n"
                "data_bytes."),
      NULL},
     {"closed", file_get_closed, NULL, PyDoc_STR("Whether close() was called."), NULL},
