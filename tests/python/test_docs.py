@@ -5,7 +5,7 @@ temporary directory, as a reader copying them one after the other would: ```pyth
 executed, ```pycon blocks are checked as doctests (their output compared), ```console blocks
 are run by bash with the installed `hurray` command on PATH, each `$ ` line's output (stdout
 and stderr, as a terminal shows them) compared with the lines the page shows under it (`...`
-stands for any text). Other blocks (```sh install steps, ```c) are not run. A page's relative
+stands for any text); a `$ ... &` line starts a server that runs until the page is done. Other blocks (```sh install steps, ```c) are not run. A page's relative
 links must name files that exist.
 """
 
@@ -73,34 +73,52 @@ def console_commands(code, where):
     return [(command, "".join(out + "\n" for out in output)) for command, output in commands]
 
 
-def run_console(code, where, cwd):
+def run_console(code, where, cwd, background):
+    """Runs a console block. A command ending in ` &` is a server: it is started, the lines the
+    page shows under it (what it prints once ready) are read from it, and it is left running
+    in `background` until the page is done."""
     env = dict(os.environ, PATH=cli_directory() + os.pathsep + os.environ.get("PATH", ""),
                LC_ALL="C", COLUMNS="100")
     checker = doctest.OutputChecker()
     for command, want in console_commands(code, where):
-        done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
-        assert done.returncode == 0, f"{where}: `{command}` exited {done.returncode}:\n{done.stdout}"
-        assert checker.check_output(want, done.stdout, FLAGS), (
-            f"{where}: `{command}` printed\n{done.stdout}\nnot what the page shows:\n{want}")
+        if command.endswith(" &"):
+            server = subprocess.Popen(["bash", "-c", "exec " + command[:-2]], cwd=cwd, env=env,
+                                      text=True, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT)
+            background.append(server)
+            got = "".join(server.stdout.readline() for _ in want.splitlines())
+        else:
+            done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+            assert done.returncode == 0, \
+                f"{where}: `{command}` exited {done.returncode}:\n{done.stdout}"
+            got = done.stdout
+        assert checker.check_output(want, got, FLAGS), (
+            f"{where}: `{command}` printed\n{got}\nnot what the page shows:\n{want}")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_page_runs_as_written(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__guide__"}
+    background = []
     ran = 0
-    for language, code, lineno in blocks(page):
-        where = f"{page.relative_to(ROOT)}:{lineno}"
-        if language == "python":
-            run_python(code, namespace, page, lineno)
-        elif language == "pycon":
-            run_pycon(code, namespace, where, lineno)
-        elif language == "console":
-            run_console(code, where, tmp_path)
-        else:
-            continue
-        ran += 1
+    try:
+        for language, code, lineno in blocks(page):
+            where = f"{page.relative_to(ROOT)}:{lineno}"
+            if language == "python":
+                run_python(code, namespace, page, lineno)
+            elif language == "pycon":
+                run_pycon(code, namespace, where, lineno)
+            elif language == "console":
+                run_console(code, where, tmp_path, background)
+            else:
+                continue
+            ran += 1
+    finally:
+        for server in background:
+            server.terminate()
+            server.communicate(timeout=30)
     assert ran or page == GUIDE / "README.md", f"{page.name} has no runnable block"
 
 
