@@ -72,9 +72,7 @@ static int copy_buffer(Copy *copy, const HurrayBuffer *src, int role) {
   int dst_cpu = copy->tag == HURRAY_DEVICE_CPU;
   HurrayBuffer *host = NULL; /* the bytes on the host: the result itself when the target is CPU */
   int status = HURRAY_OK;
-  if (src_cpu && !dst_cpu) {
-    host = NULL; /* read straight from the source */
-  } else {
+  if (!src_cpu || dst_cpu) { /* else the device is written straight from the source */
     /* The source's alignment, up to a page; a large buffer in huge pages, as NumPy allocates
      * its large arrays: a copy into 4 KiB pages that were never touched spends most of its
      * time in page faults. */

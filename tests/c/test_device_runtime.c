@@ -253,6 +253,43 @@ static void cuda_round_trip(void **state) {
   round_trip(HURRAY_DEVICE_CUDA);
 }
 
+/* ---- the application's own queue ----------------------------------------------------------- */
+
+static void an_application_queue_is_wrapped_and_retained(void **state) {
+  (void)state;
+  REQUIRE_RUNTIME(HURRAY_DEVICE_OPENCL);
+  HurrayError error = {0};
+  HurrayDeviceQueue *own = NULL, *wrapped = NULL, *other = NULL;
+  assert_int_equal(hurray_device_queue_create(HURRAY_DEVICE_OPENCL, 0, &own, &error), HURRAY_OK);
+  void *native = hurray_device_queue_native(own);
+  void *context = hurray_device_queue_native_context(own);
+  assert_int_equal(hurray_device_queue_wrap(HURRAY_DEVICE_OPENCL, NULL, native, &wrapped, &error),
+                   HURRAY_OK);
+  assert_ptr_equal(hurray_device_queue_native(wrapped), native);
+  assert_ptr_equal(hurray_device_queue_native_context(wrapped), context);
+  assert_int_equal(hurray_device_queue_device_id(wrapped), 0);
+  /* a context the queue does not belong to */
+  assert_int_equal(hurray_device_queue_wrap(HURRAY_DEVICE_OPENCL, &error, native, &other, &error),
+                   HURRAY_EINVAL);
+  assert_string_equal(error.message,
+                      "the cl_command_queue belongs to another cl_context than the one given");
+  assert_int_equal(hurray_device_queue_wrap(HURRAY_DEVICE_OPENCL, NULL, NULL, &other, &error),
+                   HURRAY_EINVAL);
+  assert_null(other);
+  hurray_device_queue_destroy(own); /* the wrapped queue holds references of its own */
+  HurrayBuffer *buffer = NULL;
+  assert_int_equal(hurray_device_alloc(wrapped, 64, HURRAY_ALLOC_ZERO, &buffer, &error),
+                   HURRAY_OK);
+  uint8_t back[64];
+  memset(back, 0xFF, sizeof back);
+  assert_int_equal(hurray_device_copy_to_host(wrapped, buffer, 0, back, sizeof back, &error),
+                   HURRAY_OK);
+  for (size_t i = 0; i < sizeof back; i++) assert_int_equal(back[i], 0);
+  assert_int_equal(hurray_device_wait(wrapped, buffer, &error), HURRAY_OK); /* READY */
+  hurray_buffer_destroy(buffer);
+  hurray_device_queue_destroy(wrapped);
+}
+
 /* ---- a C producer and a C consumer: the tensor context across, device memory read back ---- */
 
 static void opencl_tensor_context_crosses(void **state) {
@@ -430,6 +467,7 @@ static void a_consumer_waits_on_the_event(void **state) {
     assert_int_equal(pthread_join(thread, NULL), 0);
     assert_int_equal(reader.status, HURRAY_OK);
     assert_memory_equal(reader.values, fresh, sizeof fresh);
+    assert_int_equal(hurray_device_wait(consumer, handed, &error), HURRAY_OK); /* done: returns */
     hurray_buffer_destroy(handed);
     tcl.ReleaseEvent(written);
     tcl.ReleaseEvent(gate);
@@ -447,6 +485,7 @@ int main(void) {
       cmocka_unit_test(a_device_that_does_not_exist_is_edevice),
       cmocka_unit_test(opencl_round_trip),
       cmocka_unit_test(cuda_round_trip),
+      cmocka_unit_test(an_application_queue_is_wrapped_and_retained),
       cmocka_unit_test(opencl_tensor_context_crosses),
       cmocka_unit_test(every_cl_mem_and_event_is_released_once),
       cmocka_unit_test(a_consumer_waits_on_the_event),
