@@ -36,6 +36,8 @@ array([[0., 1., 2.],
        [3., 4., 5.]], dtype=float32)
 """
 
+import builtins as _builtins
+
 from hurray import _hurray
 from hurray._hurray import (  # noqa: F401  (re-exports)
     C_ABI_VERSION,
@@ -90,7 +92,9 @@ from hurray._hurray import (  # noqa: F401  (re-exports)
 _tier1 = {name: value for name, value in vars(_hurray).items() if isinstance(value, dtype)}
 globals().update(_tier1)
 
-__all__ = [
+# A star import brings every public name except those that would shadow a builtin
+# (hurray.open, hurray.BufferError, hurray.bool): those are reached as hurray.<name>.
+__all__ = [name for name in [
     "C_ABI_VERSION",
     "ABIError",
     "AuthenticationError",
@@ -135,8 +139,8 @@ __all__ = [
     "serve",
     "set_mode",
     "unregister_device",
+    "open",
     *sorted(_tier1),
-]
-# hurray.open is public but left out of __all__, so `from hurray import *` never shadows the
-# builtin open().
+] if not hasattr(_builtins, name)]
 del _tier1
+del _builtins

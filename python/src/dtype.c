@@ -19,15 +19,7 @@ PyObject *hurray__py_dtype_object(HurrayState *st, int code) {
   return PyTuple_GET_ITEM(st->dtypes, st->dtype_index[code]);
 }
 
-const HurrayDTypeInfo *hurray__py_dtype_arg(HurrayState *st, PyObject *obj) {
-  if (Py_IS_TYPE(obj, st->dtype_type)) return ((HurrayDTypeObject *)obj)->info;
-  if (!PyUnicode_Check(obj)) {
-    PyErr_Format(PyExc_TypeError, "dtype must be a hurray.dtype or a dtype name, not %.200s",
-                 Py_TYPE(obj)->tp_name);
-    return NULL;
-  }
-  const char *name = PyUnicode_AsUTF8(obj);
-  if (name == NULL) return NULL;
+static const HurrayDTypeInfo *dtype_named(HurrayState *st, const char *name) {
   uint8_t code = 0;
   HurrayError error = {0};
   int status = hurray_dtype_from_name(name, &code, &error);
@@ -36,6 +28,77 @@ const HurrayDTypeInfo *hurray__py_dtype_arg(HurrayState *st, PyObject *obj) {
     return NULL;
   }
   return hurray_dtype_info(code);
+}
+
+static PyObject *not_a_dtype(PyObject *obj) {
+  return PyErr_Format(PyExc_TypeError,
+                      "dtype must be a hurray.dtype, a dtype name, a NumPy dtype or scalar type "
+                      "(ml_dtypes' included) or a PyTorch dtype, not %.200s",
+                      Py_TYPE(obj)->tp_name);
+}
+
+/* The name of a NumPy dtype, or of the NumPy dtype of a type (np.float32, ml_dtypes.bfloat16,
+ * float), as a new str; NULL with an exception for anything else or a byte-swapped dtype. */
+static PyObject *numpy_dtype_name(HurrayState *st, PyObject *obj) {
+  PyObject *numpy = PyImport_ImportModule("numpy");
+  if (numpy == NULL) {
+    if (!PyErr_ExceptionMatches(PyExc_ImportError)) return NULL;
+    PyErr_Clear();
+    return not_a_dtype(obj);
+  }
+  PyObject *dtype_type = PyObject_GetAttrString(numpy, "dtype");
+  Py_DECREF(numpy);
+  if (dtype_type == NULL) return NULL;
+  int is_dtype = PyObject_IsInstance(obj, dtype_type);
+  PyObject *dtype = NULL;
+  if (is_dtype == 1) {
+    dtype = Py_NewRef(obj);
+  } else if (is_dtype == 0 && PyType_Check(obj)) {
+    dtype = PyObject_CallOneArg(dtype_type, obj);
+  } else if (is_dtype == 0) {
+    not_a_dtype(obj);
+  }
+  Py_DECREF(dtype_type);
+  if (dtype == NULL) return NULL;
+  PyObject *order = PyObject_GetAttrString(dtype, "byteorder");
+  PyObject *name = NULL;
+  if (order != NULL && PyUnicode_Check(order) &&
+      (PyUnicode_CompareWithASCIIString(order, "=") == 0 ||
+       PyUnicode_CompareWithASCIIString(order, "|") == 0)) {
+    name = PyObject_GetAttrString(dtype, "name");
+  } else if (order != NULL) {
+    hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                     "NumPy dtype %R is byte-swapped; Hurray dtypes are little-endian", dtype);
+  }
+  Py_XDECREF(order);
+  Py_DECREF(dtype);
+  return name;
+}
+
+/* Another library's dtype as the Hurray dtype of the same name: a NumPy dtype or scalar type
+ * (ml_dtypes' types are NumPy's), or a PyTorch dtype (whose str is 'torch.<name>'). */
+static const HurrayDTypeInfo *foreign_dtype(HurrayState *st, PyObject *obj) {
+  PyObject *name = NULL;
+  if (strcmp(Py_TYPE(obj)->tp_name, "torch.dtype") == 0) {
+    PyObject *text = PyObject_Str(obj);
+    if (text == NULL) return NULL;
+    name = PyUnicode_Substring(text, 6, PY_SSIZE_T_MAX); /* after "torch." */
+    Py_DECREF(text);
+  } else {
+    name = numpy_dtype_name(st, obj);
+  }
+  if (name == NULL) return NULL;
+  const char *text = PyUnicode_AsUTF8(name);
+  const HurrayDTypeInfo *info = text == NULL ? NULL : dtype_named(st, text);
+  Py_DECREF(name);
+  return info;
+}
+
+const HurrayDTypeInfo *hurray__py_dtype_arg(HurrayState *st, PyObject *obj) {
+  if (Py_IS_TYPE(obj, st->dtype_type)) return ((HurrayDTypeObject *)obj)->info;
+  if (!PyUnicode_Check(obj)) return foreign_dtype(st, obj);
+  const char *name = PyUnicode_AsUTF8(obj);
+  return name == NULL ? NULL : dtype_named(st, name);
 }
 
 static const HurrayDTypeInfo *info_of(PyObject *self) {
@@ -130,7 +193,9 @@ PyDoc_STRVAR(dtype_doc,
              "The element type of a hurray.Tensor. Every dtype is a singleton: "
              "hurray.dtype.<name> (hurray.dtype.int4, hurray.dtype.bfloat16, ...), the Tier 1 "
              "ones also hurray.<name> (hurray.float32). hurray.dtype(name) returns the "
-             "singleton of a name.");
+             "singleton of a name, and of another library's dtype of the same name: a NumPy "
+             "dtype or scalar type (np.float32, ml_dtypes.bfloat16, ml_dtypes.int4) or a "
+             "PyTorch dtype (torch.bfloat16). Every dtype argument takes the same forms.");
 
 static PyType_Slot dtype_slots[] = {
     {Py_tp_new, dtype_new},

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import hurray
+from conftest import peer
 
 # The dtype table of the spec (docs/spec/dtypes.md, ADR-003), written out here on purpose: a
 # change of the C table that this test does not also see is a format change.
@@ -73,7 +74,7 @@ def test_tier1_dtypes_are_module_attributes_and_only_they():
     assert module_level == tier1
     for name in tier1:
         assert getattr(hurray, name) is getattr(hurray.dtype, name)
-        assert name in hurray.__all__
+        assert (name in hurray.__all__) == (name != "bool")  # bool would shadow the builtin
 
 
 def test_repr_evaluates_to_the_singleton():
@@ -106,7 +107,7 @@ def test_unknown_names_and_wrong_types():
         hurray.dtype("float128")
     assert isinstance(info.value, TypeError)
     assert info.value.code == hurray._hurray._status_codes()["HURRAY_EDTYPE"]
-    with pytest.raises(TypeError, match="hurray.dtype or a dtype name"):
+    with pytest.raises(TypeError, match="hurray.dtype, a dtype name, a NumPy dtype"):
         hurray.dtype(3)
 
 
@@ -128,3 +129,39 @@ def test_the_spec_table_matches_the_header():
     enum = dict(re.findall(r"HURRAY_DTYPE_(\w+) = (\d+)", header.read_text()))
     enum.pop("INVALID")
     assert {k.lower(): int(v) for k, v in enum.items()} == {n: c[0] for n, c in TABLE.items()}
+
+
+def test_other_libraries_dtypes_name_the_same_dtype():
+    np = peer("numpy")
+    ml_dtypes = peer("ml_dtypes")
+    torch = peer("torch")
+    for d in all_dtypes():
+        assert hurray.dtype(d.name) is d
+        if hasattr(ml_dtypes, d.name):
+            assert hurray.dtype(getattr(ml_dtypes, d.name)) is d
+            assert hurray.dtype(np.dtype(getattr(ml_dtypes, d.name))) is d
+        elif d.tier == 1 or d.name == "float16":
+            assert hurray.dtype(np.dtype(d.name)) is d
+            assert hurray.dtype(np.dtype(d.name).type) is d  # np.float32, np.bool_, ...
+        if isinstance(getattr(torch, d.name, None), torch.dtype):
+            assert hurray.dtype(getattr(torch, d.name)) is d
+    assert hurray.dtype(torch.half) is hurray.dtype.float16
+    assert hurray.dtype(float) is hurray.float64 and hurray.dtype(bool) is hurray.bool
+    # every dtype argument takes the same forms
+    t = hurray.Tensor(bytes(4), torch.bfloat16, [2])
+    assert t.dtype is hurray.dtype.bfloat16
+    assert hurray.Tensor(bytes(4), np.float32, [1]).dtype is hurray.float32
+
+
+def test_foreign_dtypes_without_a_hurray_dtype_are_refused():
+    np = peer("numpy")
+    torch = peer("torch")
+    with pytest.raises(hurray.UnsupportedError, match="byte-swapped"):
+        hurray.dtype(np.dtype(">f4"))
+    for spec in (np.dtype([("a", "f4")]), np.dtype("U3"), object, torch.quint8,
+                 torch.float4_e2m1fn_x2):
+        with pytest.raises(hurray.DTypeError, match="no dtype is named"):
+            hurray.dtype(spec)
+    for spec in (None, 3, [1], np.zeros(2)):
+        with pytest.raises(TypeError, match="NumPy dtype or scalar type .* or a PyTorch dtype"):
+            hurray.dtype(spec)

@@ -1,5 +1,6 @@
 """The package as a whole: its namespace, exact signatures, exported symbols."""
 
+import builtins
 import inspect
 import shutil
 import subprocess
@@ -15,11 +16,21 @@ def test_all_is_complete_and_importable():
     for name in hurray.__all__:
         assert hasattr(hurray, name), name
     public = {n for n in vars(_hurray) if not n.startswith("_") and n != "C_ABI_VERSION"}
-    assert public - {"open"} <= set(hurray.__all__)
-    assert "open" not in hurray.__all__  # a star import must not shadow builtins.open
+    shadowing = {n for n in public if hasattr(builtins, n)}
+    assert shadowing == {"open", "BufferError", "bool"}
+    assert public - shadowing <= set(hurray.__all__)
+    assert not shadowing & set(hurray.__all__)
+
+
+def test_a_star_import_shadows_no_builtin():
     namespace = {}
     exec("from hurray import *", namespace)
-    assert "open" not in namespace and callable(hurray.open)
+    assert namespace["float32"] is hurray.float32 and namespace["Tensor"] is hurray.Tensor
+    for name in ("open", "BufferError", "bool"):
+        assert name not in namespace
+        assert getattr(hurray, name) is not getattr(builtins, name)
+    # ... so code after the import still means the builtins
+    exec("assert bool(1) is True and issubclass(BufferError, Exception) and open", namespace)
     assert hurray.__version__ == _hurray.__version__
     assert hurray.C_ABI_VERSION == 4
 
