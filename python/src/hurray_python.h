@@ -390,6 +390,13 @@ extern const char hurray__py_tensor_bytes_view_doc[];
 PyObject *hurray__py_tensor_bytes_view(PyObject *op, PyObject *unused);
 
 /* ============================================================================================
+ * pickle.c: Tensor.__reduce_ex__ (ADR-043)
+ * ============================================================================================ */
+
+extern const char hurray__py_tensor_reduce_ex_doc[];
+PyObject *hurray__py_tensor_reduce_ex(PyObject *op, PyObject *protocol);
+
+/* ============================================================================================
  * numpy.c
  * ============================================================================================ */
 

@@ -1445,53 +1445,64 @@ static PyObject *get_array_namespace(PyObject *op, void *closure) {
  * repr
  * ============================================================================================ */
 
+/* The repr is not a constructor call, and does not pretend to be one: <hurray.Tensor ...>,
+ * with the values (as tolist() gives them) of a small Tier 1 tensor in CPU memory, as NumPy
+ * and PyTorch show theirs, and the fields that differ from the defaults. */
+#define REPR_MAX_VALUES 64
+
 static PyObject *tensor_repr(PyObject *op) {
   HurrayState *st = hurray__py_state_of(op);
   if (SELF->context == NULL) return PyUnicode_FromString("<hurray.Tensor (cleared)>");
   if (SELF->desc->nparts == 0) {
-    return PyUnicode_FromFormat("hurray.Tensor(layout='%s', children=%u)",
+    return PyUnicode_FromFormat("<hurray.Tensor layout=%s children=%u>",
                                 hurray_layout_name((int)SELF->desc->layout),
                                 (unsigned)SELF->desc->nchildren);
   }
   const HurrayArray *values = &SELF->desc->parts[0];
   const HurrayBufferDesc *bd = &hurray__py_tensor_buffer(SELF, values)->desc;
+  const HurrayDTypeInfo *dtype = hurray_dtype_info(SELF->desc->dtype);
   PyObject *shape = int64_tuple(SELF->desc->ndim, SELF->desc->shape);
   PyObject *device = hurray__py_device_new(st, bd->device_tag, bd->device_id);
-  PyObject *dtype = hurray__py_dtype_object(st, SELF->desc->dtype);
   PyObject *text = NULL;
   if (shape != NULL && device != NULL) {
-    text = PyUnicode_FromFormat("hurray.Tensor(shape=%R, dtype=%R, device=%R", shape,
-                                dtype == NULL ? Py_None : dtype, device);
+    text = PyUnicode_FromFormat("<hurray.Tensor shape=%R dtype=%s device=%S", shape,
+                                dtype == NULL ? "?" : dtype->name, device);
   }
   Py_XDECREF(shape);
   Py_XDECREF(device);
   if (text == NULL) return NULL;
   /* Then only what differs from the defaults. */
-  const char *extra[4] = {NULL, NULL, NULL, NULL};
-  char buffers[4][64];
-  int n = 0;
+  char extra[160] = "";
+  size_t used = 0;
+  if (SELF->desc->layout != HURRAY_LAYOUT_DENSE) {
+    used += (size_t)snprintf(extra + used, sizeof extra - used, " layout=%s",
+                             hurray_layout_name((int)SELF->desc->layout));
+  }
   if (bd->memory_class != HURRAY_MEM_DEVICE) {
-    snprintf(buffers[n], sizeof buffers[n], ", memory_class='%s'",
-             hurray_memory_class_name(bd->memory_class));
-    extra[n] = buffers[n];
-    n++;
+    used += (size_t)snprintf(extra + used, sizeof extra - used, " memory_class=%s",
+                             hurray_memory_class_name(bd->memory_class));
   }
   if (bd->sync_mode != HURRAY_SYNC_READY) {
-    snprintf(buffers[n], sizeof buffers[n], ", sync_mode='%s'",
-             hurray_sync_mode_name(bd->sync_mode));
-    extra[n] = buffers[n];
-    n++;
+    used += (size_t)snprintf(extra + used, sizeof extra - used, " sync_mode=%s",
+                             hurray_sync_mode_name(bd->sync_mode));
   }
-  if (SELF->desc->layout != HURRAY_LAYOUT_DENSE) {
-    snprintf(buffers[n], sizeof buffers[n], ", layout='%s'",
-             hurray_layout_name((int)SELF->desc->layout));
-    extra[n] = buffers[n];
-    n++;
+  if (hurray__py_tensor_readonly(SELF)) snprintf(extra + used, sizeof extra - used, " readonly");
+  uint64_t numel = 0;
+  PyObject *list = NULL;
+  if (SELF->desc->layout == HURRAY_LAYOUT_DENSE && bd->device_tag == HURRAY_DEVICE_CPU &&
+      dtype != NULL && dtype->tier == 1 && tensor_numel(st, SELF, &numel) == 0 &&
+      numel <= REPR_MAX_VALUES) {
+    list = tensor_tolist(op, NULL);
   }
-  if (hurray__py_tensor_readonly(SELF)) extra[n++] = ", readonly=True";
-  PyObject *full =
-      PyUnicode_FromFormat("%U%s%s%s%s)", text, extra[0] ? extra[0] : "", extra[1] ? extra[1] : "",
-                           extra[2] ? extra[2] : "", extra[3] ? extra[3] : "");
+  PyObject *full = NULL;
+  if (PyErr_Occurred()) {
+    Py_XDECREF(list);
+  } else if (list != NULL) {
+    full = PyUnicode_FromFormat("%U%s values=%R>", text, extra, list);
+    Py_DECREF(list);
+  } else {
+    full = PyUnicode_FromFormat("%U%s>", text, extra);
+  }
   Py_DECREF(text);
   return full;
 }
@@ -1694,6 +1705,7 @@ static PyMethodDef tensor_methods[] = {
                ">>> hurray.Tensor(bytes([0x21, 0x43]), hurray.dtype.int4, [3]).tobytes()\n"
                "b'!\\x03'\n")},
     {"bytes_view", hurray__py_tensor_bytes_view, METH_NOARGS, hurray__py_tensor_bytes_view_doc},
+    {"__reduce_ex__", hurray__py_tensor_reduce_ex, METH_O, hurray__py_tensor_reduce_ex_doc},
     {"tolist", tensor_tolist, METH_NOARGS,
      PyDoc_STR("tolist($self, /)\n"
                "--\n"

@@ -184,7 +184,25 @@ def test_properties_of_a_cpu_tensor():
     assert t.device == hurray.Device("cpu", 0)
     assert (t.device.tag, t.device.index, t.device.name) == (0, 0, "cpu")
     assert (t.memory_class, t.sync_mode, t.layout) == ("device", "ready", "dense")
-    assert repr(t) == 'hurray.Tensor(shape=(2, 3), dtype=hurray.float32, device=hurray.Device("cpu", 0))'
+    assert repr(t) == ("<hurray.Tensor shape=(2, 3) dtype=float32 device=cpu:0 "
+                       "values=[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]>")
+
+
+def test_repr_does_not_pretend_to_be_python_and_shows_small_tier1_values():
+    small = hurray.from_numpy(np.arange(6, dtype=np.int16).reshape(3, 2).T)
+    assert repr(small) == "<hurray.Tensor shape=(2, 3) dtype=int16 device=cpu:0 " \
+                          "values=[[0, 2, 4], [1, 3, 5]]>"
+    assert repr(hurray.Tensor(b"\x01", hurray.bool, [])) == \
+        "<hurray.Tensor shape=() dtype=bool device=cpu:0 readonly values=True>"
+    # 64 values at most, Tier 1 only: beyond, the descriptor alone
+    assert repr(hurray.from_numpy(np.zeros(64, np.uint8))).endswith("values=" + str([0] * 64) + ">")
+    assert repr(hurray.from_numpy(np.zeros(65, np.uint8))) == \
+        "<hurray.Tensor shape=(65,) dtype=uint8 device=cpu:0>"
+    assert repr(hurray.Tensor(bytes(4), hurray.dtype.bfloat16, [2])) == \
+        "<hurray.Tensor shape=(2,) dtype=bfloat16 device=cpu:0 readonly>"
+    for t in (small, hurray.Tensor(bytes(4), hurray.dtype.int4, [8])):
+        with pytest.raises(SyntaxError):
+            eval(repr(t))
 
 
 def test_zero_d_and_zero_size():
@@ -294,9 +312,8 @@ def test_from_address_describes_device_memory_without_touching_it():
     assert str(t.device) == "cuda:1"
     assert (t.memory_class, t.sync_mode, t.readonly, t.nbytes) == ("unified", "ready", True, 256)
     assert t.buffer_address == 0x7F00_0000_1000
-    assert repr(t) == ('hurray.Tensor(shape=(16, 8), dtype=hurray.dtype.bfloat16, '
-                       'device=hurray.Device("cuda", 1), memory_class=\'unified\', '
-                       'readonly=True)')
+    assert repr(t) == ("<hurray.Tensor shape=(16, 8) dtype=bfloat16 device=cuda:1 "
+                       "memory_class=unified readonly>")
     refs = sys.getrefcount(owner)
     del t
     gc.collect()
