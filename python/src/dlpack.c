@@ -158,6 +158,11 @@ static PyObject *device_tuple(HurrayDLDevice device) {
 }
 
 /* The DLPack device of a tensor's values; UnsupportedError where DLPack has none. */
+/* What every "DLPack cannot carry it" error adds: the route that carries it. */
+#define NATIVE_ROUTE \
+  "; Hurray-aware consumers take it whole through the native protocol, hurray.from_hurray(t) " \
+  "(t.__hurray__())"
+
 static int tensor_dl_device(HurrayState *st, HurrayTensorObject *self, HurrayDLDevice *device) {
   const HurrayArray *values = hurray__py_tensor_values(st, self);
   if (values == NULL) return -1;
@@ -165,6 +170,10 @@ static int tensor_dl_device(HurrayState *st, HurrayTensorObject *self, HurrayDLD
   HurrayError error = {0};
   int status =
       hurray_device_to_dlpack(desc->device_tag, desc->memory_class, &device->device_type, &error);
+  if (status == HURRAY_EUNSUPPORTED) {
+    hurray__py_raise_statusf(st, status, "%s%s", error.message, NATIVE_ROUTE);
+    return -1;
+  }
   if (status != HURRAY_OK) {
     hurray__py_raise_status(st, status, &error);
     return -1;
@@ -312,15 +321,14 @@ PyObject *hurray__py_tensor_dlpack(PyObject *op, PyObject *const *args, Py_ssize
   if (values == NULL) return NULL;
   if (self->desc->layout != HURRAY_LAYOUT_DENSE) {
     return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
-                            "DLPack carries dense tensors only; this one is %s (the native "
-                            "protocol carries every layout)",
+                            "DLPack carries dense tensors only; this one is %s" NATIVE_ROUTE,
                             hurray_layout_name((int)self->desc->layout));
   }
   const HurrayDTypeInfo *dtype = hurray_dtype_info(values->dtype);
   if (dtype->dlpack_lanes == 0) {
     return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
                             "%s has no DLPack dtype (DLPack has no code for packed %d-bit "
-                            "integers)",
+                            "integers)" NATIVE_ROUTE,
                             dtype->name, (int)dtype->bits);
   }
   HurrayDLDevice device;
@@ -346,11 +354,7 @@ PyObject *hurray__py_tensor_dlpack(PyObject *op, PyObject *const *args, Py_ssize
   /* Without a runtime nothing can be made to wait: the bytes must already be safe on the
    * consumer's stream (None included: DLPack's legacy default stream), see stream.c. */
   const HurrayBuffer *buffer = hurray__py_tensor_buffer(self, values);
-  HurrayPyStream stream;
-  if (hurray__py_stream_arg(st, a[0], buffer->desc.device_tag, &stream) < 0 ||
-      hurray__py_stream_ready(st, buffer, &stream) < 0) {
-    return NULL;
-  }
+  if (hurray__py_stream_check(st, a[0], buffer) < 0) return NULL;
 
   int readonly = hurray__py_tensor_readonly(self);
   int make_copy = copy == 1;

@@ -414,22 +414,14 @@ PyObject *hurray__py_tensor_array(PyObject *self, PyObject *const *args, Py_ssiz
  * stream.c
  * ============================================================================================ */
 
-/* The `stream` of __dlpack__ and __hurray__, as DLPack defines it for the buffer's device. */
-typedef struct HurrayPyStream {
-  int given;        /* a stream other than None was passed */
-  int no_sync;      /* stream=-1: the consumer synchronises itself */
-  uintptr_t handle; /* the consumer's stream as a sync handle (None: the legacy default stream,
-                       0x1, for CUDA and ROCm); 0 on devices without streams */
-} HurrayPyStream;
-
-/* Checks `stream` (NULL or None when not passed) by DLPack's rules for the devices of `tag`:
- * CUDA None/1/2/pointer/-1 (never 0), ROCm None/0/pointer/-1 (never 1 or 2), every other
- * device None only. -1 with hurray.InvalidArgumentError (a ValueError) otherwise. */
-int hurray__py_stream_arg(HurrayState *st, PyObject *stream, int tag, HurrayPyStream *out);
-/* Whether `buffer`'s bytes are safe on the consumer's stream without a device runtime: READY,
- * ordered on that very stream, or stream=-1. 0 if so; -1 with hurray.BufferError if not. */
-int hurray__py_stream_ready(HurrayState *st, const HurrayBuffer *buffer,
-                            const HurrayPyStream *stream);
+/* The one rule of the `stream` argument of __dlpack__ and __hurray__ (DLPack's, ADR-023 §6),
+ * for one buffer: `stream` (NULL or None when not passed) must be valid for the buffer's
+ * device -- CUDA None/1/2/pointer/-1 (never 0), ROCm None/0/pointer/-1 (never 1 or 2), every
+ * other device None only -- else hurray.InvalidArgumentError (a ValueError); and the bytes
+ * must be safe on that stream (None: the legacy default stream, 0x1, of CUDA and ROCm)
+ * without a device runtime -- READY, ordered on that very stream, or stream=-1 -- else
+ * hurray.BufferError. 0 when both hold. */
+int hurray__py_stream_check(HurrayState *st, PyObject *stream, const HurrayBuffer *buffer);
 /* Whether the devices of `tag` have streams (CUDA, ROCm). */
 int hurray__py_stream_device(int tag);
 

@@ -22,10 +22,12 @@
  * "used_hurray_tensor" and the context adopted by a new Tensor, which releases it exactly once
  * when it is finalised. The producer stays alive through the context's owner.
  *
- * Streams follow DLPack (stream.c). A consumer that names a stream asks for the bytes to be
- * safe on it, as with __dlpack__; without one (None) nothing needs to be made safe, because
- * unlike a DLPack tensor the context carries every buffer's sync state (mode, handle, value)
- * for the consumer to honour. from_hurray therefore passes no stream, and keeps the state.
+ * Streams follow DLPack exactly (ADR-023 §6), through the very check __dlpack__ makes
+ * (stream.c), applied to every buffer: the bytes must be safe on the consumer's stream, and
+ * None is DLPack's None (the legacy default stream of CUDA and ROCm; devices without streams
+ * must be READY). A consumer that honours each buffer's sync state itself -- the context
+ * carries mode, handle and value -- says so with stream=-1, as with DLPack. from_hurray passes
+ * no stream.
  */
 #include "hurray_python.h"
 
@@ -48,24 +50,16 @@ static void capsule_destructor(PyObject *capsule) {
   hurray__py_error_restore(&saved);
 }
 
-/* With a stream named, every buffer must be safe on it, exactly as __dlpack__ requires. */
-static int check_stream(HurrayState *st, HurrayTensorObject *self, PyObject *stream_obj) {
+/* The producer's one step, shared by __hurray__ and the hand-over in from_hurray (which passes
+ * no stream): every buffer must be safe on the consumer's stream, exactly as __dlpack__
+ * requires of its one buffer (stream.c), None included; then a fresh context over the memory
+ * of the live tensor, owned by whoever receives it. */
+static HurrayTensorContext *produce(HurrayState *st, HurrayTensorObject *self, PyObject *stream) {
+  if (hurray__py_tensor_live(st, self) < 0) return NULL;
   const HurrayBufferList *buffers = self->context->buffers;
   for (uint32_t i = 0; i < buffers->count; i++) {
-    const HurrayBuffer *buffer = buffers->buffers[i];
-    HurrayPyStream stream;
-    if (hurray__py_stream_arg(st, stream_obj, buffer->desc.device_tag, &stream) < 0 ||
-        hurray__py_stream_ready(st, buffer, &stream) < 0) {
-      return -1;
-    }
+    if (hurray__py_stream_check(st, stream, buffers->buffers[i]) < 0) return NULL;
   }
-  return 0;
-}
-
-/* The producer's one step, shared by __hurray__ and the hand-over in from_hurray: a fresh
- * context over the memory of a live tensor, owned by whoever receives it. */
-static HurrayTensorContext *produce(HurrayState *st, HurrayTensorObject *self) {
-  if (hurray__py_tensor_live(st, self) < 0) return NULL;
   return hurray__py_tensor_share(st, self, self->desc, -1);
 }
 
@@ -85,11 +79,11 @@ const char hurray__py_tensor_hurray_doc[] =
     "Parameters\n"
     "----------\n"
     "stream : int or None, optional\n"
-    "    DLPack's stream argument, with DLPack's meaning and rules for each\n"
-    "    buffer's device. When a stream is named, every buffer must be ready\n"
-    "    on it, or the stream must be -1 (the consumer synchronises itself).\n"
-    "    With None, each buffer's sync state travels in the capsule for the\n"
-    "    consumer to honour.\n"
+    "    Exactly ``__dlpack__``'s stream, checked for every buffer: valid for\n"
+    "    the buffer's device by DLPack's rules, and the bytes safe on it\n"
+    "    (None: the legacy default stream of CUDA and ROCm) -- ready, ordered\n"
+    "    on that very stream, or -1, the consumer's word that it honours each\n"
+    "    buffer's sync state, which the capsule carries.\n"
     "\n"
     "Returns\n"
     "-------\n"
@@ -104,7 +98,7 @@ const char hurray__py_tensor_hurray_doc[] =
     "Raises\n"
     "------\n"
     "hurray.BufferError\n"
-    "    A stream is named and a buffer is not ready on it.\n"
+    "    A buffer is not ready on the consumer's stream (None included).\n"
     "hurray.InvalidArgumentError\n"
     "    The stream is not valid for a buffer's device (a ValueError).\n"
     "\n"
@@ -128,12 +122,7 @@ PyObject *hurray__py_tensor_hurray(PyObject *op, PyObject *const *args, Py_ssize
     return NULL;
   }
   HurrayState *st = hurray__py_state_of(op);
-  HurrayTensorObject *self = (HurrayTensorObject *)op;
-  if (stream != NULL && stream != Py_None &&
-      (hurray__py_tensor_live(st, self) < 0 || check_stream(st, self, stream) < 0)) {
-    return NULL;
-  }
-  HurrayTensorContext *context = produce(st, self);
+  HurrayTensorContext *context = produce(st, (HurrayTensorObject *)op, stream);
   if (context == NULL) return NULL;
   PyObject *capsule = PyCapsule_New(context, CAPSULE_NAME, capsule_destructor);
   if (capsule == NULL) hurray_tensor_context_release(context);
@@ -152,7 +141,7 @@ static PyObject *from_hurray(PyObject *module, PyObject *obj) {
      * inside this call, by this very library. Its checks hold by construction (this ABI
      * version; validated by hurray_tensor_context_create a moment ago; nobody else saw it),
      * so the context goes from the producer to the consumer directly. */
-    HurrayTensorContext *context = produce(st, (HurrayTensorObject *)obj);
+    HurrayTensorContext *context = produce(st, (HurrayTensorObject *)obj, NULL);
     return context == NULL ? NULL : hurray__py_tensor_adopt(st, context);
   }
   PyObject *argv[2] = {NULL, obj}; /* argv[0]: scratch for PY_VECTORCALL_ARGUMENTS_OFFSET */

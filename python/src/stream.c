@@ -17,6 +17,13 @@
  */
 #include "hurray_python.h"
 
+/* The consumer's `stream`, as DLPack defines it for a buffer's device. */
+typedef struct HurrayPyStream {
+  int no_sync;      /* stream=-1: the consumer synchronises itself */
+  uintptr_t handle; /* the consumer's stream as a sync handle (None: the legacy default stream,
+                       0x1, for CUDA and ROCm); 0 on devices without streams */
+} HurrayPyStream;
+
 typedef enum StreamFamily { STREAMS_NONE, STREAMS_CUDA, STREAMS_ROCM } StreamFamily;
 
 static StreamFamily stream_family(int tag) {
@@ -34,12 +41,11 @@ int hurray__py_stream_device(int tag) {
   return stream_family(tag) != STREAMS_NONE;
 }
 
-int hurray__py_stream_arg(HurrayState *st, PyObject *stream, int tag, HurrayPyStream *out) {
+static int stream_arg(HurrayState *st, PyObject *stream, int tag, HurrayPyStream *out) {
   StreamFamily family = stream_family(tag);
-  out->given = stream != NULL && stream != Py_None;
   out->no_sync = 0;
   out->handle = family == STREAMS_NONE ? 0 : 1;
-  if (!out->given) return 0;
+  if (stream == NULL || stream == Py_None) return 0;
   if (family == STREAMS_NONE) {
     const char *name = hurray_device_name(tag);
     if (name != NULL) {
@@ -76,8 +82,8 @@ int hurray__py_stream_arg(HurrayState *st, PyObject *stream, int tag, HurrayPySt
   return 0;
 }
 
-int hurray__py_stream_ready(HurrayState *st, const HurrayBuffer *buffer,
-                            const HurrayPyStream *stream) {
+static int stream_ready(HurrayState *st, const HurrayBuffer *buffer,
+                        const HurrayPyStream *stream) {
   if (buffer->desc.sync_mode == HURRAY_SYNC_READY || stream->no_sync ||
       (buffer->desc.sync_mode == HURRAY_SYNC_STREAM &&
        (uintptr_t)buffer->sync_handle == stream->handle)) {
@@ -89,4 +95,10 @@ int hurray__py_stream_ready(HurrayState *st, const HurrayBuffer *buffer,
                    "synchronise first and pass stream=-1",
                    hurray_sync_mode_name(buffer->desc.sync_mode));
   return -1;
+}
+
+int hurray__py_stream_check(HurrayState *st, PyObject *stream_obj, const HurrayBuffer *buffer) {
+  HurrayPyStream stream;
+  if (stream_arg(st, stream_obj, buffer->desc.device_tag, &stream) < 0) return -1;
+  return stream_ready(st, buffer, &stream);
 }

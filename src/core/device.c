@@ -185,7 +185,8 @@ int hurray_device_check(int tag, HurrayError *error) {
 
 /* Every DLPack DLDeviceType this library knows (DLPack's integers), with the Hurray
  * (tag, memory class) it corresponds to; tag HURRAY_DEVICE_INVALID where Hurray names none.
- * Both directions of the mapping read this one table. */
+ * Both directions of the mapping read this one table. It implements the mapping table of
+ * docs/impl/python-bindings.md ("Devices: Hurray -> DLPack"), the authoritative one (ADR-016). */
 typedef struct DLPackDevice {
   int32_t dl_device_type;
   const char *dl_name;

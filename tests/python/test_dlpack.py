@@ -117,11 +117,33 @@ def test_private_tags_have_no_dlpack_form():
         hurray.unregister_device(0xF7)
 
 
-def test_unsupported_rows_name_the_reason():
-    with pytest.raises(hurray.UnsupportedError, match="kDLROCMManaged does not exist"):
-        device_tensor("rocm", "unified").__dlpack_device__()
-    with pytest.raises(hurray.UnsupportedError, match="peer-mapped memory"):
-        device_tensor("cuda", "peer").__dlpack_device__()
+NATIVE_ROUTE = r"; Hurray-aware consumers take it whole through the native protocol, " \
+               r"hurray.from_hurray\(t\) \(t.__hurray__\(\)\)$"
+
+
+def test_unsupported_rows_name_the_reason_and_the_native_route():
+    hurray.register_device(0xF7, "acme_dsp")
+    try:
+        for t, reason in [(device_tensor("rocm", "unified"), "kDLROCMManaged does not exist"),
+                          (device_tensor("cuda", "peer"), "peer-mapped memory"),
+                          (device_tensor("acme_dsp"), "implementation-private")]:
+            for export in (t.__dlpack_device__, lambda: t.__dlpack__(max_version=(1, 0))):
+                with pytest.raises(hurray.UnsupportedError, match=reason + ".*" + NATIVE_ROUTE):
+                    export()
+            hurray.from_hurray(t)  # ... which does carry it
+    finally:
+        hurray.unregister_device(0xF7)
+
+
+def test_what_dlpack_cannot_carry_names_the_native_route():
+    packed = hurray.Tensor(bytes(2), hurray.dtype.int4, [4])
+    values = hurray.Tensor(bytes(4), hurray.int8, [2, 2])
+    scales = hurray.Tensor(bytes(8), hurray.float32, [2])
+    layered = hurray.Tensor.from_parts("per_channel", [values, scales])
+    with pytest.raises(hurray.UnsupportedError, match="int4 has no DLPack dtype.*" + NATIVE_ROUTE):
+        packed.__dlpack__()
+    with pytest.raises(hurray.UnsupportedError, match="dense tensors only.*" + NATIVE_ROUTE):
+        layered.__dlpack__()
 
 
 @pytest.mark.parametrize("dl_type", sorted(FROM_DLPACK))

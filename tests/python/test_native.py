@@ -523,8 +523,53 @@ def device_tensor(device, memory_class="device", **kwargs):
                                       memory_class=memory_class, **extra, **kwargs)
 
 
-STREAMS = [None, -2, -1, 0, 1, 2, 3, 0x7F00_1000]
+READY = {}
+ON_DEFAULT = dict(sync_mode="stream", sync_handle=0x1)  # CUDA's legacy / HIP's null stream
+ON_OTHER = dict(sync_mode="stream", sync_handle=0x5000)
+EVENT = dict(sync_mode="event", sync_handle=0x7000)
+TIMELINE = dict(sync_mode="timeline", sync_handle=0x9000, sync_value=42)
+OK, BAD_STREAM, NOT_READY = None, hurray.InvalidArgumentError, hurray.BufferError
 
+# (device, memory class, sync state, stream) -> what both __hurray__ and __dlpack__ do.
+STREAM_RULES = [
+    # devices without streams: None only, and the data must be ready
+    ("cpu", "device", READY, None, OK),
+    ("cpu", "device", READY, -1, BAD_STREAM),
+    ("cpu", "device", READY, 0, BAD_STREAM),
+    ("vulkan", "device", READY, None, OK),
+    ("vulkan", "device", READY, 1, BAD_STREAM),
+    ("vulkan", "device", TIMELINE, None, NOT_READY),
+    ("vulkan", "device", TIMELINE, -1, BAD_STREAM),
+    ("metal", "unified", READY, None, OK),
+    ("metal", "unified", READY, 2, BAD_STREAM),
+    ("metal", "unified", EVENT, None, NOT_READY),
+    # CUDA: None/1 legacy default, 2 per-thread default, > 2 a stream, -1 no sync; never 0
+    ("cuda", "device", READY, None, OK),
+    ("cuda", "device", READY, 2, OK),
+    ("cuda", "device", READY, 0x7F00_1000, OK),
+    ("cuda", "device", READY, 0, BAD_STREAM),
+    ("cuda", "device", READY, -2, BAD_STREAM),
+    ("cuda", "host", ON_DEFAULT, None, OK),
+    ("cuda", "host", ON_DEFAULT, 1, OK),
+    ("cuda", "host", ON_DEFAULT, 2, NOT_READY),
+    ("cuda", "unified", ON_OTHER, None, NOT_READY),
+    ("cuda", "unified", ON_OTHER, 0x5000, OK),
+    ("cuda", "unified", ON_OTHER, -1, OK),
+    ("cuda", "device", EVENT, None, NOT_READY),
+    ("cuda", "device", EVENT, 0x7000, NOT_READY),  # an event is not a stream
+    ("cuda", "device", EVENT, -1, OK),
+    # ROCm: None/0 the null stream, > 2 a stream, -1 no sync; never 1 or 2
+    ("rocm", "device", READY, 0, OK),
+    ("rocm", "device", READY, 1, BAD_STREAM),
+    ("rocm", "host", ON_DEFAULT, None, OK),
+    ("rocm", "host", ON_DEFAULT, 0, OK),
+    ("rocm", "host", ON_DEFAULT, 0x6000, NOT_READY),
+    ("rocm", "host", EVENT, None, NOT_READY),
+    ("rocm", "host", EVENT, -1, OK),
+]
+
+
+STREAMS = [None, -2, -1, 0, 1, 2, 3, 0x7F00_1000]
 
 # DLPack's "Stream parameter semantics", by device family: the Hurray tag decides, whatever
 # the memory class (CUDA pinned host and managed memory are CUDA's; ROCm host memory ROCm's).
@@ -554,6 +599,23 @@ def test_stream_values_are_judged_exactly_as_by_dlpack(device, memory_class, acc
             assert type(info.value) is hurray.InvalidArgumentError
 
 
+def outcome(call):
+    try:
+        call()
+        return OK
+    except hurray.HurrayError as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize("device,memory_class,sync,stream,expected", STREAM_RULES)
+def test_stream_rules_are_dlpacks_in_both_protocols(device, memory_class, sync, stream, expected):
+    t = device_tensor(device, memory_class, **sync)
+    assert outcome(lambda: t.__hurray__(stream=stream)) is expected
+    assert outcome(lambda: t.__dlpack__(stream=stream, max_version=(1, 0))) is expected
+    if stream is None:  # passing nothing is passing None
+        assert outcome(t.__hurray__) is outcome(t.__dlpack__) is expected
+
+
 @pytest.mark.parametrize("device,memory_class,ok,bad", [
     ("cuda", "peer", [None, -1, 1, 2, 0x7F00_1000], [0, -2]),
     ("rocm", "unified", [None, -1, 0, 0x7F00_1000], [1, 2, -2]),
@@ -577,33 +639,41 @@ def test_stream_rules_cover_memory_dlpack_cannot_carry(device, memory_class, ok,
             hurray.unregister_device(device)
 
 
-def test_a_named_stream_must_see_the_data_ready_else_buffer_error():
-    t = device_tensor("cuda", sync_mode="stream", sync_handle=0x5000)
-    for stream in (1, 2, 0x6000):
-        with pytest.raises(hurray.BufferError, match="not ready on the consumer's stream"):
-            t.__hurray__(stream=stream)
-    t.__hurray__(stream=-1)  # the consumer synchronises itself
-    t.__hurray__(stream=0x5000)  # the very stream the work is on
-    e = device_tensor("cuda", sync_mode="event", sync_handle=0x7000)
-    with pytest.raises(hurray.BufferError):
-        e.__hurray__(stream=0x7000)  # an event is not a stream
-    e.__hurray__(stream=-1)
-
-
 @pytest.mark.parametrize("device,sync", [
-    ("cuda", dict(sync_mode="stream", sync_handle=0x5000)),
-    ("cuda", dict(sync_mode="event", sync_handle=0x7000)),
-    ("vulkan", dict(sync_mode="timeline", sync_handle=0x9000, sync_value=42)),
-    ("rocm", dict(sync_mode="event", sync_handle=0xA000)),
+    ("cuda", ON_OTHER), ("cuda", EVENT), ("rocm", EVENT), ("vulkan", TIMELINE),
 ])
-def test_without_a_stream_the_sync_state_travels_for_the_consumer_to_honour(device, sync):
-    """DLPack can only refuse data that is not ready (and cannot carry a timeline at all);
-    the native capsule says what to wait for, so from_hurray passes no stream."""
+def test_from_hurray_passes_no_stream_as_dlpack_consumers_do(device, sync):
+    """from_hurray asks for the bytes on the default stream, so data not ready there is
+    refused as np.from_dlpack refuses it, whoever the producer."""
     t = device_tensor(device, **sync)
-    copy = hurray.from_hurray(t)
+    with pytest.raises(hurray.BufferError, match="not ready on the consumer's stream"):
+        hurray.from_hurray(t)
+
+    class Forwarding:  # a foreign producer: from_hurray calls its __hurray__()
+        def __hurray__(self, stream=None):
+            return t.__hurray__(stream)
+
+    with pytest.raises(hurray.BufferError, match="not ready on the consumer's stream"):
+        hurray.from_hurray(Forwarding())
+
+
+@pytest.mark.parametrize("device,sync", [("cuda", ON_OTHER), ("cuda", EVENT), ("rocm", EVENT)])
+def test_a_consumer_that_synchronises_itself_gets_each_buffers_sync_state(device, sync):
+    """stream=-1, as with DLPack; unlike a DLPack tensor the context says what to wait for."""
+    t = device_tensor(device, **sync)
+
+    class SelfSynchronising:
+        def __hurray__(self, stream=None):
+            return t.__hurray__(stream=-1)
+
+    copy = hurray.from_hurray(SelfSynchronising())
     assert copy.sync_mode == sync["sync_mode"]
     assert copy.buffers[0]["sync_handle"] == sync["sync_handle"]
-    assert copy.buffers[0]["sync_value"] == sync.get("sync_value", 0)
+
+
+def test_data_ordered_on_the_default_stream_keeps_its_state():
+    copy = hurray.from_hurray(device_tensor("cuda", "host", **ON_DEFAULT))
+    assert (copy.sync_mode, copy.buffers[0]["sync_handle"]) == ("stream", 0x1)
 
 
 def test_stream_argument_is_positional_or_keyword():
