@@ -93,7 +93,8 @@ _tier1 = {name: value for name, value in vars(_hurray).items() if isinstance(val
 globals().update(_tier1)
 
 # A star import brings every public name except those that would shadow a builtin
-# (hurray.open, hurray.BufferError, hurray.bool): those are reached as hurray.<name>.
+# (hurray.open, hurray.BufferError, hurray.bool, hurray.FileNotFoundError, ...): those are
+# reached as hurray.<name>.
 __all__ = [name for name in [
     "C_ABI_VERSION",
     "ABIError",
