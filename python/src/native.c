@@ -22,12 +22,13 @@
  * "used_hurray_tensor" and the context adopted by a new Tensor, which releases it exactly once
  * when it is finalised. The producer stays alive through the context's owner.
  *
- * Streams follow DLPack exactly (ADR-023 §6), through the very check __dlpack__ makes
- * (stream.c), applied to every buffer: the bytes must be safe on the consumer's stream, and
- * None is DLPack's None (the legacy default stream of CUDA and ROCm; devices without streams
- * must be READY). A consumer that honours each buffer's sync state itself -- the context
- * carries mode, handle and value -- says so with stream=-1, as with DLPack. from_hurray passes
- * no stream.
+ * Streams follow DLPack (stream.c): a stream the consumer names is judged by the very check
+ * __dlpack__ makes, for every buffer -- valid for the device, and the bytes safe on it.
+ * Without one (None) nothing needs to be made safe, because unlike a DLPack tensor the
+ * context carries every buffer's sync state (mode, handle, value) for the consumer to honour:
+ * that is how an OpenCL event, a Vulkan timeline or a private device's fence crosses at all,
+ * where DLPack's None allows only None and data that is ready. from_hurray passes no stream,
+ * and keeps the state.
  */
 #include "hurray_python.h"
 
@@ -51,13 +52,13 @@ static void capsule_destructor(PyObject *capsule) {
 }
 
 /* The producer's one step, shared by __hurray__ and the hand-over in from_hurray (which passes
- * no stream): every buffer must be safe on the consumer's stream, exactly as __dlpack__
- * requires of its one buffer (stream.c), None included; then a fresh context over the memory
- * of the live tensor, owned by whoever receives it. */
+ * no stream): with a stream named, every buffer must be safe on it, exactly as __dlpack__
+ * requires of its one buffer (stream.c); then a fresh context over the memory of the live
+ * tensor, owned by whoever receives it. */
 static HurrayTensorContext *produce(HurrayState *st, HurrayTensorObject *self, PyObject *stream) {
   if (hurray__py_tensor_live(st, self) < 0) return NULL;
   const HurrayBufferList *buffers = self->context->buffers;
-  for (uint32_t i = 0; i < buffers->count; i++) {
+  for (uint32_t i = 0; stream != NULL && stream != Py_None && i < buffers->count; i++) {
     if (hurray__py_stream_check(st, stream, buffers->buffers[i]) < 0) return NULL;
   }
   return hurray__py_tensor_share(st, self, self->desc, -1);
@@ -79,11 +80,11 @@ const char hurray__py_tensor_hurray_doc[] =
     "Parameters\n"
     "----------\n"
     "stream : int or None, optional\n"
-    "    Exactly ``__dlpack__``'s stream, checked for every buffer: valid for\n"
-    "    the buffer's device by DLPack's rules, and the bytes safe on it\n"
-    "    (None: the legacy default stream of CUDA and ROCm) -- ready, ordered\n"
-    "    on that very stream, or -1, the consumer's word that it honours each\n"
-    "    buffer's sync state, which the capsule carries.\n"
+    "    DLPack's stream argument, judged by the check ``__dlpack__`` makes,\n"
+    "    for every buffer: valid for the buffer's device, and the bytes ready\n"
+    "    on it, ordered on that very stream, or the stream is -1 (the consumer\n"
+    "    synchronises itself). With None, each buffer's sync state travels in\n"
+    "    the capsule for the consumer to honour.\n"
     "\n"
     "Returns\n"
     "-------\n"
@@ -98,7 +99,7 @@ const char hurray__py_tensor_hurray_doc[] =
     "Raises\n"
     "------\n"
     "hurray.BufferError\n"
-    "    A buffer is not ready on the consumer's stream (None included).\n"
+    "    A stream is named and a buffer is not ready on it.\n"
     "hurray.InvalidArgumentError\n"
     "    The stream is not valid for a buffer's device (a ValueError).\n"
     "\n"

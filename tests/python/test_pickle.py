@@ -4,7 +4,11 @@ whole descriptor; pickle protocol 5 passes the bytes out of band, without a copy
 import copy
 import gc
 import hashlib
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -112,8 +116,11 @@ def test_device_tensors_are_refused():
 # ============================================================================================
 
 
-def test_dask_worker_processes_compute_on_tensors_and_send_them_back():
-    distributed = peer("distributed")
+def dask_round_trip():
+    """Sends a per-channel int4 tensor and a strided bfloat16 tensor to the worker processes of
+    a two-process LocalCluster, computes on them there and checks what comes back."""
+    import distributed
+
     sent = {"weight": per_channel_int4(), "activations": bfloat16_tensor()}
 
     def work(t):  # runs in a worker process
@@ -132,7 +139,7 @@ def test_dask_worker_processes_compute_on_tensors_and_send_them_back():
         futures = {name: client.submit(work, t, pure=False) for name, t in sent.items()}
         results = {name: future.result(timeout=120) for name, future in futures.items()}
         pids = client.run(lambda: __import__("os").getpid())
-    assert len(set(pids.values())) == 2 and __import__("os").getpid() not in pids.values()
+    assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
 
     weight, digest = results["weight"]
     assert descriptor(weight) == descriptor(sent["weight"])
@@ -140,3 +147,12 @@ def test_dask_worker_processes_compute_on_tensors_and_send_them_back():
     activations, total = results["activations"]
     assert descriptor(activations) == descriptor(sent["activations"])
     assert total == float(np.asarray(sent["activations"]).astype(np.float32).sum())
+
+
+def test_dask_worker_processes_compute_on_tensors_and_send_them_back():
+    peer("distributed")
+    # In a fresh interpreter, so the cluster's threads, sockets and processes end with it.
+    result = subprocess.run([sys.executable, "-c", "import test_pickle as t; t.dask_round_trip()"],
+                            cwd=Path(__file__).parent, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
