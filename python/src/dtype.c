@@ -170,15 +170,17 @@ static PyObject *get_code(PyObject *self, void *c) {
 }
 
 static PyGetSetDef dtype_getset[] = {
-    {"name", get_name, NULL, PyDoc_STR("The dtype's one spelling, e.g. 'float32', 'int4'."), NULL},
+    {"name", get_name, NULL, PyDoc_STR("The dtype's one name, such as 'float32' or 'int4'."), NULL},
     {"bits", get_bits, NULL, PyDoc_STR("Storage bits per element (1 to 128)."), NULL},
     {"itemsize", get_itemsize, NULL,
      PyDoc_STR("Bytes per element, or None for sub-byte dtypes (packed, see bits)."), NULL},
     {"tier", get_tier, NULL,
-     PyDoc_STR("1: array API dtypes; 2: further floating types; 3: quantised integers."), NULL},
+     PyDoc_STR("The tier: 1 array API dtypes, 2 other floats, 3 packed integers."), NULL},
     {"kind", get_kind, NULL,
-     PyDoc_STR("'b' bool, 'i' signed, 'u' unsigned, 'f' floating, 'c' complex."), NULL},
-    {"code", get_code, NULL, PyDoc_STR("The dtype code of the Hurray format (forever)."), NULL},
+     PyDoc_STR("The kind: 'b' bool, 'i' signed, 'u' unsigned, 'f' floating, 'c' complex."),
+     NULL},
+    {"code", get_code, NULL, PyDoc_STR("The dtype's code in the Hurray format, fixed forever."),
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -189,13 +191,58 @@ static PyMethodDef dtype_methods[] = {
 };
 
 PyDoc_STRVAR(dtype_doc,
-             "dtype(name)\n--\n\n"
-             "The element type of a hurray.Tensor. Every dtype is a singleton: "
-             "hurray.dtype.<name> (hurray.dtype.int4, hurray.dtype.bfloat16, ...), the Tier 1 "
-             "ones also hurray.<name> (hurray.float32). hurray.dtype(name) returns the "
-             "singleton of a name, and of another library's dtype of the same name: a NumPy "
-             "dtype or scalar type (np.float32, ml_dtypes.bfloat16, ml_dtypes.int4) or a "
-             "PyTorch dtype (torch.bfloat16). Every dtype argument takes the same forms.");
+             "dtype(name)\n"
+             "--\n"
+             "\n"
+             "The element type of a hurray.Tensor.\n"
+             "\n"
+             "Every dtype is a singleton: ``hurray.dtype.<name>`` for each of them\n"
+             "(hurray.dtype.int4, hurray.dtype.bfloat16, ...), and ``hurray.<name>``\n"
+             "too for the Tier 1 ones (hurray.float32). Dtypes compare and hash by\n"
+             "identity and pickle by name.\n"
+             "\n"
+             "Parameters\n"
+             "----------\n"
+             "name : str, hurray.dtype, NumPy dtype or type, or torch.dtype\n"
+             "    A dtype's name ('bfloat16'), or another library's dtype of the\n"
+             "    same name: a NumPy dtype or scalar type (np.float32,\n"
+             "    ml_dtypes.bfloat16, ml_dtypes.int4) or a PyTorch dtype\n"
+             "    (torch.bfloat16). Every dtype argument of hurray takes the same\n"
+             "    forms.\n"
+             "\n"
+             "Returns\n"
+             "-------\n"
+             "hurray.dtype\n"
+             "    The singleton.\n"
+             "\n"
+             "Raises\n"
+             "------\n"
+             "hurray.DTypeError\n"
+             "    No dtype has that name (a TypeError).\n"
+             "hurray.UnsupportedError\n"
+             "    A byte-swapped NumPy dtype: Hurray's dtypes are little-endian.\n"
+             "TypeError\n"
+             "    Any other kind of object.\n"
+             "\n"
+             "Notes\n"
+             "-----\n"
+             "Tier 1 holds the array API standard's dtypes: bool, the integers,\n"
+             "float32, float64, complex64, complex128. Tier 2 the other floating\n"
+             "types: float16, bfloat16, the float8, float6 and float4 formats,\n"
+             "complex32. Tier 3 the packed integers int4, uint4, int2, uint2 and\n"
+             "uint1, stored back to back, low bits first. docs/spec/dtypes.md gives\n"
+             "every encoding.\n"
+             "\n"
+             "Examples\n"
+             "--------\n"
+             ">>> hurray.dtype(\"bfloat16\") is hurray.dtype.bfloat16\n"
+             "True\n"
+             ">>> import numpy as np\n"
+             ">>> hurray.dtype(np.float32) is hurray.float32\n"
+             "True\n"
+             ">>> d = hurray.dtype.int4\n"
+             ">>> d, d.bits, d.itemsize, d.tier, d.kind\n"
+             "(hurray.dtype.int4, 4, None, 3, 'i')\n");
 
 static PyType_Slot dtype_slots[] = {
     {Py_tp_new, dtype_new},

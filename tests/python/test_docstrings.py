@@ -48,18 +48,8 @@ def public_objects():
     return found
 
 
-# Docstrings still in the older free-form style, converted file by file; each entry fails its
-# checks (a strict xfail), so converting one means deleting it here.
-NOT_YET_CONVERTED = {
-    "hurray.dtype",
-}
-
 OBJECTS = public_objects()
 IDS = [name for name, _, _ in OBJECTS]
-PARAMS = [pytest.param(*entry, id=entry[0],
-                       marks=[pytest.mark.xfail(strict=True, reason="not converted yet")]
-                       if entry[0] in NOT_YET_CONVERTED else [])
-          for entry in OBJECTS]
 
 
 def body(doc):
@@ -103,7 +93,7 @@ def test_every_public_name_is_checked():
         assert expected in names
 
 
-@pytest.mark.parametrize("name, obj, kind", PARAMS)
+@pytest.mark.parametrize("name, obj, kind", OBJECTS, ids=IDS)
 def test_docstring_follows_the_numpy_standard(name, obj, kind):
     text = body(obj.__doc__)
     assert text, f"{name} has no docstring"
@@ -134,7 +124,7 @@ def test_docstring_follows_the_numpy_standard(name, obj, kind):
                 f"{name}: documents {documented}, its signature has {parameters}"
 
 
-@pytest.mark.parametrize("name, obj, kind", PARAMS)
+@pytest.mark.parametrize("name, obj, kind", OBJECTS, ids=IDS)
 def test_docstring_examples_run(name, obj, kind, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     test = doctest.DocTestParser().get_doctest(obj.__doc__ or "", {"hurray": hurray}, name,
