@@ -149,6 +149,7 @@ typedef struct HurrayState {
   PyObject *mode_names[2];       /* "strict", "relaxed" (indexed by HurrayPyMode) */
   int default_mode;              /* HurrayPyMode: set_mode() and HURRAY_MODE */
   PyObject *array_api;           /* the namespace module, imported on first use */
+  PyObject *array_ops;           /* tuple: the array object's Python operators (array_object.c) */
   PyObject *numpy;               /* numpy, imported on first use */
   PyObject *ml_dtypes;           /* ml_dtypes on first use; Py_None when it is not installed */
   PyObject *numpy_dtypes;        /* list: numpy dtype per C table index, or None (lazy) */
@@ -289,6 +290,10 @@ typedef struct HurrayTensorObject {
 } HurrayTensorObject;
 
 extern PyType_Spec hurray__py_tensor_spec;
+
+/* The Tensor core's spec plus the array API array object's slots, methods and properties
+ * (array_object.c), in storage of its own; NULL with SystemError if they do not fit. */
+PyType_Spec *hurray__py_array_object_spec(const PyType_Spec *core);
 
 /* Owner references: what keeps the memory of a context alive. Two kinds, each with its
  * HurrayOwnerReleaseFn; both releases take the GIL themselves (PyGILState_Ensure), keep any

@@ -151,9 +151,11 @@ static int hurray_exec(PyObject *module) {
     return -1;
   }
   if (hurray__py_errors_init(module, st) < 0) return -1;
+  PyType_Spec *tensor_spec = NULL; /* the Tensor core plus the array object (array_object.c) */
   if (add_type(module, &hurray__py_dtype_spec, &st->dtype_type, 1) < 0 ||
       add_type(module, &hurray__py_device_spec, &st->device_type, 1) < 0 ||
-      add_type(module, &hurray__py_tensor_spec, &st->tensor_type, 1) < 0 ||
+      (tensor_spec = hurray__py_array_object_spec(&hurray__py_tensor_spec)) == NULL ||
+      add_type(module, tensor_spec, &st->tensor_type, 1) < 0 ||
       add_type(module, &hurray__py_mode_spec, &st->mode_type, 1) < 0 ||
       add_type(module, &hurray__py_host_span_spec, &st->host_span_type, 0) < 0 ||
       add_type(module, &hurray__py_file_spec, &st->file_type, 1) < 0 ||
@@ -203,6 +205,7 @@ static int hurray_exec(PyObject *module) {
   X(st->mode_names[0])          \
   X(st->mode_names[1])          \
   X(st->array_api)              \
+  X(st->array_ops)              \
   X(st->numpy)                  \
   X(st->ml_dtypes)              \
   X(st->numpy_dtypes)           \

@@ -1407,11 +1407,14 @@ static PyObject *tensor_array_namespace(PyObject *op, PyObject *const *args, Py_
       return PyErr_Format(PyExc_TypeError, "api_version must be a str or None, not %.200s",
                           Py_TYPE(api_version)->tp_name);
     }
-    if (PyUnicode_CompareWithASCIIString(api_version, "2024.12") != 0 &&
-        PyUnicode_CompareWithASCIIString(api_version, "2023.12") != 0) {
+    static const char *const versions[] = {"2025.12", "2024.12", "2023.12", "2022.12",
+                                           "2021.12"};
+    size_t i = 0;
+    while (i < 5 && PyUnicode_CompareWithASCIIString(api_version, versions[i]) != 0) i++;
+    if (i == 5) {
       return hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
-                              "api_version %R is not supported; hurray implements '2024.12' "
-                              "(and accepts '2023.12')",
+                              "api_version %R is not supported; hurray implements '2025.12' "
+                              "(and accepts '2024.12', '2023.12', '2022.12', '2021.12')",
                               api_version);
     }
   }
@@ -1430,7 +1433,8 @@ static PyMethodDef namespace_method = {
     PyDoc_STR("__array_namespace__($self, /, *, api_version=None)\n--\n\n"
               "The array API namespace, hurray.array_api. Visible on Tier 1 tensors always "
               "and on Tier 2 / Tier 3 tensors in relaxed mode only (ADR-022). api_version is "
-              "None, '2024.12' or '2023.12'.")};
+              "None, '2025.12' or an earlier version: '2024.12', '2023.12', '2022.12' "
+              "or '2021.12'.")};
 
 static PyObject *get_array_namespace(PyObject *op, void *closure) {
   (void)closure;

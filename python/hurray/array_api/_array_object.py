@@ -1,0 +1,260 @@
+"""hurray.Tensor as the array API's array object: operators, indexing, conversions (ADR-052).
+
+The Tensor type's protocol slots (python/src/array_object.c) forward to the functions here by
+their dunder names. Every operator goes through `operands`, the one place the standard's type
+promotion (``_promotion``) meets NumPy's kernels, and returns a new tensor; in-place operators
+write into the tensor's own memory, so views and their bases see the same values.
+"""
+
+from . import _engine
+from ._engine import CPU, TIER2_NP, Tensor, check_device, np, to_np, wrap
+from ._promotion import check_scalar, promote, scalar_result
+
+_SCALARS = (bool, int, float, complex)
+
+
+def operands(x1, x2):
+    """The NumPy operands of a binary function or operator: one of them may be a Python
+    scalar; raises TypeError where the standard's promotion has no answer."""
+    if type(x1) is Tensor:
+        a = to_np(x1)
+        if type(x2) is Tensor:
+            b = to_np(x2)
+            if a.dtype is not b.dtype:
+                dt = promote(a.dtype, b.dtype)
+                if a.dtype in TIER2_NP or b.dtype in TIER2_NP:
+                    a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
+            return a, b
+        if type(x2) in _SCALARS:
+            return a, _scalar(a.dtype, x2)
+    elif type(x2) is Tensor and type(x1) in _SCALARS:
+        b = to_np(x2)
+        return _scalar(b.dtype, x1), b
+    raise TypeError(
+        f"expected hurray.Tensors or a hurray.Tensor and a Python scalar, not "
+        f"{type(x1).__name__} and {type(x2).__name__}"
+    )
+
+
+def _scalar(dtype, value):
+    if dtype in TIER2_NP:
+        return np.asarray(value, dtype=scalar_result(dtype, value))
+    check_scalar(dtype, value)
+    return value
+
+
+def _binary(ufunc):
+    def op(self, other):
+        if type(other) is not Tensor and type(other) not in _SCALARS:
+            return NotImplemented
+        a, b = operands(self, other)
+        return wrap(ufunc(a, b))
+
+    def rop(self, other):
+        if type(other) not in _SCALARS:
+            return NotImplemented
+        a, b = operands(other, self)
+        return wrap(ufunc(a, b))
+
+    def iop(self, other):
+        if type(other) is not Tensor and type(other) not in _SCALARS:
+            return NotImplemented
+        a, b = operands(self, other)
+        out = to_np(self)
+        if a.dtype != out.dtype:
+            raise TypeError(f"in-place {ufunc.__name__} would change the dtype {out.dtype} of the "
+                            f"left operand to {a.dtype}")
+        _writable(out)
+        ufunc(a, b, out=out)
+        return self
+
+    return op, rop, iop
+
+
+def _writable(a):
+    if not a.flags.writeable:
+        raise _engine._hurray.InvalidArgumentError(
+            "this hurray.Tensor is read-only (its memory came from a read-only source, such as "
+            "bytes or a loaded file): write to a copy, hurray.array_api.asarray(x, copy=True)"
+        )
+
+
+__add__, __radd__, __iadd__ = _binary(np.add)
+__sub__, __rsub__, __isub__ = _binary(np.subtract)
+__mul__, __rmul__, __imul__ = _binary(np.multiply)
+__truediv__, __rtruediv__, __itruediv__ = _binary(np.divide)
+__floordiv__, __rfloordiv__, __ifloordiv__ = _binary(np.floor_divide)
+__mod__, __rmod__, __imod__ = _binary(np.remainder)
+__pow__, __rpow__, __ipow__ = _binary(np.power)
+__and__, __rand__, __iand__ = _binary(np.bitwise_and)
+__or__, __ror__, __ior__ = _binary(np.bitwise_or)
+__xor__, __rxor__, __ixor__ = _binary(np.bitwise_xor)
+__lshift__, __rlshift__, __ilshift__ = _binary(np.left_shift)
+__rshift__, __rrshift__, __irshift__ = _binary(np.right_shift)
+__lt__ = _binary(np.less)[0]
+__le__ = _binary(np.less_equal)[0]
+__gt__ = _binary(np.greater)[0]
+__ge__ = _binary(np.greater_equal)[0]
+__eq__ = _binary(np.equal)[0]
+__ne__ = _binary(np.not_equal)[0]
+
+
+def __matmul__(self, other):
+    if type(other) is not Tensor:
+        return NotImplemented
+    return wrap(np.matmul(*operands(self, other)))
+
+
+def __rmatmul__(self, other):
+    return NotImplemented
+
+
+def __imatmul__(self, other):
+    if type(other) is not Tensor:
+        return NotImplemented
+    out = to_np(self)
+    r = np.matmul(*operands(self, other))
+    if r.shape != out.shape or r.dtype != out.dtype:
+        raise ValueError(f"in-place matmul would change the left operand's shape {out.shape} or "
+                         f"dtype {out.dtype} to {r.shape} {r.dtype}")
+    _writable(out)
+    out[...] = r
+    return self
+
+
+def __neg__(self):
+    a = to_np(self)
+    if a.dtype.kind == "b":
+        raise TypeError("negation is not defined for bool tensors; use logical_not")
+    return wrap(np.negative(a))
+
+
+def __pos__(self):
+    a = to_np(self)
+    if a.dtype.kind == "b":
+        raise TypeError("unary + is not defined for bool tensors")
+    return wrap(np.positive(a))
+
+
+def __abs__(self):
+    a = to_np(self)
+    if a.dtype.kind == "b":
+        raise TypeError("abs is not defined for bool tensors")
+    return wrap(np.abs(a))
+
+
+def __invert__(self):
+    a = to_np(self)
+    if a.dtype.kind not in "biu":
+        raise TypeError(f"~ needs a bool or integer tensor, not {a.dtype}")
+    return wrap(np.invert(a))
+
+
+# ---- conversions to Python scalars -----------------------------------------------------------
+
+def _item(self, what):
+    a = to_np(self)
+    if a.ndim != 0:
+        raise TypeError(f"{what}() needs a 0-d tensor, not one of shape {a.shape}")
+    return a[()]
+
+
+def __bool__(self):
+    return bool(_item(self, "bool"))
+
+
+def __int__(self):
+    v = _item(self, "int")
+    if v.dtype.kind == "c":
+        raise TypeError("int() of a complex tensor; take real() or imag() first")
+    return int(v)
+
+
+def __float__(self):
+    v = _item(self, "float")
+    if v.dtype.kind == "c":
+        raise TypeError("float() of a complex tensor; take real() or imag() first")
+    return float(v)
+
+
+def __complex__(self):
+    return complex(_item(self, "complex"))
+
+
+def __index__(self):
+    v = _item(self, "index")
+    if v.dtype.kind not in "iu":
+        raise TypeError(f"only integer tensors are indices, not {v.dtype} ones")
+    return int(v)
+
+
+# ---- indexing -------------------------------------------------------------------------------
+
+def _key(key):
+    if type(key) is tuple:
+        return tuple(to_np(k) if type(k) is Tensor else k for k in key)
+    if type(key) is Tensor:
+        return to_np(key)
+    return key
+
+
+def _basic(key):
+    """The key with an Ellipsis added when it has no arrays and none, so that NumPy answers an
+    integer index with a 0-d view rather than a scalar copy."""
+    parts = key if type(key) is tuple else (key,)
+    for k in parts:
+        if k is Ellipsis or isinstance(k, np.ndarray):
+            return key
+        if not (k is None or type(k) in (int, slice) or isinstance(k, np.integer)):
+            if hasattr(k, "__index__") and not isinstance(k, bool):
+                continue
+            return key
+    return parts + (Ellipsis,)
+
+
+def __getitem__(self, key):
+    a = to_np(self)
+    return wrap(a[_basic(_key(key))])
+
+
+def __setitem__(self, key, value):
+    a = to_np(self)
+    _writable(a)
+    if type(value) is Tensor:
+        value = to_np(value)
+    elif type(value) in _SCALARS:
+        check_scalar(a.dtype, value)
+    else:
+        raise TypeError(f"a hurray.Tensor's items take a tensor or a Python scalar, not "
+                        f"{type(value).__name__}")
+    a[_key(key)] = value
+
+
+# ---- properties and methods -----------------------------------------------------------------
+
+def mT(self):
+    a = to_np(self)
+    if a.ndim < 2:
+        raise ValueError(f"mT needs at least 2 dimensions, not {a.ndim}")
+    return wrap(np.swapaxes(a, -1, -2))
+
+
+def T(self):
+    a = to_np(self)
+    if a.ndim != 2:
+        raise ValueError(f"T needs a 2-d tensor, not a {a.ndim}-d one; use mT or permute_dims")
+    return wrap(a.T)
+
+
+def to_device(self, device, /, *, stream=None):
+    if stream is not None:
+        raise ValueError("to_device: CPU tensors take no stream")
+    here = self.device
+    if device == here or (here == CPU and (device == "cpu" or device is None)):
+        return self
+    if here != CPU:
+        raise _engine._hurray.UnsupportedError(
+            f"to_device: hurray.array_api cannot move a tensor from {here} to {device}"
+        )
+    check_device(device)
+    return self

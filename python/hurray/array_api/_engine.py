@@ -1,0 +1,188 @@
+"""The engine behind hurray.array_api: NumPy's kernels over the tensors' own memory (ADR-052).
+
+A CPU tensor becomes a NumPy view of its memory (``Tensor.__array__``, zero-copy, strides and
+read-only kept) and a NumPy result becomes a tensor over the result's memory
+(``hurray.from_numpy``, zero-copy). Everything here is the glue: the dtype maps, the admission
+rule of the compliance modes (ADR-022), devices, and the conversion of arguments and results.
+"""
+
+try:
+    import numpy as np
+except ImportError as error:  # pragma: no cover - exercised in a NumPy-free interpreter
+    raise ImportError(
+        "hurray.array_api computes with NumPy (>= 2.0), which is not installed: "
+        "`pip install numpy`; the rest of hurray works without it"
+    ) from error
+try:
+    import array_api_compat.numpy as compat
+except ImportError as error:  # pragma: no cover
+    raise ImportError(
+        "hurray.array_api needs array-api-compat (the standard's NumPy semantics), which is not "
+        "installed: `pip install array-api-compat`"
+    ) from error
+
+from hurray import _hurray
+
+Tensor = _hurray.Tensor
+from_numpy = _hurray.from_numpy
+CPU = _hurray.Device("cpu")
+_get_mode = _hurray.get_mode
+
+# ---- dtypes ---------------------------------------------------------------------------------
+
+#: The standard's dtypes (Tier 1), in the standard's order.
+TIER1_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+               "float32", "float64", "complex64", "complex128")
+#: The Tier 2 dtypes relaxed mode computes on: the whole-byte floats NumPy (with ml_dtypes) has.
+TIER2_COMPUTE_NAMES = ("float16", "bfloat16", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz",
+                       "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                       "float8_e8m0fnu")
+
+H = {}  #: name -> hurray.dtype
+TO_NP = {}  #: hurray.dtype -> numpy.dtype
+FROM_NP = {}  #: numpy.dtype -> hurray.dtype (the dtypes the engine computes on)
+for _name in TIER1_NAMES + TIER2_COMPUTE_NAMES:
+    _h = _hurray.dtype(_name)
+    H[_name] = _h
+    if _name in TIER1_NAMES or _name == "float16":
+        _n = np.dtype(_name)
+    else:
+        try:
+            import ml_dtypes
+        except ImportError:
+            continue
+        _n = np.dtype(getattr(ml_dtypes, _name, None) or object)
+        if _n == np.dtype(object):
+            continue
+    TO_NP[_h] = _n
+    FROM_NP[_n] = _h
+TIER1_NP = frozenset(TO_NP[H[n]] for n in TIER1_NAMES)
+TIER2_NP = frozenset(d for d in FROM_NP if d not in TIER1_NP)
+
+
+def mode_error(name):
+    """The TypeError strict mode raises for a dtype outside the standard."""
+    return TypeError(
+        f"{name} is not an array API dtype: hurray.array_api admits it in relaxed mode only "
+        "(hurray.set_mode('relaxed') or `with hurray.mode('relaxed'):`)"
+    )
+
+
+def admit(npdtype):
+    """Raise unless the engine may compute on `npdtype` in the mode in force."""
+    if npdtype in TIER1_NP:
+        return
+    if npdtype in TIER2_NP:
+        if _get_mode() == "relaxed":
+            return
+        raise mode_error(FROM_NP[npdtype].name)
+    raise TypeError(f"hurray.array_api does not compute on {npdtype}")
+
+
+def np_dtype(dtype):
+    """The NumPy dtype for a hurray dtype given to a namespace function (None stays None)."""
+    if dtype is None:
+        return None
+    try:
+        n = TO_NP[dtype]
+    except (KeyError, TypeError):
+        if isinstance(dtype, _hurray.dtype):
+            if dtype.tier == 1 or _get_mode() == "relaxed":
+                raise TypeError(
+                    f"{dtype.name} has no arithmetic in hurray.array_api: it is a storage "
+                    "format only (ADR-053)"
+                ) from None
+            raise mode_error(dtype.name) from None
+        raise TypeError(f"dtype must be a hurray.array_api dtype, not {dtype!r}") from None
+    if n not in TIER1_NP and _get_mode() != "relaxed":
+        raise mode_error(dtype.name)
+    return n
+
+
+# ---- devices --------------------------------------------------------------------------------
+
+def check_device(device):
+    """Validate a `device` argument: None, 'cpu' or the CPU hurray.Device."""
+    if device is None or device == "cpu":
+        return
+    if isinstance(device, _hurray.Device):
+        if device == CPU:
+            return
+        raise _hurray.UnsupportedError(
+            f"hurray.array_api computes on the CPU only, not on {device}"
+        )
+    raise ValueError(f"device must be 'cpu' or a hurray.Device, not {device!r}")
+
+
+# ---- tensors <-> ndarrays -------------------------------------------------------------------
+
+def to_np(x):
+    """The NumPy view of a CPU tensor (mode-checked)."""
+    try:
+        a = x.__array__()
+    except _hurray.BufferError:
+        if x.device != CPU:
+            raise _hurray.UnsupportedError(
+                f"hurray.array_api computes on CPU tensors only; this one is on {x.device}: "
+                "copy it to the CPU first (DLPack or the device's own library)"
+            ) from None
+        raise
+    except _hurray.DTypeError as error:
+        name = x.dtype.name if x.dtype is not None else "composite"
+        if x.dtype is not None and x.dtype.tier != 1 and _get_mode() != "relaxed":
+            raise mode_error(name) from None
+        raise TypeError(
+            f"hurray.array_api cannot compute on {name} tensors: a storage format only "
+            "(ADR-053)"
+        ) from error
+    if a.dtype not in TIER1_NP:
+        admit(a.dtype)
+    return a
+
+
+def wrap(a):
+    """A tensor over a NumPy result (a 0-d array for a NumPy scalar)."""
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)
+    return from_numpy(a)
+
+
+def arg(v):
+    """A namespace function's argument for the engine: tensors become ndarrays, dtypes NumPy
+    dtypes, devices 'cpu', and sequences of tensors lists of ndarrays."""
+    if type(v) is Tensor:
+        return to_np(v)
+    if isinstance(v, _hurray.dtype):
+        return np_dtype(v)
+    if isinstance(v, _hurray.Device):
+        check_device(v)
+        return "cpu"
+    if type(v) in (list, tuple) and v and any(type(e) is Tensor for e in v):
+        return [arg(e) for e in v]
+    return v
+
+
+def result(r):
+    """Results of the engine as tensors: arrays, NumPy scalars, tuples and named tuples."""
+    if isinstance(r, (np.ndarray, np.generic)):
+        return wrap(r)
+    if isinstance(r, tuple):
+        items = [result(e) for e in r]
+        return type(r)(*items) if hasattr(r, "_fields") else tuple(items)
+    if isinstance(r, list):
+        return [result(e) for e in r]
+    return r
+
+
+def forward(func, name=None):
+    """A namespace function that runs `func` on the engine's view of its arguments."""
+
+    def call(*args, **kwargs):
+        if "device" in kwargs:
+            check_device(kwargs["device"])
+            kwargs["device"] = None
+        return result(func(*[arg(a) for a in args], **{k: arg(v) for k, v in kwargs.items()}))
+
+    call.__name__ = call.__qualname__ = name or func.__name__
+    call.__doc__ = f"The array API's ``{call.__name__}`` (computed by NumPy; ADR-052)."
+    return call

@@ -1,0 +1,81 @@
+"""Type promotion: the standard's table for Tier 1 and the relaxed-mode lattice (ADR-053).
+
+Works on NumPy dtypes (the engine's currency). Between two arrays:
+
+- the standard's rules among the Tier 1 dtypes; mixed kinds it leaves undefined (bool with a
+  number, an integer with a floating dtype, uint64 with a signed integer) raise TypeError;
+- relaxed mode's Tier 2 floats (float16, bfloat16, the float8 formats) each sit directly below
+  float32: one of them with itself is itself, two different ones meet at float32, one with a
+  Tier 1 floating or complex dtype gives that dtype, one with an integer or bool is TypeError.
+
+With a Python scalar, the array's dtype wins where the scalar's kind fits it: bool with bool;
+int with integer and floating arrays; float with floating ones; complex with floating ones
+(giving the complex dtype of the same precision).
+"""
+
+from ._engine import FROM_NP, TIER2_NP, np
+
+_KIND = {}
+for _d in FROM_NP:
+    _KIND[_d] = "b" if _d.kind == "b" else "i" if _d.kind in "iu" else _d.kind
+    if _d in TIER2_NP:
+        _KIND[_d] = "f"
+_F32, _C64, _C128 = np.dtype("float32"), np.dtype("complex64"), np.dtype("complex128")
+_cache = {}
+
+
+def _join(a, b):
+    if a == b:
+        return a
+    ka, kb = _KIND.get(a), _KIND.get(b)
+    if ka is None or kb is None:
+        raise TypeError(f"no type promotion for {a} and {b}")
+    if ka == "b" or kb == "b":
+        raise TypeError(f"the array API does not promote {a} with {b} (bool with a number)")
+    if ka == "i" and kb == "i":
+        if {a.kind, b.kind} == {"i", "u"} and np.dtype("uint64") in (a, b):
+            raise TypeError(f"the array API does not promote {a} with {b} (no integer holds both)")
+        return np.promote_types(a, b)
+    if ka == "i" or kb == "i":
+        raise TypeError(f"the array API does not promote {a} with {b} (integer with floating)")
+    if a in TIER2_NP or b in TIER2_NP:
+        if a in TIER2_NP and b in TIER2_NP:
+            return _F32
+        return b if a in TIER2_NP else a
+    return np.promote_types(a, b)
+
+
+def promote(a, b):
+    """The result dtype of two array dtypes (NumPy dtypes), or TypeError."""
+    key = (a, b)
+    r = _cache.get(key)
+    if r is None:
+        r = _cache[key] = _join(a, b)
+    return r
+
+
+def check_scalar(dtype, value):
+    """Raise TypeError unless a Python scalar `value` may combine with an array of `dtype`."""
+    kind = _KIND.get(dtype)
+    t = type(value)
+    if t is bool:
+        ok = kind == "b"
+    elif t is int:
+        ok = kind in ("i", "f", "c")
+    elif t is float:
+        ok = kind in ("f", "c")
+    elif t is complex:
+        ok = kind in ("f", "c")
+    else:
+        raise TypeError(f"expected a hurray.Tensor or a Python scalar, not {t.__name__}")
+    if not ok:
+        raise TypeError(f"a Python {t.__name__} does not combine with a {dtype} array under the "
+                        "array API's promotion rules")
+
+
+def scalar_result(dtype, value):
+    """The dtype of an array of `dtype` combined with the Python scalar `value`."""
+    check_scalar(dtype, value)
+    if type(value) is complex and dtype.kind != "c":
+        return _C128 if dtype == np.dtype("float64") else _C64
+    return dtype

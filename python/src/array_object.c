@@ -1,0 +1,296 @@
+/* array_object.c -- hurray.Tensor as the array API standard's array object: its protocol slots.
+ *
+ * The operators, indexing, conversions, mT/T and to_device of the standard's array object are
+ * implemented in hurray.array_api._array_object, beside the namespace whose promotion rules and
+ * engine they share (ADR-052). This file is only the C side of that: each slot of the Tensor
+ * type (number protocol, mapping protocol, rich comparison) and each extra method forwards to the
+ * Python function of the same dunder name with one vectorcall. The functions are looked up once,
+ * on first use, and kept in the module state.
+ *
+ * Binary number slots are called with the Tensor on either side: a Tensor on the left calls
+ * __op__(left, right), one on the right only calls __rop__(right, left), as Python's own
+ * operator dispatch would for a class defining both.
+ */
+#include "hurray_python.h"
+
+#include <string.h>
+
+#define ARRAY_OPS(X)                                                                             \
+  X(ADD, "__add__") X(RADD, "__radd__") X(IADD, "__iadd__") X(SUB, "__sub__")                    \
+  X(RSUB, "__rsub__") X(ISUB, "__isub__") X(MUL, "__mul__") X(RMUL, "__rmul__")                  \
+  X(IMUL, "__imul__") X(TRUEDIV, "__truediv__") X(RTRUEDIV, "__rtruediv__")                      \
+  X(ITRUEDIV, "__itruediv__") X(FLOORDIV, "__floordiv__") X(RFLOORDIV, "__rfloordiv__")          \
+  X(IFLOORDIV, "__ifloordiv__") X(MOD, "__mod__") X(RMOD, "__rmod__") X(IMOD, "__imod__")        \
+  X(POW, "__pow__") X(RPOW, "__rpow__") X(IPOW, "__ipow__") X(MATMUL, "__matmul__")              \
+  X(RMATMUL, "__rmatmul__") X(IMATMUL, "__imatmul__") X(AND, "__and__") X(RAND, "__rand__")      \
+  X(IAND, "__iand__") X(OR, "__or__") X(ROR, "__ror__") X(IOR, "__ior__") X(XOR, "__xor__")      \
+  X(RXOR, "__rxor__") X(IXOR, "__ixor__") X(LSHIFT, "__lshift__") X(RLSHIFT, "__rlshift__")      \
+  X(ILSHIFT, "__ilshift__") X(RSHIFT, "__rshift__") X(RRSHIFT, "__rrshift__")                    \
+  X(IRSHIFT, "__irshift__") X(NEG, "__neg__") X(POS, "__pos__") X(ABS, "__abs__")                \
+  X(INVERT, "__invert__") X(BOOL, "__bool__") X(INT, "__int__") X(FLOAT, "__float__")            \
+  X(INDEX, "__index__") X(COMPLEX, "__complex__") X(LT, "__lt__") X(LE, "__le__")                \
+  X(EQ, "__eq__") X(NE, "__ne__") X(GT, "__gt__") X(GE, "__ge__") X(GETITEM, "__getitem__")      \
+  X(SETITEM, "__setitem__") X(TO_DEVICE, "to_device") X(MT, "mT") X(T, "T")
+
+#define AS_ENUM(name, str) OP_##name,
+enum { ARRAY_OPS(AS_ENUM) OP_COUNT };
+#undef AS_ENUM
+#define AS_NAME(name, str) str,
+static const char *const kOpNames[OP_COUNT] = {ARRAY_OPS(AS_NAME)};
+#undef AS_NAME
+
+/* The Python implementation of op (borrowed), importing the module on first use. */
+static PyObject *array_op(HurrayState *st, int op) {
+  if (st->array_ops == NULL) {
+    PyObject *module = PyImport_ImportModule("hurray.array_api._array_object");
+    if (module == NULL) return NULL;
+    PyObject *ops = PyTuple_New(OP_COUNT);
+    for (int i = 0; ops != NULL && i < OP_COUNT; i++) {
+      PyObject *func = PyObject_GetAttrString(module, kOpNames[i]);
+      if (func == NULL) Py_CLEAR(ops);
+      else PyTuple_SET_ITEM(ops, i, func);
+    }
+    Py_DECREF(module);
+    if (ops == NULL) return NULL;
+    st->array_ops = ops;
+  }
+  return PyTuple_GET_ITEM(st->array_ops, op);
+}
+
+static PyObject *call(PyObject *self, int op, PyObject *const *args, size_t nargs) {
+  PyObject *func = array_op(hurray__py_state_of(self), op);
+  return func == NULL ? NULL : PyObject_Vectorcall(func, args, nargs, NULL);
+}
+
+static PyObject *call1(PyObject *self, int op) {
+  return call(self, op, &self, 1);
+}
+
+static PyObject *call2(PyObject *self, int op, PyObject *other) {
+  PyObject *args[2] = {self, other};
+  return call(self, op, args, 2);
+}
+
+/* a <op> b with the Tensor on the left (op), else on the right (rop, reflected): `a` is a
+ * Tensor exactly when its type's slot is this very function. */
+static PyObject *binary(PyObject *a, PyObject *b, int slot, void *func, int op, int rop) {
+  if (PyType_GetSlot(Py_TYPE(a), slot) == func) return call2(a, op, b);
+  return call2(b, rop, a);
+}
+
+#define BINARY(lower, NAME)                                                                      \
+  static PyObject *nb_##lower(PyObject *a, PyObject *b) {                                        \
+    return binary(a, b, Py_nb_##lower, (void *)nb_##lower, OP_##NAME, OP_R##NAME);             \
+  }                                                                                              \
+  static PyObject *nb_inplace_##lower(PyObject *a, PyObject *b) {                                \
+    return call2(a, OP_I##NAME, b);                                                              \
+  }
+BINARY(add, ADD)
+BINARY(subtract, SUB)
+BINARY(multiply, MUL)
+BINARY(true_divide, TRUEDIV)
+BINARY(floor_divide, FLOORDIV)
+BINARY(remainder, MOD)
+BINARY(matrix_multiply, MATMUL)
+BINARY(and, AND)
+BINARY(or, OR)
+BINARY(xor, XOR)
+BINARY(lshift, LSHIFT)
+BINARY(rshift, RSHIFT)
+#undef BINARY
+
+/* pow(a, b, modulo): the standard has no modulo; Python passes None for a ** b. */
+static PyObject *nb_power(PyObject *a, PyObject *b, PyObject *modulo) {
+  if (modulo != Py_None) Py_RETURN_NOTIMPLEMENTED;
+  return binary(a, b, Py_nb_power, (void *)nb_power, OP_POW, OP_RPOW);
+}
+
+static PyObject *nb_inplace_power(PyObject *a, PyObject *b, PyObject *modulo) {
+  if (modulo != Py_None) Py_RETURN_NOTIMPLEMENTED;
+  return call2(a, OP_IPOW, b);
+}
+
+static PyObject *nb_negative(PyObject *a) { return call1(a, OP_NEG); }
+static PyObject *nb_positive(PyObject *a) { return call1(a, OP_POS); }
+static PyObject *nb_absolute(PyObject *a) { return call1(a, OP_ABS); }
+static PyObject *nb_invert(PyObject *a) { return call1(a, OP_INVERT); }
+static PyObject *nb_int(PyObject *a) { return call1(a, OP_INT); }
+static PyObject *nb_float(PyObject *a) { return call1(a, OP_FLOAT); }
+static PyObject *nb_index(PyObject *a) { return call1(a, OP_INDEX); }
+
+static int nb_bool(PyObject *a) {
+  PyObject *result = call1(a, OP_BOOL);
+  if (result == NULL) return -1;
+  int truth = PyObject_IsTrue(result);
+  Py_DECREF(result);
+  return truth;
+}
+
+static PyObject *richcompare(PyObject *a, PyObject *b, int op) {
+  static const int ops[] = {[Py_LT] = OP_LT, [Py_LE] = OP_LE, [Py_EQ] = OP_EQ,
+                            [Py_NE] = OP_NE, [Py_GT] = OP_GT, [Py_GE] = OP_GE};
+  return call2(a, ops[op], b);
+}
+
+static PyObject *mp_subscript(PyObject *a, PyObject *key) { return call2(a, OP_GETITEM, key); }
+
+static int mp_ass_subscript(PyObject *a, PyObject *key, PyObject *value) {
+  if (value == NULL) {
+    PyErr_SetString(PyExc_TypeError, "hurray.Tensor does not support item deletion");
+    return -1;
+  }
+  PyObject *args[3] = {a, key, value};
+  PyObject *result = call(a, OP_SETITEM, args, 3);
+  if (result == NULL) return -1;
+  Py_DECREF(result);
+  return 0;
+}
+
+static PyType_Slot array_slots[] = {
+    {Py_nb_add, nb_add},
+    {Py_nb_inplace_add, nb_inplace_add},
+    {Py_nb_subtract, nb_subtract},
+    {Py_nb_inplace_subtract, nb_inplace_subtract},
+    {Py_nb_multiply, nb_multiply},
+    {Py_nb_inplace_multiply, nb_inplace_multiply},
+    {Py_nb_true_divide, nb_true_divide},
+    {Py_nb_inplace_true_divide, nb_inplace_true_divide},
+    {Py_nb_floor_divide, nb_floor_divide},
+    {Py_nb_inplace_floor_divide, nb_inplace_floor_divide},
+    {Py_nb_remainder, nb_remainder},
+    {Py_nb_inplace_remainder, nb_inplace_remainder},
+    {Py_nb_power, nb_power},
+    {Py_nb_inplace_power, nb_inplace_power},
+    {Py_nb_matrix_multiply, nb_matrix_multiply},
+    {Py_nb_inplace_matrix_multiply, nb_inplace_matrix_multiply},
+    {Py_nb_and, nb_and},
+    {Py_nb_inplace_and, nb_inplace_and},
+    {Py_nb_or, nb_or},
+    {Py_nb_inplace_or, nb_inplace_or},
+    {Py_nb_xor, nb_xor},
+    {Py_nb_inplace_xor, nb_inplace_xor},
+    {Py_nb_lshift, nb_lshift},
+    {Py_nb_inplace_lshift, nb_inplace_lshift},
+    {Py_nb_rshift, nb_rshift},
+    {Py_nb_inplace_rshift, nb_inplace_rshift},
+    {Py_nb_negative, nb_negative},
+    {Py_nb_positive, nb_positive},
+    {Py_nb_absolute, nb_absolute},
+    {Py_nb_invert, nb_invert},
+    {Py_nb_bool, nb_bool},
+    {Py_nb_int, nb_int},
+    {Py_nb_float, nb_float},
+    {Py_nb_index, nb_index},
+    {Py_tp_richcompare, richcompare},
+    {Py_mp_subscript, mp_subscript},
+    {Py_mp_ass_subscript, mp_ass_subscript},
+};
+
+/* ---- methods and properties ----------------------------------------------------------------- */
+
+static PyObject *tensor_complex(PyObject *op, PyObject *unused) {
+  (void)unused;
+  return call1(op, OP_COMPLEX);
+}
+
+static PyObject *tensor_to_device(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames) {
+  PyObject *func = array_op(hurray__py_state_of(op), OP_TO_DEVICE);
+  if (func == NULL) return NULL;
+  /* args[-1] is writable for a method called with PY_VECTORCALL_ARGUMENTS_OFFSET; build our
+   * own argument vector instead of relying on it. */
+  Py_ssize_t total = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
+  PyObject *stack[8];
+  if (total > 7) {
+    PyErr_SetString(PyExc_TypeError, "to_device() takes at most 2 arguments");
+    return NULL;
+  }
+  stack[0] = op;
+  for (Py_ssize_t i = 0; i < total; i++) stack[i + 1] = args[i];
+  return PyObject_Vectorcall(func, stack, (size_t)nargs + 1, kwnames);
+}
+
+static PyMethodDef array_methods[] = {
+    {"__complex__", tensor_complex, METH_NOARGS,
+     PyDoc_STR("__complex__($self, /)\n--\n\nThe value of a 0-d tensor as a Python complex.")},
+    {"to_device", HURRAY_PY_CFUNC(tensor_to_device), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("to_device($self, device, /, *, stream=None)\n"
+               "--\n"
+               "\n"
+               "Return this tensor on `device` (array API).\n"
+               "\n"
+               "The tensor itself when it is already there; otherwise\n"
+               "hurray.UnsupportedError naming both devices.\n")},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *get_mT(PyObject *op, void *closure) {
+  (void)closure;
+  return call1(op, OP_MT);
+}
+
+static PyObject *get_T(PyObject *op, void *closure) {
+  (void)closure;
+  return call1(op, OP_T);
+}
+
+static PyGetSetDef array_getset[] = {
+    {"mT", get_mT, NULL,
+     PyDoc_STR("The transpose of the last two axes (array API), a view."), NULL},
+    {"T", get_T, NULL, PyDoc_STR("The transpose of a 0-d, 1-d or 2-d tensor (array API), a view."),
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+/* ---- the Tensor type's spec with the array object added -------------------------------------- */
+
+enum { MAX_SLOTS = 96, MAX_METHODS = 64, MAX_GETSET = 64 };
+static PyType_Slot merged_slots[MAX_SLOTS];
+static PyMethodDef merged_methods[MAX_METHODS];
+static PyGetSetDef merged_getset[MAX_GETSET];
+static PyType_Spec merged_spec;
+
+/* Appends the NULL-terminated `more` to the NULL-terminated `base` in `out` (capacity `cap`
+ * entries, terminator included); -1 when they do not fit. */
+#define MERGE(type, field, out, cap, base, more)                                                        \
+  do {                                                                                           \
+    size_t n_ = 0;                                                                               \
+    for (const type *p_ = (base); p_->field != NULL; p_++) {                                      \
+      if (n_ + 1 >= (cap)) goto too_many;                                                        \
+      (out)[n_++] = *p_;                                                                         \
+    }                                                                                            \
+    for (const type *p_ = (more); p_->field != NULL; p_++) {                                      \
+      if (n_ + 1 >= (cap)) goto too_many;                                                        \
+      (out)[n_++] = *p_;                                                                         \
+    }                                                                                            \
+    memset(&(out)[n_], 0, sizeof *(out));                                                        \
+  } while (0)
+
+PyType_Spec *hurray__py_array_object_spec(const PyType_Spec *core) {
+  size_t n = 0;
+  for (const PyType_Slot *slot = core->slots; slot->slot != 0; slot++) {
+    if (n + 1 >= MAX_SLOTS) goto too_many;
+    merged_slots[n] = *slot;
+    if (slot->slot == Py_tp_methods) {
+      MERGE(PyMethodDef, ml_name, merged_methods, MAX_METHODS, (const PyMethodDef *)slot->pfunc,
+            array_methods);
+      merged_slots[n].pfunc = merged_methods;
+    } else if (slot->slot == Py_tp_getset) {
+      MERGE(PyGetSetDef, name, merged_getset, MAX_GETSET, (const PyGetSetDef *)slot->pfunc,
+            array_getset);
+      merged_slots[n].pfunc = merged_getset;
+    }
+    n++;
+  }
+  for (size_t i = 0; i < sizeof array_slots / sizeof *array_slots; i++) {
+    if (n + 1 >= MAX_SLOTS) goto too_many;
+    merged_slots[n++] = array_slots[i];
+  }
+  merged_slots[n] = (PyType_Slot){0, NULL};
+  merged_spec = *core;
+  merged_spec.slots = merged_slots;
+  return &merged_spec;
+too_many:
+  PyErr_SetString(PyExc_SystemError, "hurray.Tensor: too many slots, methods or properties");
+  return NULL;
+}
