@@ -210,17 +210,47 @@ static PyObject *tensor_to_device(PyObject *op, PyObject *const *args, Py_ssize_
   return PyObject_Vectorcall(func, stack, (size_t)nargs + 1, kwnames);
 }
 
+/* bytes(t) copies the buffer export, as before the array object: bytes() would otherwise take a
+ * 0-d integer tensor's __index__ for a length. */
+static PyObject *tensor_bytes(PyObject *op, PyObject *unused) {
+  (void)unused;
+  return PyBytes_FromObject(op);
+}
+
 static PyMethodDef array_methods[] = {
+    {"__bytes__", tensor_bytes, METH_NOARGS,
+     PyDoc_STR("__bytes__($self, /)\n--\n\nThe bytes of the buffer export (memoryview(self)).")},
     {"__complex__", tensor_complex, METH_NOARGS,
      PyDoc_STR("__complex__($self, /)\n--\n\nThe value of a 0-d tensor as a Python complex.")},
     {"to_device", HURRAY_PY_CFUNC(tensor_to_device), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("to_device($self, device, /, *, stream=None)\n"
                "--\n"
                "\n"
-               "Return this tensor on `device` (array API).\n"
+               "Return this tensor on `device` (the array API's to_device).\n"
                "\n"
-               "The tensor itself when it is already there; otherwise\n"
-               "hurray.UnsupportedError naming both devices.\n")},
+               "Parameters\n"
+               "----------\n"
+               "device : hurray.Device or str\n"
+               "    The target device; hurray.array_api computes on the CPU.\n"
+               "stream : None, optional\n"
+               "    No stream: CPU tensors take none.\n"
+               "\n"
+               "Returns\n"
+               "-------\n"
+               "hurray.Tensor\n"
+               "    The tensor itself, when it is already on `device`.\n"
+               "\n"
+               "Raises\n"
+               "------\n"
+               "hurray.UnsupportedError\n"
+               "    The tensor or `device` is not the CPU; the message names both.\n"
+               "\n"
+               "Examples\n"
+               "--------\n"
+               ">>> import hurray.array_api as xp\n"
+               ">>> x = xp.ones(3)\n"
+               ">>> x.to_device(\"cpu\") is x\n"
+               "True\n")},
     {NULL, NULL, 0, NULL},
 };
 
