@@ -30,7 +30,7 @@
   X(INVERT, "__invert__") X(BOOL, "__bool__") X(INT, "__int__") X(FLOAT, "__float__")            \
   X(INDEX, "__index__") X(COMPLEX, "__complex__") X(LT, "__lt__") X(LE, "__le__")                \
   X(EQ, "__eq__") X(NE, "__ne__") X(GT, "__gt__") X(GE, "__ge__") X(GETITEM, "__getitem__")      \
-  X(SETITEM, "__setitem__") X(TO_DEVICE, "to_device") X(MT, "mT") X(T, "T")
+  X(SETITEM, "__setitem__") X(ITER, "__iter__") X(LEN, "__len__") X(TO_DEVICE, "to_device") X(MT, "mT") X(T, "T")
 
 #define AS_ENUM(name, str) OP_##name,
 enum { ARRAY_OPS(AS_ENUM) OP_COUNT };
@@ -134,6 +134,16 @@ static PyObject *richcompare(PyObject *a, PyObject *b, int op) {
 
 static PyObject *mp_subscript(PyObject *a, PyObject *key) { return call2(a, OP_GETITEM, key); }
 
+static PyObject *tp_iter(PyObject *a) { return call1(a, OP_ITER); }
+
+static Py_ssize_t mp_length(PyObject *a) {
+  PyObject *result = call1(a, OP_LEN);
+  if (result == NULL) return -1;
+  Py_ssize_t n = PyLong_AsSsize_t(result);
+  Py_DECREF(result);
+  return n;
+}
+
 static int mp_ass_subscript(PyObject *a, PyObject *key, PyObject *value) {
   if (value == NULL) {
     PyErr_SetString(PyExc_TypeError, "hurray.Tensor does not support item deletion");
@@ -183,6 +193,8 @@ static PyType_Slot array_slots[] = {
     {Py_nb_index, nb_index},
     {Py_tp_richcompare, richcompare},
     {Py_mp_subscript, mp_subscript},
+    {Py_mp_length, mp_length},
+    {Py_tp_iter, tp_iter},
     {Py_mp_ass_subscript, mp_ass_subscript},
 };
 

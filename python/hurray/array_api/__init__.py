@@ -14,7 +14,7 @@ of ADR-053. The guide is docs/impl/array-api.md.
 import builtins as _builtins
 import math as _math
 
-from . import _engine
+from . import _engine, _kernels
 from ._array_object import operands as _operands
 from ._engine import H as _H
 from ._engine import compat as _compat
@@ -55,20 +55,23 @@ _BINARY = (
 ).split()
 
 
+_OWN_KERNELS = {"floor_divide": _kernels.floor_divide, "expm1": _kernels.expm1}
+
+
 def _binary(name):
-    func = getattr(_compat, name)
+    func = _OWN_KERNELS.get(name) or getattr(_compat, name)
 
     def call(x1, x2, /):
         return _wrap(func(*_operands(x1, x2)))
 
     call.__name__ = call.__qualname__ = name
-    call.__doc__ = (f"The array API's ``{name}``: the standard's type promotion, Python scalars "
-                    "included, then NumPy's kernel (ADR-052).")
+    call.__doc__ = (f"The array API's ``{name}(x1, x2, /)``: the standard's type promotion, "
+                    "Python scalars included, then NumPy's kernel (ADR-052).")
     return call
 
 
 for _name in _UNARY:
-    globals()[_name] = _forward(getattr(_compat, _name), _name)
+    globals()[_name] = _forward(_OWN_KERNELS.get(_name) or getattr(_compat, _name), _name)
 for _name in _BINARY:
     globals()[_name] = _binary(_name)
 matmul = _binary("matmul")

@@ -6,7 +6,7 @@ promotion (``_promotion``) meets NumPy's kernels, and returns a new tensor; in-p
 write into the tensor's own memory, so views and their bases see the same values.
 """
 
-from . import _engine
+from . import _engine, _kernels
 from ._engine import CPU, TIER2_NP, Tensor, check_device, np, to_np, wrap
 from ._promotion import check_scalar, promote, scalar_result
 
@@ -59,11 +59,13 @@ def _binary(ufunc):
     def iop(self, other):
         if type(other) is not Tensor and type(other) not in _SCALARS:
             return NotImplemented
-        a, b = operands(self, other)
         out = to_np(self)
-        if a.dtype != out.dtype:
+        a, b = operands(self, other)
+        dt = (promote(out.dtype, to_np(other).dtype) if type(other) is Tensor
+              else scalar_result(out.dtype, other))
+        if dt != out.dtype:
             raise TypeError(f"in-place {ufunc.__name__} would change the dtype {out.dtype} of the "
-                            f"left operand to {a.dtype}")
+                            f"left operand to {dt}")
         _writable(out)
         ufunc(a, b, out=out)
         return self
@@ -83,7 +85,7 @@ __add__, __radd__, __iadd__ = _binary(np.add)
 __sub__, __rsub__, __isub__ = _binary(np.subtract)
 __mul__, __rmul__, __imul__ = _binary(np.multiply)
 __truediv__, __rtruediv__, __itruediv__ = _binary(np.divide)
-__floordiv__, __rfloordiv__, __ifloordiv__ = _binary(np.floor_divide)
+__floordiv__, __rfloordiv__, __ifloordiv__ = _binary(_kernels.floor_divide)
 __mod__, __rmod__, __imod__ = _binary(np.remainder)
 __pow__, __rpow__, __ipow__ = _binary(np.power)
 __and__, __rand__, __iand__ = _binary(np.bitwise_and)
@@ -228,6 +230,19 @@ def __setitem__(self, key, value):
         raise TypeError(f"a hurray.Tensor's items take a tensor or a Python scalar, not "
                         f"{type(value).__name__}")
     a[_key(key)] = value
+
+
+def __len__(self):
+    shape = self.shape
+    if not shape:
+        raise TypeError("len() of a 0-d tensor")
+    return shape[0]
+
+
+def __iter__(self):
+    """The sub-tensors along the first axis, as NumPy iterates arrays (views)."""
+    n = __len__(self)
+    return (__getitem__(self, i) for i in range(n))
 
 
 # ---- properties and methods -----------------------------------------------------------------

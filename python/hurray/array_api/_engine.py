@@ -120,20 +120,21 @@ def to_np(x):
     """The NumPy view of a CPU tensor (mode-checked)."""
     try:
         a = x.__array__()
-    except _hurray.BufferError:
+    except _hurray.HurrayError as error:
         if x.device != CPU:
             raise _hurray.UnsupportedError(
                 f"hurray.array_api computes on CPU tensors only; this one is on {x.device}: "
                 "copy it to the CPU first (DLPack or the device's own library)"
             ) from None
-        raise
-    except _hurray.DTypeError as error:
-        name = x.dtype.name if x.dtype is not None else "composite"
-        if x.dtype is not None and x.dtype.tier != 1 and _get_mode() != "relaxed":
-            raise mode_error(name) from None
+        dtype = x.dtype
+        if dtype is None:
+            raise TypeError("hurray.array_api computes on dense tensors, not composite ones") \
+                from error
+        if dtype.tier != 1 and _get_mode() != "relaxed":
+            raise mode_error(dtype.name) from None
         raise TypeError(
-            f"hurray.array_api cannot compute on {name} tensors: a storage format only "
-            "(ADR-053)"
+            f"hurray.array_api cannot compute on {dtype.name} tensors: a storage format only "
+            f"(ADR-053): {error}"
         ) from error
     if a.dtype not in TIER1_NP:
         admit(a.dtype)
@@ -174,15 +175,42 @@ def result(r):
     return r
 
 
-def forward(func, name=None):
-    """A namespace function that runs `func` on the engine's view of its arguments."""
+def _convert_dtype(dtype):
+    return np_dtype(dtype)
 
-    def call(*args, **kwargs):
-        if "device" in kwargs:
-            check_device(kwargs["device"])
-            kwargs["device"] = None
-        return result(func(*[arg(a) for a in args], **{k: arg(v) for k, v in kwargs.items()}))
 
-    call.__name__ = call.__qualname__ = name or func.__name__
-    call.__doc__ = f"The array API's ``{call.__name__}`` (computed by NumPy; ADR-052)."
+def forward(func, name):
+    """The namespace function `name` (a key of ``_signatures.SIGNATURES``, "linalg.x" for an
+    extension's): generated with the standard's signature, it runs `func` (array-api-compat's
+    NumPy function) on the engine's view of its arguments and returns tensors."""
+    from ._signatures import SIGNATURES
+
+    params = SIGNATURES[name]
+    short = name.rpartition(".")[2]
+    scope = {}
+    exec(f"def {short}({params}): pass", scope)  # noqa: S102 - the standard's own parameter list
+    import inspect
+
+    calls, checks = [], []
+    for p in inspect.signature(scope[short]).parameters.values():
+        value = "_dtype(dtype)" if p.name == "dtype" else f"_arg({p.name})"
+        if p.name == "device":
+            checks.append("_check_device(device)")
+            value = "None"
+        if p.kind is p.POSITIONAL_ONLY:
+            calls.append(value)
+        elif p.kind is p.VAR_POSITIONAL:
+            calls.append(f"*[_arg(e) for e in {p.name}]")
+        else:
+            calls.append(f"{p.name}={value}")
+    body = "".join(f"    {c}\n" for c in checks)
+    source = f"def {short}({params}):\n{body}    return _result(_func({', '.join(calls)}))\n"
+    scope = {"_func": func, "_arg": arg, "_dtype": _convert_dtype, "_check_device": check_device,
+             "_result": result}
+    exec(source, scope)  # noqa: S102 - generated from the table above, no outside input
+    call = scope[short]
+    call.__qualname__ = short
+    call.__module__ = "hurray.array_api" + ("." + name.rpartition(".")[0] if "." in name else "")
+    call.__doc__ = (f"The array API's ``{name}({params})``: NumPy's kernel through "
+                    "array-api-compat, on the tensors' memory (ADR-052).")
     return call

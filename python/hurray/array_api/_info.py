@@ -16,8 +16,8 @@ class Info:
         return _engine.CPU
 
     def devices(self):
-        """The devices the namespace computes on: the CPU."""
-        return [_engine.CPU]
+        """The devices the namespace computes on, a tuple: the CPU."""
+        return (_engine.CPU,)
 
     def default_dtypes(self, *, device=None):
         """float64, complex128, int64 and (for indices) int64."""

@@ -6,4 +6,4 @@ from ._engine import forward as _forward
 __all__ = ("fft ifft fftn ifftn rfft irfft rfftn irfftn hfft ihfft fftfreq rfftfreq fftshift "
            "ifftshift").split()
 for _name in __all__:
-    globals()[_name] = _forward(getattr(_compat.fft, _name), _name)
+    globals()[_name] = _forward(getattr(_compat.fft, _name), "fft." + _name)

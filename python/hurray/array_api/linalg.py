@@ -2,9 +2,29 @@
 
 from ._engine import compat as _compat
 from ._engine import forward as _forward
+from ._engine import np as _np
 
-__all__ = ("cholesky cross det diagonal eigh eigvalsh inv matmul matrix_norm matrix_power "
-           "matrix_rank matrix_transpose outer pinv qr slogdet solve svd svdvals tensordot trace "
-           "vecdot vector_norm").split()
+__all__ = ("cholesky cross det diagonal eig eigh eigvals eigvalsh inv matmul matrix_norm "
+           "matrix_power matrix_rank matrix_transpose outer pinv qr slogdet solve svd svdvals "
+           "tensordot trace vecdot vector_norm").split()
+
+
+def _complex(a):
+    """The standard's eig/eigvals results are complex, of the input's precision."""
+    single = a.dtype in (_np.dtype("float32"), _np.dtype("complex64"))
+    return a.astype(_np.complex64 if single else _np.complex128, copy=False)
+
+
+def _eig(x):
+    r = _compat.linalg.eig(x)
+    return type(r)(_complex(r[0]), _complex(r[1]))
+
+
+def _eigvals(x):
+    return _complex(_np.asarray(_compat.linalg.eigvals(x)))
+
+
+_OWN = {"eig": _eig, "eigvals": _eigvals}
 for _name in __all__:
-    globals()[_name] = _forward(getattr(_compat.linalg, _name), _name)
+    globals()[_name] = _forward(_OWN.get(_name) or getattr(_compat.linalg, _name),
+                                "linalg." + _name)

@@ -1,0 +1,74 @@
+"""hurray.array_api beside NumPy and array-api-strict, in one run.
+
+Times the operations of issue 10 on the three namespaces with the same data: an 8-element and a
+4M-element float32 add, a sum over 4M elements, a 1024x1024 float32 matmul, boolean-mask
+indexing over 1M elements, sorting 1M elements, linalg.solve at 256x256 and an fft of 1M
+elements. Each is timed in interleaved rounds (noise hits all three alike); the best round is
+reported in microseconds per call and as a ratio to NumPy.
+
+    python bench/bench_array_api.py [--rounds 5] [--small-number 20000]
+
+A benchmark, not a test: it asserts nothing about speed.
+"""
+
+import argparse
+import platform
+import timeit
+
+import array_api_strict
+import numpy as np
+
+import hurray.array_api as hxp
+
+
+def cases():
+    rng = np.random.default_rng(0)
+    small = rng.standard_normal(8).astype(np.float32)
+    big = rng.standard_normal(1 << 22).astype(np.float32)
+    mat = rng.standard_normal((1024, 1024)).astype(np.float32)
+    mask_src = rng.standard_normal(1 << 20)
+    a256 = rng.standard_normal((256, 256)) + 256 * np.eye(256)
+    b256 = rng.standard_normal(256)
+    sig = rng.standard_normal(1 << 20)
+    specs = [
+        ("add, 8 x float32", True, lambda xp, d: lambda: d["s"] + d["s"]),
+        ("add, 4M x float32", False, lambda xp, d: lambda: d["b"] + d["b"]),
+        ("sum, 4M x float32", False, lambda xp, d: lambda: xp.sum(d["b"])),
+        ("matmul, 1024^2 float32", False, lambda xp, d: lambda: d["m"] @ d["m"]),
+        ("mask index, 1M", False, lambda xp, d: lambda: d["k"][d["k"] > 0]),
+        ("sort, 1M", False, lambda xp, d: lambda: xp.sort(d["k"])),
+        ("linalg.solve, 256^2", False, lambda xp, d: lambda: xp.linalg.solve(d["A"], d["y"])),
+        ("fft, 1M", False, lambda xp, d: lambda: xp.fft.fft(d["f"])),
+    ]
+    spaces = {"NumPy": np, "Hurray": hxp, "array-api-strict": array_api_strict}
+    data = {}
+    for name, xp in spaces.items():
+        data[name] = {k: xp.asarray(v) for k, v in
+                      {"s": small, "b": big, "m": mat, "k": mask_src, "A": a256, "y": b256,
+                       "f": sig}.items()}
+    for label, small_op, make in specs:
+        yield label, small_op, {n: make(xp, data[n]) for n, xp in spaces.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--small-number", type=int, default=20000)
+    args = parser.parse_args()
+    print(f"# {platform.python_implementation()} {platform.python_version()}, "
+          f"NumPy {np.__version__}, array-api-strict {array_api_strict.__version__}")
+    print(f"{'operation':<24} {'NumPy us':>10} {'Hurray us':>10} {'strict us':>10} "
+          f"{'Hurray/NumPy':>13} {'strict/NumPy':>13}")
+    for label, small_op, funcs in cases():
+        number = args.small_number if small_op else 3
+        best = {n: float("inf") for n in funcs}
+        for _ in range(args.rounds):
+            for n, f in funcs.items():
+                best[n] = min(best[n], timeit.timeit(f, number=number) / number * 1e6)
+        print(f"{label:<24} {best['NumPy']:>10.2f} {best['Hurray']:>10.2f} "
+              f"{best['array-api-strict']:>10.2f} {best['Hurray'] / best['NumPy']:>13.2f} "
+              f"{best['array-api-strict'] / best['NumPy']:>13.2f}")
+
+
+if __name__ == "__main__":
+    main()

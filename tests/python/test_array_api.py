@@ -1,0 +1,176 @@
+"""hurray.array_api and hurray.Tensor as the array object: what the conformance suite does not
+cover -- tensors from files, DLPack and the native protocol (read-only, strided, negative
+strides, byte offsets), views and in-place writes, relaxed-mode Tier 2 arithmetic against
+ml_dtypes, and bad input getting the standard's exception with a message naming the problem.
+"""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hurray
+import hurray.array_api as xp
+
+
+def as_np(t):
+    return np.asarray(t)
+
+
+# ---- where tensors come from ----------------------------------------------------------------
+
+
+def test_tensors_from_files_compute_and_refuse_writes(tmp_path):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    hurray.save(tmp_path / "a.hurray", {"a": hurray.from_numpy(a)})
+    t = hurray.load(tmp_path / "a.hurray")["a"]
+    np.testing.assert_array_equal(as_np(xp.sum(t, axis=0)), a.sum(axis=0))
+    np.testing.assert_array_equal(as_np(t @ t.mT), a @ a.T)
+    np.testing.assert_array_equal(as_np(t[1:, ::2] * 2), a[1:, ::2] * 2)
+    if t.readonly:
+        with pytest.raises(hurray.InvalidArgumentError, match="read-only"):
+            t[0, 0] = 1.0
+        with pytest.raises(hurray.InvalidArgumentError, match="read-only"):
+            t += 1.0
+
+
+def test_read_only_buffers_refuse_every_write():
+    t = hurray.Tensor(np.arange(4, dtype=np.int32).tobytes(), hurray.int32, [4])
+    assert t.readonly
+    for write in (lambda: t.__setitem__(0, 5), lambda: t.__iadd__(1),
+                  lambda: t[1:].__imul__(2)):
+        with pytest.raises(hurray.InvalidArgumentError, match="read-only.*copy=True"):
+            write()
+    c = xp.asarray(t, copy=True)
+    c[0] = 5
+    assert c.tolist() == [5, 1, 2, 3] and t.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("route", ["dlpack", "from_hurray", "from_numpy"])
+def test_strided_negative_strides_and_offsets(route):
+    base = np.arange(40, dtype=np.float64).reshape(5, 8)
+    view = base[4:0:-2, 1::3]  # negative and non-unit strides, a byte offset into base
+    t = {"dlpack": hurray.from_dlpack, "from_numpy": hurray.from_numpy,
+         "from_hurray": lambda v: hurray.from_hurray(hurray.from_numpy(v))}[route](view)
+    if t.strides is not None:
+        assert t.strides == tuple(s // 8 for s in view.strides)
+    np.testing.assert_array_equal(as_np(t + 1), view + 1)
+    np.testing.assert_array_equal(as_np(xp.flip(t, axis=0)), view[::-1])
+    np.testing.assert_array_equal(as_np(t[:, -1]), view[:, -1])
+    np.testing.assert_array_equal(as_np(t[t > 20]), view[view > 20])
+    np.testing.assert_array_equal(as_np(xp.matmul(t, t.mT)), view @ view.T)
+
+
+# ---- views and in-place operations ----------------------------------------------------------
+
+
+def test_writes_through_views_reach_the_base_and_back():
+    x = xp.zeros((4, 4), dtype=xp.float32)
+    row = x[1]
+    row += 3
+    assert x[1].tolist() == [3.0] * 4
+    block = x[2:, ::2]
+    block[...] = 7
+    assert as_np(x)[2:, ::2].tolist() == [[7.0, 7.0]] * 2
+    x[0, 0] = -1
+    corner = x[0, 0]  # an integer index is a 0-d view, not a copy
+    x[0, 0] = -2
+    assert float(corner) == -2.0
+    diag = x.mT[3]
+    diag *= 0
+    assert as_np(x)[:, 3].tolist() == [0.0] * 4
+
+
+def test_in_place_keeps_identity_dtype_and_shape():
+    x = xp.ones(3, dtype=xp.float32)
+    y = x
+    y += xp.asarray([1.0, 2.0, 3.0], dtype=xp.float32)
+    assert y is x and x.tolist() == [2.0, 3.0, 4.0] and x.dtype == xp.float32
+    with pytest.raises(TypeError, match="dtype float32 .* float64"):
+        x += xp.ones(3, dtype=xp.float64)
+    with pytest.raises(ValueError):
+        x += xp.ones((2, 3), dtype=xp.float32)
+
+
+# ---- relaxed mode: Tier 2 arithmetic ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float16"])
+def test_relaxed_tier2_arithmetic_matches_ml_dtypes(name):
+    dt = np.dtype(getattr(ml_dtypes, name, None) or name)
+    a = np.array([0.5, 1.5, -2.0, 3.0], dtype=dt)
+    b = np.array([0.25, 2.0, 1.0, -1.5], dtype=dt)
+    ta, tb = hurray.from_numpy(a), hurray.from_numpy(b)
+    with pytest.raises(TypeError, match=f"{name} .*relaxed mode only.*set_mode"):
+        ta + tb
+    with hurray.mode("relaxed"):
+        for got, want in ((ta + tb, a + b), (ta * tb, a * b), (ta - 1.0, a - dt.type(1.0)),
+                          (xp.sqrt(xp.abs(ta)), np.sqrt(np.abs(a)))):
+            assert got.dtype.name == name
+            np.testing.assert_array_equal(as_np(got).astype(np.float32),
+                                          want.astype(np.float32))
+        mixed = ta + hurray.from_numpy(a.astype(np.float32))
+        assert mixed.dtype == xp.float32
+        with pytest.raises(TypeError, match="integer with floating"):
+            ta + xp.ones(4, dtype=xp.int32)
+
+
+def test_relaxed_lattice_joins_different_formats_at_float32():
+    with hurray.mode("relaxed"):
+        bf = hurray.from_numpy(np.ones(2, ml_dtypes.bfloat16))
+        f8 = hurray.from_numpy(np.ones(2, ml_dtypes.float8_e4m3fn))
+        f16 = hurray.from_numpy(np.ones(2, np.float16))
+        assert (bf + f8).dtype == xp.float32 and (bf + f16).dtype == xp.float32
+        assert (f16 + xp.ones(2, dtype=xp.float64)).dtype == xp.float64
+        assert xp.result_type(bf, xp.complex64) == xp.complex64
+
+
+def test_storage_only_dtypes_are_refused_naming_them():
+    q = hurray.Tensor(bytes(8), hurray.dtype.int4, [16])
+    with hurray.mode("relaxed"):
+        with pytest.raises(TypeError, match="int4"):
+            q + q
+    with pytest.raises(TypeError, match="int4 .*relaxed mode only"):
+        xp.sum(q)
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+
+def test_bad_input_gets_the_standards_exceptions():
+    x = xp.arange(6, dtype=xp.float32)
+    with pytest.raises(TypeError, match="int8 with float32"):
+        xp.ones(3, dtype=xp.int8) + xp.ones(3, dtype=xp.float32)
+    with pytest.raises(TypeError, match="not .*str"):
+        xp.add(x, "1")
+    with pytest.raises(TypeError, match="float does not combine with a int32"):
+        xp.ones(2, dtype=xp.int32) * 1.5
+    with pytest.raises(ValueError, match="broadcast"):
+        x + xp.ones(4, dtype=xp.float32)
+    with pytest.raises(IndexError, match="out of bounds"):
+        x[6]
+    with pytest.raises(ValueError, match="NaN"):
+        int(xp.asarray(float("nan")))
+    with pytest.raises(TypeError, match="0-d tensor, not one of shape \\(6,\\)"):
+        bool(x)
+    with pytest.raises(TypeError, match="only integer tensors are indices"):
+        [0, 1][xp.asarray(1.0)]
+    with pytest.raises(TypeError, match="dtype must be a hurray.array_api dtype"):
+        xp.zeros(3, dtype="float32")
+
+
+def test_non_cpu_tensors_raise_unsupported_naming_the_device():
+    t = hurray.Tensor.from_address(0x10000, "float32", [4], device="cuda")
+    with pytest.raises(hurray.UnsupportedError, match="cuda:0"):
+        t + 1.0
+    with pytest.raises(hurray.UnsupportedError, match="cuda:0"):
+        t.to_device("cpu")
+    x = xp.ones(2)
+    assert x.to_device("cpu") is x and x.device == xp.__array_namespace_info__().default_device()
+
+
+def test_python_scalar_conversions():
+    assert int(xp.asarray(7, dtype=xp.int16)) == 7
+    assert float(xp.asarray(2.5)) == 2.5
+    assert complex(xp.asarray(1 + 2j)) == 1 + 2j
+    assert [10, 20, 30][xp.asarray(2)] == 30
+    assert bool(xp.asarray(True)) is True
+    assert bytes(xp.asarray(3, dtype=xp.uint8)) == b"\x03"
