@@ -55,7 +55,8 @@ _BINARY = (
 ).split()
 
 
-_OWN_KERNELS = {"floor_divide": _kernels.floor_divide, "expm1": _kernels.expm1}
+_OWN_KERNELS = {"floor_divide": _kernels.floor_divide, "expm1": _kernels.expm1,
+                "tanh": _kernels.tanh}
 
 
 def _binary(name):

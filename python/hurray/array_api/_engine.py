@@ -191,7 +191,7 @@ def forward(func, name):
     exec(f"def {short}({params}): pass", scope)  # noqa: S102 - the standard's own parameter list
     import inspect
 
-    calls, checks = [], []
+    calls, checks, optional = [], [], []
     for p in inspect.signature(scope[short]).parameters.values():
         value = "_dtype(dtype)" if p.name == "dtype" else f"_arg({p.name})"
         if p.name == "device":
@@ -201,9 +201,16 @@ def forward(func, name):
             calls.append(value)
         elif p.kind is p.VAR_POSITIONAL:
             calls.append(f"*[_arg(e) for e in {p.name}]")
+        elif p.default is None and p.name != "device":
+            # None is the standard's "not given": leave it to the engine's own default
+            # (np.diff(prepend=None) would prepend None).
+            optional.append(f"    if {p.name} is not None: _kw[{p.name!r}] = {value}\n")
         else:
             calls.append(f"{p.name}={value}")
     body = "".join(f"    {c}\n" for c in checks)
+    if optional:
+        body += "    _kw = {}\n" + "".join(optional)
+        calls.append("**_kw")
     source = f"def {short}({params}):\n{body}    return _result(_func({', '.join(calls)}))\n"
     scope = {"_func": func, "_arg": arg, "_dtype": _convert_dtype, "_check_device": check_device,
              "_result": result}

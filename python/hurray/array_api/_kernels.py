@@ -1,5 +1,5 @@
-"""The two kernels where NumPy's special values differ from the standard's, corrected around
-NumPy's own (ADR-052): floor division by or of infinities, and complex expm1."""
+"""The kernels where NumPy's special values differ from the standard's, corrected around NumPy's
+own (ADR-052): floor division by or of infinities, complex expm1 and complex tanh."""
 
 from ._engine import np
 
@@ -32,4 +32,16 @@ def expm1(x):
         if np.any(special):
             with np.errstate(invalid="ignore", over="ignore"):
                 r = np.where(special, np.exp(x) - 1, r)
+    return r
+
+
+def tanh(x):
+    """NumPy's tanh, except that tanh(±inf + yj) for finite y is ±1 + 0j with the zero's sign
+    the sign of y, as the standard says (NumPy signs it by sin(2y))."""
+    r = np.tanh(x)
+    if x.dtype.kind == "c":
+        special = np.isinf(x.real) & np.isfinite(x.imag)
+        if np.any(special):
+            fixed = np.copysign(1, x.real) + 1j * np.copysign(0, x.imag)
+            r = np.where(special, fixed.astype(x.dtype), r)
     return r
