@@ -38,6 +38,9 @@ echo "== Python: pip install . into .venv, then the tests against the installed 
 (cd tests/python && ../../.venv/bin/python -c "import hurray; print('testing', hurray.__file__)")
 HURRAY_REQUIRE_PEERS=1 .venv/bin/python -m pytest -q tests/python
 
+echo "== array API conformance: ../shared/array-api-tests on hurray.array_api (2025.12, 2024.12; strict, relaxed)"
+scripts/array-api-tests.sh
+
 echo "== Python tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # The extension and the static core built with -fsanitize=address,undefined into
 # build-pyasan/python (an importable package). CPython itself is not instrumented, so the

@@ -1,6 +1,6 @@
 /* array_object.c -- hurray.Tensor as the array API standard's array object: its protocol slots.
  *
- * The operators, indexing, conversions, mT/T and to_device of the standard's array object are
+ * The operators, indexing, conversions and mT/T of the standard's array object are
  * implemented in hurray.array_api._array_object, beside the namespace whose promotion rules and
  * engine they share (ADR-052). This file is only the C side of that: each slot of the Tensor
  * type (number protocol, mapping protocol, rich comparison) and each extra method forwards to the
@@ -9,7 +9,8 @@
  *
  * Binary number slots are called with the Tensor on either side: a Tensor on the left calls
  * __op__(left, right), one on the right only calls __rop__(right, left), as Python's own
- * operator dispatch would for a class defining both.
+ * operator dispatch would for a class defining both. to_device is the Tensor's own
+ * (device_memory.c).
  */
 #include "hurray_python.h"
 
@@ -30,7 +31,7 @@
   X(INVERT, "__invert__") X(BOOL, "__bool__") X(INT, "__int__") X(FLOAT, "__float__")            \
   X(INDEX, "__index__") X(COMPLEX, "__complex__") X(LT, "__lt__") X(LE, "__le__")                \
   X(EQ, "__eq__") X(NE, "__ne__") X(GT, "__gt__") X(GE, "__ge__") X(GETITEM, "__getitem__")      \
-  X(SETITEM, "__setitem__") X(ITER, "__iter__") X(LEN, "__len__") X(TO_DEVICE, "to_device") X(MT, "mT") X(T, "T")
+  X(SETITEM, "__setitem__") X(ITER, "__iter__") X(LEN, "__len__") X(MT, "mT") X(T, "T")
 
 #define AS_ENUM(name, str) OP_##name,
 enum { ARRAY_OPS(AS_ENUM) OP_COUNT };
@@ -205,23 +206,6 @@ static PyObject *tensor_complex(PyObject *op, PyObject *unused) {
   return call1(op, OP_COMPLEX);
 }
 
-static PyObject *tensor_to_device(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
-                                  PyObject *kwnames) {
-  PyObject *func = array_op(hurray__py_state_of(op), OP_TO_DEVICE);
-  if (func == NULL) return NULL;
-  /* args[-1] is writable for a method called with PY_VECTORCALL_ARGUMENTS_OFFSET; build our
-   * own argument vector instead of relying on it. */
-  Py_ssize_t total = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
-  PyObject *stack[8];
-  if (total > 7) {
-    PyErr_SetString(PyExc_TypeError, "to_device() takes at most 2 arguments");
-    return NULL;
-  }
-  stack[0] = op;
-  for (Py_ssize_t i = 0; i < total; i++) stack[i + 1] = args[i];
-  return PyObject_Vectorcall(func, stack, (size_t)nargs + 1, kwnames);
-}
-
 /* bytes(t) copies the buffer export, as before the array object: bytes() would otherwise take a
  * 0-d integer tensor's __index__ for a length. */
 static PyObject *tensor_bytes(PyObject *op, PyObject *unused) {
@@ -234,35 +218,6 @@ static PyMethodDef array_methods[] = {
      PyDoc_STR("__bytes__($self, /)\n--\n\nThe bytes of the buffer export (memoryview(self)).")},
     {"__complex__", tensor_complex, METH_NOARGS,
      PyDoc_STR("__complex__($self, /)\n--\n\nThe value of a 0-d tensor as a Python complex.")},
-    {"to_device", HURRAY_PY_CFUNC(tensor_to_device), METH_FASTCALL | METH_KEYWORDS,
-     PyDoc_STR("to_device($self, device, /, *, stream=None)\n"
-               "--\n"
-               "\n"
-               "Return this tensor on `device` (the array API's to_device).\n"
-               "\n"
-               "Parameters\n"
-               "----------\n"
-               "device : hurray.Device or str\n"
-               "    The target device; hurray.array_api computes on the CPU.\n"
-               "stream : None, optional\n"
-               "    No stream: CPU tensors take none.\n"
-               "\n"
-               "Returns\n"
-               "-------\n"
-               "hurray.Tensor\n"
-               "    The tensor itself, when it is already on `device`.\n"
-               "\n"
-               "Raises\n"
-               "------\n"
-               "hurray.UnsupportedError\n"
-               "    The tensor or `device` is not the CPU; the message names both.\n"
-               "\n"
-               "Examples\n"
-               "--------\n"
-               ">>> import hurray.array_api as xp\n"
-               ">>> x = xp.ones(3)\n"
-               ">>> x.to_device(\"cpu\") is x\n"
-               "True\n")},
     {NULL, NULL, 0, NULL},
 };
 

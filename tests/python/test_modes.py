@@ -169,8 +169,13 @@ def test_tier2_and_tier3_tensors_expose_it_in_relaxed_mode_only(dtype):
 def test_api_version_is_validated():
     t = tensor_of(hurray.float32)
     assert t.__array_namespace__(api_version=None) is hurray.array_api
-    for version in ("2025.12", "2024.12", "2023.12", "2022.12", "2021.12"):
-        assert t.__array_namespace__(api_version=version) is hurray.array_api
+    assert t.__array_namespace__(api_version="2025.12") is hurray.array_api
+    for version in ("2024.12", "2023.12", "2022.12", "2021.12"):
+        ns = t.__array_namespace__(api_version=version)
+        assert ns.__array_api_version__ == version and ns.add is hurray.array_api.add
+        assert t.__array_namespace__(api_version=version) is ns
+        assert type(ns.__array_namespace_info__().devices()) is list
+        assert type(ns.meshgrid(t, t)) is list and type(hurray.array_api.meshgrid(t, t)) is tuple
     with pytest.raises(ValueError, match="api_version '2026.12' is not supported"):
         t.__array_namespace__(api_version="2026.12")
     with pytest.raises(TypeError):

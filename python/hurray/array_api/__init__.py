@@ -13,8 +13,10 @@ of ADR-053. The guide is docs/impl/array-api.md.
 
 import builtins as _builtins
 import math as _math
+import sys as _sys
+import types as _types
 
-from . import _engine, _kernels
+from . import _engine, _info, _kernels
 from ._array_object import operands as _operands
 from ._engine import H as _H
 from ._engine import compat as _compat
@@ -248,6 +250,48 @@ def iinfo(type, /):
 
 
 from . import fft, linalg  # noqa: E402  (the extensions use the names above)
+
+# ---- earlier versions of the standard -------------------------------------------------------
+
+_EARLIER = ("2024.12", "2023.12", "2022.12", "2021.12")
+_namespaces = {}
+
+
+def _namespace(api_version):
+    """The namespace ``Tensor.__array_namespace__(api_version=...)`` returns: this module for
+    None and "2025.12"; for an earlier version, a module with the same functions except where
+    that version specified other results (lists, not tuples, from ``meshgrid``,
+    ``broadcast_arrays`` and ``devices()``)."""
+    if api_version is None or api_version == __array_api_version__:
+        return _sys.modules[__name__]
+    if api_version not in _EARLIER:
+        raise ValueError(f"api_version {api_version!r} is not supported")
+    ns = _namespaces.get(api_version)
+    if ns is None:
+        ns = _types.ModuleType(__name__, __doc__)
+        ns.__dict__.update({n: globals()[n] for n in __all__})
+        ns.__all__ = __all__
+        ns.__array_api_version__ = api_version
+
+        def meshgrid(*arrays, indexing="xy"):
+            return list(_meshgrid(*arrays, indexing=indexing))
+
+        def broadcast_arrays(*arrays):
+            return list(_broadcast_arrays(*arrays))
+
+        def __array_namespace_info__():
+            return _info.Info(devices_type=list)
+
+        for f in (meshgrid, broadcast_arrays, __array_namespace_info__):
+            f.__doc__ = (f"The array API {api_version}'s ``{f.__name__}`` (a list where 2025.12 "
+                         "has a tuple).")
+            setattr(ns, f.__name__, f)
+        ns.__array_namespace_info__.__doc__ = "The namespace's inspection object (array API)."
+        _namespaces[api_version] = ns
+    return ns
+
+
+_meshgrid, _broadcast_arrays = meshgrid, broadcast_arrays
 
 __all__ = sorted(
     n for n in globals() if not n.startswith("_") or n in ("__array_namespace_info__",

@@ -1,5 +1,7 @@
 """hurray.Tensor as the array API's array object: operators, indexing, conversions (ADR-052).
 
+``to_device`` is the Tensor's own (python/src/device_memory.c), which copies between devices.
+
 The Tensor type's protocol slots (python/src/array_object.c) forward to the functions here by
 their dunder names. Every operator goes through `operands`, the one place the standard's type
 promotion (``_promotion``) meets NumPy's kernels, and returns a new tensor; in-place operators
@@ -7,7 +9,7 @@ write into the tensor's own memory, so views and their bases see the same values
 """
 
 from . import _engine, _kernels
-from ._engine import CPU, TIER2_NP, Tensor, check_device, np, to_np, wrap
+from ._engine import TIER2_NP, Tensor, np, to_np, wrap
 from ._promotion import check_scalar, promote, scalar_result
 
 _SCALARS = (bool, int, float, complex)
@@ -259,17 +261,3 @@ def T(self):
     if a.ndim != 2:
         raise ValueError(f"T needs a 2-d tensor, not a {a.ndim}-d one; use mT or permute_dims")
     return wrap(a.T)
-
-
-def to_device(self, device, /, *, stream=None):
-    if stream is not None:
-        raise ValueError("to_device: CPU tensors take no stream")
-    here = self.device
-    if device == here or (here == CPU and (device == "cpu" or device is None)):
-        return self
-    if here != CPU:
-        raise _engine._hurray.UnsupportedError(
-            f"to_device: hurray.array_api cannot move a tensor from {here} to {device}"
-        )
-    check_device(device)
-    return self

@@ -4,7 +4,13 @@ from . import _engine
 
 
 class Info:
-    """The namespace's capabilities, devices and dtypes (array API inspection object)."""
+    """The namespace's capabilities, devices and dtypes (array API inspection object).
+
+    `devices_type` is what `devices` returns: a tuple (2025.12) or a list (earlier versions).
+    """
+
+    def __init__(self, devices_type=tuple):
+        self._devices_type = devices_type
 
     def capabilities(self):
         """Boolean-mask indexing and data-dependent shapes are supported; 2 dimensions max
@@ -16,8 +22,8 @@ class Info:
         return _engine.CPU
 
     def devices(self):
-        """The devices the namespace computes on, a tuple: the CPU."""
-        return (_engine.CPU,)
+        """The devices the namespace computes on: the CPU."""
+        return self._devices_type((_engine.CPU,))
 
     def default_dtypes(self, *, device=None):
         """float64, complex128, int64 and (for indices) int64."""
