@@ -22,7 +22,7 @@
  *   ├── StateError(HurrayError, RuntimeError)                HURRAY_ESTATE
  *   ├── WireError(HurrayError, ConnectionError)              HURRAY_EPROTOCOL
  *   ├── AuthenticationError(HurrayError, PermissionError)    HURRAY_EAUTH
- *   ├── PermissionDeniedError(HurrayError, PermissionError)  HURRAY_EDENIED
+ *   ├── RequestDeniedError(HurrayError, PermissionError)  HURRAY_EDENIED
  *   ├── TimedOutError(HurrayError, builtins.TimeoutError)    HURRAY_ETIMEOUT
  *   └── ConnectionLostError(HurrayError, ConnectionError)    HURRAY_ECONNECTION
  *
@@ -103,7 +103,7 @@ static const ExcSpec kExcSpecs[HURRAY_PY_EXC_COUNT] = {
                             "A wrong or missing shared secret.\n"
                             "\n"
                             "Or a server that cannot prove it knows the secret."},
-    [HURRAY_PY_EXC_DENIED] = {"hurray.PermissionDeniedError", HURRAY_PY_EXC_ERROR,
+    [HURRAY_PY_EXC_DENIED] = {"hurray.RequestDeniedError", HURRAY_PY_EXC_ERROR,
                               &PyExc_PermissionError,
                               "The server refused: an upload to a read-only server, or its "
                               "connection limit."},

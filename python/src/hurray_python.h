@@ -114,7 +114,7 @@ typedef enum HurrayPyExc {
   HURRAY_PY_EXC_STATE,            /* StateError(HurrayError, RuntimeError) */
   HURRAY_PY_EXC_WIRE,         /* WireError(HurrayError, ConnectionError) */
   HURRAY_PY_EXC_AUTH,             /* AuthenticationError(HurrayError, PermissionError) */
-  HURRAY_PY_EXC_DENIED,           /* PermissionDeniedError(HurrayError, PermissionError) */
+  HURRAY_PY_EXC_DENIED,           /* RequestDeniedError(HurrayError, PermissionError) */
   HURRAY_PY_EXC_TIMEOUT,          /* TimedOutError(HurrayError, builtins.TimeoutError) */
   HURRAY_PY_EXC_CONNECTION,       /* ConnectionLostError(HurrayError, ConnectionError) */
   /* HURRAY_EIO of a failed system call, by errno (ADR-038): also the builtin OSError subclass */

@@ -31,7 +31,7 @@ EXPECTED = {
     "HURRAY_ECHECKSUM": (hurray.ChecksumError, ValueError),
     "HURRAY_EPROTOCOL": (hurray.WireError, ConnectionError),
     "HURRAY_EAUTH": (hurray.AuthenticationError, PermissionError),
-    "HURRAY_EDENIED": (hurray.PermissionDeniedError, PermissionError),
+    "HURRAY_EDENIED": (hurray.RequestDeniedError, PermissionError),
     "HURRAY_ETIMEOUT": (hurray.TimedOutError, builtins.TimeoutError),
     "HURRAY_ECONNECTION": (hurray.ConnectionLostError, ConnectionError),
 }

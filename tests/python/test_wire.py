@@ -113,7 +113,7 @@ def test_files_are_served_with_metadata_and_rows(tmp_path):
             c.get("w", slice=slice(0, 4, 2))
         with pytest.raises(hurray.InvalidArgumentError, match="no tensor named 'nope'"):
             c.get("nope")
-        with pytest.raises(hurray.PermissionDeniedError, match="read-only"):
+        with pytest.raises(hurray.RequestDeniedError, match="read-only"):
             c.put("x", w)
         assert c.info["read_only"] is True
 
