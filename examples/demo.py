@@ -83,7 +83,7 @@ def dequantise(t):
     t = hurray.from_hurray(t)  # one HurrayTensorContext: descriptor and every buffer, no copy
     assert t.layout == "per_channel" and t.dtype == hurray.dtype.int4 and t.axis == 0
     values, scales = t.parts[0], t.parts[1]
-    packed = np.frombuffer(values, dtype=np.uint8)  # the mapped bytes themselves
+    packed = np.frombuffer(values.bytes_view(), dtype=np.uint8)  # the mapped bytes themselves
     nibbles = np.empty(packed.size * 2, dtype=np.uint8)
     nibbles[0::2], nibbles[1::2] = packed & 0x0F, packed >> 4
     q = nibbles.view(np.int8).reshape(t.shape)

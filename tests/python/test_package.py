@@ -5,6 +5,7 @@ import inspect
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -149,3 +150,12 @@ def test_importing_twice_in_subprocesses_is_clean():
     result = subprocess.run([sys.executable, "-X", "dev", "-W", "error", "-c", code],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_demo_runs_end_to_end():
+    """examples/demo.py, the README's main job, runs as `scripts/demo.sh` runs it."""
+    demo = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
+    run = subprocess.run([sys.executable, str(demo)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert "max |dequantised - original|" in run.stdout and "\ndone in " in run.stdout
