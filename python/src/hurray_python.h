@@ -194,6 +194,12 @@ int hurray__py_int_in_range(HurrayState *st, PyObject *obj, long long lo, long l
 int hurray__py_i64(HurrayState *st, PyObject *obj, const char *what, int64_t *out);
 int hurray__py_u64(HurrayState *st, PyObject *obj, const char *what, uint64_t *out);
 
+/* The items of a sequence argument as a tuple of its own, or NULL with TypeError `message`.
+ * What is read from it stays alive and in place while its items are converted, even when that
+ * runs Python code (__index__, __bool__, ...) that mutates the caller's list: the items may
+ * then be kept as borrowed references. */
+PyObject *hurray__py_sequence_tuple(PyObject *obj, const char *message);
+
 /* After a failed call of obj.<method>(...) made on a consumer's behalf: an AttributeError from
  * an object that has no such method becomes the TypeError the protocols specify ("`fname`()
  * needs an object with <method>"); any other error is left as it is. Returns NULL. */

@@ -114,6 +114,14 @@ int hurray__py_u64(HurrayState *st, PyObject *obj, const char *what, uint64_t *o
   return 0;
 }
 
+PyObject *hurray__py_sequence_tuple(PyObject *obj, const char *message) {
+  PyObject *items = PySequence_Fast(obj, message);
+  if (items == NULL || PyTuple_CheckExact(items)) return items;
+  PyObject *tuple = PySequence_Tuple(items); /* a list: the caller's own, perhaps */
+  Py_DECREF(items);
+  return tuple;
+}
+
 PyObject *hurray__py_protocol_missing(PyObject *obj, PyObject *method, const char *fname) {
   if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
   HurrayPySavedError saved;

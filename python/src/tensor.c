@@ -214,7 +214,7 @@ static int dims_arg(HurrayState *st, PyObject *obj, const char *what, int64_t *o
                  Py_TYPE(obj)->tp_name);
     return -1;
   }
-  PyObject *items = PySequence_Fast(obj, what);
+  PyObject *items = hurray__py_sequence_tuple(obj, what);
   if (items == NULL) return -1;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
   int result = 0;
@@ -488,7 +488,7 @@ typedef struct Parts {
   HurrayArray arrays[HURRAY_MAX_PARTS];
   HurrayTensorObject *tensors[HURRAY_MAX_PARTS]; /* borrowed from `items` */
   uint32_t nchildren;
-  PyObject *pairs;            /* a fast sequence of (name, Tensor) pairs, or NULL */
+  PyObject *pairs;            /* a tuple of (name, Tensor) pairs, or NULL */
   HurrayTensorDesc **clones;  /* nchildren clones of the children, rebased */
   HurrayTensorDesc *children; /* their roots, by value, as the descriptor wants them */
   const char **names;         /* UTF-8 of the names, owned by the name objects */
@@ -512,7 +512,7 @@ static int children_arg(HurrayState *st, PyObject *obj, Parts *p) {
   PyObject *items =
       PyMapping_Check(obj) && !PySequence_Check(obj) ? PyMapping_Items(obj) : Py_NewRef(obj);
   if (items == NULL) return -1;
-  p->pairs = PySequence_Fast(items, "children must be a mapping or a sequence of (name, tensor)");
+  p->pairs = hurray__py_sequence_tuple(items, "children must be a mapping or a sequence of (name, tensor)");
   Py_DECREF(items);
   if (p->pairs == NULL) return -1;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(p->pairs);
@@ -583,7 +583,7 @@ static PyObject *tensor_from_parts(PyObject *cls, PyObject *const *args, Py_ssiz
   HurrayTensorDesc desc = {.layout = (uint32_t)layout};
 
   if (a[FP_PARTS] != NULL) {
-    items = PySequence_Fast(a[FP_PARTS], "parts must be a sequence of hurray.Tensor");
+    items = hurray__py_sequence_tuple(a[FP_PARTS], "parts must be a sequence of hurray.Tensor");
     if (items == NULL) goto done;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
     if (n > HURRAY_MAX_PARTS) {

@@ -518,7 +518,7 @@ static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nar
   if (timeout_arg(st, a[C_TIMEOUT], "timeout", 30000, &options.timeout_ms) < 0) return NULL;
   uint8_t devices[256];
   if (a[C_DEVICES] != NULL && a[C_DEVICES] != Py_None) {
-    PyObject *seq = PySequence_Fast(a[C_DEVICES], "devices must be a sequence of devices");
+    PyObject *seq = hurray__py_sequence_tuple(a[C_DEVICES], "devices must be a sequence of devices");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     if (n < 1 || n > 256) {

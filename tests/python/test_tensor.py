@@ -440,3 +440,44 @@ def test_a_cycle_through_a_buffer_exporter_is_collected():
     del exporter, t
     gc.collect()
     assert probe() is None
+
+
+# ---- arguments whose conversion runs Python code --------------------------------------------
+
+
+class _Emptying:
+    """An integer whose __index__ empties a list the call is reading and collects: a
+    constructor that kept borrowed items of the caller's list then read freed tensors."""
+
+    def __init__(self, target, value):
+        self.target = target
+        self.value = value
+
+    def __index__(self):
+        self.target.clear()
+        gc.collect()
+        return self.value
+
+
+def test_from_parts_keeps_its_parts_while_the_shape_runs_python_code():
+    parts = [hurray.Tensor(bytearray(f32(1, 2, 3, 4)), hurray.float32, [4])]
+    t = hurray.Tensor.from_parts("dense", parts, shape=[_Emptying(parts, 4)])
+    assert parts == []
+    assert t.tobytes() == f32(1, 2, 3, 4)
+
+
+def test_from_parts_keeps_its_children_while_the_axis_runs_python_code():
+    child = hurray.Tensor(bytearray(f32(5, 6)), hurray.float32, [2])
+    pairs = [("c", child)]
+    del child
+    t = hurray.Tensor.from_parts("composite", children=pairs, axis=_Emptying(pairs, 0))
+    assert pairs == []
+    assert t.children["c"].tobytes() == f32(5, 6)
+
+
+def test_a_shape_list_emptied_by_its_own_item_is_read_as_given():
+    shape = [None, 3]
+    shape[0] = _Emptying(shape, 2)
+    t = hurray.Tensor(bytearray(24), hurray.float32, shape)
+    assert shape == []
+    assert t.shape == (2, 3)
