@@ -33,22 +33,13 @@ from pathlib import Path
 import numpy as np
 
 import hurray
+from timing import best
 
 try:
     import safetensors.numpy as st_numpy
     from safetensors import safe_open
 except ImportError:
     st_numpy = None
-
-
-def best(fn, rounds):
-    times = []
-    for _ in range(rounds):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def touch(arrays):

@@ -15,23 +15,12 @@ Both sides block until the bytes have arrived. The device is the first of the fi
 """
 
 import argparse
-import gc
-import time
 
 import numpy as np
 import pyopencl as cl
 
 import hurray
-
-
-def best(fn, rounds):
-    times = []
-    for _ in range(rounds):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+from timing import best
 
 
 def main():

@@ -18,7 +18,6 @@ XXH3-64 of every byte, and allocating the destination (64-byte aligned) once.
 """
 
 import argparse
-import gc
 import socket
 import tempfile
 import threading
@@ -29,16 +28,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 import hurray
-
-
-def best(fn, rounds):
-    times = []
-    for _ in range(rounds):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+from timing import best
 
 
 def gibps(nbytes, seconds):
