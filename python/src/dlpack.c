@@ -19,12 +19,12 @@
  * managed tensor is owned by the new Tensor's context, whose owner release calls the deleter
  * exactly once.
  *
- * Streams (stream.c, shared with the native protocol). hurray-python has no device runtime,
- * so a producer cannot make a consumer's stream wait: it validates `stream` by DLPack's rules
- * for the device and exports buffers whose data is READY with any valid stream; a buffer
- * ordered by a stream, event or timeline (sync mode other than 'ready') is exported with
- * stream=-1 ("the consumer synchronises"), and raises hurray.BufferError otherwise -- unless
- * it is ordered on the consumer's own stream. As a consumer it passes no stream (DLPack's default:
+ * Streams (stream.c, one judgement shared with the native protocol, ADR-054). A producer
+ * validates `stream` by DLPack's rules for the device and exports buffers whose data is READY
+ * with any valid stream, or ordered on the consumer's own stream, or with stream=-1 ("the
+ * consumer synchronises"); other data is waited for on the host through the device runtime
+ * (OpenCL; CUDA with libcuda), and where no runtime can wait it raises hurray.BufferError.
+ * As a consumer it passes no stream (DLPack's default:
  * the producer makes the data safe on the legacy default stream of CUDA, the null stream of ROCm)
  * and records the buffer as ordered on that stream (sync mode 'stream', handle 0x1,
  * buffer-protocol.md §2.6.2/§2.6.3); devices without streams give 'ready'.
@@ -255,11 +255,14 @@ const char hurray__py_tensor_dlpack_doc[] =
     "----------\n"
     "stream : int or None, optional\n"
     "    The consumer's stream, by DLPack's rules for the device: only None\n"
-    "    on devices without streams; for CUDA None or 1 (the legacy default\n"
+    "    on the CPU; None or -1 on other devices without DLPack streams\n"
+    "    (OpenCL, Vulkan, ...); for CUDA None or 1 (the legacy default\n"
     "    stream), 2 (per-thread default), a cudaStream_t or -1, never 0; for\n"
     "    ROCm None or 0, a hipStream_t or -1. Data that is not ready (sync\n"
-    "    mode other than 'ready') is exported only on the stream it is\n"
-    "    ordered on, or with -1 (the consumer synchronises itself).\n"
+    "    mode other than 'ready') is exported as it is on the stream it is\n"
+    "    ordered on or with -1 (the consumer synchronises itself); otherwise\n"
+    "    the producer first waits for it where the device runtime can\n"
+    "    (OpenCL; CUDA with libcuda), exactly as ``__hurray__`` does.\n"
     "max_version : tuple of two ints, optional\n"
     "    The newest DLPack version the consumer takes. (1, x) or newer gives\n"
     "    a 'dltensor_versioned' capsule (DLPack 1.1, with the READ_ONLY and\n"
@@ -286,7 +289,8 @@ const char hurray__py_tensor_dlpack_doc[] =
     "    uint2, uint1), layouts other than dense, and copies that need a\n"
     "    device runtime. It is a BufferError, as DLPack consumers expect.\n"
     "hurray.BufferError\n"
-    "    copy=False where a copy is needed, or data not ready on `stream`.\n"
+    "    copy=False where a copy is needed, or data not ready on `stream`\n"
+    "    that no device runtime can wait for (pass stream=-1).\n"
     "hurray.InvalidArgumentError\n"
     "    A `stream` that is not valid for the device (a ValueError).\n"
     "\n"
@@ -351,8 +355,8 @@ PyObject *hurray__py_tensor_dlpack(PyObject *op, PyObject *const *args, Py_ssize
                               (int)device.device_type, (int)device.device_id);
     }
   }
-  /* Without a runtime nothing can be made to wait: the bytes must already be safe on the
-   * consumer's stream (None included: DLPack's legacy default stream), see stream.c. */
+  /* The bytes must be safe on the consumer's stream (None included: DLPack's legacy default
+   * stream), waited for on the host where they are not, see stream.c. */
   const HurrayBuffer *buffer = hurray__py_tensor_buffer(self, values);
   if (hurray__py_stream_check(st, a[0], buffer) < 0) return NULL;
 

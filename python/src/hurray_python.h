@@ -425,13 +425,14 @@ PyObject *hurray__py_tensor_array(PyObject *self, PyObject *const *args, Py_ssiz
  * stream.c
  * ============================================================================================ */
 
-/* The one rule of the `stream` argument of __dlpack__ and __hurray__ (DLPack's, ADR-023 §6),
- * for one buffer: `stream` (NULL or None when not passed) must be valid for the buffer's
- * device -- CUDA None/1/2/pointer/-1 (never 0), ROCm None/0/pointer/-1 (never 1 or 2), every
- * other device None only -- else hurray.InvalidArgumentError (a ValueError); and the bytes
- * must be safe on that stream (None: the legacy default stream, 0x1, of CUDA and ROCm)
- * without a device runtime -- READY, ordered on that very stream, or stream=-1 -- else
- * hurray.BufferError. 0 when both hold. */
+/* The one rule of the `stream` argument of __dlpack__ and __hurray__ (DLPack's, ADR-023 §6,
+ * ADR-054), for one buffer: `stream` (NULL or None when not passed) must be valid for the
+ * buffer's device -- CUDA None/1/2/pointer/-1 (never 0), ROCm None/0/pointer/-1 (never 1 or
+ * 2), the CPU None only, every other device None or -1 -- else hurray.InvalidArgumentError (a
+ * ValueError); and the bytes must be safe on that stream (None: the legacy default stream,
+ * 0x1, of CUDA and ROCm): READY, ordered on that very stream, or stream=-1 (0), or made ready
+ * by waiting on the host through the device runtime (1: hand the buffer over as READY), else
+ * hurray.BufferError (-1). */
 int hurray__py_stream_check(HurrayState *st, PyObject *stream, const HurrayBuffer *buffer);
 /* Whether the devices of `tag` have streams (CUDA, ROCm). */
 int hurray__py_stream_device(int tag);

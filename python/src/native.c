@@ -22,13 +22,14 @@
  * "used_hurray_tensor" and the context adopted by a new Tensor, which releases it exactly once
  * when it is finalised. The producer stays alive through the context's owner.
  *
- * Streams follow DLPack (stream.c): a stream the consumer names is judged by the very check
- * __dlpack__ makes, for every buffer -- valid for the device, and the bytes safe on it.
- * Without one (None) nothing needs to be made safe, because unlike a DLPack tensor the
- * context carries every buffer's sync state (mode, handle, value) for the consumer to honour:
- * that is how an OpenCL event, a Vulkan timeline or a private device's fence crosses at all,
- * where DLPack's None allows only None and data that is ready. from_hurray passes no stream,
- * and keeps the state.
+ * Streams follow DLPack (stream.c, ADR-054): every stream, None included, is judged by the
+ * very check __dlpack__ makes, for every buffer -- valid for the device, and the bytes safe on
+ * it. Data that is not ready is waited for on the host through the device runtime and handed
+ * over READY; where no runtime can wait, the call is refused. stream=-1 says the consumer
+ * synchronises: then the context carries every buffer's sync state (mode, handle, value) for
+ * it to honour -- how an OpenCL event, a Vulkan timeline or a private device's fence crosses
+ * unwaited, where DLPack can only hand over data that is ready. from_hurray passes no stream
+ * (so gets data that is ready); a capsule of __hurray__(stream=-1) keeps the state.
  */
 #include "hurray_python.h"
 
@@ -52,16 +53,28 @@ static void capsule_destructor(PyObject *capsule) {
 }
 
 /* The producer's one step, shared by __hurray__ and the hand-over in from_hurray (which passes
- * no stream): with a stream named, every buffer must be safe on it, exactly as __dlpack__
- * requires of its one buffer (stream.c); then a fresh context over the memory of the live
- * tensor, owned by whoever receives it. */
+ * no stream): every buffer must be safe on the stream, exactly as __dlpack__ requires of its
+ * one buffer (stream.c); then a fresh context over the memory of the live tensor, owned by
+ * whoever receives it, in which a buffer the check waited for is READY. */
 static HurrayTensorContext *produce(HurrayState *st, HurrayTensorObject *self, PyObject *stream) {
   if (hurray__py_tensor_live(st, self) < 0) return NULL;
-  const HurrayBufferList *buffers = self->context->buffers;
-  for (uint32_t i = 0; stream != NULL && stream != Py_None && i < buffers->count; i++) {
-    if (hurray__py_stream_check(st, stream, buffers->buffers[i]) < 0) return NULL;
+  HurrayTensorContext *context = hurray__py_tensor_share(st, self, self->desc, -1);
+  if (context == NULL) return NULL;
+  const HurrayBufferList *buffers = context->buffers; /* the same sync states, handles of its own */
+  for (uint32_t i = 0; i < buffers->count; i++) {
+    HurrayBuffer *buffer = buffers->buffers[i];
+    int ready = hurray__py_stream_check(st, stream, buffer);
+    if (ready < 0) {
+      hurray_tensor_context_release(context);
+      return NULL;
+    }
+    if (ready == 1) { /* waited for: its bytes are ready now */
+      buffer->desc.sync_mode = HURRAY_SYNC_READY;
+      buffer->sync_handle = NULL;
+      buffer->sync_value = 0;
+    }
   }
-  return hurray__py_tensor_share(st, self, self->desc, -1);
+  return context;
 }
 
 static const char *const kHurrayNames[] = {"stream", NULL};
@@ -80,11 +93,13 @@ const char hurray__py_tensor_hurray_doc[] =
     "Parameters\n"
     "----------\n"
     "stream : int or None, optional\n"
-    "    DLPack's stream argument, judged by the check ``__dlpack__`` makes,\n"
-    "    for every buffer: valid for the buffer's device, and the bytes ready\n"
-    "    on it, ordered on that very stream, or the stream is -1 (the consumer\n"
-    "    synchronises itself). With None, each buffer's sync state travels in\n"
-    "    the capsule for the consumer to honour.\n"
+    "    DLPack's stream argument, judged by the very check ``__dlpack__``\n"
+    "    makes, None included, for every buffer: valid for the buffer's\n"
+    "    device, and the bytes ready on it or ordered on that very stream;\n"
+    "    otherwise the producer waits for them through the device runtime\n"
+    "    (OpenCL; CUDA with libcuda) and hands them over as 'ready'. With -1\n"
+    "    (the consumer synchronises itself) each buffer's sync state travels\n"
+    "    in the capsule as it is, for the consumer to honour.\n"
     "\n"
     "Returns\n"
     "-------\n"
@@ -99,7 +114,8 @@ const char hurray__py_tensor_hurray_doc[] =
     "Raises\n"
     "------\n"
     "hurray.BufferError\n"
-    "    A stream is named and a buffer is not ready on it.\n"
+    "    A buffer is not ready on the stream and no device runtime can wait\n"
+    "    for it; pass stream=-1 to take it with its sync state.\n"
     "hurray.InvalidArgumentError\n"
     "    The stream is not valid for a buffer's device (a ValueError).\n"
     "\n"
@@ -205,10 +221,16 @@ PyMethodDef hurray__py_native_functions[] = {
                "Take a tensor from any object of the native interchange protocol.\n"
                "\n"
                "A hurray.Tensor over the same memory, without copying: every buffer,\n"
-               "the descriptor and each buffer's device, memory class and sync state\n"
-               "come across as they are, and the producer is kept alive. Unlike DLPack,\n"
-               "this carries every dtype (int4 included) in both modes, every layout,\n"
-               "ROCm managed and peer memory, private devices and unready data.\n"
+               "the descriptor and each buffer's device and memory class come across\n"
+               "as they are, and the producer is kept alive. Unlike DLPack, this\n"
+               "carries every dtype (int4 included) in both modes, every layout,\n"
+               "ROCm managed and peer memory and private devices.\n"
+               "\n"
+               "``obj.__hurray__()`` is called with no stream, as ``__dlpack__``'s\n"
+               "None: data that is not ready is waited for by the producer through\n"
+               "the device runtime (OpenCL; CUDA with libcuda) and arrives 'ready'.\n"
+               "To take unready data with its sync state and synchronise yourself,\n"
+               "pass an object whose ``__hurray__`` asks for ``stream=-1``.\n"
                "\n"
                "Parameters\n"
                "----------\n"
@@ -228,7 +250,8 @@ PyMethodDef hurray__py_native_functions[] = {
                "TypeError\n"
                "    `obj` has no ``__hurray__``, or it returned no capsule.\n"
                "hurray.BufferError\n"
-               "    The capsule was already consumed, has another name or holds NULL.\n"
+               "    The capsule was already consumed, has another name or holds NULL;\n"
+               "    or data is not ready and no device runtime can wait for it.\n"
                "hurray.ABIError\n"
                "    The producer was built for another hurray-ffi C ABI version (an\n"
                "    UnsupportedError). Both versions are named, and the capsule is\n"

@@ -1,18 +1,22 @@
 /* stream.c -- the `stream` argument of __dlpack__ and __hurray__ (docs/impl/python-bindings.md,
- * "Streams"). One set of rules, DLPack's, for both protocols (ADR-023 §6).
+ * "Streams"). One judgement, DLPack's, for both protocols (ADR-023 §6, ADR-054): for every
+ * device, memory class, sync state and stream value both give the same answer.
  *
  * A stream is the consumer's: it asks the producer to make the bytes safe to use on it. Which
  * values are valid depends on the device (DLPack, "Stream parameter semantics"): for CUDA
  * None and 1 name the legacy default stream, 2 the per-thread default stream, 0 is ambiguous
  * and disallowed; for ROCm None and 0 name the null stream and 1 and 2 mean nothing; larger
- * values are stream pointers; -1 says "do not synchronise, I will"; devices without streams
- * take None only. The device family follows the Hurray device tag, whatever the memory class,
- * so CUDA and ROCm PEER or UNIFIED memory -- which have no DLPack device type -- get the same
- * rules in the native protocol.
+ * values are stream pointers; -1 says "do not synchronise, I will". The CPU has no streams and
+ * takes None only. Other devices order work on queues for which DLPack defines no stream
+ * values (a value other than None is optional there): they take None or -1. The device family
+ * follows the Hurray device tag, whatever the memory class, so CUDA and ROCm PEER or UNIFIED
+ * memory -- which have no DLPack device type -- get the same rules in the native protocol.
  *
- * hurray-python has no device runtime: it cannot make a stream wait. The bytes are safe on the
- * consumer's stream when the buffer is READY, or ordered (sync mode 'stream') on exactly that
- * stream, or when the consumer said it synchronises itself (-1). CUDA's cudaStreamLegacy and
+ * The bytes are safe on the consumer's stream when the buffer is READY, or ordered (sync mode
+ * 'stream') on exactly that stream, or when the consumer said it synchronises itself (-1).
+ * Otherwise the producer waits on the host for the buffer's sync handle through the device
+ * runtime (hurray_device_wait: OpenCL, CUDA where libcuda is present) and hands the bytes over
+ * as READY; where no runtime can wait it refuses, naming stream=-1. CUDA's cudaStreamLegacy and
  * HIP's null stream are both named 0x1 (buffer-protocol.md §2.6.2-§2.6.3).
  */
 #include "hurray_python.h"
@@ -24,44 +28,56 @@ typedef struct HurrayPyStream {
                        0x1, for CUDA and ROCm); 0 on devices without streams */
 } HurrayPyStream;
 
-typedef enum StreamFamily { STREAMS_NONE, STREAMS_CUDA, STREAMS_ROCM } StreamFamily;
+/* NONE: the CPU, None only. QUEUES: devices with queues but no DLPack stream values, None or
+ * -1. CUDA, ROCM: DLPack's stream values. */
+typedef enum StreamFamily { STREAMS_NONE, STREAMS_QUEUES, STREAMS_CUDA, STREAMS_ROCM } StreamFamily;
 
 static StreamFamily stream_family(int tag) {
   switch (tag) {
+    case HURRAY_DEVICE_CPU:
+      return STREAMS_NONE;
     case HURRAY_DEVICE_CUDA:
       return STREAMS_CUDA;
     case HURRAY_DEVICE_ROCM:
       return STREAMS_ROCM;
     default:
-      return STREAMS_NONE;
+      return STREAMS_QUEUES;
   }
 }
 
 int hurray__py_stream_device(int tag) {
-  return stream_family(tag) != STREAMS_NONE;
+  StreamFamily family = stream_family(tag);
+  return family == STREAMS_CUDA || family == STREAMS_ROCM;
 }
 
 static int stream_arg(HurrayState *st, PyObject *stream, int tag, HurrayPyStream *out) {
   StreamFamily family = stream_family(tag);
   out->no_sync = 0;
-  out->handle = family == STREAMS_NONE ? 0 : 1;
+  out->handle = family == STREAMS_CUDA || family == STREAMS_ROCM ? 1 : 0;
   if (stream == NULL || stream == Py_None) return 0;
   if (family == STREAMS_NONE) {
-    const char *name = hurray_device_name(tag);
-    if (name != NULL) {
-      hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
-                       "stream must be None for %s memory (the device has no streams), not %R",
-                       name, stream);
-    } else {
-      hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
-                       "stream must be None for memory of device tag 0x%02X (it has no "
-                       "streams), not %R",
-                       (unsigned)tag, stream);
-    }
+    hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                     "stream must be None for cpu memory (the device has no streams), not %R",
+                     stream);
     return -1;
   }
   long long value = 0;
   if (hurray__py_int_in_range(st, stream, -1, (long long)INTPTR_MAX, "stream", &value) < 0) {
+    return -1;
+  }
+  if (family == STREAMS_QUEUES && value != -1) {
+    const char *name = hurray_device_name(tag);
+    if (name != NULL) {
+      hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                       "stream must be None or -1 for %s memory (DLPack defines no stream "
+                       "values for the device), not %lld",
+                       name, value);
+    } else {
+      hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                       "stream must be None or -1 for memory of device tag 0x%02X (DLPack "
+                       "defines no stream values for it), not %lld",
+                       (unsigned)tag, value);
+    }
     return -1;
   }
   if (family == STREAMS_CUDA && value == 0) {
@@ -82,6 +98,8 @@ static int stream_arg(HurrayState *st, PyObject *stream, int tag, HurrayPyStream
   return 0;
 }
 
+/* 0: the bytes are safe on the consumer's stream as they are; 1: they are now, the producer
+ * having waited for them (hand them over as READY); -1: an exception is set. */
 static int stream_ready(HurrayState *st, const HurrayBuffer *buffer,
                         const HurrayPyStream *stream) {
   if (buffer->desc.sync_mode == HURRAY_SYNC_READY || stream->no_sync ||
@@ -89,11 +107,24 @@ static int stream_ready(HurrayState *st, const HurrayBuffer *buffer,
        (uintptr_t)buffer->sync_handle == stream->handle)) {
     return 0;
   }
+  HurrayError error;
+  error.message[0] = '\0';
+  HurrayDeviceQueue *queue = NULL;
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = hurray_device_queue_for_buffer(buffer, &queue, &error);
+  if (status == HURRAY_OK) status = hurray_device_wait(queue, buffer, &error);
+  hurray_device_queue_destroy(queue);
+  Py_END_ALLOW_THREADS
+  if (status == HURRAY_OK) return 1;
   hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
                    "the tensor's data is not ready on the consumer's stream (sync mode '%s') "
-                   "and hurray-python has no device runtime to make that stream wait; "
-                   "synchronise first and pass stream=-1",
-                   hurray_sync_mode_name(buffer->desc.sync_mode));
+                   "and the producer cannot wait for it (%s); %s",
+                   hurray_sync_mode_name(buffer->desc.sync_mode), error.message,
+                   buffer->desc.device_tag == HURRAY_DEVICE_CPU
+                       ? "cpu memory takes no stream, so it must be ready first"
+                       : "pass stream=-1 to take it with its sync state and synchronise "
+                         "yourself");
   return -1;
 }
 

@@ -530,21 +530,26 @@ EVENT = dict(sync_mode="event", sync_handle=0x7000)
 TIMELINE = dict(sync_mode="timeline", sync_handle=0x9000, sync_value=42)
 OK, BAD_STREAM, NOT_READY = None, hurray.InvalidArgumentError, hurray.BufferError
 
-# (device, memory class, sync state, stream) -> what __dlpack__ does, and __hurray__ whenever
-# a stream is named. With stream=None __hurray__ hands each buffer's sync state over instead
-# (docs/impl/python-bindings.md, "stream").
+# (device, memory class, sync state, stream) -> what __dlpack__ and __hurray__ both do, None
+# included (ADR-054). Data that is not ready on the stream is waited for where a device runtime
+# can wait; Vulkan and Metal have none, and the CUDA rows assume no libcuda (the handles are
+# made up), so those are refused.
 STREAM_RULES = [
-    # devices without streams: None only, and the data must be ready
+    # the CPU has no streams: None only, and the data must be ready
     ("cpu", "device", READY, None, OK),
     ("cpu", "device", READY, -1, BAD_STREAM),
     ("cpu", "device", READY, 0, BAD_STREAM),
+    # devices with queues but no DLPack stream values: None or -1 (do not synchronise)
     ("vulkan", "device", READY, None, OK),
+    ("vulkan", "device", READY, -1, OK),
     ("vulkan", "device", READY, 1, BAD_STREAM),
     ("vulkan", "device", TIMELINE, None, NOT_READY),
-    ("vulkan", "device", TIMELINE, -1, BAD_STREAM),
+    ("vulkan", "device", TIMELINE, -1, OK),
+    ("vulkan", "device", TIMELINE, 0, BAD_STREAM),
     ("metal", "unified", READY, None, OK),
     ("metal", "unified", READY, 2, BAD_STREAM),
     ("metal", "unified", EVENT, None, NOT_READY),
+    ("metal", "unified", EVENT, -1, OK),
     # CUDA: None/1 legacy default, 2 per-thread default, > 2 a stream, -1 no sync; never 0
     ("cuda", "device", READY, None, OK),
     ("cuda", "device", READY, 2, OK),
@@ -577,12 +582,13 @@ STREAMS = [None, -2, -1, 0, 1, 2, 3, 0x7F00_1000]
 # the memory class (CUDA pinned host and managed memory are CUDA's; ROCm host memory ROCm's).
 CUDA_STREAMS = {None, -1, 1, 2, 3, 0x7F00_1000}  # 0 is ambiguous, -2 means nothing
 ROCM_STREAMS = {None, -1, 0, 3, 0x7F00_1000}  # 1 and 2 are CUDA's names
-NO_STREAMS = {None}
+NO_STREAMS = {None}  # the CPU
+QUEUES = {None, -1}  # devices whose queues DLPack gives no stream values
 
 
 @pytest.mark.parametrize("device,memory_class,accepted", [
-    ("cpu", "device", NO_STREAMS), ("vulkan", "device", NO_STREAMS),
-    ("metal", "unified", NO_STREAMS), ("cuda", "device", CUDA_STREAMS),
+    ("cpu", "device", NO_STREAMS), ("vulkan", "device", QUEUES),
+    ("metal", "unified", QUEUES), ("cuda", "device", CUDA_STREAMS),
     ("cuda", "host", CUDA_STREAMS), ("cuda", "unified", CUDA_STREAMS),
     ("rocm", "device", ROCM_STREAMS), ("rocm", "host", ROCM_STREAMS),
 ])
@@ -601,6 +607,16 @@ def test_stream_values_are_judged_exactly_as_by_dlpack(device, memory_class, acc
             assert type(info.value) is hurray.InvalidArgumentError
 
 
+class NoSync:
+    """A consumer's view of `t` that takes its data unsynchronised: __hurray__(stream=-1)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __hurray__(self, stream=None):
+        return self.t.__hurray__(stream=-1)
+
+
 def outcome(call):
     try:
         call()
@@ -614,18 +630,21 @@ def test_stream_rules_are_dlpacks_in_both_protocols(device, memory_class, sync, 
     t = hurray.Tensor(bytearray(16), hurray.float32, [4]) if device == "cpu" else \
         device_tensor(device, memory_class, **sync)
     assert outcome(lambda: t.__dlpack__(stream=stream, max_version=(1, 0))) is expected
-    if stream is None:  # passing nothing is passing None; the sync state travels
-        assert outcome(t.__dlpack__) is expected
-        assert outcome(t.__hurray__) is outcome(lambda: t.__hurray__(stream=None)) is OK
-    else:
-        assert outcome(lambda: t.__hurray__(stream=stream)) is expected
+    assert outcome(lambda: t.__hurray__(stream=stream)) is expected
+    if stream is None:  # passing nothing is passing None
+        assert outcome(t.__dlpack__) is outcome(t.__hurray__) is expected
+        assert outcome(lambda: hurray.from_hurray(t)) is expected
+    if expected is OK and stream == -1:  # not synchronised: the sync state travels as it is
+        copy = hurray.from_hurray(NoSync(t))
+        assert copy.sync_mode == sync.get("sync_mode", "ready")
+        assert copy.buffers[0]["sync_handle"] == sync.get("sync_handle", 0)
 
 
 @pytest.mark.parametrize("device,memory_class,ok,bad", [
     ("cuda", "peer", [None, -1, 1, 2, 0x7F00_1000], [0, -2]),
     ("rocm", "unified", [None, -1, 0, 0x7F00_1000], [1, 2, -2]),
     ("rocm", "peer", [None, -1, 0, 0x7F00_1000], [1, 2]),
-    (0xF3, "device", [None], [-1, 0, 1]),
+    (0xF3, "device", [None, -1], [0, 1, 0x7F00_1000]),
 ])
 def test_stream_rules_cover_memory_dlpack_cannot_carry(device, memory_class, ok, bad):
     if isinstance(device, int):
@@ -663,14 +682,17 @@ def test_a_named_stream_must_see_the_data_ready_else_buffer_error():
     ("vulkan", dict(sync_mode="timeline", sync_handle=0x9000, sync_value=42)),
     ("rocm", dict(sync_mode="event", sync_handle=0xA000)),
 ])
-def test_without_a_stream_the_sync_state_travels_for_the_consumer_to_honour(device, sync):
-    """DLPack can only refuse data that is not ready (and cannot carry a timeline at all);
-    the native capsule says what to wait for, so from_hurray passes no stream."""
+def test_with_stream_minus_one_the_sync_state_travels_for_the_consumer_to_honour(device, sync):
+    """DLPack can only hand over data that is ready (and cannot carry a timeline at all); with
+    stream=-1 the native capsule says what to wait for. Without it the producer would have to
+    wait, and no runtime here can: the error names stream=-1."""
     t = device_tensor(device, **sync)
-    copy = hurray.from_hurray(t)
+    copy = hurray.from_hurray(NoSync(t))
     assert copy.sync_mode == sync["sync_mode"]
     assert copy.buffers[0]["sync_handle"] == sync["sync_handle"]
     assert copy.buffers[0]["sync_value"] == sync.get("sync_value", 0)
+    with pytest.raises(hurray.BufferError, match="stream=-1"):
+        hurray.from_hurray(t)
 
 
 def test_stream_argument_is_positional_or_keyword():

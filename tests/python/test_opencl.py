@@ -66,6 +66,17 @@ def settled(obj, info):
     return count
 
 
+class NoSync:
+    """A consumer that takes `tensor` with its sync state, synchronising itself:
+    __hurray__(stream=-1). Without it the producer waits for pending data (ADR-054)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __hurray__(self, stream=None):
+        return self.tensor.__hurray__(stream=-1)
+
+
 def host(tensor):
     """A CPU tensor as the NumPy array of its elements."""
     return np.asarray(tensor.__array__())
@@ -160,7 +171,7 @@ def test_crosses_a_second_extension_zero_copy(ctx, queue, peer_ext):
     buf = cl_buffer(ctx, values)
     marker = cl.enqueue_marker(queue)
     tensor = wrap(buf, values, sync_mode="event", sync_handle=marker.int_ptr, owner=(buf, marker))
-    received = peer_ext.consume(tensor)
+    received = peer_ext.consume(NoSync(tensor))
     (described,) = received.summary["buffers"]
     assert described["device_tag"] == 8
     assert described["address"] == buf.int_ptr
@@ -225,10 +236,38 @@ def test_the_consumer_waits_on_the_producers_event(ctx, queue):
         tensor = hurray.Tensor.from_address(buf.int_ptr, "uint32", n, device="opencl",
                                             sync_mode="event", sync_handle=written.int_ptr,
                                             owner=(buf, written))
-        received = hurray.from_hurray(tensor)
+        received = hurray.from_hurray(NoSync(tensor))
         assert received.sync_mode == "event"
         got = host(received.to_device("cpu"))  # a queue of its own: only the event orders it
         assert (got == round_).all(), f"round {round_}: read {np.unique(got)}"
+    queue.finish()
+
+
+@pytest.mark.parametrize("protocol", ["__hurray__", "__dlpack__"])
+def test_without_a_stream_the_producer_waits_for_the_event(ctx, queue, protocol):
+    """stream=None, as from_hurray and from_dlpack pass it, asks for data that is ready: the
+    producer waits for the kernel's event through the OpenCL runtime and hands the data over
+    as 'ready' (ADR-054), in both protocols alike."""
+    program = cl.Program(ctx, SLOW_FILL).build()
+    kernel = cl.Kernel(program, "slow_fill")
+    n = 4096
+    buf = cl_buffer(ctx, np.zeros(n, np.uint32))
+    scratch = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, n * 4)
+    kernel.set_args(buf, scratch, np.uint32(7), np.uint32(200000))
+    written = cl.enqueue_nd_range_kernel(queue, kernel, (n,), None)
+    queue.flush()
+    tensor = hurray.Tensor.from_address(buf.int_ptr, "uint32", n, device="opencl",
+                                        sync_mode="event", sync_handle=written.int_ptr,
+                                        owner=(buf, written))
+    if protocol == "__hurray__":
+        received = hurray.from_hurray(tensor)
+        assert received.sync_mode == "ready" and received.buffers[0]["sync_handle"] == 0
+    else:
+        received = hurray.from_dlpack(tensor)
+        assert received.device.name == "opencl" and received.sync_mode == "ready"
+    assert written.command_execution_status == cl.command_execution_status.COMPLETE
+    assert tensor.sync_mode == "event"  # the producer's own tensor is left as it was
+    assert (host(received.to_device("cpu")) == 7).all()
     queue.finish()
 
 
@@ -262,8 +301,8 @@ def test_borrowed_handles_are_never_retained_or_released(ctx, queue, peer_ext, g
     assert (mem_refs, event_refs) == (1, 1)  # pyopencl's own
     tensor = wrap(buf, values, sync_mode="event", sync_handle=marker.int_ptr, owner=(buf, marker))
     for _ in range(10_000):
-        hurray.from_hurray(tensor)
-        peer_ext.consume(tensor).release()
+        hurray.from_hurray(NoSync(tensor))
+        peer_ext.consume(NoSync(tensor)).release()
     for _ in range(100):
         hurray.from_dlpack(hurray.from_numpy(values).to_device("opencl"))
     del tensor
