@@ -23,6 +23,21 @@ REQUIRE_PEERS = os.environ.get("HURRAY_REQUIRE_PEERS") == "1"
 SANITIZED = os.environ.get("HURRAY_SANITIZED") == "1"
 
 
+def _has_libcuda():
+    import ctypes
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+# Where libcuda loads, the producer waits on CUDA sync handles (ADR-054): tests that hand
+# over CUDA tensors with made-up handles and expect a refusal cannot run there.
+MADE_UP_CUDA_HANDLES = pytest.mark.skipif(
+    _has_libcuda(), reason="libcuda would wait on made-up CUDA sync handles")
+
+
 def peer(name):
     """Imports a test peer; a skip when it is absent, unless peers are required."""
     if REQUIRE_PEERS:

@@ -19,6 +19,7 @@ import pytest
 
 import hurray
 import native_abi as abi
+from conftest import MADE_UP_CUDA_HANDLES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -625,6 +626,7 @@ def outcome(call):
         return type(exc)
 
 
+@MADE_UP_CUDA_HANDLES
 @pytest.mark.parametrize("device,memory_class,sync,stream,expected", STREAM_RULES)
 def test_stream_rules_are_dlpacks_in_both_protocols(device, memory_class, sync, stream, expected):
     t = hurray.Tensor(bytearray(16), hurray.float32, [4]) if device == "cpu" else \
@@ -663,6 +665,7 @@ def test_stream_rules_cover_memory_dlpack_cannot_carry(device, memory_class, ok,
             hurray.unregister_device(device)
 
 
+@MADE_UP_CUDA_HANDLES
 def test_a_named_stream_must_see_the_data_ready_else_buffer_error():
     t = device_tensor("cuda", sync_mode="stream", sync_handle=0x5000)
     for stream in (1, 2, 0x6000):
@@ -682,6 +685,7 @@ def test_a_named_stream_must_see_the_data_ready_else_buffer_error():
     ("vulkan", dict(sync_mode="timeline", sync_handle=0x9000, sync_value=42)),
     ("rocm", dict(sync_mode="event", sync_handle=0xA000)),
 ])
+@MADE_UP_CUDA_HANDLES
 def test_with_stream_minus_one_the_sync_state_travels_for_the_consumer_to_honour(device, sync):
     """DLPack can only hand over data that is ready (and cannot carry a timeline at all); with
     stream=-1 the native capsule says what to wait for. Without it the producer would have to

@@ -139,6 +139,16 @@ def test_peer_contexts_released_on_another_thread(peer_ext):
     assert got["buffers_released"] == 60 and got["owners_released"] == 20
 
 
+class NoSync:
+    """`t` as a consumer that synchronises itself sees it: __hurray__(stream=-1)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __hurray__(self, stream=None):
+        return self.t.__hurray__(stream=-1)
+
+
 @pytest.mark.parametrize("tag,memory_class,sync_mode,handle,value", [
     (2, 2, 2, 0x7000, 0),      # ROCm UNIFIED, an event
     (1, 3, 1, 0x5000, 0),      # CUDA PEER, a stream
@@ -161,8 +171,9 @@ def test_device_memory_class_and_sync_state_cross_both_ways(peer_ext, tag, memor
             assert (b["memory_class"], b["sync_mode"]) == (MEMORY[memory_class], SYNC[sync_mode])
             assert (b["sync_handle"], b["sync_value"]) == (handle, value)
             assert b["peer_index"] == (5 if memory_class == 3 else 0)
-        # and back: hurray -> peer, the very same descriptors
-        back = peer_ext.consume(t).summary
+        # and back: hurray -> peer, the very same descriptors; a consumer taking pending data
+        # with its sync state asks for stream=-1 (ADR-054)
+        back = peer_ext.consume(NoSync(t)).summary
         for mine, theirs in zip(t.buffers, back["buffers"]):
             assert (theirs["device_tag"], theirs["memory_class"], theirs["sync_mode"]) == \
                    (tag, memory_class, sync_mode)
