@@ -1,6 +1,8 @@
-/* array.c -- moving an array's bytes to an output in bounded memory: slices of a mapping handed
- * on as they are, byte-swapped through a scratch buffer, or gathered element by element into
- * C order (for outputs that cannot hold strides). */
+/* array.c -- moving an array's bytes to an output in bounded memory: read from the file with
+ * pread chunk by chunk and handed on as they are, byte-swapped through a scratch buffer, or
+ * gathered element by element into C order (for outputs that cannot hold strides). Reading with
+ * pread rather than from the mapping makes a file that shrinks under the conversion HURRAY_EIO,
+ * not SIGBUS. */
 #define _DEFAULT_SOURCE /* MADV_DONTNEED */
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +11,7 @@
 
 #include "convert.h"
 
-enum { STEP = 16u << 20, SCRATCH = 1u << 20 };
+enum { READ_STEP = 4u << 20, SCRATCH = 1u << 20 };
 
 static bool strides_match(const ConvArray *a, bool fortran) {
   int64_t expected = 1;
@@ -105,24 +107,43 @@ void hurray__drop_pages(const void *bytes, uint64_t len) {
   if (end > begin) (void)madvise((void *)begin, end - begin, MADV_DONTNEED);
 }
 
-int hurray__stream_bytes(const uint8_t *region, uint64_t offset, uint64_t len, uint8_t swap,
-                         bool drop, ConvChunkFn fn, void *context, HurrayError *error) {
+int hurray__stream_file(const FileSource *file, uint64_t offset, uint64_t len, uint8_t swap,
+                        FileHasher *hasher, ConvChunkFn fn, void *context, HurrayError *error) {
+  if (len == 0) return HURRAY_OK;
+  uint8_t *chunk = malloc(len < READ_STEP ? (size_t)len : READ_STEP);
+  if (chunk == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   SwapAdapter adapter;
-  if (swap > 1) {
-    int status = hurray__swap_init(&adapter, swap, fn, context, error);
-    if (status != HURRAY_OK) return status;
+  int status = HURRAY_OK;
+  if (fn != NULL && swap > 1) {
+    status = hurray__swap_init(&adapter, swap, fn, context, error);
     fn = hurray__swap_chunk;
     context = &adapter;
   }
-  int status = HURRAY_OK;
-  for (uint64_t at = 0; at < len && status == HURRAY_OK; at += STEP) {
-    size_t n = len - at < STEP ? (size_t)(len - at) : STEP;
-    status = fn(context, region + offset + at, n, error);
-    if (drop) hurray__drop_pages(region + offset + at, n);
+  for (uint64_t at = 0; at < len && status == HURRAY_OK; at += READ_STEP) {
+    size_t n = len - at < READ_STEP ? (size_t)(len - at) : READ_STEP;
+    status = hurray__source_read(file, offset + at, chunk, n, error);
+    if (status == HURRAY_OK && hasher != NULL) hurray__hasher_update(hasher, chunk, n);
+    if (status == HURRAY_OK && fn != NULL) status = fn(context, chunk, n, error);
   }
-  if (swap > 1) {
-    if (status == HURRAY_OK) return hurray__swap_finish(&adapter, error);
-    hurray__swap_free(&adapter);
+  if (fn == hurray__swap_chunk) {
+    if (status == HURRAY_OK) {
+      status = hurray__swap_finish(&adapter, error);
+    } else {
+      hurray__swap_free(&adapter);
+    }
+  }
+  free(chunk);
+  return status;
+}
+
+int hurray__read_region(const FileSource *file, uint64_t offset, uint64_t len, uint8_t **out,
+                        HurrayError *error) {
+  *out = len < SIZE_MAX ? malloc(len > 0 ? (size_t)len : 1) : NULL;
+  if (*out == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  int status = hurray__source_read(file, offset, *out, (size_t)len, error);
+  if (status != HURRAY_OK) {
+    free(*out);
+    *out = NULL;
   }
   return status;
 }

@@ -299,57 +299,35 @@ void hurray__source_close(ConvSource *s) {
 
 /* ---- reading arrays ----------------------------------------------------------------------- */
 
-/* Hashes what passes on the way to the next function: for Hurray buffers. */
-typedef struct Hashing {
-  FileHasher *hasher;
-  ConvChunkFn fn;
-  void *context;
-} Hashing;
-
-static int hash_chunk(void *context, const uint8_t *bytes, size_t len, HurrayError *error) {
-  Hashing *h = context;
-  hurray__hasher_update(h->hasher, bytes, len);
-  return h->fn(h->context, bytes, len, error);
-}
-
-static int checksum_mismatch(const ConvArray *a, HurrayError *error) {
+static int checksum_mismatch(const char *name, uint32_t buffer, HurrayError *error) {
   return hurray__fail(error, HURRAY_ECHECKSUM,
                       "tensor '%.64s', buffer %" PRIu32 ": checksum mismatch: the input is corrupt",
-                      a->name, a->buffer);
+                      name, buffer);
 }
 
-/* A Hurray tensor's buffer, zero-copy, held by `context` (released by the caller). */
-static int hurray_buffer(ConvSource *s, const ConvArray *a, HurrayTensorContext **context,
-                         const uint8_t **data, uint64_t *checksum, HurrayError *error) {
+/* Streams bytes [offset, offset + len) of buffer `buffer` of a Hurray input's tensor `index`,
+ * read with pread, while hashing the whole buffer in order (the bytes before, those streamed,
+ * those after) and checking it against its checksum. */
+static int stream_hurray(ConvSource *s, uint32_t index, const char *name, uint32_t buffer,
+                         uint64_t offset, uint64_t len, ConvChunkFn fn, void *context,
+                         HurrayError *error) {
+  const FileSource *file = hurray__reader_source(s->reader);
   HurrayFileBufferInfo bi;
-  int status = hurray_file_reader_buffer_info(s->reader, a->index, a->buffer, &bi, error);
-  if (status == HURRAY_OK) status = hurray_file_reader_get(s->reader, a->index, 0, context, error);
+  FileHasher *hasher = hurray__hasher_create();
+  int status = hasher != NULL
+                   ? hurray_file_reader_buffer_info(s->reader, index, buffer, &bi, error)
+                   : arena_fail(error);
+  if (status == HURRAY_OK)
+    status = hurray__stream_file(file, bi.offset, offset, 0, hasher, NULL, NULL, error);
+  if (status == HURRAY_OK)
+    status = hurray__stream_file(file, bi.offset + offset, len, 0, hasher, fn, context, error);
   if (status == HURRAY_OK) {
-    *data = (*context)->buffers->buffers[a->buffer]->data;
-    *checksum = bi.checksum;
+    status = hurray__stream_file(file, bi.offset + offset + len,
+                                 bi.desc.byte_size - offset - len, 0, hasher, NULL, NULL, error);
   }
-  return status;
-}
-
-static int stream_hurray(ConvSource *s, const ConvArray *a, uint64_t offset, uint64_t len,
-                         ConvChunkFn fn, void *context, HurrayError *error) {
-  HurrayTensorContext *tensor = NULL;
-  const uint8_t *data = NULL;
-  uint64_t checksum = 0;
-  Hashing h = {.hasher = hurray__hasher_create(), .fn = fn, .context = context};
-  int status =
-      h.hasher != NULL ? hurray_buffer(s, a, &tensor, &data, &checksum, error) : arena_fail(error);
-  /* The whole buffer is hashed, in order: the bytes before, the bytes streamed, those after. */
-  if (status == HURRAY_OK) {
-    hurray__hasher_update(h.hasher, data, (size_t)offset);
-    status = hurray__stream_bytes(data, offset, len, 0, s->drop_pages, hash_chunk, &h, error);
-  }
-  if (status == HURRAY_OK) {
-    hurray__hasher_update(h.hasher, data + offset + len, (size_t)(a->region_size - offset - len));
-    if (hurray__hasher_digest(h.hasher) != checksum) status = checksum_mismatch(a, error);
-  }
-  hurray__hasher_destroy(h.hasher);
-  hurray_tensor_context_release(tensor);
+  if (status == HURRAY_OK && hurray__hasher_digest(hasher) != bi.checksum)
+    status = checksum_mismatch(name, buffer, error);
+  hurray__hasher_destroy(hasher);
   return status;
 }
 
@@ -361,7 +339,7 @@ int hurray__source_stream(ConvSource *s, const ConvArray *a, uint64_t offset, ui
   }
   switch (s->format) {
     case HURRAY_FORMAT_HURRAY:
-      return stream_hurray(s, a, offset, len, fn, context, error);
+      return stream_hurray(s, a->index, a->name, a->buffer, offset, len, fn, context, error);
     case HURRAY_FORMAT_NPZ: {
       SwapAdapter adapter;
       if (a->swap > 1) {
@@ -380,9 +358,9 @@ int hurray__source_stream(ConvSource *s, const ConvArray *a, uint64_t offset, ui
       if (status != HURRAY_OK) hurray__error_prefix(error, status, "tensor '%.64s': ", a->name);
       return status;
     }
-    default: /* mapped: safetensors, npy */
-      return hurray__stream_bytes(s->bytes + a->region_offset, offset, len, a->swap, s->drop_pages,
-                                  fn, context, error);
+    default: /* safetensors, npy */
+      return hurray__stream_file(s->file, a->region_offset + offset, len, a->swap, NULL, fn,
+                                 context, error);
   }
 }
 
@@ -391,17 +369,21 @@ int hurray__source_c_order(ConvSource *s, const ConvArray *a, ConvChunkFn fn, vo
   if (hurray__array_is_c_order(a)) {
     return hurray__source_stream(s, a, a->byte_offset, a->data_bytes, fn, context, error);
   }
-  /* Gathering reads the region out of order: check it first, then read it from memory. */
+  /* Gathering reads the region out of order: read it into memory with pread (the region's
+   * size in memory, for the time of one tensor), check it, then gather from there. */
   if (s->format == HURRAY_FORMAT_HURRAY) {
-    HurrayTensorContext *tensor = NULL;
-    const uint8_t *data = NULL;
-    uint64_t checksum = 0;
-    int status = hurray_buffer(s, a, &tensor, &data, &checksum, error);
-    if (status == HURRAY_OK && hurray__xxh3(data, (size_t)a->region_size) != checksum) {
-      status = checksum_mismatch(a, error);
+    HurrayFileBufferInfo bi;
+    uint8_t *data = NULL;
+    int status = hurray_file_reader_buffer_info(s->reader, a->index, a->buffer, &bi, error);
+    if (status == HURRAY_OK) {
+      status = hurray__read_region(hurray__reader_source(s->reader), bi.offset, a->region_size,
+                                   &data, error);
+    }
+    if (status == HURRAY_OK && hurray__xxh3(data, (size_t)a->region_size) != bi.checksum) {
+      status = checksum_mismatch(a->name, a->buffer, error);
     }
     if (status == HURRAY_OK) status = hurray__stream_gather(a, data, fn, context, error);
-    hurray_tensor_context_release(tensor);
+    free(data);
     return status;
   }
   if (s->format == HURRAY_FORMAT_NPZ) {
@@ -417,7 +399,11 @@ int hurray__source_c_order(ConvSource *s, const ConvArray *a, ConvChunkFn fn, vo
     return hurray__stream_gather(a, s->bytes + m->data_offset + a->region_offset, fn, context,
                                  error);
   }
-  return hurray__stream_gather(a, s->bytes + a->region_offset, fn, context, error);
+  uint8_t *data = NULL;
+  int status = hurray__read_region(s->file, a->region_offset, a->region_size, &data, error);
+  if (status == HURRAY_OK) status = hurray__stream_gather(a, data, fn, context, error);
+  free(data);
+  return status;
 }
 
 /* ---- progress ----------------------------------------------------------------------------- */
@@ -523,18 +509,25 @@ static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions
   pipe->context = w;
   for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
     const ConvArray *a = &s->arrays[i];
-    if (s->format == HURRAY_FORMAT_HURRAY) { /* any layout, as it is */
-      HurrayTensorContext *t = NULL;
+    if (s->format == HURRAY_FORMAT_HURRAY) { /* any layout, as it is, buffer by buffer */
+      HurrayTensorDesc *d = NULL;
       HurrayMetaValue *meta = NULL;
       HurrayFileTensorInfo ti;
-      status = hurray_file_reader_get(s->reader, i, HURRAY_FILE_GET_VERIFY, &t, error);
+      status = hurray_file_reader_tensor_info(s->reader, i, &ti, error);
+      if (status == HURRAY_OK) status = hurray_file_reader_describe(s->reader, i, &d, error);
       if (status == HURRAY_OK) status = hurray_file_reader_metadata(s->reader, i, &meta, error);
-      if (status == HURRAY_OK)
-        status = hurray_file_writer_add(w, a->name, t->tensor, t->buffers, meta, error);
-      if (status == HURRAY_OK) status = hurray_file_reader_tensor_info(s->reader, i, &ti, error);
-      if (status == HURRAY_OK) pipe->done += ti.data_bytes;
+      if (status == HURRAY_OK) status = hurray_file_writer_begin_tensor(w, a->name, error);
+      for (uint32_t b = 0; b < ti.buffer_count && status == HURRAY_OK; b++) {
+        HurrayFileBufferInfo bi;
+        status = hurray_file_reader_buffer_info(s->reader, i, b, &bi, error);
+        if (status == HURRAY_OK) status = hurray_file_writer_begin_buffer(w, bi.role, error);
+        if (status == HURRAY_OK) {
+          status = stream_hurray(s, i, a->name, b, 0, bi.desc.byte_size, pipe_chunk, pipe, error);
+        }
+      }
+      if (status == HURRAY_OK) status = hurray_file_writer_end_tensor(w, d, meta, error);
       hurray_meta_destroy(meta);
-      hurray_tensor_context_release(t);
+      hurray_tensor_desc_destroy(d);
     } else {
       HurrayArray part = {
           .shape = a->shape, .strides = a->strides, .ndim = a->ndim, .dtype = a->dtype};

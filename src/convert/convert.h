@@ -249,12 +249,16 @@ HURRAY_INTERNAL void hurray__fortran_strides(int32_t ndim, const int64_t *shape,
  * on anonymous or lent memory it would lose the bytes. */
 HURRAY_INTERNAL void hurray__drop_pages(const void *bytes, uint64_t len);
 
-/* Streams `len` bytes starting at `offset` of `region` to `fn` in chunks, byte-swapping units
- * of `swap` bytes when `swap` > 1 (offset and len then multiples of it); with `drop`, the
- * pages of each chunk are dropped once it has been handed on (hurray__drop_pages). */
-HURRAY_INTERNAL int hurray__stream_bytes(const uint8_t *region, uint64_t offset, uint64_t len,
-                                         uint8_t swap, bool drop, ConvChunkFn fn, void *context,
-                                         HurrayError *error);
+/* Reads `len` bytes at `offset` of `file` with pread in 4 MiB chunks (HURRAY_EIO when the file
+ * shrank), adds each to `hasher` (unless NULL) and hands it to `fn` (unless NULL),
+ * byte-swapping units of `swap` bytes when `swap` > 1 (offset and len then multiples of it). */
+HURRAY_INTERNAL int hurray__stream_file(const FileSource *file, uint64_t offset, uint64_t len,
+                                        uint8_t swap, FileHasher *hasher, ConvChunkFn fn,
+                                        void *context, HurrayError *error);
+/* Bytes [offset, offset + len) of `file` in one new allocation (`*out`, freed by the caller),
+ * read with pread: for reading a region out of order. */
+HURRAY_INTERNAL int hurray__read_region(const FileSource *file, uint64_t offset, uint64_t len,
+                                        uint8_t **out, HurrayError *error);
 /* Re-chunks bytes into whole units of `unit` bytes, byte-swaps each, and hands them on: a
  * ConvChunkFn over a SwapAdapter, then hurray__swap_finish once the bytes end. */
 typedef struct SwapAdapter {

@@ -265,7 +265,9 @@ HURRAY_INTERNAL int hurray__source_map(FileSource *source, uint32_t alignment, H
 /* Closes a mapped file's descriptor (no-op for other sources); after this, hashing reads the
  * mapping. Call it when no thread hashes the source any more. */
 HURRAY_INTERNAL void hurray__source_close_file(FileSource *source);
-/* Copies bytes [offset, offset + len) into `out` (bounds already checked by the caller). */
+/* Copies bytes [offset, offset + len) into `out` (bounds already checked by the caller). A file
+ * is read with pread while its descriptor is open (mapped or not), so a file that shrank is
+ * HURRAY_EIO, not SIGBUS. */
 HURRAY_INTERNAL int hurray__source_read(const FileSource *source, uint64_t offset, void *out,
                                         size_t len, HurrayError *error);
 /* A new CPU buffer holding bytes [offset, offset + len): a read-only view holding a reference
@@ -297,6 +299,10 @@ HURRAY_INTERNAL void hurray__source_release(FileSource *source);
 
 /* The bytes of a mapped or memory source (after hurray__source_map), NULL for a pread one. */
 HURRAY_INTERNAL const uint8_t *hurray__source_bytes(const FileSource *source);
+
+/* The source a reader reads, for reading a buffer's bytes with hurray__source_read (a
+ * reader opened from a path keeps its descriptor until destroyed). */
+HURRAY_INTERNAL const FileSource *hurray__reader_source(const HurrayFileReader *reader);
 
 /* ---- reader.c: files of other formats, presented as readers ------------------------------ */
 

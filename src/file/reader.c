@@ -507,6 +507,10 @@ int hurray_file_reader_open_memory(const void *data, uint64_t size, HurrayOwnerR
   return status == HURRAY_OK ? open_source(source, out, error) : status;
 }
 
+const FileSource *hurray__reader_source(const HurrayFileReader *reader) {
+  return reader->source;
+}
+
 void hurray_file_reader_destroy(HurrayFileReader *reader) {
   if (reader == NULL) return;
   if (reader->view_ops != NULL) reader->view_ops->destroy(reader->view);

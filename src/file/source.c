@@ -192,7 +192,7 @@ static int pread_all(const FileSource *source, uint64_t offset, uint8_t *out, si
 
 int hurray__source_read(const FileSource *source, uint64_t offset, void *out, size_t len,
                         HurrayError *error) {
-  if (source->base == NULL) return pread_all(source, offset, out, len, error);
+  if (source->fd >= 0) return pread_all(source, offset, out, len, error);
   if (len > 0) memcpy(out, source->base + offset, len);
   return HURRAY_OK;
 }

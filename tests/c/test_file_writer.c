@@ -300,6 +300,35 @@ static void calls_out_of_order_change_nothing(void **state) {
   sample_free(&s);
 }
 
+/* A record whose metadata block is past the size limit is refused by the record decoder
+ * itself (the writer never writes one, so the record is encoded directly). */
+static void record_metadata_past_the_limit_is_refused(void **state) {
+  (void)state;
+  static const int64_t shape[] = {2};
+  const HurrayArray part = SAMPLE_ARRAY(HURRAY_DTYPE_FLOAT32, 1, shape, NULL, 0, 0);
+  const HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE,
+                                 .ndim = 1,
+                                 .shape = shape,
+                                 .parts = &part,
+                                 .nparts = 1,
+                                 .dtype = HURRAY_DTYPE_FLOAT32};
+  uint8_t *metadata = calloc(HURRAY_META_MAX_BYTES + 1, 1);
+  assert_non_null(metadata);
+  metadata[0] = HURRAY_META_MAP;
+  FileSink record = {0};
+  OK(hurray__record_encode((const uint8_t *)"x", 1, &desc, NULL, NULL, metadata,
+                           HURRAY_META_MAX_BYTES + 1, &record, E));
+  FileArena arena = {0};
+  FileRecord decoded;
+  HurrayError error = {0};
+  assert_int_equal(hurray__record_decode(record.data, record.len, &arena, &decoded, &error),
+                   HURRAY_ELIMIT);
+  assert_non_null(strstr(error.message, "metadata is 16777217 bytes, more than 16777216"));
+  hurray__arena_free(&arena);
+  hurray__sink_reset(&record);
+  free(metadata);
+}
+
 /* ---- commit failures (through the output layer's test hook) ------------------------------- */
 
 /* A failing truncate, fsync or rename leaves the previous file and no temporary; a failing
@@ -638,6 +667,7 @@ int main(void) {
       cmocka_unit_test(a_failed_tensor_leaves_no_trace),
       cmocka_unit_test(calls_out_of_order_change_nothing),
       cmocka_unit_test(commit_failures_leave_the_previous_file),
+      cmocka_unit_test(record_metadata_past_the_limit_is_refused),
       cmocka_unit_test(destinations_other_than_regular_files_are_refused),
       cmocka_unit_test(symlinks_are_followed_to_their_target),
       cmocka_unit_test(unreadable_source_memory_is_a_clear_error),
