@@ -10,13 +10,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 0) {
     FileArena arena = {0};
     ZipDirectory directory;
+    FileSource *file = NULL;
+    if (hurray__source_memory(data, size, NULL, NULL, &file, NULL) != HURRAY_OK) abort();
     if (hurray__zip_read(data, size, &arena, &directory, NULL) == HURRAY_OK) {
       for (uint32_t i = 0; i < directory.count; i++) {
         const ZipMember *m = &directory.members[i];
         if (m->data_offset > size || m->compressed_size > size - m->data_offset) abort();
-        (void)hurray__zip_stream(data, m, 0, m->size, false, NULL, NULL, NULL);
+        (void)hurray__zip_stream(file, m, 0, m->size, NULL, NULL, NULL);
       }
     }
+    hurray__source_release(file);
     hurray__arena_free(&arena);
   }
   return 0;

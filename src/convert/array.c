@@ -3,11 +3,8 @@
  * gathered element by element into C order (for outputs that cannot hold strides). Reading with
  * pread rather than from the mapping makes a file that shrinks under the conversion HURRAY_EIO,
  * not SIGBUS. */
-#define _DEFAULT_SOURCE /* MADV_DONTNEED */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "convert.h"
 
@@ -97,14 +94,6 @@ void hurray__swap_free(SwapAdapter *s) {
   free(s->scratch);
   s->scratch = NULL;
   s->used = 0;
-}
-
-void hurray__drop_pages(const void *bytes, uint64_t len) {
-  long page = sysconf(_SC_PAGESIZE);
-  if (page <= 0 || len == 0) return;
-  uintptr_t mask = (uintptr_t)page - 1;
-  uintptr_t begin = ((uintptr_t)bytes + mask) & ~mask, end = ((uintptr_t)bytes + len) & ~mask;
-  if (end > begin) (void)madvise((void *)begin, end - begin, MADV_DONTNEED);
 }
 
 int hurray__stream_file(const FileSource *file, uint64_t offset, uint64_t len, uint8_t swap,

@@ -348,9 +348,8 @@ int hurray__source_stream(ConvSource *s, const ConvArray *a, uint64_t offset, ui
         fn = hurray__swap_chunk;
         context = &adapter;
       }
-      int status =
-          hurray__zip_stream(s->bytes, &s->zip.members[a->index], a->region_offset + offset, len,
-                             s->drop_pages, fn, context, error);
+      int status = hurray__zip_stream(s->file, &s->zip.members[a->index],
+                                      a->region_offset + offset, len, fn, context, error);
       if (a->swap > 1) {
         if (status == HURRAY_OK) return hurray__swap_finish(&adapter, error);
         hurray__swap_free(&adapter);
@@ -394,10 +393,15 @@ int hurray__source_c_order(ConvSource *s, const ConvArray *a, ConvChunkFn fn, vo
                           "into C order needs it uncompressed (convert to Hurray or .npy first)",
                           a->name);
     }
-    int status = hurray__zip_stream(s->bytes, m, 0, 0, false, NULL, NULL, error); /* CRC-32 */
-    if (status != HURRAY_OK) return status;
-    return hurray__stream_gather(a, s->bytes + m->data_offset + a->region_offset, fn, context,
-                                 error);
+    int status = hurray__zip_stream(s->file, m, 0, 0, NULL, NULL, error); /* CRC-32 */
+    uint8_t *data = NULL;
+    if (status == HURRAY_OK) {
+      status = hurray__read_region(s->file, m->data_offset + a->region_offset, a->region_size,
+                                   &data, error);
+    }
+    if (status == HURRAY_OK) status = hurray__stream_gather(a, data, fn, context, error);
+    free(data);
+    return status;
   }
   uint8_t *data = NULL;
   int status = hurray__read_region(s->file, a->region_offset, a->region_size, &data, error);
@@ -782,7 +786,6 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
     }
     hurray__source_release(file);
   }
-  source.drop_pages = true; /* a file this function mapped, read once in order */
   Pipe pipe = {.progress = o->progress, .progress_context = o->progress_context};
   if (status == HURRAY_OK && out != HURRAY_FORMAT_HURRAY)
     status = check_metadata(&source, out, o->flags, error);

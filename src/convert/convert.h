@@ -204,12 +204,12 @@ typedef struct ZipDirectory {
 HURRAY_INTERNAL int hurray__zip_read(const uint8_t *bytes, uint64_t size, FileArena *arena,
                                      ZipDirectory *out, HurrayError *error);
 
-/* Streams member bytes [skip, skip + len) of its uncompressed data to `fn`, having read (and
- * inflated) all of it in bounded memory, and checks its CRC-32 and sizes at the end
- * (HURRAY_ECHECKSUM, HURRAY_EFORMAT). `fn` may be NULL to only check. `drop`: the file's
- * pages are dropped as they are consumed (a mapped file: hurray__drop_pages). */
-HURRAY_INTERNAL int hurray__zip_stream(const uint8_t *bytes, const ZipMember *member, uint64_t skip,
-                                       uint64_t len, bool drop, ConvChunkFn fn, void *context,
+/* Streams member bytes [skip, skip + len) of its uncompressed data to `fn`, having read (with
+ * pread, HURRAY_EIO when the file shrank) and inflated all of it in bounded memory, and checks
+ * its CRC-32 and sizes at the end (HURRAY_ECHECKSUM, HURRAY_EFORMAT). `fn` may be NULL to only
+ * check. */
+HURRAY_INTERNAL int hurray__zip_stream(const FileSource *file, const ZipMember *member,
+                                       uint64_t skip, uint64_t len, ConvChunkFn fn, void *context,
                                        HurrayError *error);
 /* Inflates up to `cap` bytes of the start of a member into `out` (no CRC check). */
 HURRAY_INTERNAL int hurray__zip_peek(const uint8_t *bytes, const ZipMember *member, uint8_t *out,
@@ -242,12 +242,6 @@ HURRAY_INTERNAL bool hurray__array_is_c_order(const ConvArray *a);
 HURRAY_INTERNAL bool hurray__array_is_f_order(const ConvArray *a);
 /* Column-major strides for `shape` into `strides`. */
 HURRAY_INTERNAL void hurray__fortran_strides(int32_t ndim, const int64_t *shape, int64_t *strides);
-
-/* Gives the whole pages inside [bytes, bytes + len) of a read-only file mapping back to the
- * kernel (MADV_DONTNEED: touched again, they are read from the file again), so streaming a
- * mapped file keeps its resident memory bounded. Only for private read-only file mappings:
- * on anonymous or lent memory it would lose the bytes. */
-HURRAY_INTERNAL void hurray__drop_pages(const void *bytes, uint64_t len);
 
 /* Reads `len` bytes at `offset` of `file` with pread in 4 MiB chunks (HURRAY_EIO when the file
  * shrank), adds each to `hasher` (unless NULL) and hands it to `fn` (unless NULL),
@@ -296,7 +290,6 @@ typedef struct ConvSource {
   ZipDirectory zip;
   HurrayMetaValue *metadata;      /* the input's file metadata (a MAP), or NULL */
   HurrayMetaValue *metadata_tree; /* owned tree from a Hurray reader */
-  bool drop_pages; /* the input is a file mapped here: drop its pages once streamed */
 } ConvSource;
 
 /* An input's format from the first bytes of `file` (mapped): HURRAY_EFORMAT when they show

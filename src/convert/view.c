@@ -72,8 +72,8 @@ static int view_verify(void *context, uint32_t buffer, HurrayError *error) {
                         "tensor '%.64s': a %s file keeps no checksums to verify", a->name,
                         hurray_format_name(v->source.format));
   }
-  int status = hurray__zip_stream(v->source.bytes, &v->source.zip.members[a->index], 0, 0, false,
-                                  NULL, NULL, error); /* the member's CRC-32 */
+  int status = hurray__zip_stream(v->source.file, &v->source.zip.members[a->index], 0, 0, NULL,
+                                  NULL, error); /* the member's CRC-32 */
   if (status != HURRAY_OK) hurray__error_prefix(error, status, "tensor '%.64s': ", a->name);
   return status;
 }

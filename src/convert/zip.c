@@ -418,11 +418,11 @@ int hurray__zip_read(const uint8_t *bytes, uint64_t size, FileArena *arena, ZipD
 
 /* ---- streaming members -------------------------------------------------------------------- */
 
-enum { INFLATE_CHUNK = 1u << 20, STREAM_STEP = 16u << 20 };
+enum { INFLATE_CHUNK = 1u << 20, READ_STEP = 4u << 20, CRC_STEP = 16u << 20 };
 
 static uint32_t crc_update(uint32_t crc, const uint8_t *p, uint64_t n) {
   while (n > 0) { /* crc32_z takes size_t; keep each call modest */
-    size_t step = n > STREAM_STEP ? STREAM_STEP : (size_t)n;
+    size_t step = n > CRC_STEP ? CRC_STEP : (size_t)n;
     crc = (uint32_t)crc32_z(crc, p, step);
     p += step;
     n -= step;
@@ -447,32 +447,38 @@ static int check_crc(const ZipMember *m, uint32_t crc, HurrayError *error) {
                       m->name, m->crc32, crc);
 }
 
-/* Runs inflate over the member, handing each chunk of output to `out`. Stops after `stop`
+/* Runs inflate over the member, read from the mapping `bytes` (a peek at open) or from `file`
+ * with pread in READ_STEP chunks (streaming), handing each chunk of output to `out`. Stops after `stop`
  * output bytes when `stop` is below the member's size (a peek); otherwise requires the stream
  * to end exactly at the declared sizes. */
 typedef int (*InflateFn)(void *context, uint64_t at, const uint8_t *p, size_t n,
                          HurrayError *error);
 
-static int inflate_member(const uint8_t *bytes, const ZipMember *m, uint64_t stop, bool drop,
-                          InflateFn out, void *context, HurrayError *error) {
+static int inflate_member(const uint8_t *bytes, const FileSource *file, const ZipMember *m,
+                          uint64_t stop, InflateFn out, void *context, HurrayError *error) {
   /* A peek needs no more than it asks for (a .npz of many small members peeks at each). */
   size_t chunk = stop < INFLATE_CHUNK ? (size_t)stop + 1 : INFLATE_CHUNK;
-  uint8_t *buffer = malloc(chunk);
+  uint8_t *buffer = malloc(chunk), *input = file != NULL ? malloc(READ_STEP) : NULL;
   z_stream z = {0};
-  if (buffer == NULL || inflateInit2(&z, -MAX_WBITS) != Z_OK) {
+  if (buffer == NULL || (file != NULL && input == NULL) || inflateInit2(&z, -MAX_WBITS) != Z_OK) {
     free(buffer);
+    free(input);
     return hurray__fail(error, HURRAY_ENOMEM, "out of memory (inflate)");
   }
-  const uint8_t *in = bytes + m->data_offset;
-  uint64_t in_left = m->compressed_size, produced = 0;
+  uint64_t in_at = m->data_offset, in_left = m->compressed_size, produced = 0;
   int status = HURRAY_OK, rc = Z_OK;
   while (status == HURRAY_OK && rc != Z_STREAM_END && produced < stop) {
     if (z.avail_in == 0) {
-      uInt step = in_left > STREAM_STEP ? STREAM_STEP : (uInt)in_left;
-      if (drop && in != bytes + m->data_offset) hurray__drop_pages(in - STREAM_STEP, STREAM_STEP);
-      z.next_in = (Bytef *)(uintptr_t)in;
+      uInt step = in_left > READ_STEP ? READ_STEP : (uInt)in_left;
+      if (file != NULL) {
+        status = hurray__source_read(file, in_at, input, step, error);
+        if (status != HURRAY_OK) break;
+        z.next_in = input;
+      } else {
+        z.next_in = (Bytef *)(uintptr_t)(bytes + in_at);
+      }
       z.avail_in = step;
-      in += step;
+      in_at += step;
       in_left -= step;
     }
     z.next_out = buffer;
@@ -504,12 +510,14 @@ static int inflate_member(const uint8_t *bytes, const ZipMember *m, uint64_t sto
   }
   inflateEnd(&z);
   free(buffer);
+  free(input);
   return status;
 }
 
 typedef struct StreamState {
   uint32_t crc;
   uint64_t skip, len;
+  uint64_t at; /* of a stored member: the next byte's offset in it */
   ConvChunkFn fn;
   void *context;
 } StreamState;
@@ -521,24 +529,24 @@ static int stream_inflated(void *context, uint64_t at, const uint8_t *p, size_t 
   return deliver(at, p, n, s->skip, s->len, s->fn, s->context, error);
 }
 
-int hurray__zip_stream(const uint8_t *bytes, const ZipMember *m, uint64_t skip, uint64_t len,
-                       bool drop, ConvChunkFn fn, void *context, HurrayError *error) {
+static int stream_stored(void *context, const uint8_t *p, size_t n, HurrayError *error) {
+  StreamState *s = context;
+  int status = stream_inflated(s, s->at, p, n, error);
+  s->at += n;
+  return status;
+}
+
+int hurray__zip_stream(const FileSource *file, const ZipMember *m, uint64_t skip, uint64_t len,
+                       ConvChunkFn fn, void *context, HurrayError *error) {
   if (skip > m->size || len > m->size - skip) {
     return hurray__fail(error, HURRAY_EINVAL, "member '%.64s': bytes past its end requested",
                         m->name);
   }
   StreamState s = {.skip = skip, .len = len, .fn = fn, .context = context};
-  int status = HURRAY_OK;
-  if (m->method == METHOD_DEFLATE) {
-    status = inflate_member(bytes, m, UINT64_MAX, drop, stream_inflated, &s, error);
-  } else {
-    const uint8_t *data = bytes + m->data_offset;
-    for (uint64_t at = 0; at < m->size && status == HURRAY_OK; at += STREAM_STEP) {
-      size_t n = m->size - at < STREAM_STEP ? (size_t)(m->size - at) : STREAM_STEP;
-      status = stream_inflated(&s, at, data + at, n, error);
-      if (drop) hurray__drop_pages(data + at, n);
-    }
-  }
+  int status =
+      m->method == METHOD_DEFLATE
+          ? inflate_member(NULL, file, m, UINT64_MAX, stream_inflated, &s, error)
+          : hurray__stream_file(file, m->data_offset, m->size, 0, NULL, stream_stored, &s, error);
   return status == HURRAY_OK ? check_crc(m, s.crc, error) : status;
 }
 
@@ -566,7 +574,7 @@ int hurray__zip_peek(const uint8_t *bytes, const ZipMember *m, uint8_t *out, siz
     return HURRAY_OK;
   }
   PeekState s = {.out = out, .cap = cap};
-  int status = inflate_member(bytes, m, cap, false, peek_chunk, &s, error);
+  int status = inflate_member(bytes, NULL, m, cap, peek_chunk, &s, error);
   *got = s.got;
   return status;
 }

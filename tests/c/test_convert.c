@@ -910,7 +910,8 @@ static int convert_shrinking(const char *input, const char *output) {
 }
 
 /* Inputs read from user space shrink under the conversion: small tensors (copied, not handed
- * to write()), Hurray buffers (hashed on the way), strided ones (gathered out of order). Each
+ * to write()), Hurray buffers and .npz members (hashed or CRC-checked on the way), strided
+ * ones (gathered out of order). Each
  * is HURRAY_EIO saying the file shrank, not SIGBUS, and leaves no output. */
 static void small_and_hashed_inputs_that_shrink_are_a_clear_error(void **state) {
   (void)state;
@@ -930,15 +931,17 @@ static void small_and_hashed_inputs_that_shrink_are_a_clear_error(void **state) 
                 .strides = kFortran,
                 .bytes = data,
                 .size = sizeof data}};
-  static const char *const kInputs[] = {"small.hurray", "small.safetensors", "strided.hurray",
-                                        "strided.npy"};
+  static const char *const kInputs[] = {"small.hurray", "small.safetensors", "small.npz",
+                                        "strided.hurray", "strided.npy", "strided.npz"};
   static const char *const kOut[] = {"out.hurray", "out.npy", "out.safetensors", "out.npz"};
-  for (size_t i = 0; i < 4; i++) {
+  for (size_t i = 0; i < 6; i++) {
     for (size_t j = 0; j < 4; j++) {
       write_hurray(path_of("small.hurray"), &t[0], 1, NULL);
       write_hurray(path_of("strided.hurray"), &t[1], 1, NULL);
       OK(hurray_convert(path_of("small.hurray"), path_of("small.safetensors"), NULL, E));
+      OK(hurray_convert(path_of("small.hurray"), path_of("small.npz"), NULL, E));
       OK(hurray_convert(path_of("strided.hurray"), path_of("strided.npy"), NULL, E));
+      OK(hurray_convert(path_of("strided.hurray"), path_of("strided.npz"), NULL, E));
       int seen = convert_shrinking(path_of(kInputs[i]), path_of(kOut[j]));
       if (seen != 0) fail_msg("%s -> %s: %s %d", kInputs[i], kOut[j],
                               seen > 128 ? "killed by signal" : "wrong result", seen & 127);
