@@ -34,6 +34,21 @@ bool hurray__array_is_f_order(const ConvArray *a) {
   return strides_match(a, true);
 }
 
+void hurray__array_dense_desc(const ConvArray *a, uint64_t byte_offset, HurrayArray *part,
+                              HurrayTensorDesc *desc) {
+  *part = (HurrayArray){.shape = a->shape,
+                        .strides = a->strides,
+                        .byte_offset = byte_offset,
+                        .ndim = a->ndim,
+                        .dtype = a->dtype};
+  *desc = (HurrayTensorDesc){.layout = HURRAY_LAYOUT_DENSE,
+                             .ndim = a->ndim,
+                             .shape = a->shape,
+                             .parts = part,
+                             .nparts = 1,
+                             .dtype = a->dtype};
+}
+
 void hurray__fortran_strides(int32_t ndim, const int64_t *shape, int64_t *strides) {
   int64_t stride = 1;
   for (int32_t k = 0; k < ndim; k++) {

@@ -533,14 +533,9 @@ static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions
       hurray_meta_destroy(meta);
       hurray_tensor_desc_destroy(d);
     } else {
-      HurrayArray part = {
-          .shape = a->shape, .strides = a->strides, .ndim = a->ndim, .dtype = a->dtype};
-      HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE,
-                               .ndim = a->ndim,
-                               .shape = a->shape,
-                               .parts = &part,
-                               .nparts = 1,
-                               .dtype = a->dtype};
+      HurrayArray part;
+      HurrayTensorDesc desc;
+      hurray__array_dense_desc(a, 0, &part, &desc);
       status = hurray_file_writer_begin_tensor(w, a->name, error);
       if (status == HURRAY_OK)
         status = hurray_file_writer_begin_buffer(w, HURRAY_ROLE_VALUES, error);

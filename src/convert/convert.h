@@ -240,6 +240,10 @@ HURRAY_INTERNAL void hurray__zip_writer_destroy(ZipWriter *w);
  * exceed 1), or Fortran order. Empty arrays are both. */
 HURRAY_INTERNAL bool hurray__array_is_c_order(const ConvArray *a);
 HURRAY_INTERNAL bool hurray__array_is_f_order(const ConvArray *a);
+/* The one-part dense descriptor of `a` (its values at `byte_offset` of buffer 0) into the
+ * caller's `part` and `desc`, which borrow `a`'s shape and strides. */
+HURRAY_INTERNAL void hurray__array_dense_desc(const ConvArray *a, uint64_t byte_offset,
+                                              HurrayArray *part, HurrayTensorDesc *desc);
 /* Column-major strides for `shape` into `strides`. */
 HURRAY_INTERNAL void hurray__fortran_strides(int32_t ndim, const int64_t *shape, int64_t *strides);
 

@@ -94,17 +94,9 @@ static int describe_arrays(View *v, FileSink *records, FileIndexTensor *tensors,
   int status = HURRAY_OK;
   for (uint32_t i = 0; i < v->source.count && status == HURRAY_OK; i++) {
     const ConvArray *a = &v->source.arrays[i];
-    HurrayArray part = {.shape = a->shape,
-                        .strides = a->strides,
-                        .byte_offset = a->byte_offset,
-                        .ndim = a->ndim,
-                        .dtype = a->dtype};
-    HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE,
-                             .ndim = a->ndim,
-                             .shape = a->shape,
-                             .parts = &part,
-                             .nparts = 1,
-                             .dtype = a->dtype};
+    HurrayArray part;
+    HurrayTensorDesc desc;
+    hurray__array_dense_desc(a, a->byte_offset, &part, &desc);
     status = hurray__record_encode((const uint8_t *)a->name, a->name_len, &desc, NULL, NULL, NULL,
                                    0, &record, error);
     if (status != HURRAY_OK) break;
