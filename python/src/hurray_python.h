@@ -9,8 +9,11 @@
  *   dtype.c    hurray.dtype: one immutable singleton per entry of the C dtype table
  *   device.c   hurray.Device and the parsing of device / memory class / sync mode arguments
  *   geometry.c strides, contiguity and byte spans of arrays (plain C: geometry.h)
- *   tensor.c   hurray.Tensor: owner references, construction, properties, host reads, the
- *              Python buffer protocol, __array_namespace__
+ *   tensor.c   hurray.Tensor's core: owner references, construction primitives, lifetime,
+ *              properties, __array_namespace__, repr and the type
+ *   tensor_new.c  the constructors over described memory: Tensor(), from_address, from_parts
+ *   tensor_host.c host reads: tobytes(), tolist() and C-order copies
+ *   array_object.c  the array API array object's slots, merged into the Tensor type
  *   numpy.c    __array__ and hurray.from_numpy
  *   stream.c   the stream rules of DLPack, shared by __dlpack__ and __hurray__
  *   dlpack.c   __dlpack__, __dlpack_device__ and hurray.from_dlpack
@@ -356,9 +359,9 @@ int hurray__py_share_buffer(HurrayBufferList *list, const HurrayBuffer *buffer, 
 HurrayTensorContext *hurray__py_tensor_share(HurrayState *st, HurrayTensorObject *self,
                                              const HurrayTensorDesc *desc, int64_t only);
 
-/* A new tensor holding a C-order, contiguous, writable copy of a CPU tensor's elements in
- * memory from hurray_buffer_alloc (the GIL is released for large copies). `operation` names
- * the caller in errors. */
+/* (tensor_host.c) A new tensor holding a C-order, contiguous, writable copy of a CPU tensor's
+ * elements in memory from hurray_buffer_alloc (the GIL is released for large copies).
+ * `operation` names the caller in errors. */
 PyObject *hurray__py_tensor_copy(HurrayState *st, HurrayTensorObject *self, const char *operation);
 
 /* 0 for a live tensor; -1 with StateError for one tp_clear released (a broken cycle). */
@@ -391,6 +394,28 @@ int hurray__py_tensor_host_view(HurrayState *st, HurrayTensorObject *self, const
 static inline char *hurray__py_buffer_at(const HurrayBuffer *buffer, uint64_t offset) {
   return (char *)((uintptr_t)buffer->data + (uintptr_t)offset);
 }
+/* ============================================================================================
+ * tensor_new.c: constructors over memory the caller describes
+ * ============================================================================================ */
+
+extern const char hurray__py_tensor_doc[];
+PyObject *hurray__py_tensor_new(PyTypeObject *type, PyObject *args, PyObject *kwargs);
+extern const char hurray__py_tensor_from_address_doc[];
+PyObject *hurray__py_tensor_from_address(PyObject *cls, PyObject *const *args, Py_ssize_t nargs,
+                                         PyObject *kwnames);
+extern const char hurray__py_tensor_from_parts_doc[];
+PyObject *hurray__py_tensor_from_parts(PyObject *cls, PyObject *const *args, Py_ssize_t nargs,
+                                       PyObject *kwnames);
+
+/* ============================================================================================
+ * tensor_host.c: host reads
+ * ============================================================================================ */
+
+extern const char hurray__py_tensor_tobytes_doc[];
+PyObject *hurray__py_tensor_tobytes(PyObject *op, PyObject *unused);
+extern const char hurray__py_tensor_tolist_doc[];
+PyObject *hurray__py_tensor_tolist(PyObject *op, PyObject *unused);
+
 /* ============================================================================================
  * buffer.c: the Python buffer protocol (typed or bytes, ADR-042) and Tensor.bytes_view()
  * ============================================================================================ */
