@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything Hurray needs to build and test, idempotently: Debian packages (compilers,
-# cmocka, xxhash, zlib, clang for the fuzzers, locales; PoCL, the OpenCL ICD loader, headers and
-# clinfo, so that the device tests run on a real OpenCL device on the CPU), a decimal-comma locale
+# cmocka, xxhash (and xxhsum, a peer in bench/bench_file.py), zlib, clang for the fuzzers,
+# locales; PoCL, the OpenCL ICD loader, headers and clinfo, so that the device tests run on a real OpenCL device on the CPU), a decimal-comma locale
 # (de_DE.UTF-8, for the tests that numbers are written the same in every locale), and a
 # project-local virtual environment (.venv) with the Python build tools and the real peers the
 # tests exchange tensors with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(build-essential pkg-config libcmocka-dev libxxhash-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev
+apt_packages=(build-essential pkg-config libcmocka-dev libxxhash-dev xxhash zlib1g-dev libssl-dev clang libclang-rt-14-dev
               locales pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo)
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 missing=()
