@@ -1,7 +1,7 @@
 /* fuzz_wire_frame.c -- the wire protocol's frame codec on arbitrary bytes: a sequence of frames,
  * each header decoded with the negotiated DATA limit and each payload handed to the decoder of
- * its type (hellos and the device rule, TENSOR_REQUEST, TENSOR_HEADER / PUT with their
- * records, ERROR). Whatever decodes is encoded again and must decode to the same thing. */
+ * its type (hellos and the device rule, LIST_RESULT, TENSOR_REQUEST, TENSOR_HEADER / PUT with
+ * their records, ERROR). Whatever decodes is encoded again and must decode to the same thing. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +34,17 @@ static void request(const uint8_t *p, size_t n) {
   hurray__sink_reset(&out);
 }
 
+static void list(const uint8_t *p, size_t n) {
+  HurrayRemoteTensor *items = NULL;
+  uint32_t count = 0;
+  if (hurray__wire_list_decode(p, n, &items, &count, NULL) == HURRAY_OK) {
+    for (uint32_t i = 0; i < count; i++) {
+      if (items[i].ndim > HURRAY_MAX_NDIM || items[i].name[0] == '\0') abort();
+    }
+  }
+  free(items);
+}
+
 static void tensor(const uint8_t *p, size_t n) {
   FileArena arena = {0};
   WireTensor t;
@@ -59,6 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     switch (h.type) {
       case WIRE_CLIENT_HELLO:
       case WIRE_SERVER_HELLO: hello(payload, n); break;
+      case WIRE_LIST_RESULT: list(payload, n); break;
       case WIRE_TENSOR_REQUEST: request(payload, n); break;
       case WIRE_TENSOR_HEADER:
       case WIRE_PUT: tensor(payload, n); break;

@@ -1209,6 +1209,9 @@ typedef struct HurrayRemoteTensor {
   uint8_t reserved[2];
   uint32_t buffer_count;
   uint64_t data_bytes;
+  int32_t ndim;                   /* the tensor's logical shape: shape[0..ndim) */
+  uint32_t reserved1;
+  int64_t shape[HURRAY_MAX_NDIM];
 } HurrayRemoteTensor;
 
 /* The server's tensors, in the order it lists them: a new array of *count entries, freed with

@@ -110,11 +110,19 @@ static PyObject *client_list(PyObject *op, PyObject *unused) {
     const char *layout = hurray_layout_name(t->layout);
     PyObject *dtype = t->dtype == HURRAY_DTYPE_INVALID ? Py_NewRef(Py_None)
                                                        : hurray__py_dtype_object(st, t->dtype);
-    PyObject *entry = dtype == NULL ? NULL
-                                    : Py_BuildValue("{s:s,s:s,s:N,s:I,s:K}", "name", t->name,
+    PyObject *shape = dtype == NULL ? NULL : PyTuple_New(t->ndim);
+    for (int32_t k = 0; shape != NULL && k < t->ndim; k++) {
+      PyObject *extent = PyLong_FromLongLong(t->shape[k]);
+      if (extent == NULL) Py_CLEAR(shape);
+      else PyTuple_SET_ITEM(shape, k, extent);
+    }
+    if (shape == NULL) Py_XDECREF(dtype);
+    PyObject *entry = shape == NULL ? NULL
+                                    : Py_BuildValue("{s:s,s:s,s:N,s:N,s:I,s:K}", "name", t->name,
                                                     "layout", layout ? layout : "unknown",
-                                                    "dtype", dtype, "buffers", t->buffer_count,
-                                                    "nbytes", (unsigned long long)t->data_bytes);
+                                                    "dtype", dtype, "shape", shape, "buffers",
+                                                    t->buffer_count, "nbytes",
+                                                    (unsigned long long)t->data_bytes);
     if (entry == NULL) {
       Py_CLEAR(result);
       break;
@@ -368,8 +376,9 @@ static PyMethodDef client_methods[] = {
                "Returns\n-------\n"
                "list of dict\n"
                "    One dict per tensor, in the server's order: ``name`` (str), ``layout``\n"
-               "    (str), ``dtype`` (hurray.dtype, None for a composite tensor), ``buffers``\n"
-               "    (int) and ``nbytes`` (int, the sum of its buffers' sizes).\n\n"
+               "    (str), ``dtype`` (hurray.dtype, None for a composite tensor), ``shape``\n"
+               "    (tuple of int, the logical shape), ``buffers`` (int) and ``nbytes`` (int,\n"
+               "    the sum of its buffers' sizes).\n\n"
                "Raises\n------\n"
                "hurray.ConnectionLostError\n"
                "    The server went away.\n"
@@ -380,8 +389,8 @@ static PyMethodDef client_methods[] = {
                ">>> with hurray.serve({'w': np.zeros((2, 3), np.float32)}) as server:\n"
                "...     with hurray.connect(server.address) as client:\n"
                "...         client.list()\n"
-               "[{'name': 'w', 'layout': 'dense', 'dtype': hurray.float32, 'buffers': 1, "
-               "'nbytes': 24}]\n")},
+               "[{'name': 'w', 'layout': 'dense', 'dtype': hurray.float32, 'shape': (2, 3), "
+               "'buffers': 1, 'nbytes': 24}]\n")},
     {"get", HURRAY_PY_CFUNC(client_get), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
          "get($self, name, /, *, device='cpu', slice=None, fallback=False, retries=0,\n"

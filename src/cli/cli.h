@@ -82,4 +82,7 @@ HurrayFileReader *cli_open(const Command *command, const char *path, bool use_pr
 /* "1.5 KiB", "3 B": sizes for people. */
 const char *cli_size(uint64_t bytes, char out[32]);
 
+/* "[4, 8]" on stdout. */
+void cli_print_dims(const int64_t *dims, int32_t ndim);
+
 #endif /* HURRAY_CLI_CLI_H */

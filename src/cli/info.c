@@ -87,12 +87,6 @@ static int print_metadata(const HurrayFileReader *r, uint32_t index, const char 
   return EXIT_OK;
 }
 
-static void print_dims(const int64_t *dims, int32_t ndim) {
-  putchar('[');
-  for (int32_t k = 0; k < ndim; k++) printf("%s%" PRId64, k > 0 ? ", " : "", dims[k]);
-  putchar(']');
-}
-
 /* ---- text, for people ---------------------------------------------------------------------- */
 
 /* "per_channel int4 [4, 8] axis 0", "sparse_coo float32 [4, 5] nnz 3 coalesced", ... */
@@ -100,7 +94,7 @@ static void print_node(const HurrayTensorDesc *t) {
   fputs(hurray_layout_name((int)t->layout), stdout);
   if (t->layout == HURRAY_LAYOUT_COMPOSITE) return;
   printf(" %s ", hurray_dtype_info(t->dtype)->name);
-  print_dims(t->shape, t->ndim);
+  cli_print_dims(t->shape, t->ndim);
   switch (t->layout) {
     case HURRAY_LAYOUT_PER_CHANNEL:
       printf(" axis %" PRId32 "%s", t->axis, t->nparts > 2 ? " with zero points" : "");
@@ -179,7 +173,7 @@ static void json_node(const HurrayTensorDesc *t) {
     fputs("null", stdout);
   }
   fputs(", \"shape\": ", stdout);
-  print_dims(t->shape, t->ndim);
+  cli_print_dims(t->shape, t->ndim);
   printf(", \"axis\": %" PRId32 ", \"block_size\": %" PRId64 ", \"coalesced\": %s, \"parts\": [",
          t->axis, t->block_size, t->flags & HURRAY_TENSOR_COALESCED ? "true" : "false");
   for (uint32_t i = 0; i < t->nparts; i++) {
@@ -187,10 +181,10 @@ static void json_node(const HurrayTensorDesc *t) {
     printf("%s{\"buffer\": %" PRIu32 ", \"dtype\": \"%s\", \"byte_offset\": %" PRIu64
            ", \"shape\": ",
            i > 0 ? ", " : "", a->buffer, hurray_dtype_info(a->dtype)->name, a->byte_offset);
-    print_dims(a->shape, a->ndim);
+    cli_print_dims(a->shape, a->ndim);
     fputs(", \"strides\": ", stdout);
     if (a->strides != NULL) {
-      print_dims(a->strides, a->ndim);
+      cli_print_dims(a->strides, a->ndim);
     } else {
       fputs("null", stdout);
     }

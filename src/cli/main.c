@@ -2,6 +2,7 @@
  * A new subcommand (serve, fetch, ...) is one file defining a Command plus one line in
  * kCommands; its options are a CliOption table that cli_parse_operands hands to getopt_long. */
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,12 @@ HurrayFileReader *cli_open(const Command *command, const char *path, bool use_pr
     return NULL;
   }
   return reader;
+}
+
+void cli_print_dims(const int64_t *dims, int32_t ndim) {
+  putchar('[');
+  for (int32_t k = 0; k < ndim; k++) printf("%s%" PRId64, k > 0 ? ", " : "", dims[k]);
+  putchar(']');
 }
 
 const char *cli_size(uint64_t bytes, char out[32]) {

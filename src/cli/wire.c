@@ -173,7 +173,7 @@ const Command kServeCommand = {"serve", "serve the tensors of files over the net
 static const char kLsUsage[] =
     "usage: hurray ls [-s SECRET_FILE] [-t SECONDS] URL\n"
     "\n"
-    "Lists the tensors a server serves: name, layout, dtype, buffers and size.\n"
+    "Lists the tensors a server serves: name, layout, dtype, shape, buffers and size.\n"
     "\n"
     "options:\n"
     "  -s, --secret-file FILE   the shared secret (default: the HURRAY_SECRET variable)\n"
@@ -199,9 +199,13 @@ static int run_ls(int argc, char **argv) {
     const HurrayDTypeInfo *dtype = hurray_dtype_info(items[i].dtype);
     const char *layout = hurray_layout_name(items[i].layout);
     char size[32];
-    printf("%s  %s %s  %" PRIu32 " buffer%s  %s\n", items[i].name, layout ? layout : "?",
-           dtype ? dtype->name : "-", items[i].buffer_count, items[i].buffer_count == 1 ? "" : "s",
-           cli_size(items[i].data_bytes, size));
+    printf("%s  %s", items[i].name, layout ? layout : "?");
+    if (items[i].layout != HURRAY_LAYOUT_COMPOSITE) {
+      printf(" %s ", dtype ? dtype->name : "?");
+      cli_print_dims(items[i].shape, items[i].ndim);
+    }
+    printf("  %" PRIu32 " buffer%s  %s\n", items[i].buffer_count,
+           items[i].buffer_count == 1 ? "" : "s", cli_size(items[i].data_bytes, size));
   }
   free(items);
   return EXIT_OK;

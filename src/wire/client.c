@@ -377,38 +377,8 @@ int hurray_client_list(HurrayClient *c, HurrayRemoteTensor **out, uint32_t *coun
     if (status == HURRAY_OK) status = read_payload(c, &h, &p, error);
     if (status != HURRAY_OK) break;
     end = (h.flags & WIRE_FLAG_END) != 0;
-    FileCursor cur = {p, (size_t)h.length};
-    const uint8_t *f = NULL;
-    status = hurray__take(&cur, WIRE_LIST_FIXED, &f, error);
-    uint32_t k = status == HURRAY_OK ? hurray__load_le32(f) : 0;
-    if (status == HURRAY_OK && (k > cur.left / WIRE_LIST_ENTRY || !hurray__all_zero(f + 4, 4))) {
-      status = hurray__fail(error, HURRAY_EPROTOCOL, "malformed LIST_RESULT");
-    }
-    HurrayRemoteTensor *grown = status == HURRAY_OK ? realloc(items, (n + k + 1u) * sizeof *items) : NULL;
-    if (status == HURRAY_OK && grown == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-    if (grown) items = grown;
-    for (uint32_t i = 0; status == HURRAY_OK && i < k; i++) {
-      const uint8_t *e = NULL, *name = NULL;
-      HurrayRemoteTensor *t = &items[n];
-      memset(t, 0, sizeof *t);
-      status = hurray__take(&cur, WIRE_LIST_ENTRY, &e, error);
-      size_t len = status == HURRAY_OK ? hurray__load_le16(e) : 0;
-      if (status == HURRAY_OK) status = hurray__take(&cur, (size_t)hurray__pad8(len), &name, error);
-      if (status == HURRAY_OK) {
-        status = hurray__check_name(name, len, HURRAY_EPROTOCOL, "listed name", error);
-      }
-      if (status != HURRAY_OK) break;
-      memcpy(t->name, name, len);
-      t->layout = e[2];
-      t->dtype = e[3];
-      t->buffer_count = hurray__load_le32(e + 4);
-      t->data_bytes = hurray__load_le64(e + 8);
-      n++;
-    }
-    if (status == HURRAY_OK && cur.left != 0) {
-      status = hurray__fail(error, HURRAY_EPROTOCOL, "LIST_RESULT has trailing bytes");
-    }
-    if (status != HURRAY_OK && !c->broken) status = broken(c, status == HURRAY_ENOMEM ? status : HURRAY_EPROTOCOL);
+    status = hurray__wire_list_decode(p, (size_t)h.length, &items, &n, error);
+    if (status != HURRAY_OK) status = broken(c, status == HURRAY_ENOMEM ? status : HURRAY_EPROTOCOL);
     free(p);
   }
   if (status != HURRAY_OK) {

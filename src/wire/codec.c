@@ -2,6 +2,7 @@
  * encoders, and decoders of untrusted bytes that check every field, limit and reserved byte. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "wire.h"
@@ -403,6 +404,95 @@ int hurray__wire_tensor_decode(const uint8_t *p, size_t len, FileArena *arena, W
   status = hurray__validate_against_entries(out->record.tensor, entries, out->nbuffers, error);
   if (status != HURRAY_OK) {
     return hurray__error_prefix(error, status, "tensor '%s': ", out->record.name);
+  }
+  return HURRAY_OK;
+}
+
+/* ---- LIST_RESULT -------------------------------------------------------------------------- */
+
+size_t hurray__wire_list_entry_size(size_t name_len, int32_t ndim) {
+  return WIRE_LIST_ENTRY + 8 * (size_t)ndim + (size_t)hurray__pad8(name_len);
+}
+
+void hurray__wire_list_entry_encode(FileSink *out, const char *name, size_t name_len,
+                                    const HurrayTensorDesc *desc, uint32_t buffers,
+                                    uint64_t data_bytes) {
+  hurray__sink_u16(out, (uint16_t)name_len);
+  hurray__sink_u8(out, (uint8_t)desc->layout);
+  hurray__sink_u8(out, desc->dtype);
+  hurray__sink_u32(out, buffers);
+  hurray__sink_u64(out, data_bytes);
+  hurray__sink_u8(out, (uint8_t)desc->ndim);
+  hurray__sink_zeros(out, 7);
+  for (int32_t k = 0; k < desc->ndim; k++) hurray__sink_u64(out, (uint64_t)desc->shape[k]);
+  hurray__sink_bytes(out, name, name_len);
+  hurray__sink_pad8(out);
+}
+
+int hurray__wire_list_decode(const uint8_t *p, size_t len, HurrayRemoteTensor **items,
+                             uint32_t *count, HurrayError *error) {
+  FileCursor cur = {p, len};
+  const uint8_t *f = NULL;
+  if (hurray__take(&cur, WIRE_LIST_FIXED, &f, NULL) != HURRAY_OK) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "LIST_RESULT truncated: %zu bytes", len);
+  }
+  uint32_t k = hurray__load_le32(f);
+  /* every entry takes at least its fixed part and 8 bytes of name */
+  if (k > cur.left / (WIRE_LIST_ENTRY + 8) || !hurray__all_zero(f + 4, 4)) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "LIST_RESULT of %zu bytes cannot hold %" PRIu32
+                        " entries, or its reserved bytes are not zero",
+                        len, k);
+  }
+  if (*count + (uint64_t)k > WIRE_MAX_LIST) {
+    return hurray__fail(error, HURRAY_ELIMIT, "a list of more than %u tensors", WIRE_MAX_LIST);
+  }
+  HurrayRemoteTensor *grown = realloc(*items, ((size_t)*count + k + 1u) * sizeof *grown);
+  if (grown == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  *items = grown;
+  for (uint32_t i = 0; i < k; i++) {
+    const uint8_t *e = NULL, *shape = NULL, *name = NULL;
+    HurrayRemoteTensor *t = &grown[*count];
+    memset(t, 0, sizeof *t);
+    if (hurray__take(&cur, WIRE_LIST_ENTRY, &e, NULL) != HURRAY_OK) {
+      return hurray__fail(error, HURRAY_EPROTOCOL, "LIST_RESULT truncated in entry %" PRIu32, i);
+    }
+    size_t name_len = hurray__load_le16(e);
+    uint8_t ndim = e[16];
+    if (ndim > HURRAY_MAX_NDIM || !hurray__all_zero(e + 17, 7)) {
+      return hurray__fail(error, HURRAY_EPROTOCOL,
+                          "LIST_RESULT entry %" PRIu32 ": ndim %u above %d or reserved bytes not "
+                          "zero",
+                          i, ndim, HURRAY_MAX_NDIM);
+    }
+    if (hurray__take(&cur, 8u * ndim, &shape, NULL) != HURRAY_OK ||
+        hurray__take(&cur, (size_t)hurray__pad8(name_len), &name, NULL) != HURRAY_OK) {
+      return hurray__fail(error, HURRAY_EPROTOCOL, "LIST_RESULT truncated in entry %" PRIu32, i);
+    }
+    int status = hurray__check_name(name, name_len, HURRAY_EPROTOCOL, "listed name", error);
+    if (status != HURRAY_OK) return HURRAY_EPROTOCOL;
+    if (!hurray__all_zero(name + name_len, (size_t)hurray__pad8(name_len) - name_len)) {
+      return hurray__fail(error, HURRAY_EPROTOCOL, "listed name '%.*s' is not zero-padded",
+                          (int)name_len, (const char *)name);
+    }
+    for (uint8_t d = 0; d < ndim; d++) {
+      uint64_t extent = hurray__load_le64(shape + 8u * d);
+      if (extent > INT64_MAX) {
+        return hurray__fail(error, HURRAY_EPROTOCOL, "listed tensor '%.*s' has a negative extent",
+                            (int)name_len, (const char *)name);
+      }
+      t->shape[d] = (int64_t)extent;
+    }
+    memcpy(t->name, name, name_len);
+    t->layout = e[2];
+    t->dtype = e[3];
+    t->buffer_count = hurray__load_le32(e + 4);
+    t->data_bytes = hurray__load_le64(e + 8);
+    t->ndim = ndim;
+    (*count)++;
+  }
+  if (cur.left != 0) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "LIST_RESULT has %zu trailing bytes", cur.left);
   }
   return HURRAY_OK;
 }

@@ -438,7 +438,8 @@ static void on_list(HurrayServer *s, Conn *c, uint64_t id) {
   size_t n = s->ntensors;
   for (size_t i = 0; i <= n; i++) {
     const WireServed *t = i < n ? s->tensors[i] : NULL;
-    size_t entry = t ? WIRE_LIST_ENTRY + (size_t)hurray__pad8(t->name_len) : 0;
+    const HurrayTensorDesc *d = t ? t->context->tensor : NULL;
+    size_t entry = t ? hurray__wire_list_entry_size(t->name_len, d->ndim) : 0;
     if (frame.len == 0) hurray__sink_zeros(&frame, WIRE_LIST_FIXED);
     if (t == NULL || frame.len + entry > WIRE_CONTROL_MAX) {
       if (!frame.failed) hurray__store_le32(frame.data, count);
@@ -449,14 +450,8 @@ static void on_list(HurrayServer *s, Conn *c, uint64_t id) {
       if (t == NULL) break;
       hurray__sink_zeros(&frame, WIRE_LIST_FIXED);
     }
-    const HurrayTensorDesc *d = t->context->tensor;
-    hurray__sink_u16(&frame, (uint16_t)t->name_len);
-    hurray__sink_u8(&frame, (uint8_t)d->layout);
-    hurray__sink_u8(&frame, d->dtype);
-    hurray__sink_u32(&frame, t->context->buffers->count);
-    hurray__sink_u64(&frame, t->total_bytes);
-    hurray__sink_bytes(&frame, t->name, t->name_len);
-    hurray__sink_pad8(&frame);
+    hurray__wire_list_entry_encode(&frame, t->name, t->name_len, d, t->context->buffers->count,
+                                   t->total_bytes);
     count++;
   }
   pthread_mutex_unlock(&s->lock);

@@ -36,8 +36,10 @@ enum {
   WIRE_DATA_FIXED = 16,    /* DATA before its bytes */
   WIRE_ERROR_FIXED = 8,    /* ERROR before its message */
   WIRE_LIST_FIXED = 8,     /* LIST_RESULT before its entries */
-  WIRE_LIST_ENTRY = 16,    /* name_length[2] layout[1] dtype[1] buffers[4] data_bytes[8] */
+  WIRE_LIST_ENTRY = 24,    /* name_length[2] layout[1] dtype[1] buffers[4] data_bytes[8]
+                              ndim[1] reserved[7], then shape[ndim] and the padded name */
   WIRE_MAX_DEVICES = 256,
+  WIRE_MAX_LIST = 1u << 24, /* tensors a client takes in one list */
   WIRE_MAX_ERROR_MESSAGE = 1024,
 };
 
@@ -178,6 +180,18 @@ typedef struct WireTensor {
 
 HURRAY_INTERNAL int hurray__wire_tensor_decode(const uint8_t *p, size_t len, FileArena *arena,
                                                WireTensor *out, HurrayError *error);
+
+/* LIST_RESULT (spec §6.1). An entry's encoded size, and the entry itself (`desc`: the tensor's
+ * root, for its layout, dtype and shape). */
+HURRAY_INTERNAL size_t hurray__wire_list_entry_size(size_t name_len, int32_t ndim);
+HURRAY_INTERNAL void hurray__wire_list_entry_encode(FileSink *out, const char *name,
+                                                    size_t name_len, const HurrayTensorDesc *desc,
+                                                    uint32_t buffers, uint64_t data_bytes);
+/* Decodes one LIST_RESULT payload, appending its entries to the growing array *items of *count
+ * entries (realloc; the caller frees it on success and failure alike). */
+HURRAY_INTERNAL int hurray__wire_list_decode(const uint8_t *p, size_t len,
+                                             HurrayRemoteTensor **items, uint32_t *count,
+                                             HurrayError *error);
 
 HURRAY_INTERNAL void hurray__wire_error_encode(int code, const char *message, FileSink *out);
 /* Decodes an ERROR payload into `error` (the peer's code and message); returns the code, or

@@ -151,13 +151,16 @@ PIN_OFFSET(HurrayClientInfo, ndevices, 16);
 PIN_OFFSET(HurrayClientInfo, devices, 20);
 PIN_OFFSET(HurrayClientInfo, reserved, 276);
 
-PIN_SIZE(HurrayRemoteTensor, 272);
+PIN_SIZE(HurrayRemoteTensor, 792);
 PIN_OFFSET(HurrayRemoteTensor, name, 0);
 PIN_OFFSET(HurrayRemoteTensor, layout, 256);
 PIN_OFFSET(HurrayRemoteTensor, dtype, 257);
 PIN_OFFSET(HurrayRemoteTensor, reserved, 258);
 PIN_OFFSET(HurrayRemoteTensor, buffer_count, 260);
 PIN_OFFSET(HurrayRemoteTensor, data_bytes, 264);
+PIN_OFFSET(HurrayRemoteTensor, ndim, 272);
+PIN_OFFSET(HurrayRemoteTensor, reserved1, 276);
+PIN_OFFSET(HurrayRemoteTensor, shape, 280);
 
 PIN_SIZE(HurrayGetOptions, 80);
 PIN_OFFSET(HurrayGetOptions, preferred_device, 0);

@@ -240,6 +240,69 @@ static void error_goodbye_golden(void **state) {
 
 /* ---- refusals ----------------------------------------------------------------------------- */
 
+/* §9.7: LIST_RESULT for request 3: "w", a dense float32 [2, 3] in one 24-byte buffer. */
+static const char kListResult[] =
+    "89 48 52 57 11 01 00 00 03 00 00 00 00 00 00 00 38 00 00 00 00 00 00 00"
+    "01 00 00 00 00 00 00 00"
+    "01 00 00 0a 01 00 00 00 18 00 00 00 00 00 00 00"
+    "02 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00"
+    "03 00 00 00 00 00 00 00 77 00 00 00 00 00 00 00";
+
+static void expect_list(const uint8_t *payload, size_t len, int status, const char *message) {
+  HurrayRemoteTensor *items = NULL;
+  uint32_t count = 0;
+  HurrayError error = {0};
+  assert_int_equal(hurray__wire_list_decode(payload, len, &items, &count, &error), status);
+  assert_string_equal(error.message, message);
+  free(items);
+}
+
+static void list_golden(void **state) {
+  (void)state;
+  static const int64_t shape[] = {2, 3};
+  HurrayArray part = {.shape = shape, .ndim = 2, .dtype = HURRAY_DTYPE_FLOAT32};
+  HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 2, .shape = shape,
+                           .parts = &part, .nparts = 1, .dtype = HURRAY_DTYPE_FLOAT32};
+  FileSink payload = {0}, out = {0};
+  hurray__sink_u32(&payload, 1);
+  hurray__sink_u32(&payload, 0);
+  hurray__wire_list_entry_encode(&payload, "w", 1, &desc, 1, 24);
+  assert_int_equal(payload.len, WIRE_LIST_FIXED + hurray__wire_list_entry_size(1, 2));
+  hurray__wire_frame(&out, WIRE_LIST_RESULT, WIRE_FLAG_END, 3, payload.data, payload.len);
+  assert_bytes(&out, kListResult);
+  HurrayRemoteTensor *items = NULL;
+  uint32_t count = 0;
+  OK(hurray__wire_list_decode(payload.data, payload.len, &items, &count, E));
+  assert_int_equal(count, 1);
+  assert_string_equal(items[0].name, "w");
+  assert_int_equal(items[0].layout, HURRAY_LAYOUT_DENSE);
+  assert_int_equal(items[0].dtype, HURRAY_DTYPE_FLOAT32);
+  assert_int_equal(items[0].buffer_count, 1);
+  assert_int_equal(items[0].data_bytes, 24);
+  assert_int_equal(items[0].ndim, 2);
+  assert_int_equal(items[0].shape[0], 2);
+  assert_int_equal(items[0].shape[1], 3);
+  free(items);
+  uint8_t *p = payload.data;
+  p[WIRE_LIST_FIXED + 16] = 65;
+  expect_list(p, payload.len, HURRAY_EPROTOCOL,
+              "LIST_RESULT entry 0: ndim 65 above 64 or reserved bytes not zero");
+  p[WIRE_LIST_FIXED + 16] = 2;
+  p[WIRE_LIST_FIXED + 24 + 7] = 0x80; /* shape[0] negative */
+  expect_list(p, payload.len, HURRAY_EPROTOCOL, "listed tensor 'w' has a negative extent");
+  p[WIRE_LIST_FIXED + 24 + 7] = 0;
+  p[payload.len - 1] = 1;
+  expect_list(p, payload.len, HURRAY_EPROTOCOL, "listed name 'w' is not zero-padded");
+  p[payload.len - 1] = 0;
+  p[0] = 2;
+  expect_list(p, payload.len, HURRAY_EPROTOCOL,
+              "LIST_RESULT of 56 bytes cannot hold 2 entries, or its reserved bytes are not zero");
+  p[0] = 1;
+  expect_list(p, payload.len - 8, HURRAY_EPROTOCOL, "LIST_RESULT truncated in entry 0");
+  hurray__sink_reset(&payload);
+  hurray__sink_reset(&out);
+}
+
 static void expect_header(const char *hex, uint64_t max_data, int status, const char *message) {
   uint8_t b[WIRE_HEADER_SIZE];
   assert_int_equal(unhex(hex, b, sizeof b), WIRE_HEADER_SIZE);
@@ -309,7 +372,8 @@ int main(void) {
       cmocka_unit_test(hello_golden),        cmocka_unit_test(server_hello_golden),
       cmocka_unit_test(auth_golden),         cmocka_unit_test(request_golden),
       cmocka_unit_test(tensor_golden),       cmocka_unit_test(error_goodbye_golden),
-      cmocka_unit_test(header_refusals),     cmocka_unit_test(hello_refusals),
+      cmocka_unit_test(list_golden),         cmocka_unit_test(header_refusals),
+      cmocka_unit_test(hello_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

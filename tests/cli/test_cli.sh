@@ -299,8 +299,10 @@ while [ ! -s served.txt ] && [ "$tries" -lt 100 ]; do sleep 0.1; tries=$((tries 
 address=$(sed -n 's/^serving 1 file on \([0-9.:]*\)$/\1/p' served.txt)
 [ -n "$address" ] || { last="hurray serve"; out=$(cat served.txt); fail "no address printed"; }
 run 0 ls "$address"
-has "per_channel  per_channel int8  3 buffers  32 B"
-has "paged  paged bfloat16  2 buffers  216 B"
+has "per_channel  per_channel int8 [4, 3]  3 buffers  32 B"
+has "paged  paged bfloat16 [2, 10, 4]  2 buffers  216 B"
+has "scalar  dense float64 []  1 buffer  8 B"
+has "composite  composite  2 buffers  96 B"
 run 0 fetch "$address" composite -o fetched.hurray
 has "fetched composite into fetched.hurray"
 run 0 info fetched.hurray

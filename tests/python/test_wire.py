@@ -101,8 +101,9 @@ def test_files_are_served_with_metadata_and_rows(tmp_path):
     hurray.save(path, {"w": w, "b": np.ones(3, np.int8)}, tensor_metadata={"w": {"unit": "m"}})
     with hurray.serve(str(path), read_only=True) as s, hurray.connect(s.address) as c:
         listed = c.list()
-        assert [(e["name"], e["layout"], e["dtype"], e["nbytes"]) for e in listed] == \
-            [("w", "dense", hurray.float32, 160), ("b", "dense", hurray.int8, 3)]
+        assert [(e["name"], e["layout"], e["dtype"], e["shape"], e["nbytes"])
+                for e in listed] == \
+            [("w", "dense", hurray.float32, (10, 4), 160), ("b", "dense", hurray.int8, (3,), 3)]
         assert np.array_equal(np.asarray(c.get("w")), w)
         rows = c.get("w", slice=slice(2, 5))
         assert np.array_equal(np.asarray(rows), w[2:5])
