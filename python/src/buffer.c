@@ -25,6 +25,8 @@
 
 #include <string.h>
 
+char hurray__py_no_bytes[1];
+
 /* The PEP 3118 (struct module) format of a dtype, in native byte order, or NULL. */
 static const char *pep3118_format(int code) {
   switch (code) {

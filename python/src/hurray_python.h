@@ -390,8 +390,13 @@ typedef struct HurrayHostView {
  * read (another device), hurray.UnsupportedError for a layout other than DENSE. */
 int hurray__py_tensor_host_view(HurrayState *st, HurrayTensorObject *self, const char *operation,
                                 HurrayHostView *view);
-/* The address of byte `offset` of a buffer (buffer->data may be NULL when it is empty). */
+/* The address of no bytes, never NULL: NumPy answers a buffer at NULL with an allocation of
+ * its own (writable, whatever the exporter said), so an empty buffer is exported here. */
+extern char hurray__py_no_bytes[1];
+/* The address of byte `offset` of a buffer; for an empty buffer whose data is NULL,
+ * hurray__py_no_bytes. */
 static inline char *hurray__py_buffer_at(const HurrayBuffer *buffer, uint64_t offset) {
+  if (buffer->data == NULL) return hurray__py_no_bytes;
   return (char *)((uintptr_t)buffer->data + (uintptr_t)offset);
 }
 /* ============================================================================================

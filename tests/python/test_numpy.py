@@ -108,6 +108,16 @@ def test_array_of_special_shapes():
     assert null.shape == (0,)
 
 
+def test_an_empty_read_only_tensor_gives_a_read_only_array(tmp_path):
+    # NumPy backs a buffer of no bytes with an allocation of its own, writable by default.
+    path = tmp_path / "empty.hurray"
+    hurray.save(path, {"t": hurray.from_numpy(np.zeros((0, 3), np.int32))})
+    for t in (hurray.load(path)["t"], hurray.Tensor(b"", hurray.float32, [0, 3])):
+        assert t.readonly
+        assert not np.asarray(t).flags.writeable
+        assert not t.__array__().flags.writeable
+
+
 def test_array_refuses_what_numpy_cannot_hold():
     with pytest.raises(hurray.BufferError, match="needs CPU memory"):
         as_array(hurray.Tensor.from_address(0x1000, hurray.float32, [4], device="cuda"))
