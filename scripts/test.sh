@@ -38,6 +38,15 @@ echo "== Python: pip install . into .venv, then the tests against the installed 
 (cd tests/python && ../../.venv/bin/python -c "import hurray; print('testing', hurray.__file__)")
 HURRAY_REQUIRE_PEERS=1 .venv/bin/python -m pytest -q tests/python
 
+echo "== Python fuzz targets (atheris), ${HURRAY_FUZZ_SECONDS:-15} s each"
+for target in fuzz/python/fuzz_*.py; do
+  name=$(basename "$target" .py); name=${name#fuzz_}
+  work=$(mktemp -d)
+  .venv/bin/python "$target" -max_total_time="${HURRAY_FUZZ_SECONDS:-15}" -print_final_stats=0 \
+    "$work" "fuzz/corpus/py_$name" 2>&1 | tail -n 1
+  rm -rf "$work"
+done
+
 echo "== array API conformance: ../shared/array-api-tests on hurray.array_api (2025.12, 2024.12; strict, relaxed)"
 scripts/array-api-tests.sh
 

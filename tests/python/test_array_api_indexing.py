@@ -2,6 +2,7 @@
 against NumPy on the same data: the same values, the same result shapes, views where NumPy
 gives views, and the same exception class where NumPy refuses."""
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -79,3 +80,13 @@ def test_broadcasting_matches_numpy(broadcastable, other):
     want, want_error = outcome(lambda: np.broadcast_shapes(s1, other))
     got, got_error = outcome(lambda: (x * xp.ones(other, dtype=xp.float32)).shape)
     assert got_error is want_error and got == want
+
+
+def test_an_integer_index_past_int64_is_index_error():
+    t = xp.zeros((3, 3), dtype=xp.float32)
+    for key in (2 ** 63, (2 ** 63, 0), -(2 ** 63) - 1, (0, 10 ** 30)):
+        with pytest.raises(IndexError, match="out of bounds|valid indices"):
+            t[key]
+        with pytest.raises(IndexError, match="out of bounds|valid indices"):
+            t[key] = 1.0
+    assert not any(xp.reshape(t, (-1,)))  # nothing was written

@@ -216,9 +216,25 @@ def _basic(key):
     return parts + (Ellipsis,)
 
 
+def _too_big(key):
+    """The IndexError for an integer index too big for NumPy's C long (NumPy raises
+    OverflowError there, and IndexError just below the same bound), or None."""
+    parts = key if type(key) is tuple else (key,)
+    big = next((k for k in parts if type(k) is int and not -2 ** 63 <= k < 2 ** 63), None)
+    if big is None:
+        return None
+    return IndexError(f"index {big} is out of bounds: no axis has that many elements")
+
+
 def __getitem__(self, key):
     a = to_np(self)
-    return wrap(a[_basic(_key(key))])
+    try:
+        return wrap(a[_basic(_key(key))])
+    except OverflowError:
+        error = _too_big(key)
+        if error is None:
+            raise
+        raise error from None
 
 
 def __setitem__(self, key, value):
@@ -231,7 +247,13 @@ def __setitem__(self, key, value):
     else:
         raise TypeError(f"a hurray.Tensor's items take a tensor or a Python scalar, not "
                         f"{type(value).__name__}")
-    a[_key(key)] = value
+    try:
+        a[_key(key)] = value
+    except OverflowError:
+        error = _too_big(key)
+        if error is None:
+            raise
+        raise error from None
 
 
 def __len__(self):
