@@ -159,3 +159,28 @@ def test_the_demo_runs_end_to_end():
                          timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert "max |dequantised - original|" in run.stdout and "\ndone in " in run.stdout
+
+
+def test_the_stubs_name_what_each_class_has():
+    """_hurray.pyi lists every method and property of each extension class: nothing missing for
+    type checkers and IDEs, nothing stale."""
+    import ast
+    import pathlib
+
+    stubs = ast.parse((pathlib.Path(hurray.__file__).parent / "_hurray.pyi").read_text())
+    # Slot artefacts and the interpreter's own: a mapping's __delitem__ (which raises
+    # TypeError here) and __buffer__, which Python 3.12 gives buffer exporters.
+    ignored = set(dir(object)) | {"__module__", "__delitem__", "__buffer__"}
+    checked = 0
+    for node in stubs.body:
+        cls = getattr(hurray, getattr(node, "name", ""), None)
+        if not isinstance(node, ast.ClassDef) or not isinstance(cls, type) \
+                or issubclass(cls, BaseException):
+            continue
+        stubbed = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+        stubbed |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}
+        present = {n for n in dir(cls) if n.startswith("__") or not n.startswith("_")}
+        assert present - stubbed - ignored == set(), f"{cls.__name__}: not in the stubs"
+        assert stubbed - present - ignored == set(), f"{cls.__name__}: stale stubs"
+        checked += 1
+    assert checked >= 6
