@@ -9,9 +9,14 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import pytest
+# SciPy reads SCIPY_ARRAY_API once, when it is first imported, and scikit-learn's array API
+# dispatch (tests/python/test_array_api_consumers.py) needs it on: set before any test module
+# (or a peer such as scikit-learn or JAX) can import SciPy.
+os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
-import hurray
+import pytest  # noqa: E402
+
+import hurray  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))  # dlpack_fake
 

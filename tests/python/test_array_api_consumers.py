@@ -1,16 +1,11 @@
 """Real array API consumers on hurray tensors, checked against the same calls on NumPy:
 scikit-learn with array_api_dispatch=True, array-api-compat and array-api-extra."""
-import os
+import numpy as np
 
-# scikit-learn's array API dispatch needs SciPy's, which SciPy reads when it is first imported.
-os.environ.setdefault("SCIPY_ARRAY_API", "1")
+import hurray
+import hurray.array_api as xp
 
-import numpy as np  # noqa: E402
-
-import hurray  # noqa: E402
-import hurray.array_api as xp  # noqa: E402
-
-from conftest import peer  # noqa: E402
+from conftest import peer
 
 array_api_compat = peer("array_api_compat")
 xpx = peer("array_api_extra")
