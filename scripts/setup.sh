@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(build-essential pkg-config libcmocka-dev libxxhash-dev xxhash zlib1g-dev libssl-dev clang libclang-rt-14-dev
+apt_packages=(build-essential pkg-config libcmocka-dev libxxhash-dev xxhash zlib1g-dev libssl-dev openssl clang libclang-rt-14-dev
               locales pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo)
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 missing=()

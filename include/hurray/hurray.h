@@ -1090,11 +1090,28 @@ HURRAY_API int hurray_convert(const char *input, const char *output,
  * one peer does not know fails the session at setup, never in the middle of a stream. An
  * optional shared secret is proved by HMAC-SHA-256 challenge-response; it never crosses the
  * wire. Addresses: "HOST:PORT" / "hurray://HOST:PORT" with a numeric IPv4 or IPv6 ("[::1]:7")
- * address or "localhost", or "unix:PATH". Nothing resolves names.
+ * address or "localhost", "hurrays://HOST:PORT" for the same over TLS, or "unix:PATH". Nothing
+ * resolves names.
  * ============================================================================================ */
 
 #define HURRAY_WIRE_VERSION_MAJOR 1
 #define HURRAY_WIRE_VERSION_MINOR 0
+
+/* TLS (OpenSSL, TLS 1.3; ADR-061): the frames travel unchanged inside a TLS session. A server
+ * given certificate_file and key_file accepts only TLS clients (a plaintext client is answered
+ * with an ERROR frame saying so, HURRAY_EPROTOCOL); a client uses TLS exactly when its address
+ * is "hurrays://HOST:PORT", and always verifies the server's certificate chain and name. The
+ * paths are read by create / connect and not kept. Fields a side does not use must be NULL. */
+typedef struct HurrayTlsOptions {
+  const char *certificate_file; /* server: its certificate chain (PEM), the leaf first */
+  const char *key_file;         /* server: the leaf's private key (PEM, not encrypted) */
+  const char *ca_file;          /* client: the CA certificates (PEM) the server's chain must end
+                                   in; NULL: the system's default trust store */
+  const char *server_name;      /* client: the DNS name the server's certificate must carry
+                                   (also sent as SNI); NULL: the address's host -- "localhost"
+                                   as a DNS name, a numeric address as an IP address */
+  uint64_t reserved[4];         /* zero */
+} HurrayTlsOptions;
 
 /* ---- server ------------------------------------------------------------------------------ */
 
@@ -1116,15 +1133,20 @@ typedef struct HurrayServerOptions {
   const uint8_t *secret;         /* NULL: no authentication; else 1..1024 bytes every client
                                     must prove it knows (copied by create) */
   size_t secret_len;
-  uint64_t reserved[4];          /* zero */
+  const HurrayTlsOptions *tls;   /* NULL: plaintext; else certificate_file and key_file, and
+                                    the server speaks only TLS (the address may then be given
+                                    as "hurrays://HOST:PORT") */
+  uint64_t reserved[3];          /* zero */
 } HurrayServerOptions;
 
 /* Creates a server and binds its listening socket (so hurray_server_address knows the port);
  * it serves nothing until hurray_server_run. `options` may be NULL for the defaults. Statuses:
- * HURRAY_EINVAL (bad options or address), HURRAY_EIO (the system refused to bind). */
+ * HURRAY_EINVAL (bad options or address), HURRAY_EIO (the system refused to bind, or a TLS
+ * certificate or key that cannot be read or do not match, named). */
 HURRAY_API int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
                                     HurrayError *error);
-/* The bound address, as clients connect to it ("127.0.0.1:40123", "[::1]:7", "unix:/p"). */
+/* The bound address, as clients connect to it ("127.0.0.1:40123", "[::1]:7", "unix:/p", or
+ * "hurrays://127.0.0.1:40123" for a TLS server). */
 HURRAY_API int hurray_server_address(const HurrayServer *server, char *out, size_t size,
                                      HurrayError *error);
 /* Serves every tensor of the Hurray file at `path` under its name, from a validated mapping.
@@ -1178,13 +1200,19 @@ typedef struct HurrayClientOptions {
                                 connect). A client with a secret also refuses a server that
                                 does not prove it knows it */
   size_t secret_len;
-  uint64_t reserved[4];      /* zero */
+  const HurrayTlsOptions *tls; /* for a "hurrays://" address: its trust (ca_file, server_name);
+                                  NULL: the system's trust store and the address's host. Must
+                                  be NULL for any other address */
+  uint64_t reserved[3];      /* zero */
 } HurrayClientOptions;
 
 /* Connects, exchanges hellos and authenticates. Statuses: HURRAY_EINVAL (address, options),
  * HURRAY_ECONNECTION (refused or closed), HURRAY_ETIMEOUT, HURRAY_EUNSUPPORTED (protocol
  * version), HURRAY_EDEVICE (a device tag one side does not know, named), HURRAY_EAUTH
- * (wrong or missing secret), HURRAY_EDENIED (connection limit), HURRAY_EPROTOCOL. */
+ * (wrong or missing secret; over TLS also a server certificate that is not trusted or not
+ * for the name), HURRAY_EDENIED (connection limit), HURRAY_EPROTOCOL (also a TLS handshake
+ * that failed, naming OpenSSL's reason, and TLS against a plaintext server or back), HURRAY_EIO
+ * (a TLS file that cannot be read). */
 HURRAY_API int hurray_client_connect(const char *address, const HurrayClientOptions *options,
                                      HurrayClient **out, HurrayError *error);
 

@@ -1,5 +1,5 @@
-/* client.c -- HurrayClient: blocking calls over a non-blocking socket, every wait bounded by
- * the client's timeout (poll). Tensor bytes are received straight into the buffers they end up
+/* client.c -- HurrayClient: blocking calls over a non-blocking socket (or a TLS session over
+ * it, for "hurrays://"), every wait bounded by the client's timeout (poll). Tensor bytes are received straight into the buffers they end up
  * in, hashed as they arrive, and handed out only once every buffer's checksum has matched. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,6 +20,8 @@
 
 struct HurrayClient {
   int fd;
+  WireTls *tls_config; /* "hurrays://": the trust, reused by every reconnection */
+  WireTlsConn *tls;    /* the session over `fd` */
   WireAddress address;
   uint32_t timeout_ms;
   uint64_t offered_frame;
@@ -36,15 +38,22 @@ struct HurrayClient {
 
 /* ---- blocking I/O with a deadline --------------------------------------------------------- */
 
-static int broken(HurrayClient *c, int status) {
+static void disconnect(HurrayClient *c) {
+  hurray__wire_tls_close(c->tls);
+  c->tls = NULL;
   if (c->fd >= 0) close(c->fd);
   c->fd = -1;
+}
+
+static int broken(HurrayClient *c, int status) {
+  disconnect(c);
   c->broken = true;
   return status;
 }
 
-static int wait_for(HurrayClient *c, short events, HurrayError *error) {
-  struct pollfd p = {.fd = c->fd, .events = events};
+/* Waits until the socket is ready for `want` (WIRE_WANT_*). */
+static int wait_for(HurrayClient *c, int want, HurrayError *error) {
+  struct pollfd p = {.fd = c->fd, .events = want == WIRE_WANT_READ ? POLLIN : POLLOUT};
   for (;;) {
     int n = poll(&p, 1, (int)c->timeout_ms);
     if (n < 0 && errno == EINTR) continue;
@@ -59,15 +68,14 @@ static int wait_for(HurrayClient *c, short events, HurrayError *error) {
 
 static int send_iov(HurrayClient *c, struct iovec *iov, int n_iov, HurrayError *error) {
   while (n_iov > 0) {
-    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
-    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = hurray__wire_sendv(c->fd, c->tls, iov, n_iov);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
         return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "connection lost while sending: %s",
-                                      strerror(errno)));
+                                      hurray__wire_io_error(c->tls, errno)));
       }
-      int status = wait_for(c, POLLOUT, error);
+      int status = wait_for(c, hurray__wire_io_want(c->tls, false), error);
       if (status != HURRAY_OK) return status;
       continue;
     }
@@ -93,7 +101,7 @@ static int send_bytes(HurrayClient *c, const void *data, size_t len, HurrayError
 static int recv_exact(HurrayClient *c, void *out, size_t len, HurrayError *error) {
   uint8_t *p = out;
   while (len > 0) {
-    ssize_t n = recv(c->fd, p, len, MSG_DONTWAIT);
+    ssize_t n = hurray__wire_recv(c->fd, c->tls, p, len);
     if (n == 0) {
       return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "the server closed the connection"));
     }
@@ -101,9 +109,9 @@ static int recv_exact(HurrayClient *c, void *out, size_t len, HurrayError *error
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
         return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "connection lost: %s",
-                                      strerror(errno)));
+                                      hurray__wire_io_error(c->tls, errno)));
       }
-      int status = wait_for(c, POLLIN, error);
+      int status = wait_for(c, hurray__wire_io_want(c->tls, true), error);
       if (status != HURRAY_OK) return status;
       continue;
     }
@@ -158,6 +166,35 @@ static int expect(HurrayClient *c, const WireHeader *h, uint8_t type, uint64_t i
 
 /* ---- connect and handshake ---------------------------------------------------------------- */
 
+/* The server answered the TLS hello in plaintext, with a Hurray frame: a plaintext server
+ * refusing it, or a TLS server at its connection limit (refused before any handshake). Its
+ * ERROR is read without TLS. */
+static int plaintext_answer(HurrayClient *c, const char *text, HurrayError *error) {
+  hurray__wire_tls_close(c->tls);
+  c->tls = NULL;
+  WireHeader h;
+  int status = read_header(c, &h, error);
+  if (status != HURRAY_EDENIED) {
+    status = hurray__fail(error, HURRAY_EPROTOCOL,
+                          "%s answered in plaintext: it does not speak TLS (use hurray://)", text);
+  }
+  return broken(c, status);
+}
+
+/* The TLS handshake over the connected socket. */
+static int tls_handshake(HurrayClient *c, const char *text, HurrayError *error) {
+  int status = hurray__wire_tls_open(c->tls_config, c->fd, c->address.host, &c->tls, error);
+  for (bool done = false; status == HURRAY_OK && !done;) {
+    status = hurray__wire_tls_handshake(c->tls, &done, error);
+    if (status != HURRAY_OK && hurray__wire_tls_plaintext(c->tls)) {
+      return plaintext_answer(c, text, error);
+    }
+    if (status == HURRAY_OK && !done) status = wait_for(c, hurray__wire_tls_want(c->tls), error);
+  }
+  if (status != HURRAY_OK && !c->broken) status = broken(c, status);
+  return status == HURRAY_OK ? status : hurray__error_prefix(error, status, "%s: ", text);
+}
+
 static int open_socket(HurrayClient *c, HurrayError *error) {
   char text[160];
   hurray__wire_address_format(&c->address, text, sizeof text);
@@ -170,7 +207,7 @@ static int open_socket(HurrayClient *c, HurrayError *error) {
       return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "cannot connect to %s: %s", text,
                                     strerror(e)));
     }
-    int status = wait_for(c, POLLOUT, error);
+    int status = wait_for(c, WIRE_WANT_WRITE, error);
     if (status != HURRAY_OK) return hurray__error_prefix(error, status, "connecting to %s: ", text);
     int err = 0;
     socklen_t len = sizeof err;
@@ -184,7 +221,7 @@ static int open_socket(HurrayClient *c, HurrayError *error) {
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
-  return HURRAY_OK;
+  return c->tls_config ? tls_handshake(c, text, error) : HURRAY_OK;
 }
 
 static int authenticate(HurrayClient *c, const uint8_t client_nonce[WIRE_NONCE_SIZE],
@@ -306,6 +343,14 @@ int hurray_client_connect(const char *address, const HurrayClientOptions *option
     c->secret_len = o.secret_len;
   }
   if (status == HURRAY_OK) status = hurray__wire_address_parse(address, &c->address, error);
+  if (status == HURRAY_OK && o.tls != NULL && !c->address.tls) {
+    status = hurray__fail(error, HURRAY_EINVAL,
+                          "TLS options for the plaintext address '%s': use hurrays://", address);
+  }
+  if (status == HURRAY_OK && c->address.tls) {
+    static const HurrayTlsOptions system_trust = {0};
+    status = hurray__wire_tls_create(o.tls ? o.tls : &system_trust, false, &c->tls_config, error);
+  }
   if (status == HURRAY_OK) status = handshake(c, error);
   if (status != HURRAY_OK) {
     c->broken = true; /* no GOODBYE */
@@ -334,9 +379,11 @@ void hurray_client_destroy(HurrayClient *c) {
     uint8_t head[WIRE_HEADER_SIZE];
     WireHeader h = {WIRE_GOODBYE, 0, 0, 0};
     hurray__wire_header_encode(&h, head);
-    (void)send(c->fd, head, sizeof head, MSG_NOSIGNAL | MSG_DONTWAIT);
+    struct iovec iov = {head, sizeof head};
+    (void)hurray__wire_sendv(c->fd, c->tls, &iov, 1);
   }
-  if (c->fd >= 0) close(c->fd);
+  disconnect(c);
+  hurray__wire_tls_destroy(c->tls_config);
   if (c->secret) {
     memset(c->secret, 0, c->secret_len);
     free(c->secret);
@@ -653,8 +700,7 @@ static int transfer(HurrayClient *c, const char *name, const HurrayGetOptions *o
     }
     if (status == HURRAY_OK || !resumable(status, t) || retries == 0) return status;
     retries--;
-    if (c->fd >= 0) close(c->fd);
-    c->fd = -1;
+    disconnect(c);
     status = handshake(c, error);
     if (status != HURRAY_OK) return status;
   }

@@ -49,7 +49,12 @@ int hurray__wire_address_parse(const char *text, WireAddress *out, HurrayError *
     out->length = (uint32_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
     return HURRAY_OK;
   }
-  if (strncmp(s, "hurray://", 9) == 0) s += 9;
+  if (strncmp(s, "hurray://", 9) == 0) {
+    s += 9;
+  } else if (strncmp(s, "hurrays://", 10) == 0) {
+    s += 10;
+    out->tls = true;
+  }
   char host[64];
   const char *port_text = NULL;
   if (*s == '[') {
@@ -72,6 +77,7 @@ int hurray__wire_address_parse(const char *text, WireAddress *out, HurrayError *
   uint16_t port = 0;
   int status = parse_port(text, port_text, &port, error);
   if (status != HURRAY_OK) return status;
+  memcpy(out->host, host, sizeof host);
   if (strcmp(host, "localhost") == 0) strcpy(host, "127.0.0.1");
   struct sockaddr_in in4 = {.sin_family = AF_INET, .sin_port = htons(port)};
   struct sockaddr_in6 in6 = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
@@ -93,6 +99,7 @@ int hurray__wire_address_parse(const char *text, WireAddress *out, HurrayError *
 
 void hurray__wire_address_format(const WireAddress *a, char *out, size_t size) {
   char host[INET6_ADDRSTRLEN] = "";
+  const char *scheme = a->tls ? "hurrays://" : "";
   if (a->family == AF_UNIX) {
     struct sockaddr_un un;
     memcpy(&un, a->storage, sizeof un);
@@ -101,11 +108,11 @@ void hurray__wire_address_format(const WireAddress *a, char *out, size_t size) {
     struct sockaddr_in in4;
     memcpy(&in4, a->storage, sizeof in4);
     inet_ntop(AF_INET, &in4.sin_addr, host, sizeof host);
-    snprintf(out, size, "%s:%u", host, ntohs(in4.sin_port));
+    snprintf(out, size, "%s%s:%u", scheme, host, ntohs(in4.sin_port));
   } else {
     struct sockaddr_in6 in6;
     memcpy(&in6, a->storage, sizeof in6);
     inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof host);
-    snprintf(out, size, "[%s]:%u", host, ntohs(in6.sin6_port));
+    snprintf(out, size, "%s[%s]:%u", scheme, host, ntohs(in6.sin6_port));
   }
 }

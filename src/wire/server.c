@@ -7,7 +7,11 @@
  * not drained is not read from (backpressure goes back to its client through TCP), and one that
  * makes no progress for idle_timeout_ms, or takes longer than that over one frame, is closed.
  * Every refusal is an ERROR frame: with the request's id when the connection can go on, with
- * id 0 just before the server closes it. */
+ * id 0 just before the server closes it.
+ *
+ * A TLS server (ADR-061) runs the same loop over TLS sessions (tls.c): a connection starts in
+ * PHASE_TLS, under the handshake deadline; a session may hold decrypted bytes the socket no
+ * longer signals, so such connections are served again without waiting for epoll. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -35,7 +39,7 @@
 
 static const uint8_t kZeros[HURRAY_MIN_ALIGNMENT];
 
-typedef enum Phase { PHASE_HELLO, PHASE_AUTH, PHASE_READY, PHASE_CLOSING } Phase;
+typedef enum Phase { PHASE_TLS, PHASE_HELLO, PHASE_AUTH, PHASE_READY, PHASE_CLOSING } Phase;
 
 /* An upload in progress (PUT, then DATA frames until END). `refused` uploads are read and
  * discarded: their ERROR has been sent. */
@@ -53,6 +57,8 @@ typedef struct Upload {
 
 typedef struct Conn {
   int fd;
+  WireTlsConn *tls; /* NULL: plaintext */
+  bool tls_pending; /* counted in HurrayServer.tls_pending */
   Phase phase;
   struct Conn *prev, *next;
   int64_t handshake_deadline;
@@ -98,6 +104,8 @@ struct HurrayServer {
   uint32_t idle_ms;
   uint8_t *secret;
   size_t secret_len;
+  WireTls *tls;       /* NULL: plaintext */
+  size_t tls_pending; /* connections whose session holds bytes to read */
   pthread_mutex_t lock; /* the tensors and the stats */
   WireServed **tensors;
   size_t ntensors, cap;
@@ -233,7 +241,20 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   WireAddress address;
   int status = hurray__wire_address_parse(o.address ? o.address : "127.0.0.1:0", &address, error);
   if (status != HURRAY_OK) return status;
+  if (address.tls && o.tls == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "address '%s' asks for TLS: give the certificate and key", o.address);
+  }
+  if (o.tls != NULL && address.family == AF_UNIX) {
+    return hurray__fail(error, HURRAY_EINVAL, "TLS is for TCP addresses, not '%s'", o.address);
+  }
+  address.tls = o.tls != NULL;
+  WireTls *tls = NULL;
+  if (o.tls != NULL) status = hurray__wire_tls_create(o.tls, true, &tls, error);
+  if (status != HURRAY_OK) return status;
   HurrayServer *s = calloc(1, sizeof *s);
+  if (s != NULL) s->tls = tls;
+  else hurray__wire_tls_destroy(tls);
   if (s == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   s->listen_fd = s->epoll_fd = s->wake_fd = -1;
   pthread_mutex_init(&s->lock, NULL);
@@ -333,6 +354,8 @@ static void upload_free(Upload *u) {
 
 static void conn_close(HurrayServer *s, Conn *c) {
   epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
+  hurray__wire_tls_close(c->tls);
+  if (c->tls_pending) s->tls_pending--;
   close(c->fd);
   if (c->prev) c->prev->next = c->next;
   else s->conns = c->next;
@@ -663,7 +686,7 @@ static bool conn_read(HurrayServer *s, Conn *c) {
       dest = c->payload + c->got;
       want = (size_t)(c->h.length - c->got);
     }
-    ssize_t n = want ? recv(c->fd, dest, want, 0) : 0;
+    ssize_t n = want ? hurray__wire_recv(c->fd, c->tls, dest, want) : 0;
     if (want && n == 0) {
       conn_close(s, c); /* the peer closed */
       return false;
@@ -801,8 +824,7 @@ static bool conn_write(HurrayServer *s, Conn *c) {
     } else {
       break;
     }
-    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
-    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = hurray__wire_sendv(c->fd, c->tls, iov, n_iov);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
       conn_close(s, c);
@@ -849,6 +871,15 @@ static bool conn_write(HurrayServer *s, Conn *c) {
 static void conn_interest(HurrayServer *s, Conn *c) {
   bool pending = c->out.len > c->out_sent || (c->sending && c->phase != PHASE_CLOSING);
   bool reading = c->phase != PHASE_CLOSING && !c->sending && (!pending || c->upload != NULL);
+  int read_want = hurray__wire_io_want(c->tls, true), write_want = hurray__wire_io_want(c->tls, false);
+  if (c->phase == PHASE_TLS) { /* the handshake waits for one direction */
+    reading = hurray__wire_tls_want(c->tls) == WIRE_WANT_READ;
+    pending = !reading;
+  } else { /* a TLS read may wait to write, and a write to read */
+    bool r = (reading && read_want == WIRE_WANT_READ) || (pending && write_want == WIRE_WANT_READ);
+    pending = (pending && write_want == WIRE_WANT_WRITE) || (reading && read_want == WIRE_WANT_WRITE);
+    reading = r;
+  }
   uint32_t events = (pending ? EPOLLOUT : 0u) | (reading ? EPOLLIN : 0u) | EPOLLRDHUP;
   if (events != c->events) {
     struct epoll_event ev = {.events = events, .data.ptr = c};
@@ -882,7 +913,9 @@ static void on_accept(HurrayServer *s) {
     }
     Conn *c = calloc(1, sizeof *c);
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
-    if (c == NULL || epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (c == NULL || (s->tls && hurray__wire_tls_open(s->tls, fd, NULL, &c->tls, NULL) != HURRAY_OK) ||
+        epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      if (c) hurray__wire_tls_close(c->tls);
       free(c);
       close(fd);
       continue;
@@ -890,7 +923,7 @@ static void on_accept(HurrayServer *s) {
     int64_t now = hurray__wire_now_ms();
     c->fd = fd;
     c->events = ev.events;
-    c->phase = PHASE_HELLO;
+    c->phase = s->tls ? PHASE_TLS : PHASE_HELLO;
     c->handshake_deadline = now + s->handshake_ms;
     c->last_progress = now;
     c->next = s->conns;
@@ -910,8 +943,10 @@ static void sweep(HurrayServer *s) {
   for (Conn *c = s->conns; c != NULL; c = next) {
     next = c->next;
     char message[96];
-    if (c->phase == PHASE_CLOSING) {
-      if (now > c->close_deadline) conn_close(s, c);
+    if (c->phase == PHASE_CLOSING || c->phase == PHASE_TLS) { /* no frame can go out */
+      if (now > (c->phase == PHASE_TLS ? c->handshake_deadline : c->close_deadline)) {
+        conn_close(s, c);
+      }
       continue;
     }
     if (c->phase != PHASE_READY && now > c->handshake_deadline) {
@@ -929,13 +964,62 @@ static void sweep(HurrayServer *s) {
   }
 }
 
+/* The TLS handshake of a new connection. A plaintext Hurray client is answered in plaintext,
+ * with an ERROR frame. */
+static bool conn_handshake(HurrayServer *s, Conn *c) {
+  bool done = false;
+  if (hurray__wire_tls_handshake(c->tls, &done, NULL) != HURRAY_OK) {
+    if (!hurray__wire_tls_plaintext(c->tls)) {
+      conn_close(s, c); /* OpenSSL has sent the peer its alert */
+      return false;
+    }
+    hurray__wire_tls_close(c->tls);
+    c->tls = NULL;
+    c->phase = PHASE_HELLO;
+    conn_fail(c, HURRAY_EPROTOCOL, "this server speaks TLS only: connect with hurrays://");
+    return conn_write(s, c);
+  }
+  c->last_progress = hurray__wire_now_ms();
+  if (done) c->phase = PHASE_HELLO;
+  return true;
+}
+
+/* Serves what `ev` (epoll events) says a connection is ready for. */
+static void conn_serve(HurrayServer *s, Conn *c, uint32_t ev) {
+  bool alive = true;
+  if (c->phase == PHASE_TLS) {
+    alive = conn_handshake(s, c);
+    if (!alive || c->phase == PHASE_TLS) {
+      if (alive) conn_interest(s, c);
+      return;
+    }
+    ev |= EPOLLIN; /* the hello may have come with the handshake */
+  }
+  if (c->tls) ev |= EPOLLIN | EPOLLOUT; /* either may be what a blocked session waits for */
+  if (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)) alive = conn_write(s, c);
+  if (alive && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) alive = conn_read(s, c);
+  if (alive && (ev & (EPOLLHUP | EPOLLERR)) && !(c->events & EPOLLIN)) {
+    conn_close(s, c);
+    alive = false;
+  }
+  if (alive) alive = conn_write(s, c);
+  if (!alive) return;
+  conn_interest(s, c);
+  bool pending = (c->events & EPOLLIN) && hurray__wire_tls_pending(c->tls);
+  if (pending != c->tls_pending) {
+    c->tls_pending = pending;
+    if (pending) s->tls_pending++;
+    else s->tls_pending--;
+  }
+}
+
 int hurray_server_run(HurrayServer *s, HurrayError *error) {
   if (s == NULL) return hurray__fail(error, HURRAY_EINVAL, "server is NULL");
   struct epoll_event events[256];
   int64_t next_sweep = hurray__wire_now_ms() + SERVER_TICK_MS;
   bool stopping = false;
   while (!stopping) {
-    int n = epoll_wait(s->epoll_fd, events, 256, SERVER_TICK_MS);
+    int n = epoll_wait(s->epoll_fd, events, 256, s->tls_pending ? 0 : SERVER_TICK_MS);
     if (n < 0 && errno != EINTR) {
       return hurray__fail(error, HURRAY_EIO, "epoll_wait: %s", strerror(errno));
     }
@@ -952,19 +1036,16 @@ int hurray_server_run(HurrayServer *s, HurrayError *error) {
         stopping = true;
         continue;
       }
-      Conn *c = tag;
       /* A connection closed earlier in this batch was freed: epoll does not report a removed fd,
          and `c` is only reached through its own event. */
-      uint32_t ev = events[i].events;
-      bool alive = true;
-      if (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)) alive = conn_write(s, c);
-      if (alive && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) alive = conn_read(s, c);
-      if (alive && (ev & (EPOLLHUP | EPOLLERR)) && !(c->events & EPOLLIN)) {
-        conn_close(s, c);
-        alive = false;
+      conn_serve(s, tag, events[i].events);
+    }
+    if (s->tls_pending) { /* sessions holding bytes the socket no longer signals */
+      Conn *next = NULL;
+      for (Conn *c = s->conns; c != NULL; c = next) {
+        next = c->next;
+        if (c->tls_pending) conn_serve(s, c, EPOLLIN);
       }
-      if (alive) alive = conn_write(s, c);
-      if (alive) conn_interest(s, c);
     }
     int64_t now = hurray__wire_now_ms();
     if (now >= next_sweep) {
@@ -990,6 +1071,7 @@ void hurray_server_destroy(HurrayServer *s) {
   for (size_t i = 0; i < s->ntensors; i++) hurray__wire_served_destroy(s->tensors[i]);
   free(s->tensors);
   free(s->secret);
+  hurray__wire_tls_destroy(s->tls);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }

@@ -3,7 +3,8 @@
  *
  *   codec.c    frames and messages: encode, and decode from untrusted bytes with every limit
  *   auth.c     the challenge-response MAC (HMAC-SHA-256, OpenSSL libcrypto) and nonces
- *   net.c      addresses, sockets, and blocking reads/writes with a deadline
+ *   net.c      addresses and the clock
+ *   tls.c      the byte stream of a connection: the socket, or a TLS session over it (ADR-061)
  *   serve.c    what a server serves: a tensor as buffers + record, rows sliced, checksums
  *   server.c   HurrayServer: the epoll event loop
  *   client.c   HurrayClient: blocking calls with timeouts
@@ -14,6 +15,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #include "file.h"
 #include "internal.h"
@@ -273,15 +276,70 @@ typedef struct WireAddress {
   int family; /* AF_INET, AF_INET6, AF_UNIX */
   uint8_t storage[128];
   uint32_t length; /* socklen_t */
+  bool tls;        /* "hurrays://" */
+  char host[64];   /* the host as written ("localhost", "10.0.0.1", "::1"); "" for unix */
 } WireAddress;
 
-/* Parses "HOST:PORT", "[V6]:PORT", "hurray://HOST:PORT", "unix:PATH" or "hurray+unix://PATH".
- * HOST is a numeric address or "localhost" (no name lookup). HURRAY_EINVAL naming the text. */
+/* Parses "HOST:PORT", "[V6]:PORT", "hurray://HOST:PORT", "hurrays://HOST:PORT" (TLS),
+ * "unix:PATH" or "hurray+unix://PATH". HOST is a numeric address or "localhost" (no name
+ * lookup). HURRAY_EINVAL naming the text. */
 HURRAY_INTERNAL int hurray__wire_address_parse(const char *text, WireAddress *out,
                                                HurrayError *error);
 HURRAY_INTERNAL void hurray__wire_address_format(const WireAddress *a, char *out, size_t size);
 
 /* The monotonic clock in milliseconds. */
 HURRAY_INTERNAL int64_t hurray__wire_now_ms(void);
+
+/* ---- tls.c -------------------------------------------------------------------------------- */
+
+/* A TLS configuration (an SSL_CTX, TLS 1.3 only): a server's certificate and key, or a
+ * client's trust (verification of the peer's chain and name is always on). */
+typedef struct WireTls WireTls;
+/* A TLS session over one non-blocking socket. */
+typedef struct WireTlsConn WireTlsConn;
+
+enum { WIRE_WANT_READ = 1, WIRE_WANT_WRITE = 2 };
+
+/* Reads the files `options` names (checked for the side: a server needs certificate_file and
+ * key_file, a client takes ca_file and server_name). HURRAY_EIO naming a file that cannot be
+ * used, HURRAY_EINVAL for fields of the other side or a key that does not match. */
+HURRAY_INTERNAL int hurray__wire_tls_create(const HurrayTlsOptions *options, bool server,
+                                            WireTls **out, HurrayError *error);
+HURRAY_INTERNAL void hurray__wire_tls_destroy(WireTls *tls);
+/* A session over `fd` (which stays the caller's). A client's session checks the server's
+ * certificate for `host` (the configured server_name instead if there is one): a DNS name, or
+ * an IP address when `host` is numeric. */
+HURRAY_INTERNAL int hurray__wire_tls_open(const WireTls *tls, int fd, const char *host,
+                                          WireTlsConn **out, HurrayError *error);
+/* Sends close_notify if the session was set up (without waiting) and frees it. NULL: no-op. */
+HURRAY_INTERNAL void hurray__wire_tls_close(WireTlsConn *conn);
+/* One step of the handshake. HURRAY_OK with *done false: call again once the socket is ready
+ * for hurray__wire_tls_want; HURRAY_EAUTH for a peer certificate that failed verification
+ * (naming why), HURRAY_EPROTOCOL for any other failure (OpenSSL's reason; see also
+ * hurray__wire_tls_plaintext). */
+HURRAY_INTERNAL int hurray__wire_tls_handshake(WireTlsConn *conn, bool *done, HurrayError *error);
+/* After a failed handshake: whether the peer's first byte began a Hurray frame (0x89, never the
+ * start of a TLS record), a peer speaking the protocol in plaintext. Its bytes are still in the
+ * socket, unread. */
+HURRAY_INTERNAL bool hurray__wire_tls_plaintext(const WireTlsConn *conn);
+/* What the last call that could not go on waits for: WIRE_WANT_READ or WIRE_WANT_WRITE. */
+HURRAY_INTERNAL int hurray__wire_tls_want(const WireTlsConn *conn);
+/* Whether decrypted bytes wait inside the session: the socket may not be readable then. */
+HURRAY_INTERNAL bool hurray__wire_tls_pending(const WireTlsConn *conn);
+
+/* The byte stream of a connection, `tls` NULL for plaintext, never blocking, never raising
+ * SIGPIPE. Like recv / sendmsg: the bytes moved, 0 when the peer has closed (recv), or -1 with
+ * errno (EAGAIN: call again once the socket is ready for what hurray__wire_io_want says; EPROTO
+ * for a TLS failure, described by hurray__wire_io_error). sendv writes the vector in order and
+ * may stop early; with TLS a retry after EAGAIN must pass the same bytes again. */
+HURRAY_INTERNAL ssize_t hurray__wire_recv(int fd, WireTlsConn *tls, void *buf, size_t len);
+HURRAY_INTERNAL ssize_t hurray__wire_sendv(int fd, WireTlsConn *tls, const struct iovec *iov,
+                                           int n);
+/* After EAGAIN from hurray__wire_recv (`reading`) or _sendv: WIRE_WANT_READ or WIRE_WANT_WRITE
+ * (with TLS, a read may wait to write and a write to read). */
+HURRAY_INTERNAL int hurray__wire_io_want(const WireTlsConn *tls, bool reading);
+/* The reason of a failed hurray__wire_recv / _sendv with errno `err`: the TLS failure, or
+ * strerror. */
+HURRAY_INTERNAL const char *hurray__wire_io_error(const WireTlsConn *tls, int err);
 
 #endif /* HURRAY_WIRE_WIRE_H */

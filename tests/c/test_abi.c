@@ -121,7 +121,15 @@ PIN_OFFSET(HurrayServerOptions, handshake_timeout_ms, 32);
 PIN_OFFSET(HurrayServerOptions, idle_timeout_ms, 36);
 PIN_OFFSET(HurrayServerOptions, secret, 40);
 PIN_OFFSET(HurrayServerOptions, secret_len, 48);
-PIN_OFFSET(HurrayServerOptions, reserved, 56);
+PIN_OFFSET(HurrayServerOptions, tls, 56);
+PIN_OFFSET(HurrayServerOptions, reserved, 64);
+
+PIN_SIZE(HurrayTlsOptions, 64);
+PIN_OFFSET(HurrayTlsOptions, certificate_file, 0);
+PIN_OFFSET(HurrayTlsOptions, key_file, 8);
+PIN_OFFSET(HurrayTlsOptions, ca_file, 16);
+PIN_OFFSET(HurrayTlsOptions, server_name, 24);
+PIN_OFFSET(HurrayTlsOptions, reserved, 32);
 
 PIN_SIZE(HurrayServerStats, 80);
 PIN_OFFSET(HurrayServerStats, connections, 0);
@@ -140,7 +148,8 @@ PIN_OFFSET(HurrayClientOptions, max_frame, 16);
 PIN_OFFSET(HurrayClientOptions, max_tensor_bytes, 24);
 PIN_OFFSET(HurrayClientOptions, secret, 32);
 PIN_OFFSET(HurrayClientOptions, secret_len, 40);
-PIN_OFFSET(HurrayClientOptions, reserved, 48);
+PIN_OFFSET(HurrayClientOptions, tls, 48);
+PIN_OFFSET(HurrayClientOptions, reserved, 56);
 
 PIN_SIZE(HurrayClientInfo, 280);
 PIN_OFFSET(HurrayClientInfo, version_major, 0);

@@ -1,7 +1,9 @@
 /* test_wire.c -- HurrayServer and HurrayClient over loopback (127.0.0.1 and Unix sockets only):
  * round trips of every layout and dtype, the handshake's refusals, the device rule, resume,
  * corruption, faults (slowloris, oversized frames, a client that stops reading, a server
- * killed mid-transfer), 1,000 concurrent clients, bounded server memory, auth and read-only.
+ * killed mid-transfer), 1,000 concurrent clients, bounded server memory, auth and read-only,
+ * and all of it that concerns the transport again over TLS, with certificates made at test
+ * time by tests/tls/make_certs.sh (HURRAY_MAKE_CERTS).
  * Faults are injected by real peers: raw frames from the codec, and a forwarding proxy that
  * flips or cuts the byte stream. */
 #define _GNU_SOURCE
@@ -619,6 +621,29 @@ static int64_t now_ms(void) {
   return hurray__wire_now_ms();
 }
 
+/* The server's connection count, once it has seen the closes of the last second. */
+static uint64_t connections_after_closes(HurrayServer *server) {
+  HurrayServerStats stats;
+  OK(hurray_server_stats(server, &stats, E));
+  for (int i = 0; i < 100 && stats.connections != 0; i++) {
+    usleep(10 * 1000);
+    OK(hurray_server_stats(server, &stats, E));
+  }
+  return stats.connections;
+}
+
+/* A slowloris past the handshake: a frame header, one byte every 150 ms (never all of it). */
+static void *trickle(void *arg) {
+  int fd = *(int *)arg;
+  uint8_t head[WIRE_HEADER_SIZE];
+  hurray__wire_header_encode(&(WireHeader){WIRE_LIST, 0, 1, 0}, head);
+  for (int i = 0; i < WIRE_HEADER_SIZE - 1; i++) {
+    if (send(fd, head + i, 1, MSG_NOSIGNAL) != 1) break;
+    usleep(150 * 1000);
+  }
+  return NULL;
+}
+
 static void faults_do_not_stall_others(void **state) {
   (void)state;
   HurrayServerOptions so = {.handshake_timeout_ms = 400, .idle_timeout_ms = 800,
@@ -655,6 +680,16 @@ static void faults_do_not_stall_others(void **state) {
   OK(hurray__wire_request_encode(&req, &payload, E));
   hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
   raw_send(stuck, &frame);
+  /* a slowloris that said hello, then trickles a frame */
+  int dribble = raw_connect(r.address);
+  frame.len = 0;
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  raw_send(dribble, &frame);
+  WireHeader h;
+  uint8_t buf[1024];
+  assert_int_equal(raw_frame(dribble, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
+  pthread_t trickler;
+  assert_int_equal(pthread_create(&trickler, NULL, trickle, &dribble), 0);
   hurray__sink_reset(&frame);
   hurray__sink_reset(&payload);
   free(hello);
@@ -667,8 +702,6 @@ static void faults_do_not_stall_others(void **state) {
   }
   assert_true(now_ms() - t0 < 2000);
   /* the oversized frame got an ERROR naming the limit, then the connection closed */
-  WireHeader h;
-  uint8_t buf[1024];
   HurrayError error = {0};
   assert_int_equal(raw_frame(big, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
   assert_int_equal(raw_frame(big, &h, buf, sizeof buf), WIRE_ERROR);
@@ -682,6 +715,12 @@ static void faults_do_not_stall_others(void **state) {
   assert_int_equal(hurray__wire_error_decode(buf, (size_t)h.length, &error), HURRAY_ETIMEOUT);
   assert_string_equal(error.message, "peer: handshake not completed within 400 ms");
   close(slow);
+  /* the trickled frame is timed out too */
+  assert_int_equal(raw_frame(dribble, &h, buf, sizeof buf), WIRE_ERROR);
+  assert_int_equal(hurray__wire_error_decode(buf, (size_t)h.length, &error), HURRAY_ETIMEOUT);
+  assert_string_equal(error.message, "peer: a frame took longer than 800 ms");
+  pthread_join(trickler, NULL);
+  close(dribble);
   /* the reader that stopped is dropped after the idle timeout (as is the good client, idle
      now); the server never held more than a frame or two for any of them */
   usleep(1200 * 1000);
@@ -710,9 +749,48 @@ static void thousand_clients(void **state) {
   OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(4096, 4), E));
   go(&r);
   enum { N = 1000 };
+  /* 1,000 connections each with its hello and a request in flight before any answer is read:
+     the server interleaves all of them on its one loop */
+  FileSink frame = {0}, payload = {0};
+  WireHello *hello = calloc(1, sizeof *hello);
+  hello->version_major = 1;
+  hello->max_frame = 1 << 16;
+  const uint8_t cpu = 0;
+  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  free(hello);
+  WireRequest req = {.name_len = 1, .name = "x"};
+  OK(hurray__wire_request_encode(&req, &payload, E));
+  hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
+  int *fds = calloc(N, sizeof *fds);
+  for (int i = 0; i < N; i++) {
+    fds[i] = raw_connect(r.address);
+    raw_send(fds[i], &frame);
+  }
+  hurray__sink_reset(&frame);
+  hurray__sink_reset(&payload);
+  const uint8_t *expected = want->buffers->buffers[0]->data;
+  uint8_t *buf = malloc(8192);
+  for (int i = 0; i < N; i++) {
+    WireHeader h;
+    assert_int_equal(raw_frame(fds[i], &h, buf, 8192), WIRE_SERVER_HELLO);
+    assert_int_equal(raw_frame(fds[i], &h, buf, 8192), WIRE_TENSOR_HEADER);
+    assert_int_equal(raw_frame(fds[i], &h, buf, 8192), WIRE_DATA);
+    assert_int_equal(h.flags, WIRE_FLAG_END);
+    assert_int_equal(h.length, WIRE_DATA_FIXED + 4096);
+    assert_memory_equal(buf + WIRE_DATA_FIXED, expected, 4096);
+  }
+  HurrayServerStats stats;
+  OK(hurray_server_stats(r.server, &stats, E));
+  assert_int_equal(stats.connections, N);
+  assert_true(stats.peak_buffered_bytes < (uint64_t)N * 4096); /* a few KiB per connection */
+  for (int i = 0; i < N; i++) close(fds[i]);
+  free(fds);
+  free(buf);
+  assert_int_equal(connections_after_closes(r.server), 0);
+  /* and 1,000 clients of the library, connected at once */
   HurrayClient **clients = calloc(N, sizeof *clients);
   for (int i = 0; i < N; i++) OK(hurray_client_connect(r.address, NULL, &clients[i], E));
-  HurrayServerStats stats;
   OK(hurray_server_stats(r.server, &stats, E));
   assert_int_equal(stats.connections, N);
   for (int i = 0; i < N; i++) {
@@ -869,6 +947,236 @@ static void unix_socket(void **state) {
   finish(&r);
 }
 
+/* ---- TLS ---------------------------------------------------------------------------------- */
+
+/* `name` among the certificates of tests/tls/make_certs.sh, made once per run. */
+static const char *cert(const char *name) {
+  static char dir[300];
+  static char paths[4][400];
+  static int next;
+  if (dir[0] == '\0') {
+    snprintf(dir, sizeof dir, "%s", path_of("certs"));
+    char command[800];
+    snprintf(command, sizeof command, "mkdir -p '%s' && sh '%s' '%s'", dir, HURRAY_MAKE_CERTS, dir);
+    assert_int_equal(system(command), 0);
+  }
+  char *path = paths[next++ % 4];
+  snprintf(path, sizeof paths[0], "%s/%s", dir, name);
+  return path;
+}
+
+/* "hurrays://127.0.0.1:P" -> "127.0.0.1:P" */
+static const char *plain(const char *address) {
+  return strncmp(address, "hurrays://", 10) == 0 ? address + 10 : address;
+}
+
+static void tls_round_trip(void **state) {
+  (void)state;
+  HurrayTlsOptions st = {.certificate_file = cert("server.pem"), .key_file = cert("server.key")};
+  HurrayServerOptions so = {.tls = &st, .secret = (const uint8_t *)"s3cret", .secret_len = 6};
+  Running r;
+  start(&r, &so);
+  /* loopback unless told otherwise, and the address says TLS */
+  assert_int_equal(strncmp(r.address, "hurrays://127.0.0.1:", 20), 0);
+  HurrayTensorContext *want = bytes_tensor(5 << 20, 3), *up = bytes_tensor(3 << 20, 5);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(5 << 20, 3), E));
+  go(&r);
+  HurrayTlsOptions ct = {.ca_file = cert("ca.pem")};
+  HurrayClientOptions co = {.tls = &ct, .secret = (const uint8_t *)"s3cret", .secret_len = 6};
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, &co, &c, E));
+  HurrayClientInfo info;
+  OK(hurray_client_info(c, &info, E));
+  assert_int_equal(info.server_flags, WIRE_HELLO_AUTH); /* the secret works inside TLS */
+  HurrayTensorContext *got = NULL;
+  OK(hurray_client_get(c, "x", NULL, &got, E));
+  assert_same_buffers(got, want);
+  hurray_tensor_context_release(got);
+  OK(hurray_client_put(c, "up", up, E));
+  OK(hurray_client_get(c, "up", NULL, &got, E));
+  assert_same_buffers(got, up);
+  hurray_tensor_context_release(got);
+  HurrayRemoteTensor *items = NULL;
+  uint32_t count = 0;
+  OK(hurray_client_list(c, &items, &count, E));
+  assert_int_equal(count, 2);
+  free(items);
+  hurray_client_destroy(c);
+  /* the certificate's DNS name, and IPv4 checked against its IP address */
+  char by_name[160];
+  snprintf(by_name, sizeof by_name, "hurrays://localhost:%s", strrchr(r.address, ':') + 1);
+  OK(hurray_client_connect(by_name, &co, &c, E));
+  OK(hurray_client_get(c, "x", NULL, &got, E));
+  assert_same_buffers(got, want);
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  /* a wrong secret is still refused, over TLS */
+  HurrayError error = {0};
+  co.secret = (const uint8_t *)"wrong!";
+  assert_int_equal(hurray_client_connect(r.address, &co, &c, &error), HURRAY_EAUTH);
+  assert_string_equal(error.message, "peer: authentication failed: wrong secret");
+  /* an interrupted transfer resumes over a new TLS session */
+  Proxy f = {.cut_at = 2 << 20, .connections = 2};
+  proxy_start(&f, plain(r.address));
+  char through[160];
+  snprintf(through, sizeof through, "hurrays://%s", f.address);
+  co.secret = (const uint8_t *)"s3cret";
+  OK(hurray_client_connect(through, &co, &c, E));
+  HurrayGetOptions o = {.retries = 1};
+  OK(hurray_client_get(c, "x", &o, &got, E));
+  assert_same_buffers(got, want);
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  proxy_stop(&f);
+  hurray_tensor_context_release(want);
+  hurray_tensor_context_release(up);
+  finish(&r);
+}
+
+static void tls_refusals(void **state) {
+  (void)state;
+  HurrayTlsOptions st = {.certificate_file = cert("server.pem"), .key_file = cert("server.key")};
+  HurrayServerOptions so = {.tls = &st, .handshake_timeout_ms = 300};
+  Running r;
+  start(&r, &so);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(1000, 1), E));
+  go(&r);
+  HurrayClient *c = NULL;
+  HurrayError error = {0};
+  char expected[400];
+  /* a server certificate from a CA the client does not trust */
+  HurrayTlsOptions ct = {.ca_file = cert("other-ca.pem")};
+  HurrayClientOptions co = {.tls = &ct};
+  assert_int_equal(hurray_client_connect(r.address, &co, &c, &error), HURRAY_EAUTH);
+  snprintf(expected, sizeof expected,
+           "%s: TLS: the server's certificate is refused: unable to get local issuer certificate",
+           r.address);
+  assert_string_equal(error.message, expected);
+  assert_null(c);
+  /* nor the system's trust store, which the test CA is not in */
+  assert_int_equal(hurray_client_connect(r.address, NULL, &c, &error), HURRAY_EAUTH);
+  assert_string_equal(error.message, expected);
+  /* a trusted certificate for another name */
+  ct = (HurrayTlsOptions){.ca_file = cert("ca.pem"), .server_name = "tensors.example.com"};
+  assert_int_equal(hurray_client_connect(r.address, &co, &c, &error), HURRAY_EAUTH);
+  snprintf(expected, sizeof expected, "%s: TLS: the server's certificate is refused: %s",
+           r.address, "hostname mismatch");
+  assert_string_equal(error.message, expected);
+  /* a plaintext client is told, in plaintext */
+  assert_int_equal(hurray_client_connect(plain(r.address), NULL, &c, &error), HURRAY_EPROTOCOL);
+  assert_string_equal(error.message, "peer: this server speaks TLS only: connect with hurrays://");
+  /* TLS options for a plaintext address are a mistake, not a downgrade */
+  ct.server_name = NULL;
+  assert_int_equal(hurray_client_connect(plain(r.address), &co, &c, &error), HURRAY_EINVAL);
+  snprintf(expected, sizeof expected,
+           "TLS options for the plaintext address '%s': use hurrays://", plain(r.address));
+  assert_string_equal(error.message, expected);
+  /* a TLS slowloris (a handshake record begun, never finished) is closed at the handshake
+     deadline, and a client is served meanwhile */
+  int slow = raw_connect(r.address);
+  assert_int_equal(send(slow, "\x16\x03\x01", 3, MSG_NOSIGNAL), 3);
+  OK(hurray_client_connect(r.address, &co, &c, E));
+  HurrayTensorContext *got = NULL;
+  OK(hurray_client_get(c, "x", NULL, &got, E));
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  uint8_t byte;
+  assert_int_equal(recv(slow, &byte, 1, 0), 0);
+  close(slow);
+  assert_int_equal(connections_after_closes(r.server), 0);
+  finish(&r);
+  /* a TLS server at its connection limit refuses before any TLS, and the client says so */
+  so = (HurrayServerOptions){.tls = &st, .max_connections = 1};
+  start(&r, &so);
+  go(&r);
+  HurrayClient *first = NULL;
+  OK(hurray_client_connect(r.address, &co, &first, E));
+  assert_int_equal(hurray_client_connect(r.address, &co, &c, &error), HURRAY_EDENIED);
+  assert_string_equal(error.message, "peer: this server is at its connection limit");
+  hurray_client_destroy(first);
+  finish(&r);
+  /* a TLS client meets a plaintext server */
+  start(&r, NULL);
+  go(&r);
+  char tls_address[160];
+  snprintf(tls_address, sizeof tls_address, "hurrays://%s", r.address);
+  assert_int_equal(hurray_client_connect(tls_address, &co, &c, &error), HURRAY_EPROTOCOL);
+  snprintf(expected, sizeof expected,
+           "%s answered in plaintext: it does not speak TLS (use hurray://)", tls_address);
+  assert_string_equal(error.message, expected);
+  finish(&r);
+  /* the server's own options */
+  HurrayServer *server = NULL;
+  HurrayTlsOptions bad = {.certificate_file = path_of("missing.pem"), .key_file = cert("server.key")};
+  so = (HurrayServerOptions){.tls = &bad};
+  assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EIO);
+  assert_non_null(strstr(error.message, "missing.pem"));
+  bad = (HurrayTlsOptions){.certificate_file = cert("server.pem"), .key_file = cert("other-ca.key")};
+  assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EINVAL);
+  assert_non_null(strstr(error.message, "does not match"));
+  bad = (HurrayTlsOptions){.certificate_file = cert("server.pem"), .key_file = cert("server.key"),
+                           .ca_file = cert("ca.pem")};
+  assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EINVAL);
+  so = (HurrayServerOptions){.address = "hurrays://127.0.0.1:0"};
+  assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message,
+                      "address 'hurrays://127.0.0.1:0' asks for TLS: give the certificate and key");
+  char unix_address[300];
+  snprintf(unix_address, sizeof unix_address, "unix:%s", path_of("tls.sock"));
+  so = (HurrayServerOptions){.address = unix_address, .tls = &st};
+  assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EINVAL);
+  assert_null(server);
+}
+
+/* A server killed mid-transfer over TLS: a clear error, never a truncated tensor. A flipped
+ * byte is caught by TLS itself, and never delivered either. */
+static void tls_faults(void **state) {
+  (void)state;
+  HurrayTlsOptions st = {.certificate_file = cert("server.pem"), .key_file = cert("server.key")};
+  HurrayServerOptions so = {.tls = &st};
+  HurrayServer *server = NULL;
+  OK(hurray_server_create(&so, &server, E));
+  char address[128];
+  OK(hurray_server_address(server, address, sizeof address, E));
+  OK(hurray_server_add_tensor(server, "x", bytes_tensor(256 << 20, 7), E));
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    hurray_server_run(server, NULL);
+    _exit(0);
+  }
+  hurray_server_destroy(server);
+  HurrayTlsOptions ct = {.ca_file = cert("ca.pem")};
+  HurrayClientOptions co = {.tls = &ct};
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(address, &co, &c, E));
+  HurrayTensorContext *got = NULL;
+  HurrayError error = {0};
+  KillAt k = {child, false};
+  HurrayGetOptions o = {.progress = kill_midway, .progress_context = &k};
+  assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_ECONNECTION);
+  assert_true(k.done);
+  assert_null(got);
+  assert_string_equal(error.message, "the server closed the connection");
+  hurray_client_destroy(c);
+  waitpid(child, NULL, 0);
+  Running r;
+  start(&r, &so);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(1 << 20, 2), E));
+  go(&r);
+  Proxy p = {.flip_at = 600000, .connections = 1};
+  proxy_start(&p, plain(r.address));
+  char through[160];
+  snprintf(through, sizeof through, "hurrays://%s", p.address);
+  OK(hurray_client_connect(through, &co, &c, E));
+  assert_int_equal(hurray_client_get(c, "x", NULL, &got, &error), HURRAY_ECONNECTION);
+  assert_null(got);
+  assert_string_equal(error.message, "connection lost: decryption failed or bad record mac");
+  hurray_client_destroy(c);
+  proxy_stop(&p);
+  finish(&r);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -885,6 +1193,9 @@ int main(void) {
       cmocka_unit_test(killed_server),
       cmocka_unit_test(secrets_and_read_only),
       cmocka_unit_test(unix_socket),
+      cmocka_unit_test(tls_round_trip),
+      cmocka_unit_test(tls_refusals),
+      cmocka_unit_test(tls_faults),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

@@ -49,7 +49,7 @@ fi
 step "pkg-config hurray"
 PKG_CONFIG_PATH=$libdir/pkgconfig
 export PKG_CONFIG_PATH
-pkg-config --static --libs hurray | grep -q -- "-lz.*-lcrypto"
+pkg-config --static --libs hurray | grep -q -- "-lz.*-lssl.*-lcrypto"
 for example in exchange simple; do
   # shellcheck disable=SC2046 # the flags are words
   "$cc" -std=c11 -Wall -Werror "$examples/$example.c" -o "$work/${example}_pc" \
