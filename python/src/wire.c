@@ -27,6 +27,75 @@ static int secret_arg(PyObject *obj, Py_buffer *view, int *have) {
   return 0;
 }
 
+/* tls= of connect (keys "cafile", "server_name") or serve (keys "certfile", "keyfile", both
+ * required): a dict of paths (str, bytes or os.PathLike) and, for server_name, a str. The
+ * encoded values live in `held` until tls_arg_release. */
+typedef struct TlsArg {
+  HurrayTlsOptions options;
+  PyObject *held[2];
+  int given;
+} TlsArg;
+
+static void tls_arg_release(TlsArg *t) {
+  Py_CLEAR(t->held[0]);
+  Py_CLEAR(t->held[1]);
+}
+
+static int tls_arg(HurrayState *st, PyObject *obj, int server, TlsArg *out) {
+  memset(out, 0, sizeof *out);
+  if (obj == NULL || obj == Py_None) return 0;
+  const char *fname = server ? "serve" : "connect";
+  const char *keys[2] = {server ? "certfile" : "cafile", server ? "keyfile" : "server_name"};
+  if (!PyDict_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s(): tls must be a dict with '%s' and '%s', not %.200s", fname,
+                 keys[0], keys[1], Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(obj, &pos, &key, &value)) {
+    int k = !PyUnicode_Check(key) ? -1
+            : PyUnicode_CompareWithASCIIString(key, keys[0]) == 0 ? 0
+            : PyUnicode_CompareWithASCIIString(key, keys[1]) == 0 ? 1
+                                                               : -1;
+    if (k < 0) {
+      hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                       "%s(): tls takes '%s' and '%s', not %R", fname, keys[0], keys[1], key);
+      tls_arg_release(out);
+      return -1;
+    }
+    if (value == Py_None) continue;
+    int ok = !server && k == 1 ? (PyUnicode_Check(value) &&
+                                  (out->held[k] = PyUnicode_AsUTF8String(value)) != NULL)
+                               : PyUnicode_FSConverter(value, &out->held[k]);
+    if (!ok) {
+      if (!PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "%s(): tls['%s'] must be str, not %.200s", fname, keys[k],
+                     Py_TYPE(value)->tp_name);
+      }
+      tls_arg_release(out);
+      return -1;
+    }
+  }
+  const char *a = out->held[0] ? PyBytes_AS_STRING(out->held[0]) : NULL;
+  const char *b = out->held[1] ? PyBytes_AS_STRING(out->held[1]) : NULL;
+  if (server && (a == NULL || b == NULL)) {
+    hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                     "serve(): tls needs both 'certfile' and 'keyfile'");
+    tls_arg_release(out);
+    return -1;
+  }
+  if (server) {
+    out->options.certificate_file = a;
+    out->options.key_file = b;
+  } else {
+    out->options.ca_file = a;
+    out->options.server_name = b;
+  }
+  out->given = 1;
+  return 0;
+}
+
 /* Seconds (a positive real) -> milliseconds in [1, INT_MAX]; `fallback` for None. */
 static int timeout_arg(HurrayState *st, PyObject *obj, const char *what, uint32_t fallback,
                        uint32_t *out) {
@@ -508,8 +577,8 @@ PyType_Spec hurray__py_client_spec = {
     .slots = client_slots,
 };
 
-static const char *const kConnectNames[] = {"url", "secret", "timeout", "devices", NULL};
-enum { C_URL, C_SECRET, C_TIMEOUT, C_DEVICES, C_COUNT };
+static const char *const kConnectNames[] = {"url", "secret", "timeout", "devices", "tls", NULL};
+enum { C_URL, C_SECRET, C_TIMEOUT, C_DEVICES, C_TLS, C_COUNT };
 
 static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames) {
@@ -546,9 +615,15 @@ static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nar
     options.devices = devices;
     options.ndevices = (uint32_t)n;
   }
+  TlsArg tls;
+  if (tls_arg(st, a[C_TLS], 0, &tls) < 0) return NULL;
+  if (tls.given) options.tls = &tls.options;
   Py_buffer secret;
   int have_secret = 0;
-  if (secret_arg(a[C_SECRET], &secret, &have_secret) < 0) return NULL;
+  if (secret_arg(a[C_SECRET], &secret, &have_secret) < 0) {
+    tls_arg_release(&tls);
+    return NULL;
+  }
   if (have_secret) {
     options.secret = secret.buf;
     options.secret_len = (size_t)secret.len;
@@ -560,6 +635,7 @@ static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nar
   status = hurray_client_connect(url, &options, &client, &error);
   Py_END_ALLOW_THREADS;
   if (have_secret) PyBuffer_Release(&secret);
+  tls_arg_release(&tls);
   if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
   ClientObject *self = PyObject_New(ClientObject, st->client_type);
   if (self == NULL) {
@@ -785,9 +861,9 @@ static int serve_add(PyObject *module, HurrayState *st, HurrayServer *server, Py
 
 static const char *const kServeNames[] = {"tensors",         "address",           "read_only",
                                           "secret",          "max_connections",   "idle_timeout",
-                                          "handshake_timeout", "max_upload_bytes", NULL};
+                                          "handshake_timeout", "max_upload_bytes", "tls", NULL};
 enum { S_TENSORS, S_ADDRESS, S_READ_ONLY, S_SECRET, S_MAXCONN, S_IDLE, S_HANDSHAKE, S_UPLOAD,
-       S_COUNT };
+       S_TLS, S_COUNT };
 
 static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                        PyObject *kwnames) {
@@ -822,17 +898,27 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
       hurray__py_u64(st, a[S_UPLOAD], "max_upload_bytes", &options.max_upload_bytes) < 0) {
     return NULL;
   }
+  TlsArg tls;
+  if (tls_arg(st, a[S_TLS], 1, &tls) < 0) return NULL;
+  if (tls.given) options.tls = &tls.options;
   Py_buffer secret;
   int have_secret = 0;
-  if (secret_arg(a[S_SECRET], &secret, &have_secret) < 0) return NULL;
+  if (secret_arg(a[S_SECRET], &secret, &have_secret) < 0) {
+    tls_arg_release(&tls);
+    return NULL;
+  }
   if (have_secret) {
     options.secret = secret.buf;
     options.secret_len = (size_t)secret.len;
   }
   HurrayServer *server = NULL;
   HurrayError error = {0};
-  int status = hurray_server_create(&options, &server, &error); /* copies the secret */
+  int status;
+  Py_BEGIN_ALLOW_THREADS; /* reads the certificate and key */
+  status = hurray_server_create(&options, &server, &error); /* copies the secret */
+  Py_END_ALLOW_THREADS;
   if (have_secret) PyBuffer_Release(&secret);
+  tls_arg_release(&tls);
   if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
   ServerObject *self = PyObject_New(ServerObject, st->server_type);
   if (self == NULL) {
@@ -862,12 +948,14 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 PyMethodDef hurray__py_wire_functions[] = {
     {"connect", HURRAY_PY_CFUNC(connect), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
-         "connect($module, url, /, *, secret=None, timeout=30.0, devices=None)\n--\n\n"
+         "connect($module, url, /, *, secret=None, timeout=30.0, devices=None, tls=None)\n"
+         "--\n\n"
          "Connect to a Hurray server (docs/spec/interchange.md).\n\n"
          "Parameters\n----------\n"
          "url : str\n"
          "    ``'HOST:PORT'`` or ``'hurray://HOST:PORT'`` with a numeric IPv4 or IPv6\n"
-         "    (``'[::1]:7700'``) address or ``localhost``, or ``'unix:PATH'``.\n"
+         "    (``'[::1]:7700'``) address or ``localhost``, ``'hurrays://HOST:PORT'`` for\n"
+         "    the same over TLS, or ``'unix:PATH'``.\n"
          "secret : str or bytes, optional\n"
          "    The shared secret the server asks for, proved by challenge-response: it\n"
          "    never crosses the wire. A server that does not ask for it is refused.\n"
@@ -875,7 +963,12 @@ PyMethodDef hurray__py_wire_functions[] = {
          "    Seconds any one wait (connecting, each read and write) may take.\n"
          "devices : sequence of hurray.Device or str, optional\n"
          "    The devices offered in the hello (default: the CPU). A private device\n"
-         "    must be registered here and on the server under the same name.\n\n"
+         "    must be registered here and on the server under the same name.\n"
+         "tls : dict, optional\n"
+         "    For a ``hurrays://`` url: ``{'cafile': path}``, the CA certificates (PEM)\n"
+         "    the server's certificate must chain to (default: the system's trust\n"
+         "    store), and ``'server_name'``, the name it must carry (default: the url's\n"
+         "    host). The server's certificate is always verified. Not for other urls.\n\n"
          "Returns\n-------\n"
          "hurray.Client\n"
          "    The connection, set up and authenticated.\n\n"
@@ -887,11 +980,16 @@ PyMethodDef hurray__py_wire_functions[] = {
          "hurray.UnsupportedError\n"
          "    The server speaks another major protocol version.\n"
          "hurray.AuthenticationError\n"
-         "    A wrong or missing secret.\n"
+         "    A wrong or missing secret, or (TLS) a server certificate that does not\n"
+         "    verify.\n"
+         "hurray.WireError\n"
+         "    TLS against a plaintext server, or plaintext against a TLS server.\n"
          "hurray.RequestDeniedError\n"
          "    The server is at its connection limit.\n"
          "hurray.TimedOutError\n"
-         "    No answer within `timeout`.\n\n"
+         "    No answer within `timeout`.\n"
+         "hurray.InvalidArgumentError\n"
+         "    A bad url, or `tls` for a url that is not ``hurrays://``.\n\n"
          "See Also\n--------\n"
          "serve : The server side.\n\n"
          "Examples\n--------\n"
@@ -905,7 +1003,7 @@ PyMethodDef hurray__py_wire_functions[] = {
      PyDoc_STR(
          "serve($module, tensors=None, /, address=None, *, read_only=False, secret=None,\n"
          "      max_connections=None, idle_timeout=None, handshake_timeout=None,\n"
-         "      max_upload_bytes=None)\n--\n\n"
+         "      max_upload_bytes=None, tls=None)\n--\n\n"
          "Serve tensors over the wire from a background thread.\n\n"
          "Parameters\n----------\n"
          "tensors : path, mapping or list, optional\n"
@@ -928,15 +1026,19 @@ PyMethodDef hurray__py_wire_functions[] = {
          "handshake_timeout : float, optional\n"
          "    Seconds a client has to complete the hello (default 5).\n"
          "max_upload_bytes : int, optional\n"
-         "    The largest upload accepted (default 1 GiB).\n\n"
+         "    The largest upload accepted (default 1 GiB).\n"
+         "tls : dict, optional\n"
+         "    ``{'certfile': path, 'keyfile': path}``: serve over TLS only, with this\n"
+         "    certificate chain and key (PEM). The server's ``address`` is then\n"
+         "    ``'hurrays://HOST:PORT'``.\n\n"
          "Returns\n-------\n"
          "hurray.Server\n"
          "    The running server; a context manager that stops it.\n\n"
          "Raises\n------\n"
          "hurray.InputOutputError\n"
-         "    The address cannot be listened on.\n"
+         "    The address cannot be listened on, or a TLS file cannot be read.\n"
          "hurray.InvalidArgumentError\n"
-         "    Two tensors of one name.\n\n"
+         "    Two tensors of one name, or a TLS key that does not match its certificate.\n\n"
          "See Also\n--------\n"
          "connect : The client side.\n\n"
          "Examples\n--------\n"

@@ -64,8 +64,14 @@ static int parse_number(const Command *command, const char *option, const char *
   return -1;
 }
 
-static int connect_to(const Command *command, const char *url, const char *secret_file,
-                      const char *timeout, HurrayClient **out) {
+/* --secret-file, --timeout and the TLS options of ls and fetch. */
+typedef struct ConnectArgs {
+  const char *secret_file, *timeout, *tls_ca, *tls_server_name;
+} ConnectArgs;
+
+static int connect_to(const Command *command, const char *url, const ConnectArgs *args,
+                      HurrayClient **out) {
+  const char *secret_file = args->secret_file, *timeout = args->timeout;
   Secret secret;
   int rc = read_secret(command, secret_file, &secret);
   double seconds = 30;
@@ -76,6 +82,8 @@ static int connect_to(const Command *command, const char *url, const char *secre
     options.secret = secret.bytes;
     options.secret_len = secret.len;
   }
+  HurrayTlsOptions tls = {.ca_file = args->tls_ca, .server_name = args->tls_server_name};
+  if (tls.ca_file != NULL || tls.server_name != NULL) options.tls = &tls;
   HurrayError error = {0};
   int status = hurray_client_connect(url, &options, out, &error);
   memset(&secret, 0, sizeof secret);
@@ -85,7 +93,8 @@ static int connect_to(const Command *command, const char *url, const char *secre
 /* ---- serve -------------------------------------------------------------------------------- */
 
 static const char kServeUsage[] =
-    "usage: hurray serve [-r] [-a ADDRESS] [-s SECRET_FILE] [-c N] [-q] FILE...\n"
+    "usage: hurray serve [-r] [-a ADDRESS] [-s SECRET_FILE] [-c N] [-q]\n"
+    "                    [--tls-cert FILE --tls-key FILE] FILE...\n"
     "\n"
     "Serves every tensor of the Hurray FILEs over the wire protocol until interrupted\n"
     "(SIGINT or SIGTERM). Tensors are sent from the files' mappings, never copied. The\n"
@@ -99,6 +108,9 @@ static const char kServeUsage[] =
     "  -s, --secret-file FILE    require clients to prove they know the secret in FILE\n"
     "                            (default: the HURRAY_SECRET variable, if set)\n"
     "  -c, --max-connections N   clients served at once (default 1024)\n"
+    "      --tls-cert FILE       serve over TLS (clients connect to hurrays://HOST:PORT)\n"
+    "                            with this certificate chain (PEM, the leaf first)\n"
+    "      --tls-key FILE        and this private key (PEM) of its leaf\n"
     "  -q, --quiet               print nothing but errors\n"
     "  -h, --help                show this help\n";
 
@@ -112,15 +124,22 @@ static void on_signal(int signo) {
 static int run_serve(int argc, char **argv) {
   bool read_only = false, quiet = false;
   const char *address = "127.0.0.1:7700", *secret_file = NULL, *max_connections = NULL;
+  const char *tls_cert = NULL, *tls_key = NULL;
   const CliOption options[] = {{'a', "address", NULL, &address},
                                {'r', "read-only", &read_only, NULL},
                                {'s', "secret-file", NULL, &secret_file},
                                {'c', "max-connections", NULL, &max_connections},
-                               {'q', "quiet", &quiet, NULL}};
+                               {'q', "quiet", &quiet, NULL},
+                               {0, "tls-cert", NULL, &tls_cert},
+                               {0, "tls-key", NULL, &tls_key}};
   char **files = NULL;
   int count = 0;
-  int rc = cli_parse_list(&kServeCommand, argc, argv, options, 5, &files, &count, "FILE");
+  int rc = cli_parse_list(&kServeCommand, argc, argv, options, 7, &files, &count, "FILE");
   if (rc >= 0) return rc;
+  if ((tls_cert == NULL) != (tls_key == NULL)) {
+    cli_error(&kServeCommand, "--tls-cert and --tls-key go together");
+    return EXIT_USAGE;
+  }
   Secret secret;
   rc = read_secret(&kServeCommand, secret_file, &secret);
   double connections = 0;
@@ -135,6 +154,8 @@ static int run_serve(int argc, char **argv) {
     so.secret = secret.bytes;
     so.secret_len = secret.len;
   }
+  HurrayTlsOptions tls = {.certificate_file = tls_cert, .key_file = tls_key};
+  if (tls_cert != NULL) so.tls = &tls;
   HurrayError error = {0};
   HurrayServer *server = NULL;
   int status = hurray_server_create(&so, &server, &error);
@@ -170,24 +191,35 @@ const Command kServeCommand = {"serve", "serve the tensors of files over the net
 
 /* ---- ls ----------------------------------------------------------------------------------- */
 
+#define TLS_CLIENT_HELP                                                                        \
+  "      --tls-ca FILE        for hurrays:// URLs: the CA certificates (PEM) to verify the\n" \
+  "                           server against (default: the system's trust store)\n"          \
+  "      --tls-server-name NAME  the name the server's certificate must carry (default:\n"   \
+  "                           the URL's host)\n"
+
 static const char kLsUsage[] =
-    "usage: hurray ls [-s SECRET_FILE] [-t SECONDS] URL\n"
+    "usage: hurray ls [-s SECRET_FILE] [-t SECONDS] [--tls-ca FILE] [--tls-server-name NAME]\n"
+    "                 URL\n"
     "\n"
     "Lists the tensors a server serves: name, layout, dtype, shape, buffers and size.\n"
     "\n"
     "options:\n"
     "  -s, --secret-file FILE   the shared secret (default: the HURRAY_SECRET variable)\n"
     "  -t, --timeout SECONDS    the longest wait for the server (default 30)\n"
+    TLS_CLIENT_HELP
     "  -h, --help               show this help\n";
 
 static int run_ls(int argc, char **argv) {
-  const char *secret_file = NULL, *timeout = NULL, *url = NULL;
-  const CliOption options[] = {{'s', "secret-file", NULL, &secret_file},
-                               {'t', "timeout", NULL, &timeout}};
-  int rc = cli_parse_operands(&kLsCommand, argc, argv, options, 2, &url, 1, "URL");
+  const char *url = NULL;
+  ConnectArgs args = {0};
+  const CliOption options[] = {{'s', "secret-file", NULL, &args.secret_file},
+                               {'t', "timeout", NULL, &args.timeout},
+                               {0, "tls-ca", NULL, &args.tls_ca},
+                               {0, "tls-server-name", NULL, &args.tls_server_name}};
+  int rc = cli_parse_operands(&kLsCommand, argc, argv, options, 4, &url, 1, "URL");
   if (rc >= 0) return rc;
   HurrayClient *client = NULL;
-  rc = connect_to(&kLsCommand, url, secret_file, timeout, &client);
+  rc = connect_to(&kLsCommand, url, &args, &client);
   if (rc >= 0) return rc;
   HurrayRemoteTensor *items = NULL;
   uint32_t count = 0;
@@ -217,7 +249,7 @@ const Command kLsCommand = {"ls", "list the tensors a server serves", kLsUsage, 
 
 static const char kFetchUsage[] =
     "usage: hurray fetch [-q] [-o OUT] [--rows START:STOP] [-r N] [-s SECRET_FILE]\n"
-    "                    [-t SECONDS] URL NAME\n"
+    "                    [-t SECONDS] [--tls-ca FILE] [--tls-server-name NAME] URL NAME\n"
     "\n"
     "Fetches tensor NAME from a server into a new Hurray file, streaming (memory use does\n"
     "not grow with the tensor), with its metadata. Every buffer's checksum is checked as\n"
@@ -230,6 +262,7 @@ static const char kFetchUsage[] =
     "  -r, --retries N          reconnect and resume up to N times if the connection drops\n"
     "  -s, --secret-file FILE   the shared secret (default: the HURRAY_SECRET variable)\n"
     "  -t, --timeout SECONDS    the longest wait for the server (default 30)\n"
+    TLS_CLIENT_HELP
     "  -q, --quiet              print nothing on success\n"
     "  -h, --help               show this help\n";
 
@@ -253,15 +286,18 @@ static void fetch_progress(void *context, uint64_t done, uint64_t total) {
 
 static int run_fetch(int argc, char **argv) {
   bool quiet = false;
-  const char *output = NULL, *rows = NULL, *retries = NULL, *secret_file = NULL, *timeout = NULL;
+  const char *output = NULL, *rows = NULL, *retries = NULL;
+  ConnectArgs args = {0};
   const CliOption options[] = {{'o', "output", NULL, &output},
                                {0, "rows", NULL, &rows},
                                {'r', "retries", NULL, &retries},
-                               {'s', "secret-file", NULL, &secret_file},
-                               {'t', "timeout", NULL, &timeout},
-                               {'q', "quiet", &quiet, NULL}};
+                               {'s', "secret-file", NULL, &args.secret_file},
+                               {'t', "timeout", NULL, &args.timeout},
+                               {'q', "quiet", &quiet, NULL},
+                               {0, "tls-ca", NULL, &args.tls_ca},
+                               {0, "tls-server-name", NULL, &args.tls_server_name}};
   const char *operands[2];
-  int rc = cli_parse_operands(&kFetchCommand, argc, argv, options, 6, operands, 2, "URL and NAME");
+  int rc = cli_parse_operands(&kFetchCommand, argc, argv, options, 8, operands, 2, "URL and NAME");
   if (rc >= 0) return rc;
   const char *url = operands[0], *name = operands[1];
   HurrayGetOptions get = {0};
@@ -295,7 +331,7 @@ static int run_fetch(int argc, char **argv) {
     output = default_output;
   }
   HurrayClient *client = NULL;
-  rc = connect_to(&kFetchCommand, url, secret_file, timeout, &client);
+  rc = connect_to(&kFetchCommand, url, &args, &client);
   if (rc >= 0) return rc;
   FetchProgress progress = {.shown = -1};
   clock_gettime(CLOCK_MONOTONIC, &progress.start);

@@ -9,6 +9,7 @@ hurray=$1
 make_files=$2
 dir=$3
 python=${4:-}
+make_certs=$(cd "$(dirname "$0")/../tls" && pwd)/make_certs.sh
 rm -rf "$dir" && mkdir -p "$dir" && "$make_files" "$dir" || exit 1
 cd "$dir" || exit 1
 
@@ -342,6 +343,32 @@ has "dense  dense float32"
 last="ls with HURRAY_SECRET"
 out=$(HURRAY_SECRET=wrong "$hurray" ls "$address" 2>&1)
 has "authentication failed: wrong secret"
+kill "$server"
+wait "$server" 2>/dev/null
+
+# over TLS, with certificates made now (tests/tls/make_certs.sh)
+mkdir -p certs && sh "$make_certs" certs
+run 2 serve --tls-cert certs/server.pem good.hurray
+has "--tls-cert and --tls-key go together"
+"$hurray" serve --tls-cert certs/server.pem --tls-key certs/server.key -s secret.txt \
+  -a 127.0.0.1:0 good.hurray >served3.txt 2>&1 &
+server=$!
+tries=0
+while [ ! -s served3.txt ] && [ "$tries" -lt 100 ]; do sleep 0.1; tries=$((tries + 1)); done
+address=$(sed -n 's/^serving 1 file on \(hurrays:\/\/[0-9.:]*\)$/\1/p' served3.txt)
+[ -n "$address" ] || { last="hurray serve --tls-cert"; out=$(cat served3.txt); fail "no address"; }
+run 0 ls --tls-ca certs/ca.pem -s secret.txt "$address"
+has "dense  dense float32"
+run 0 fetch -q --tls-ca certs/ca.pem -s secret.txt "$address" dense -o tls.hurray
+run 0 verify tls.hurray
+run 6 ls --tls-ca certs/other-ca.pem -s secret.txt "$address"
+has "TLS: the server's certificate is refused: unable to get local issuer certificate"
+run 6 ls --tls-ca certs/ca.pem --tls-server-name example.com -s secret.txt "$address"
+has "hostname mismatch (HURRAY_EAUTH)"
+run 6 ls -s secret.txt "${address#hurrays://}"
+has "this server speaks TLS only: connect with hurrays:// (HURRAY_EPROTOCOL)"
+run 2 ls --tls-ca certs/ca.pem -s secret.txt "${address#hurrays://}"
+has "use hurrays://"
 kill "$server"
 wait "$server" 2>/dev/null
 

@@ -338,3 +338,100 @@ def test_server_stats_and_stop(server):
     assert not server.running
     with pytest.raises(hurray.StateError, match="stopped"):
         server.stats()
+
+
+# ============================================================================================
+# TLS (hurrays://): certificates made at test time by tests/tls/make_certs.sh
+# ============================================================================================
+
+MAKE_CERTS = os.path.join(os.path.dirname(__file__), os.pardir, "tls", "make_certs.sh")
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("certs")
+    subprocess.run(["sh", MAKE_CERTS, str(d)], check=True)
+    return d
+
+
+@pytest.fixture
+def tls_server(certs):
+    tls = {"certfile": certs / "server.pem", "keyfile": str(certs / "server.key")}
+    data = {"x": np.arange(3 << 20, dtype=np.uint8), "w": torch.randn(64, 32)}
+    with hurray.serve(data, secret="s3cret", tls=tls) as s:
+        yield s, data
+
+
+def test_tls_round_trip_and_the_secret_inside_it(tls_server, certs):
+    server, data = tls_server
+    assert server.address.startswith("hurrays://127.0.0.1:")  # loopback unless told otherwise
+    trust = {"cafile": certs / "ca.pem"}
+    with hurray.connect(server.address, tls=trust, secret="s3cret") as c:
+        assert c.info["authenticated"] is True
+        assert np.array_equal(np.asarray(c.get("x")), data["x"])
+        assert torch.equal(torch.from_dlpack(c.get("w")), data["w"])
+        up = ml_dtypes.bfloat16(np.linspace(-1, 1, 1000)).astype(ml_dtypes.bfloat16)
+        c.put("up", up)
+        got = np.asarray(c.get("up"))
+        assert got.dtype == up.dtype and got.tobytes() == up.tobytes()
+    port = server.address.rsplit(":", 1)[1]
+    with hurray.connect(f"hurrays://localhost:{port}", tls=trust, secret="s3cret") as c:
+        assert sorted(t["name"] for t in c.list()) == ["up", "w", "x"]
+    with pytest.raises(hurray.AuthenticationError, match="wrong secret"):
+        hurray.connect(server.address, tls=trust, secret="guess")
+
+
+def test_tls_peer_python_ssl_speaks_to_the_server(tls_server, certs):
+    """Python's ssl module, verifying the server as any TLS client would, sends the spec's
+    golden CLIENT_HELLO (§9.1) and gets a SERVER_HELLO back."""
+    import ssl
+    server, _ = tls_server
+    host, port = server.address[len("hurrays://"):].rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    hello = bytes.fromhex("89485257010000000000000000000000" "3a00000000000000"
+                          "01000000000000000000400000000000") + bytes(32) + \
+        bytes.fromhex("0100000000000000" "0000")
+    with socket.create_connection((host, int(port))) as raw, \
+            context.wrap_socket(raw, server_hostname="localhost") as s:
+        assert s.version() == "TLSv1.3"
+        s.sendall(hello)
+        head = s.recv(24)
+        assert head[:5] == b"\x89HRW\x02"
+
+
+def test_tls_refuses_an_untrusted_certificate(tls_server, certs):
+    server, _ = tls_server
+    with pytest.raises(hurray.AuthenticationError,
+                       match="certificate is refused: unable to get local issuer certificate"):
+        hurray.connect(server.address, tls={"cafile": certs / "other-ca.pem"}, secret="s3cret")
+    with pytest.raises(hurray.AuthenticationError, match="unable to get local issuer"):
+        hurray.connect(server.address, secret="s3cret")  # the system's store
+    with pytest.raises(hurray.AuthenticationError, match="certificate is refused: hostname mismatch"):
+        hurray.connect(server.address, tls={"cafile": certs / "ca.pem",
+                                            "server_name": "tensors.example.com"})
+
+
+def test_tls_and_plaintext_do_not_mix(tls_server, certs):
+    server, _ = tls_server
+    plain = server.address[len("hurrays://"):]
+    with pytest.raises(hurray.WireError, match="this server speaks TLS only: connect with hurrays://"):
+        hurray.connect(plain, secret="s3cret")
+    with pytest.raises(hurray.InvalidArgumentError, match="use hurrays://"):
+        hurray.connect(plain, tls={"cafile": certs / "ca.pem"})
+    with hurray.serve() as s:
+        with pytest.raises(hurray.WireError, match="does not speak TLS"):
+            hurray.connect("hurrays://" + s.address, tls={"cafile": certs / "ca.pem"})
+
+
+def test_tls_arguments(certs):
+    with pytest.raises(hurray.InvalidArgumentError, match="needs both 'certfile' and 'keyfile'"):
+        hurray.serve(tls={"certfile": certs / "server.pem"})
+    with pytest.raises(hurray.InvalidArgumentError, match="takes 'cafile' and 'server_name'"):
+        hurray.connect("hurrays://127.0.0.1:1", tls={"certfile": "x"})
+    with pytest.raises(TypeError, match="tls must be a dict"):
+        hurray.serve(tls=str(certs / "server.pem"))
+    with pytest.raises(hurray.InputOutputError, match="nonesuch.pem"):
+        hurray.serve(tls={"certfile": certs / "nonesuch.pem", "keyfile": certs / "server.key"})
+    with pytest.raises(hurray.InvalidArgumentError, match="does not match"):
+        hurray.serve(tls={"certfile": certs / "server.pem", "keyfile": certs / "other-ca.key"})
