@@ -442,7 +442,7 @@ int hurray_client_list(HurrayClient *c, HurrayRemoteTensor **out, uint32_t *coun
 #define CLIENT_CHUNK ((size_t)1 << 20) /* fetch: bytes received per write to the file */
 
 /* A transfer in progress, kept across reconnections so that it resumes. The bytes go into
- * new buffers (`list`, get) or, streaming, into a file (`writer`, fetch). */
+ * new buffers (`list`, get) or, streaming, into a file (`writer`, fetch) or a sink (stream). */
 typedef struct Transfer {
   FileArena arena;
   WireTensor tensor;
@@ -450,7 +450,9 @@ typedef struct Transfer {
   const char *path;  /* fetch: the file to write; NULL for get */
   HurrayFileWriter *writer;
   uint32_t begun;    /* fetch: buffers begun in the writer */
-  uint8_t *chunk;    /* fetch: CLIENT_CHUNK bytes */
+  WireSinkFn sink;   /* stream */
+  void *sink_context;
+  uint8_t *chunk;    /* fetch and stream: CLIENT_CHUNK bytes */
   HurrayBufferList *list;
   FileHasher *hasher;
   uint32_t buffer;
@@ -506,11 +508,12 @@ static int prepare(Transfer *t, HurrayError *error) {
   }
   t->hasher = hurray__hasher_create();
   if (t->hasher == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  if (t->path != NULL) {
+  if (t->path != NULL || t->sink != NULL) {
     HurrayFileWriterOptions options = {.alignment = alignment};
     t->chunk = malloc(CLIENT_CHUNK);
-    status = t->chunk ? hurray_file_writer_create(t->path, &options, &t->writer, error)
-                      : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    if (t->chunk == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    if (t->sink != NULL) return HURRAY_OK;
+    status = hurray_file_writer_create(t->path, &options, &t->writer, error);
     if (status == HURRAY_OK) status = hurray_file_writer_begin_tensor(t->writer, w->record.name, error);
     return status;
   }
@@ -562,7 +565,7 @@ static int receive_header(HurrayClient *c, uint64_t id, Transfer *t, bool *end,
   t->arena = arena;
   t->tensor = tensor;
   t->have_tensor = true;
-  if (tensor.total_bytes > c->max_tensor_bytes && t->path == NULL) {
+  if (tensor.total_bytes > c->max_tensor_bytes && t->path == NULL && t->sink == NULL) {
     return hurray__fail(error, HURRAY_ELIMIT, "tensor of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
                         tensor.total_bytes, c->max_tensor_bytes);
   }
@@ -589,7 +592,7 @@ static void skip_empty(Transfer *t) {
  * received as soon as they are where they go (so a resumed transfer neither skips nor repeats
  * a byte). */
 static int receive_bytes(HurrayClient *c, Transfer *t, uint64_t n, HurrayError *error) {
-  if (t->writer == NULL) {
+  if (t->chunk == NULL) {
     uint8_t *dest = (uint8_t *)t->list->buffers[t->buffer]->data + t->offset;
     int status = recv_exact(c, dest, (size_t)n, error);
     if (status != HURRAY_OK) return status;
@@ -598,14 +601,15 @@ static int receive_bytes(HurrayClient *c, Transfer *t, uint64_t n, HurrayError *
     t->received += n;
     return HURRAY_OK;
   }
-  int status = begin_buffers(t, t->buffer + 1, error);
+  int status = t->writer ? begin_buffers(t, t->buffer + 1, error) : HURRAY_OK;
   while (status == HURRAY_OK && n > 0) {
     size_t k = n < CLIENT_CHUNK ? (size_t)n : CLIENT_CHUNK;
     status = recv_exact(c, t->chunk, k, error);
     if (status != HURRAY_OK) return status;
     hurray__hasher_update(t->hasher, t->chunk, k);
-    status = hurray_file_writer_write(t->writer, t->chunk, k, error);
-    if (status != HURRAY_OK) return broken(c, status); /* the file cannot go on */
+    status = t->writer ? hurray_file_writer_write(t->writer, t->chunk, k, error)
+                       : t->sink(t->sink_context, t->buffer, t->offset, t->chunk, k, error);
+    if (status != HURRAY_OK) return broken(c, status); /* the file (or sink) cannot go on */
     t->offset += k;
     t->received += k;
     n -= k;
@@ -657,7 +661,7 @@ static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayG
 /* Whether a failed transfer may resume on a new connection. */
 static bool resumable(int status, const Transfer *t) {
   return (status == HURRAY_ECONNECTION || status == HURRAY_ETIMEOUT) && t->have_tensor &&
-         (t->list != NULL || t->writer != NULL);
+         (t->list != NULL || t->chunk != NULL);
 }
 
 /* get and fetch: the request, its answer, and resumption on new connections. */
@@ -736,6 +740,15 @@ int hurray_client_fetch(HurrayClient *c, const char *name, const HurrayGetOption
   }
   if (status == HURRAY_OK) status = hurray_file_writer_finish(t.writer, error);
   hurray_meta_destroy(metadata);
+  transfer_reset(&t);
+  return status;
+}
+
+int hurray__client_stream(HurrayClient *c, const char *name, const HurrayGetOptions *options,
+                          WireSinkFn sink, void *context, HurrayError *error) {
+  if (sink == NULL) return hurray__fail(error, HURRAY_EINVAL, "sink is NULL");
+  Transfer t = {.sink = sink, .sink_context = context};
+  int status = transfer(c, name, options, &t, error);
   transfer_reset(&t);
   return status;
 }

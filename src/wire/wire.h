@@ -270,6 +270,21 @@ HURRAY_INTERNAL int hurray__wire_plan(const WireServed *served, const WireReques
                                       WirePlan *plan, HurrayError *error);
 HURRAY_INTERNAL void hurray__wire_plan_reset(WirePlan *plan);
 
+/* ---- client.c ----------------------------------------------------------------------------- */
+
+/* Receives `len` stream bytes of compact buffer `buffer` at `offset`, in order; a status other
+ * than HURRAY_OK ends the transfer with it. */
+typedef int (*WireSinkFn)(void *context, uint32_t buffer, uint64_t offset, const uint8_t *data,
+                          size_t len, HurrayError *error);
+
+/* Receives tensor `name` as hurray_client_fetch does (1 MiB at a time, resuming, every buffer's
+ * checksum checked), handing the bytes to `sink` instead of a file: nothing of the tensor is
+ * kept. The sink sees a buffer's bytes before its checksum is checked at its end: only a
+ * HURRAY_OK result says they were right. For tests that stream more than memory holds. */
+HURRAY_INTERNAL int hurray__client_stream(HurrayClient *client, const char *name,
+                                          const HurrayGetOptions *options, WireSinkFn sink,
+                                          void *context, HurrayError *error);
+
 /* ---- net.c -------------------------------------------------------------------------------- */
 
 typedef struct WireAddress {

@@ -1,6 +1,8 @@
 #!/bin/sh
 # wire_4gib.sh [BUILD] -- by hand, not in CI (it writes 2 x 4.5 GiB and takes minutes on a small
-# machine): a tensor larger than 4 GiB crosses the wire with bounded memory on both sides.
+# machine): a tensor larger than 4 GiB crosses the wire with bounded memory on both sides, from
+# a file to a file through the CLI. (tests/c/test_wire_large.c streams 4.5 GiB in every test
+# run, from memory to a sink, without the disk.)
 # `hurray serve` serves it from the file's mapping; `hurray fetch` streams it into a new file;
 # `hurray verify` checks every checksum of the result and NumPy compares the bytes. The
 # client's peak resident memory is printed (GNU time): a few MiB whatever the size (measured:
