@@ -221,11 +221,8 @@ def bench_save(ctx):
 
     h = work / "save.hurray"
     durable.add("hurray.save", best_save(lambda: hurray.save(h, arrays), h, rounds))
-    if ctx.has_durable_option:
-        cached.add("hurray.save(durable=False)",
-                   best_save(lambda: hurray.save(h, arrays, durable=False), h, rounds))
-    else:
-        cached.skip("hurray.save(durable=False)", "no durable option yet")
+    cached.add("hurray.save(durable=False)",
+               best_save(lambda: hurray.save(h, arrays, durable=False), h, rounds))
     h.unlink()
     return [durable, cached]
 
@@ -253,11 +250,8 @@ def bench_convert(ctx):
 
     out = ctx.work / "converted.hurray"
     durable.add("hurray.convert", best_save(lambda: hurray.convert(src, out), out, rounds))
-    if ctx.has_durable_option:
-        cached.add("hurray.convert(durable=False)",
-                   best_save(lambda: hurray.convert(src, out, durable=False), out, rounds))
-    else:
-        cached.skip("hurray.convert(durable=False)", "no durable option yet")
+    cached.add("hurray.convert(durable=False)",
+               best_save(lambda: hurray.convert(src, out, durable=False), out, rounds))
     out.unlink()
     return [durable, cached]
 
@@ -440,11 +434,6 @@ class Context:
         self.expected = touch(self.values)
         self.counts = args.counts
         self._files = {}
-        try:
-            hurray.save(work / "probe.hurray", {}, durable=False)
-            self.has_durable_option = True
-        except TypeError:
-            self.has_durable_option = False
 
     def _file(self, key, make):
         if key not in self._files:

@@ -775,21 +775,28 @@ HURRAY_API void hurray_meta_destroy(HurrayMetaValue *tree);
 
 typedef struct HurrayFileWriter HurrayFileWriter;
 
+/* Finish does not fsync the file or its directory: the new file replaces the old one
+ * atomically all the same, which is all a crash of the process can see, but after a power loss
+ * or an operating-system crash the name may hold the previous file, or the new one with data
+ * that never reached the disk (docs/spec/file-format.md, "Durability"; ADR-055). */
+#define HURRAY_FILE_WRITE_NOT_DURABLE (1u << 0)
+
 typedef struct HurrayFileWriterOptions {
   uint32_t alignment;   /* of every buffer's file offset: a power of two in
                            [64, HURRAY_FILE_MAX_ALIGNMENT]; 0 means
                            HURRAY_FILE_DEFAULT_ALIGNMENT; 4096 suits O_DIRECT and GPU direct
                            storage */
-  uint32_t reserved0;   /* zero */
+  uint32_t flags;       /* HURRAY_FILE_WRITE_*; 0: durable */
   uint64_t reserved[3]; /* zero */
 } HurrayFileWriterOptions;
 
 /* Starts writing a file that will appear at `path` when, and only when, it is finished. The
  * bytes go to a temporary file `path` + ".tmp-<pid>-<n>" in the same directory; finish
- * fsyncs it, renames it over `path` and fsyncs the directory, so a crash at any moment leaves
- * any previous file at `path` intact and never a partial file under that name (only the
- * temporary may stay behind). HURRAY_EIO if the temporary cannot be created. `options` may
- * be NULL for the defaults. Memory use is proportional to the number of tensors and the size
+ * fsyncs it, renames it over `path` and fsyncs the directory (the fsyncs are skipped with
+ * HURRAY_FILE_WRITE_NOT_DURABLE), so a crash at any moment leaves any previous file at `path`
+ * intact and never a partial file under that name (only the temporary may stay behind).
+ * HURRAY_EIO if the temporary cannot be created; HURRAY_EINVAL for unknown flags. `options`
+ * may be NULL for the defaults. Memory use is proportional to the number of tensors and the size
  * of their descriptors and metadata, never to the data (writes are staged in 256 KiB).
  * A writer is used by one thread at a time. */
 HURRAY_API int hurray_file_writer_create(const char *path, const HurrayFileWriterOptions *options,
@@ -837,7 +844,8 @@ HURRAY_API int hurray_file_writer_end_tensor(HurrayFileWriter *writer,
 HURRAY_API int hurray_file_writer_set_metadata(HurrayFileWriter *writer,
                                                const HurrayMetaValue *metadata, HurrayError *error);
 
-/* Writes the index and the header and makes the file appear at its path, durably. While a
+/* Writes the index and the header and makes the file appear at its path, durably unless the
+ * writer was created with HURRAY_FILE_WRITE_NOT_DURABLE. While a
  * tensor is open it fails with HURRAY_ESTATE and changes nothing; otherwise, after it returns,
  * only destroy may be called. On failure no file appeared at the path, except when syncing the
  * directory after the rename failed (HURRAY_EIO saying so): the file is there, its durability
@@ -1038,6 +1046,9 @@ typedef enum HurrayFormat {
  * safetensors) instead of refusing to convert. A Hurray output holds all metadata: nothing is
  * dropped there. */
 #define HURRAY_CONVERT_DROP_METADATA (1u << 1)
+/* The output is not fsynced, as HURRAY_FILE_WRITE_NOT_DURABLE: it still replaces any previous
+ * file atomically, but is durable only once the system writes it back. */
+#define HURRAY_CONVERT_NOT_DURABLE (1u << 2)
 
 typedef struct HurrayConvertOptions {
   uint8_t input_format;  /* HurrayFormat; AUTO infers it */

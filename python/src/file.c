@@ -332,8 +332,16 @@ typedef struct SaveItem {
 } SaveItem;
 
 static const char *const kSaveNames[] = {"path",      "tensors",         "metadata",
-                                         "alignment", "tensor_metadata", NULL};
-enum { SV_PATH, SV_TENSORS, SV_METADATA, SV_ALIGNMENT, SV_TENSOR_METADATA, SV_COUNT };
+                                         "alignment", "tensor_metadata", "durable", NULL};
+enum {
+  SV_PATH,
+  SV_TENSORS,
+  SV_METADATA,
+  SV_ALIGNMENT,
+  SV_TENSOR_METADATA,
+  SV_DURABLE,
+  SV_COUNT
+};
 
 static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *kwnames) {
@@ -356,6 +364,8 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                               &alignment) < 0) {
     return NULL;
   }
+  int durable = a[SV_DURABLE] == NULL ? 1 : PyObject_IsTrue(a[SV_DURABLE]);
+  if (durable < 0) return NULL;
   if (!PyUnicode_FSConverter(a[SV_PATH], &path)) return NULL;
   int format = HURRAY_FORMAT_HURRAY;
   if (hurray_format_from_path(PyBytes_AS_STRING(path), &format, NULL) == HURRAY_OK &&
@@ -436,7 +446,8 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
   /* The file: created under a temporary name, renamed into place by finish. Every C call
    * that touches the disk runs with the GIL released. */
-  const HurrayFileWriterOptions options = {.alignment = (uint32_t)alignment};
+  const HurrayFileWriterOptions options = {
+      .alignment = (uint32_t)alignment, .flags = durable ? 0 : HURRAY_FILE_WRITE_NOT_DURABLE};
   const char *cpath = PyBytes_AS_STRING(path);
   Py_BEGIN_ALLOW_THREADS;
   status = hurray_file_writer_create(cpath, &options, &writer, &error);
@@ -1227,8 +1238,8 @@ static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
  * ============================================================================================ */
 
 static const char *const kConvertNames[] = {
-    "input", "output", "alignment", "name", "metadata_as_json", "drop_metadata", NULL};
-enum { CV_INPUT, CV_OUTPUT, CV_ALIGNMENT, CV_NAME, CV_JSON, CV_DROP, CV_COUNT };
+    "input", "output", "alignment", "name", "metadata_as_json", "drop_metadata", "durable", NULL};
+enum { CV_INPUT, CV_OUTPUT, CV_ALIGNMENT, CV_NAME, CV_JSON, CV_DROP, CV_DURABLE, CV_COUNT };
 
 static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames) {
@@ -1246,9 +1257,11 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
   options.alignment = (uint32_t)alignment;
   int json = a[CV_JSON] == NULL ? 0 : PyObject_IsTrue(a[CV_JSON]);
   int drop = a[CV_DROP] == NULL ? 0 : PyObject_IsTrue(a[CV_DROP]);
-  if (json < 0 || drop < 0) return NULL;
+  int durable = a[CV_DURABLE] == NULL ? 1 : PyObject_IsTrue(a[CV_DURABLE]);
+  if (json < 0 || drop < 0 || durable < 0) return NULL;
   if (json) options.flags |= HURRAY_CONVERT_METADATA_JSON;
   if (drop) options.flags |= HURRAY_CONVERT_DROP_METADATA;
+  if (!durable) options.flags |= HURRAY_CONVERT_NOT_DURABLE;
 
   PyObject *input = NULL, *output = NULL, *result = NULL;
   Arena arena = {NULL};
@@ -1283,7 +1296,8 @@ done:
 PyMethodDef hurray__py_file_functions[] = {
     {"save", HURRAY_PY_CFUNC(save), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
-         "save($module, /, path, tensors, metadata=None, *, alignment=64, tensor_metadata=None)\n"
+         "save($module, /, path, tensors, metadata=None, *, alignment=64, tensor_metadata=None, "
+         "durable=True)\n"
          "--\n"
          "\n"
          "Write tensors to a Hurray file, atomically.\n"
@@ -1311,6 +1325,12 @@ PyMethodDef hurray__py_file_functions[] = {
          "    mapped: a power of two from 64 to 2 MiB (4096 suits O_DIRECT).\n"
          "tensor_metadata : dict, optional\n"
          "    Tensor name to a metadata dict of the same kind.\n"
+         "durable : bool, optional\n"
+         "    True (the default): the file and its directory are fsynced before\n"
+         "    save returns, so the new file survives a power loss. False skips\n"
+         "    both fsyncs: the file still replaces `path` atomically, but a power\n"
+         "    loss or a crash of the system before the kernel writes it back may\n"
+         "    leave the previous file or one whose data never reached the disk.\n"
          "\n"
          "Raises\n"
          "------\n"
@@ -1335,7 +1355,8 @@ PyMethodDef hurray__py_file_functions[] = {
          "Notes\n"
          "-----\n"
          "The file is written under a temporary name in the same directory\n"
-         "(`path` + '.tmp-<pid>-<n>'), flushed to disk and renamed over `path`.\n"
+         "(`path` + '.tmp-<pid>-<n>'), flushed to disk (unless durable=False)\n"
+         "and renamed over `path`.\n"
          "On any error nothing appears at `path` and a previous file there is\n"
          "left untouched; a process killed mid-save leaves its temporary behind,\n"
          "never a partial `path`. Only a regular file is replaced: a symlink's\n"
@@ -1466,7 +1487,7 @@ PyMethodDef hurray__py_file_functions[] = {
                "(['a', 'b'], [1.0, 1.0])\n")},
     {"convert", HURRAY_PY_CFUNC(convert), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("convert($module, /, input, output, *, alignment=None, name=None, "
-               "metadata_as_json=False, drop_metadata=False)\n"
+               "metadata_as_json=False, drop_metadata=False, durable=True)\n"
                "--\n"
                "\n"
                "Convert a tensor file between Hurray, safetensors, .npy and .npz.\n"
@@ -1495,6 +1516,9 @@ PyMethodDef hurray__py_file_functions[] = {
                "    metadata as JSON text.\n"
                "drop_metadata : bool, optional\n"
                "    Drop metadata the output has no place for instead of refusing.\n"
+               "durable : bool, optional\n"
+               "    As for `save`: False skips the fsyncs of the output and its\n"
+               "    directory; it still replaces `output` atomically.\n"
                "\n"
                "Raises\n"
                "------\n"

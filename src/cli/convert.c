@@ -33,6 +33,9 @@ static const char kConvertUsage[] =
     "  -t, --to FORMAT     the format of OUT\n"
     "      --metadata-json safetensors OUT: write non-string metadata values as JSON text\n"
     "      --drop-metadata drop metadata that OUT has no place for instead of refusing\n"
+    "      --no-sync       do not fsync OUT and its directory: OUT still replaces any\n"
+    "                      previous file atomically, but is durable only once the system\n"
+    "                      writes it back (a power loss before then may lose it)\n"
     "  -q, --quiet         print nothing on success\n"
     "  -h, --help          show this help\n";
 
@@ -60,7 +63,7 @@ static void on_progress(void *context, uint64_t done, uint64_t total) {
 }
 
 static int run_convert(int argc, char **argv) {
-  bool quiet = false, metadata_json = false, drop_metadata = false;
+  bool quiet = false, metadata_json = false, drop_metadata = false, no_sync = false;
   const char *alignment = NULL, *name = NULL, *from = NULL, *to = NULL;
   const CliOption options[] = {
       {'a', "alignment", NULL, &alignment},
@@ -69,6 +72,7 @@ static int run_convert(int argc, char **argv) {
       {'t', "to", NULL, &to},
       {0, "metadata-json", &metadata_json, NULL},
       {0, "drop-metadata", &drop_metadata, NULL},
+      {0, "no-sync", &no_sync, NULL},
       {'q', "quiet", &quiet, NULL},
   };
   const char *paths[2];
@@ -96,6 +100,7 @@ static int run_convert(int argc, char **argv) {
   }
   if (metadata_json) o.flags |= HURRAY_CONVERT_METADATA_JSON;
   if (drop_metadata) o.flags |= HURRAY_CONVERT_DROP_METADATA;
+  if (no_sync) o.flags |= HURRAY_CONVERT_NOT_DURABLE;
   Progress progress = {.tty = !quiet && isatty(STDERR_FILENO), .shown = -1};
   o.progress = on_progress;
   o.progress_context = &progress;

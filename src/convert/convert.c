@@ -493,9 +493,14 @@ static int check_metadata(const ConvSource *s, int format, uint32_t flags, Hurra
 
 /* ---- sinks -------------------------------------------------------------------------------- */
 
+static bool durable(const HurrayConvertOptions *o) {
+  return !(o->flags & HURRAY_CONVERT_NOT_DURABLE);
+}
+
 static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions *o, Pipe *pipe,
                      HurrayError *error) {
-  HurrayFileWriterOptions wo = {.alignment = o->alignment};
+  HurrayFileWriterOptions wo = {.alignment = o->alignment,
+                                .flags = durable(o) ? 0 : HURRAY_FILE_WRITE_NOT_DURABLE};
   HurrayFileWriter *w = NULL;
   int status = hurray_file_writer_create(path, &wo, &w, error);
   if (status == HURRAY_OK && s->metadata != NULL) { /* a Hurray file holds every metadata */
@@ -578,7 +583,7 @@ static int to_safetensors(ConvSource *s, const char *path, const HurrayConvertOp
                                         alignment, error);
   }
   FileOutput out = {.fd = -1};
-  if (status == HURRAY_OK) status = hurray__output_open(&out, path, error);
+  if (status == HURRAY_OK) status = hurray__output_open(&out, path, durable(o), error);
   if (status == HURRAY_OK) status = hurray__output_write(&out, header.data, header.len, error);
   hurray__sink_reset(&header);
   pipe->fn = output_chunk;
@@ -636,7 +641,7 @@ static int to_npy(ConvSource *s, const char *path, const HurrayConvertOptions *o
   if (status == HURRAY_OK) status = check_holdable(a, HURRAY_FORMAT_NPY, error);
   FileOutput out = {.fd = -1};
   FileSink preamble = {0};
-  if (status == HURRAY_OK) status = hurray__output_open(&out, path, error);
+  if (status == HURRAY_OK) status = hurray__output_open(&out, path, durable(o), error);
   pipe->fn = output_chunk;
   pipe->context = &out;
   if (status == HURRAY_OK) {
@@ -651,7 +656,8 @@ static int to_npy(ConvSource *s, const char *path, const HurrayConvertOptions *o
   return status;
 }
 
-static int to_npz(ConvSource *s, const char *path, Pipe *pipe, HurrayError *error) {
+static int to_npz(ConvSource *s, const char *path, const HurrayConvertOptions *o, Pipe *pipe,
+                  HurrayError *error) {
   int status = HURRAY_OK;
   for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
     status = check_holdable(&s->arrays[i], HURRAY_FORMAT_NPZ, error);
@@ -662,7 +668,7 @@ static int to_npz(ConvSource *s, const char *path, Pipe *pipe, HurrayError *erro
   FileSink preamble = {0};
   char *member = malloc(HURRAY_MAX_NAME + 5);
   if (member == NULL && status == HURRAY_OK) status = arena_fail(error);
-  if (status == HURRAY_OK) status = hurray__output_open(&out, path, error);
+  if (status == HURRAY_OK) status = hurray__output_open(&out, path, durable(o), error);
   if (status == HURRAY_OK) status = hurray__zip_writer_create(&out, &zip, error);
   pipe->fn = hurray__zip_writer_write;
   pipe->context = zip;
@@ -703,7 +709,8 @@ static int check_options(const HurrayConvertOptions *o, HurrayError *error) {
         error, HURRAY_EINVAL, "unknown format %u",
         hurray_format_name(o->input_format) == NULL ? o->input_format : o->output_format);
   }
-  if (o->flags & ~(HURRAY_CONVERT_METADATA_JSON | HURRAY_CONVERT_DROP_METADATA)) {
+  if (o->flags &
+      ~(HURRAY_CONVERT_METADATA_JSON | HURRAY_CONVERT_DROP_METADATA | HURRAY_CONVERT_NOT_DURABLE)) {
     return hurray__fail(error, HURRAY_EINVAL, "conversion flags 0x%" PRIX32 " include unknown bits",
                         o->flags);
   }
@@ -796,7 +803,7 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
         status = to_npy(&source, output, o, &pipe, error);
         break;
       default:
-        status = to_npz(&source, output, &pipe, error);
+        status = to_npz(&source, output, o, &pipe, error);
     }
   }
   hurray__source_close(&source);

@@ -356,6 +356,7 @@ HURRAY_INTERNAL int hurray__view_open(const char *path, uint32_t flags, HurrayFi
 typedef struct FileOutput {
   int fd;
   bool failed;
+  bool durable;     /* commit fsyncs the file and its directory */
   char *path;
   char *temp_path;  /* NULL before open and once renamed into place */
   uint64_t flushed; /* bytes [0, flushed) were handed to the kernel */
@@ -363,8 +364,10 @@ typedef struct FileOutput {
   uint8_t *stage;
 } FileOutput;
 
-/* Creates the temporary (HURRAY_EIO if it cannot be). On failure `*o` needs no close. */
-HURRAY_INTERNAL int hurray__output_open(FileOutput *o, const char *path, HurrayError *error);
+/* Creates the temporary (HURRAY_EIO if it cannot be). `durable`: commit fsyncs (ADR-055). On
+ * failure `*o` needs no close. */
+HURRAY_INTERNAL int hurray__output_open(FileOutput *o, const char *path, bool durable,
+                                        HurrayError *error);
 /* Appends bytes (zeros). */
 HURRAY_INTERNAL int hurray__output_write(FileOutput *o, const void *data, size_t len,
                                          HurrayError *error);
@@ -386,7 +389,7 @@ HURRAY_INTERNAL void hurray__output_rewind(FileOutput *o, uint64_t position);
 HURRAY_INTERNAL int hurray__output_patch(FileOutput *o, uint64_t offset, const void *data,
                                          size_t len, HurrayError *error);
 /* Flushes, truncates to the current position, fsyncs, closes, renames into place and fsyncs
- * the directory. On failure nothing appeared at the path, except when syncing the directory
+ * the directory (no fsync unless the output is durable). On failure nothing appeared at the path, except when syncing the directory
  * failed (HURRAY_EIO saying so; temp_path is NULL then): the file is there, its durability
  * unknown. */
 HURRAY_INTERNAL int hurray__output_commit(FileOutput *o, HurrayError *error);

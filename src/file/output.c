@@ -1,8 +1,11 @@
 /* output.c -- a file that appears at its path only when it is complete. Bytes go to a temporary
  * file in the destination's directory through a staging buffer; commit fsyncs it, renames it
  * over the destination and fsyncs the directory, so a crash at any moment leaves either the
- * previous file or the new one under the destination name, never a part of one. The container
- * writer (writer.c) and the converters (src/convert/) write every output through this.
+ * previous file or the new one under the destination name, never a part of one. An output that
+ * is not durable skips both fsyncs and keeps the rest: the rename is still atomic, which is all
+ * a crash of the process can see; only a crash of the system may then lose the data (ADR-055).
+ * The container writer (writer.c) and the converters (src/convert/) write every output through
+ * this.
  *
  * The destination is a regular file or nothing; a symlink is followed and its final target
  * replaced in the target's own directory; anything else is refused (ADR-037). */
@@ -137,8 +140,8 @@ static int open_temporary(FileOutput *o, HurrayError *error) {
                             o->path, strerror(code));
 }
 
-int hurray__output_open(FileOutput *o, const char *path, HurrayError *error) {
-  *o = (FileOutput){.fd = -1};
+int hurray__output_open(FileOutput *o, const char *path, bool durable, HurrayError *error) {
+  *o = (FileOutput){.fd = -1, .durable = durable};
   int status = resolve_destination(path, &o->path, error);
   o->stage = status == HURRAY_OK ? malloc(STAGE_SIZE) : NULL;
   if (status == HURRAY_OK && o->stage == NULL) {
@@ -295,7 +298,7 @@ int hurray__output_commit(FileOutput *o, HurrayError *error) {
   if (status == HURRAY_OK && (fault(OUTPUT_STEP_TRUNCATE) || ftruncate(o->fd, (off_t)size) != 0)) {
     status = io_failed(o, "cannot truncate", error); /* drops rewound bytes */
   }
-  if (status == HURRAY_OK && (fault(OUTPUT_STEP_SYNC) || fsync(o->fd) != 0)) {
+  if (status == HURRAY_OK && o->durable && (fault(OUTPUT_STEP_SYNC) || fsync(o->fd) != 0)) {
     status = io_failed(o, "cannot sync", error);
   }
   if (status == HURRAY_OK) {
@@ -309,5 +312,5 @@ int hurray__output_commit(FileOutput *o, HurrayError *error) {
   if (status != HURRAY_OK) return status;
   free(o->temp_path);
   o->temp_path = NULL; /* renamed: close must not unlink it */
-  return sync_directory(o->path, error);
+  return o->durable ? sync_directory(o->path, error) : HURRAY_OK;
 }

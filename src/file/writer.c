@@ -79,8 +79,12 @@ int hurray_file_writer_create(const char *path, const HurrayFileWriterOptions *o
   const HurrayFileWriterOptions defaults = {0};
   if (options == NULL) options = &defaults;
   uint32_t alignment = options->alignment ? options->alignment : HURRAY_FILE_DEFAULT_ALIGNMENT;
-  if (options->reserved0 != 0 || !hurray__all_zero(options->reserved, sizeof options->reserved)) {
+  if (!hurray__all_zero(options->reserved, sizeof options->reserved)) {
     return hurray__fail(error, HURRAY_EINVAL, "reserved writer options are not zero");
+  }
+  if (options->flags & ~HURRAY_FILE_WRITE_NOT_DURABLE) {
+    return hurray__fail(error, HURRAY_EINVAL, "writer flags 0x%" PRIX32 " include unknown bits",
+                        options->flags);
   }
   if (alignment < HURRAY_MIN_ALIGNMENT || alignment > HURRAY_FILE_MAX_ALIGNMENT ||
       (alignment & (alignment - 1)) != 0) {
@@ -93,8 +97,9 @@ int hurray_file_writer_create(const char *path, const HurrayFileWriterOptions *o
   w->out.fd = -1;
   w->alignment = alignment;
   w->hasher = hurray__hasher_create();
+  bool durable = !(options->flags & HURRAY_FILE_WRITE_NOT_DURABLE);
   int status = w->hasher == NULL ? hurray__fail(error, HURRAY_ENOMEM, "out of memory")
-                                 : hurray__output_open(&w->out, path, error);
+                                 : hurray__output_open(&w->out, path, durable, error);
   /* The header is written last; its place is held by zeros. */
   if (status == HURRAY_OK) status = emit_zeros(w, HURRAY_FILE_HEADER_SIZE, error);
   if (status != HURRAY_OK) {

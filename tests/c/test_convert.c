@@ -4,6 +4,7 @@
  * why, options, progress, and that failed conversions leave nothing behind. The inputs'
  * malformations are in test_convert_inputs.c. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "file.h" /* the output layer's fault-injection hook */
 #include "test_convert_helpers.h"
 
 extern uint64_t hurray__zip64_threshold; /* internal: lowered to force ZIP64 records */
@@ -813,6 +815,39 @@ static void options_are_checked(void **state) {
   hurray_file_reader_destroy(r);
 }
 
+/* HURRAY_CONVERT_NOT_DURABLE, for every output format: no fsync (the hook set on it never
+ * fires) and the same atomic replace (a failing rename leaves the previous file and no
+ * temporary). */
+static void not_durable_outputs_skip_only_the_fsyncs(void **state) {
+  (void)state;
+  Dense t = {.name = "a",
+             .dtype = HURRAY_DTYPE_FLOAT32,
+             .ndim = 1,
+             .shape = {2},
+             .bytes = kF32,
+             .size = 8};
+  write_hurray(path_of("nd.hurray"), &t, 1, NULL);
+  static const char *const kOut[] = {"nd2.hurray", "nd.safetensors", "nd.npy", "nd.npz"};
+  const HurrayConvertOptions o = {.flags = HURRAY_CONVERT_NOT_DURABLE};
+  for (size_t i = 0; i < sizeof kOut / sizeof kOut[0]; i++) {
+    const char *out = path_of(kOut[i]);
+    hurray__output_fault = (FileOutputFault){OUTPUT_STEP_SYNC, EIO};
+    OK(hurray_convert(path_of("nd.hurray"), out, &o, E));
+    assert_int_equal(hurray__output_fault.step, OUTPUT_STEP_SYNC); /* never reached */
+    hurray__output_fault = (FileOutputFault){OUTPUT_STEP_SYNC_DIRECTORY, EIO};
+    OK(hurray_convert(path_of("nd.hurray"), out, &o, E));
+    assert_int_equal(hurray__output_fault.step, OUTPUT_STEP_SYNC_DIRECTORY);
+    hurray__output_fault = (FileOutputFault){OUTPUT_STEP_RENAME, ENOSPC};
+    /* The same bytes stay at `out`, and no temporary (CONVERT_FAILS checks both). */
+    CONVERT_FAILS(path_of("nd.hurray"), out, &o, HURRAY_EIO, "cannot rename into place");
+    assert_int_equal(hurray__output_fault.step, OUTPUT_STEP_NONE); /* it fired */
+  }
+  /* The default is durable: the fsync is reached (and fails here, through the hook). */
+  hurray__output_fault = (FileOutputFault){OUTPUT_STEP_SYNC, EIO};
+  CONVERT_FAILS(path_of("nd.hurray"), path_of("nd3.hurray"), NULL, HURRAY_EIO, "cannot sync");
+  assert_int_equal(hurray__output_fault.step, OUTPUT_STEP_NONE);
+}
+
 typedef struct Seen {
   int calls;
   uint64_t done, total;
@@ -1009,6 +1044,7 @@ int main(void) {
       cmocka_unit_test(what_an_output_cannot_hold_is_refused),
       cmocka_unit_test(npy_output_needs_one_tensor),
       cmocka_unit_test(options_are_checked),
+      cmocka_unit_test(not_durable_outputs_skip_only_the_fsyncs),
       cmocka_unit_test(progress_is_reported),
       cmocka_unit_test(an_input_that_shrinks_is_a_clear_error),
       cmocka_unit_test(small_and_hashed_inputs_that_shrink_are_a_clear_error),

@@ -30,7 +30,7 @@
 
 PIN_SIZE(HurrayFileWriterOptions, 32);
 PIN_OFFSET(HurrayFileWriterOptions, alignment, 0);
-PIN_OFFSET(HurrayFileWriterOptions, reserved0, 4);
+PIN_OFFSET(HurrayFileWriterOptions, flags, 4); /* was reserved0, which had to be zero: 0 is durable */
 PIN_OFFSET(HurrayFileWriterOptions, reserved, 8);
 PIN_SIZE(HurrayFileInfo, 80);
 PIN_OFFSET(HurrayFileInfo, version_major, 0);

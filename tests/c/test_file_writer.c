@@ -374,6 +374,54 @@ static void commit_failures_leave_the_previous_file(void **state) {
   }
 }
 
+/* HURRAY_FILE_WRITE_NOT_DURABLE skips the two fsyncs (their fault hooks never fire) and keeps
+ * everything else: the file appears whole, and a failing truncate or rename leaves the previous
+ * file and no temporary, as a durable save does. */
+static void not_durable_skips_only_the_fsyncs(void **state) {
+  (void)state;
+  const HurrayFileWriterOptions options = {.flags = HURRAY_FILE_WRITE_NOT_DURABLE};
+  const char *path = path_of("cached.hurray");
+  const FileOutputStep skipped[] = {OUTPUT_STEP_SYNC, OUTPUT_STEP_SYNC_DIRECTORY};
+  for (size_t i = 0; i < sizeof skipped / sizeof skipped[0]; i++) {
+    clear_dir();
+    write_text(path, "previous contents");
+    HurrayFileWriter *w = NULL;
+    OK(hurray_file_writer_create(path, &options, &w, E));
+    add_dense(w);
+    hurray__output_fault = (FileOutputFault){skipped[i], EIO};
+    OK(hurray_file_writer_finish(w, E));
+    assert_int_equal(hurray__output_fault.step, skipped[i]); /* never reached */
+    hurray__output_fault = (FileOutputFault){0};
+    hurray_file_writer_destroy(w);
+    assert_int_equal(count_entries(), 1);
+    HurrayFileReader *r = NULL;
+    OK(hurray_file_reader_open(path, 0, &r, E));
+    OK(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, E));
+    hurray_file_reader_destroy(r);
+  }
+  const FileOutputStep failing[] = {OUTPUT_STEP_TRUNCATE, OUTPUT_STEP_RENAME};
+  for (size_t i = 0; i < sizeof failing / sizeof failing[0]; i++) {
+    clear_dir();
+    write_text(path, "previous contents");
+    HurrayFileWriter *w = NULL;
+    OK(hurray_file_writer_create(path, &options, &w, E));
+    add_dense(w);
+    hurray__output_fault = (FileOutputFault){failing[i], ENOSPC};
+    FAILS(hurray_file_writer_finish(w, F), HURRAY_EIO);
+    assert_int_equal(hurray__output_fault.step, OUTPUT_STEP_NONE); /* it fired */
+    hurray_file_writer_destroy(w);
+    assert_int_equal(count_entries(), 1); /* no temporary */
+    size_t size = 0;
+    char *text = read_all(path, &size);
+    assert_string_equal(text, "previous contents");
+    free(text);
+  }
+  HurrayFileWriter *w = NULL;
+  const HurrayFileWriterOptions unknown = {.flags = 1u << 1};
+  FAILS(hurray_file_writer_create(path, &unknown, &w, F), HURRAY_EINVAL);
+  assert_null(w);
+}
+
 /* ---- destinations (ADR-037) ---------------------------------------------------------------- */
 
 static int save_dense(const char *path, HurrayError *error) {
@@ -476,7 +524,7 @@ static void unreadable_source_memory_is_a_clear_error(void **state) {
   close(fd);
   assert_int_equal(truncate(source, 0), 0);
   FileOutput out;
-  OK(hurray__output_open(&out, path_of("out.bin"), E));
+  OK(hurray__output_open(&out, path_of("out.bin"), true, E));
   HurrayError error = {0};
   assert_int_equal(hurray__output_write(&out, mapped, size, &error), HURRAY_EIO);
   assert_non_null(strstr(error.message, "no longer readable (a mapped input file shrank"));
@@ -667,6 +715,7 @@ int main(void) {
       cmocka_unit_test(a_failed_tensor_leaves_no_trace),
       cmocka_unit_test(calls_out_of_order_change_nothing),
       cmocka_unit_test(commit_failures_leave_the_previous_file),
+      cmocka_unit_test(not_durable_skips_only_the_fsyncs),
       cmocka_unit_test(record_metadata_past_the_limit_is_refused),
       cmocka_unit_test(destinations_other_than_regular_files_are_refused),
       cmocka_unit_test(symlinks_are_followed_to_their_target),

@@ -250,6 +250,17 @@ run 3 convert not_hurray.txt x.hurray
 has "neither its extension nor its first bytes tell the input's format"
 run 3 convert truncated.hurray x.safetensors
 has "truncated"
+# --no-sync: no fsync, the same atomic replace (a failure leaves the previous file as it was)
+run 0 convert --help
+has "--no-sync       do not fsync OUT"
+run 0 convert --no-sync dense.hurray nosync.safetensors
+run 0 convert -q --no-sync nosync.safetensors nosync.hurray
+run 0 verify nosync.hurray
+has "nosync.hurray: ok, 5 tensors"
+cp dense.hurray previous.hurray
+run 1 convert --no-sync bad_checksum.hurray previous.hurray
+has "checksum mismatch"
+cmp -s dense.hurray previous.hurray || fail "a failed --no-sync conversion changed its OUT"
 ls | grep -q '\.tmp-' && fail "a temporary file was left behind"
 
 # the outputs loaded by numpy and safetensors, and theirs converted

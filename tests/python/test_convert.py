@@ -254,10 +254,11 @@ def test_bad_inputs_raise_the_mapped_error_and_write_nothing(tmp_path):
     assert listing(tmp_path) == ["bad.npy", "bad.safetensors"]
 
 
-def test_convert_in_place_replaces_the_file_atomically(tmp_path, arrays):
+@pytest.mark.parametrize("durable", [True, False])
+def test_convert_in_place_replaces_the_file_atomically(tmp_path, arrays, durable):
     h = tmp_path / "m.hurray"
     hurray.save(h, arrays)
-    hurray.convert(h, h, alignment=4096)
+    hurray.convert(h, h, alignment=4096, durable=durable)
     with hurray.open(h) as f:
         assert f.info["alignment"] == 4096
     assert_same(hurray.load(h, verify=True), arrays)
@@ -274,3 +275,21 @@ def test_a_flipped_byte_fails_the_conversion(tmp_path):
     with pytest.raises(hurray.ChecksumError, match="victim"):
         hurray.convert(h, tmp_path / "m.safetensors")
     assert listing(tmp_path) == ["m.hurray"]
+    # Not durable: the same; a previous output stays as it was, and no temporary.
+    previous = tmp_path / "p.safetensors"
+    save_file({"kept": np.arange(4, dtype=np.int32)}, previous)
+    before = previous.read_bytes()
+    for out in (previous, tmp_path / "new.npz"):
+        with pytest.raises(hurray.ChecksumError, match="victim"):
+            hurray.convert(h, out, durable=False)
+    assert previous.read_bytes() == before
+    assert listing(tmp_path) == ["m.hurray", "p.safetensors"]
+
+
+@pytest.mark.parametrize("out", ["n.hurray", "n.safetensors", "n.npz"])
+def test_a_non_durable_conversion_writes_the_same_bytes(tmp_path, arrays, out):
+    h = tmp_path / "m.hurray"
+    hurray.save(h, arrays)
+    hurray.convert(h, tmp_path / ("d" + out[1:]))
+    hurray.convert(h, tmp_path / out, durable=False)
+    assert (tmp_path / out).read_bytes() == (tmp_path / ("d" + out[1:])).read_bytes()

@@ -511,22 +511,34 @@ def test_save_refuses_another_formats_extension_and_names_convert(tmp_path, name
     assert target.read_bytes()[:8] != b"\x89HRY\r\n\x1a\n"
 
 
-def test_a_failed_save_leaves_the_previous_file_intact(path):
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_failed_save_leaves_the_previous_file_intact(path, durable):
     hurray.save(path, {"old": u8(b"old")})
     before = path.read_bytes()
     device = hurray.Tensor.from_address(64, hurray.uint8, [4], device="cuda")
     with pytest.raises(hurray.UnsupportedError):
-        hurray.save(path, {"new": u8(b"new"), "gpu": device})
+        hurray.save(path, {"new": u8(b"new"), "gpu": device}, durable=durable)
     assert path.read_bytes() == before
     assert os.listdir(path.parent) == [path.name]  # the temporary was removed
 
 
-def test_save_replaces_a_previous_file_atomically(path):
+@pytest.mark.parametrize("durable", [True, False])
+def test_save_replaces_a_previous_file_atomically(path, durable):
     hurray.save(path, {"a": u8(b"a")})
-    hurray.save(path, {"b": u8(b"b")})
+    hurray.save(path, {"b": u8(b"b")}, durable=durable)
     with hurray.open(path) as f:
         assert list(f.keys()) == ["b"]
+        f.verify()
     assert os.listdir(path.parent) == [path.name]
+
+
+def test_durable_is_a_keyword_and_the_same_bytes_either_way(tmp_path):
+    tensors = {"w": np.arange(100_000, dtype=np.float32), "b": u8(b"bias")}
+    hurray.save(tmp_path / "d.hurray", tensors, {"k": 1})
+    hurray.save(tmp_path / "n.hurray", tensors, {"k": 1}, durable=False)
+    assert (tmp_path / "d.hurray").read_bytes() == (tmp_path / "n.hurray").read_bytes()
+    with pytest.raises(TypeError):
+        hurray.save(tmp_path / "p.hurray", tensors, None, 64, None, False)  # keyword-only
 
 
 def test_paths_may_be_str_bytes_or_pathlike(path):

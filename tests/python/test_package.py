@@ -62,11 +62,12 @@ SIGNATURES = {
     hurray.unregister_device: "(tag, /)",
     hurray.dtype: "(name)",
     hurray.Device: "(tag, index=0)",
-    hurray.save: "(path, tensors, metadata=None, *, alignment=64, tensor_metadata=None)",
+    hurray.save: "(path, tensors, metadata=None, *, alignment=64, tensor_metadata=None, "
+                 "durable=True)",
     hurray.load: "(path, *, mmap=True, verify=False)",
     hurray.open: "(path, *, mmap=True)",
     hurray.convert: "(input, output, *, alignment=None, name=None, metadata_as_json=False, "
-                    "drop_metadata=False)",
+                    "drop_metadata=False, durable=True)",
     hurray.File.keys: "(self, /)",
     hurray.File.items: "(self, /)",
     hurray.File.values: "(self, /)",
