@@ -422,32 +422,45 @@ PyObject *hurray__py_tensor_dlpack_device(PyObject *op, PyObject *unused) {
  * Consumer
  * ============================================================================================ */
 
-/* The owner of an imported managed tensor: its release calls the producer's deleter once. */
-typedef struct DLImport {
-  void *managed;
-  int versioned;
-} DLImport;
+/* The owner of an imported tensor is the managed tensor itself, released by the one of these
+ * that knows its struct: the producer's deleter, called once. DLPack deleters take the GIL
+ * themselves, but some producers' deleters assume it held; holding it is always safe. The
+ * *_held twins are for a caller that holds the GIL (the Tensor's end); the others take it,
+ * and after finalisation run no Python at all: they leak. */
+static void import_release_legacy_held(void *managed) {
+  HurrayDLManagedTensor *m = managed;
+  HurrayPySavedError saved;
+  hurray__py_error_save(&saved);
+  if (m->deleter != NULL) m->deleter(m);
+  hurray__py_error_restore(&saved);
+}
 
-static void import_release(void *opaque) {
-  DLImport *import = opaque;
-  if (import == NULL) return;
-  /* DLPack deleters take the GIL themselves, but some producers' deleters assume it held;
-   * holding it is always safe. After finalisation nothing may run Python: leak. */
-  if (!HURRAY_PY_FINALIZING()) {
-    PyGILState_STATE gil = PyGILState_Ensure();
-    HurrayPySavedError saved;
-    hurray__py_error_save(&saved);
-    if (import->versioned) {
-      HurrayDLManagedTensorVersioned *m = import->managed;
-      if (m->deleter != NULL) m->deleter(m);
-    } else {
-      HurrayDLManagedTensor *m = import->managed;
-      if (m->deleter != NULL) m->deleter(m);
-    }
-    hurray__py_error_restore(&saved);
-    PyGILState_Release(gil);
-  }
-  PyMem_RawFree(import);
+static void import_release_versioned_held(void *managed) {
+  HurrayDLManagedTensorVersioned *m = managed;
+  HurrayPySavedError saved;
+  hurray__py_error_save(&saved);
+  if (m->deleter != NULL) m->deleter(m);
+  hurray__py_error_restore(&saved);
+}
+
+static void import_release_legacy(void *managed) {
+  if (HURRAY_PY_FINALIZING()) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  import_release_legacy_held(managed);
+  PyGILState_Release(gil);
+}
+
+static void import_release_versioned(void *managed) {
+  if (HURRAY_PY_FINALIZING()) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  import_release_versioned_held(managed);
+  PyGILState_Release(gil);
+}
+
+HurrayOwnerReleaseFn hurray__py_dl_import_release_held(HurrayOwnerReleaseFn release) {
+  if (release == import_release_legacy) return import_release_legacy_held;
+  if (release == import_release_versioned) return import_release_versioned_held;
+  return NULL;
 }
 
 /* Everything a capsule says, checked and translated (dlpack_check.c), before anything is
@@ -475,6 +488,7 @@ static int translate(HurrayState *st, const HurrayDLTensor *dl, uint64_t flags,
       .sync_handle = streams ? (void *)(uintptr_t)1 : NULL,
       .device_id = out->device_id,
       .readonly = out->readonly,
+      .acyclic = 1, /* the owner is the managed tensor: nothing the collector could visit */
   };
   return 0;
 }
@@ -637,20 +651,11 @@ static PyObject *from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t
     return hurray__py_drop_and_fail(capsule);
   }
 
-  DLImport *import = PyMem_RawMalloc(sizeof *import);
-  if (import == NULL) {
-    PyErr_NoMemory();
-    return hurray__py_drop_and_fail(capsule);
-  }
-  import->managed = managed;
-  import->versioned = versioned;
-  if (PyCapsule_SetName(capsule, used_name) < 0) {
-    PyMem_RawFree(import);
-    return hurray__py_drop_and_fail(capsule);
-  }
+  if (PyCapsule_SetName(capsule, used_name) < 0) return hurray__py_drop_and_fail(capsule);
   Py_DECREF(capsule); /* renamed: its destructor leaves the managed tensor to us */
-  PyObject *tensor = hurray__py_tensor_from_memory(st, imported.start, imported.size, &memory,
-                                                   &imported.array, import, import_release);
+  PyObject *tensor = hurray__py_tensor_from_memory(
+      st, imported.start, imported.size, &memory, &imported.array, managed,
+      versioned ? import_release_versioned : import_release_legacy);
   /* A producer that accepted copy=True made the copy (a versioned capsule also says so). */
   int producer_copied = !legacy_call && (!versioned || imported.copied);
   if (tensor == NULL || copy != 1 || producer_copied) return tensor;

@@ -156,7 +156,11 @@ typedef struct HurrayState {
   PyObject *numpy;               /* numpy, imported on first use */
   PyObject *ml_dtypes;           /* ml_dtypes on first use; Py_None when it is not installed */
   PyObject *numpy_dtypes;        /* list: numpy dtype per C table index, or None (lazy) */
+  Py_ssize_t numpy_dtype_last;   /* the index numpy.c's lookup found last (tried first) */
   PyObject *numpy_ndarray;       /* numpy.ndarray, with `numpy` */
+  int ndarray_layout;            /* 1: ndarray instances have the layout numpy.c reads (probed) */
+  PyObject *numpy_asarray;       /* numpy.asarray, with `numpy` */
+  PyObject *ufuncs;              /* tuple: the ufuncs of the array object's operators (lazy) */
   PyObject *str_array_namespace; /* interned "__array_namespace__" */
   PyObject *str_dlpack;          /* interned "__dlpack__" */
   PyObject *str_dlpack_device;   /* interned "__dlpack_device__" */
@@ -288,14 +292,41 @@ int hurray__py_sync_mode_arg(HurrayState *st, PyObject *obj, uint8_t *out);
  * tensor.c
  * ============================================================================================ */
 
-/* A hurray.Tensor is one HurrayTensorContext -- the very object the native capsule protocol
- * hands across -- plus a cached view of its descriptor. The context owns the buffers, a copy
- * of the descriptor and the owner reference that keeps the memory alive. */
+/* Dimensions a Tensor over one CPU buffer keeps inside the object (HurrayPyInline). */
+#define HURRAY_PY_INLINE_NDIM 4
+
+/* The context of a dense tensor over one CPU buffer, stored inside the Tensor object: the
+ * context, its one-entry buffer list, the buffer handle, the descriptor and its array, and
+ * their shape and strides. What hurray_tensor_context_create would allocate in three blocks
+ * (handle, list, context with its descriptor copy) costs no allocation here; the context is
+ * the same HurrayTensorContext, checked by the same hurray_tensor_context_check, and its
+ * release (which releases the owner) frees nothing. */
+typedef struct HurrayPyInline {
+  HurrayTensorContext context;
+  HurrayBufferList list;
+  HurrayBuffer *handle; /* list.buffers: &buffer */
+  uint8_t role;         /* list.roles: HURRAY_ROLE_VALUES */
+  HurrayBuffer buffer;
+  HurrayTensorDesc desc;
+  HurrayArray array;
+  int64_t dims[2 * HURRAY_PY_INLINE_NDIM]; /* shape, then strides */
+} HurrayPyInline;
+
+/* A hurray.Tensor is one HurrayTensorContext -- the kind the native capsule protocol hands
+ * across -- plus a cached view of its descriptor. The context owns the buffers, a copy of the
+ * descriptor and the owner reference that keeps the memory alive; a dense tensor over one CPU
+ * buffer of at most HURRAY_PY_INLINE_NDIM dimensions keeps its context in `storage`, any
+ * other one on the heap. */
 typedef struct HurrayTensorObject {
   PyObject_HEAD HurrayTensorContext *context; /* NULL only after tp_clear broke a reference cycle */
   const HurrayTensorDesc *desc;               /* context->tensor */
   Py_ssize_t exports; /* live Python buffer exports (memoryview, __array__) */
   PyObject *weakreflist;
+  /* The owner (borrowed through it) when it is a NumPy array whose data, shape, strides and
+   * dtype are exactly the tensor's (from_numpy): the array API engine computes on it without
+   * building a view (hurray__py_tensor_ndarray). NULL otherwise. */
+  PyObject *ndarray;
+  HurrayPyInline storage;
 } HurrayTensorObject;
 
 extern PyType_Spec hurray__py_tensor_spec;
@@ -314,6 +345,9 @@ PyType_Spec *hurray__py_array_object_spec(const PyType_Spec *core);
 void hurray__py_owner_release_object(void *object);
 void *hurray__py_owner_new_view(Py_buffer *view);
 void hurray__py_owner_release_view(void *owner);
+/* (dlpack.c) The twin, for a caller that holds the GIL, of the owner release of an imported
+ * DLPack managed tensor; NULL when `release` is not one. */
+HurrayOwnerReleaseFn hurray__py_dl_import_release_held(HurrayOwnerReleaseFn release);
 
 /* A new Tensor over a one-buffer DENSE tensor: `buffer` holds the bytes, `array` addresses
  * them (array->buffer must be 0). SINK for `buffer` and for `owner` (owner_release(owner) is
@@ -330,6 +364,10 @@ typedef struct HurrayPyMemory {
   void *sync_handle;
   uint64_t sync_value;
   int readonly;
+  /* The owner can never lead back to the tensor (bytes, a NumPy array of numbers, a DLPack
+   * import): the tensor is then not tracked by the garbage collector, as NumPy's arrays are
+   * not. 0 (tracked) whenever that is not certain. */
+  int acyclic;
 } HurrayPyMemory;
 
 /* A new Tensor over `size` bytes at `data`, addressed by `array` (byte_offset relative to
@@ -405,6 +443,10 @@ static inline char *hurray__py_buffer_at(const HurrayBuffer *buffer, uint64_t of
 
 extern const char hurray__py_tensor_doc[];
 PyObject *hurray__py_tensor_new(PyTypeObject *type, PyObject *args, PyObject *kwargs);
+/* The same constructor as the type's vectorcall (set at module creation): no argument tuple
+ * or dict is built for Tensor(...). */
+PyObject *hurray__py_tensor_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf,
+                                       PyObject *kwnames);
 extern const char hurray__py_tensor_from_address_doc[];
 PyObject *hurray__py_tensor_from_address(PyObject *cls, PyObject *const *args, Py_ssize_t nargs,
                                          PyObject *kwnames);
@@ -447,6 +489,17 @@ extern PyType_Spec hurray__py_host_span_spec;
 PyObject *hurray__py_host_span_new(HurrayState *st, PyObject *tensor, char *data,
                                    Py_ssize_t length, int readonly);
 extern PyMethodDef hurray__py_numpy_functions[];
+/* numpy (borrowed), imported on first use; NULL with ImportError. */
+PyObject *hurray__py_numpy(HurrayState *st);
+/* The NumPy array the tensor was made from (from_numpy), borrowed, when it still is exactly
+ * the tensor (data, shape, strides, dtype, writability); else NULL, no exception. */
+PyObject *hurray__py_tensor_source_ndarray(HurrayTensorObject *self);
+/* The array the engine computes on for a CPU tensor (a new reference): that source array, or
+ * else a new view of the tensor's memory (__array__). */
+PyObject *hurray__py_tensor_ndarray(HurrayState *st, HurrayTensorObject *self);
+/* A new Tensor over the NumPy array `arr` (from_numpy): SINK for `arr`, which may also be any
+ * result of a NumPy function (a NumPy scalar becomes a 0-d array). */
+PyObject *hurray__py_wrap_result(HurrayState *st, PyObject *arr);
 extern const char hurray__py_tensor_array_doc[];
 PyObject *hurray__py_tensor_array(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                   PyObject *kwnames);

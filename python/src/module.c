@@ -172,6 +172,9 @@ static int hurray_exec(PyObject *module) {
       add_type(module, &hurray__py_server_spec, &st->server_type, 1) < 0) {
     return -1;
   }
+  /* Tensor(...) without an argument tuple: CPython calls a type through its tp_vectorcall
+   * when it has one (PyType_Spec has no slot for it before 3.14). */
+  st->tensor_type->tp_vectorcall = hurray__py_tensor_vectorcall;
   if (intern(&st->str_array_namespace, "__array_namespace__") < 0 ||
       intern(&st->str_dlpack, "__dlpack__") < 0 ||
       intern(&st->str_dlpack_device, "__dlpack_device__") < 0 ||
@@ -218,6 +221,8 @@ static int hurray_exec(PyObject *module) {
   X(st->ml_dtypes)              \
   X(st->numpy_dtypes)           \
   X(st->numpy_ndarray)          \
+  X(st->numpy_asarray)          \
+  X(st->ufuncs)                 \
   X(st->str_array_namespace)    \
   X(st->str_dlpack)             \
   X(st->str_dlpack_device)      \

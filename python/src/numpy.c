@@ -23,16 +23,89 @@
 
 /* ---- lazily imported modules ---------------------------------------------------------------- */
 
-/* numpy (borrowed), imported with numpy.ndarray on first use. */
-static PyObject *numpy_module(HurrayState *st) {
+/* ---- numpy.ndarray's instance layout -------------------------------------------------------
+ *
+ * The head of every ndarray, as NumPy's own headers define it (PyArrayObject_fields, the same
+ * since NumPy 1.7 and in every 2.x): what the hot paths read instead of a buffer export or
+ * attribute lookups. The extension is still not compiled against NumPy: the layout is probed
+ * once, on the array of a known geometry below, and where it does not match every path takes
+ * the buffer protocol as before. */
+typedef struct NdArrayHead {
+  PyObject_HEAD char *data;
+  int nd;
+  Py_ssize_t *dimensions;
+  Py_ssize_t *strides;
+  PyObject *base;
+  PyObject *descr;
+  int flags;
+} NdArrayHead;
+
+#define ND(obj) ((NdArrayHead *)(obj))
+#define ND_WRITEABLE 0x0400 /* NPY_ARRAY_WRITEABLE */
+
+/* Whether `a` (a view of a 2x3x4 int16 array, [:, ::-1, 1:3]) reads as NumPy says it is:
+ * 1 yes, 0 no, -1 error. */
+static int probe_matches(PyObject *a) {
+  static const Py_ssize_t shape[3] = {2, 3, 2}, strides[3] = {24, -8, 2};
+  PyObject *interface = PyObject_GetAttrString(a, "__array_interface__");
+  PyObject *data = interface == NULL ? NULL : PyDict_GetItemString(interface, "data");
+  PyObject *dtype = PyObject_GetAttrString(a, "dtype");
+  int result = -1;
+  if (data != NULL && dtype != NULL && PyTuple_Check(data) && PyTuple_GET_SIZE(data) == 2) {
+    void *address = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
+    result = !PyErr_Occurred() && ND(a)->data == address && ND(a)->nd == 3 &&
+             ND(a)->descr == dtype && (ND(a)->flags & ND_WRITEABLE) != 0;
+    for (int i = 0; result == 1 && i < 3; i++) {
+      result = ND(a)->dimensions[i] == shape[i] && ND(a)->strides[i] == strides[i];
+    }
+  }
+  Py_XDECREF(dtype);
+  Py_XDECREF(interface);
+  return PyErr_Occurred() ? -1 : result;
+}
+
+static int probe_layout(PyObject *numpy) {
+  PyObject *zeros = PyObject_CallMethod(numpy, "zeros", "(iii)s", 2, 3, 4, "int16");
+  PyObject *all = PySlice_New(NULL, NULL, NULL);
+  PyObject *minus = PyLong_FromLong(-1), *one = PyLong_FromLong(1), *three = PyLong_FromLong(3);
+  PyObject *back = minus == NULL ? NULL : PySlice_New(NULL, NULL, minus);
+  PyObject *mid = one == NULL || three == NULL ? NULL : PySlice_New(one, three, NULL);
+  PyObject *key = all == NULL || back == NULL || mid == NULL ? NULL : PyTuple_Pack(3, all, back, mid);
+  PyObject *a = zeros == NULL || key == NULL ? NULL : PyObject_GetItem(zeros, key);
+  int result = a == NULL ? -1 : probe_matches(a);
+  if (result == 1) { /* and the flag follows the array made read-only */
+    PyObject *flags = PyObject_GetAttrString(a, "flags");
+    result = flags == NULL || PyObject_SetAttrString(flags, "writeable", Py_False) < 0
+                 ? -1
+                 : (ND(a)->flags & ND_WRITEABLE) == 0;
+    Py_XDECREF(flags);
+  }
+  Py_XDECREF(a);
+  Py_XDECREF(key);
+  Py_XDECREF(mid);
+  Py_XDECREF(back);
+  Py_XDECREF(three);
+  Py_XDECREF(one);
+  Py_XDECREF(minus);
+  Py_XDECREF(all);
+  Py_XDECREF(zeros);
+  return result;
+}
+
+PyObject *hurray__py_numpy(HurrayState *st) {
   if (st->numpy == NULL) {
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL) return NULL;
     st->numpy_ndarray = PyObject_GetAttrString(numpy, "ndarray");
-    if (st->numpy_ndarray == NULL) {
+    st->numpy_asarray = PyObject_GetAttrString(numpy, "asarray");
+    int layout = st->numpy_ndarray == NULL || st->numpy_asarray == NULL ? -1 : probe_layout(numpy);
+    if (layout < 0) {
+      Py_CLEAR(st->numpy_ndarray);
+      Py_CLEAR(st->numpy_asarray);
       Py_DECREF(numpy);
       return NULL;
     }
+    st->ndarray_layout = layout;
     st->numpy = numpy;
   }
   return st->numpy;
@@ -62,7 +135,7 @@ static PyObject *numpy_dtype(HurrayState *st, const HurrayDTypeInfo *info) {
                             "tobytes() give the packed bytes",
                             info->name, (int)info->bits);
   }
-  PyObject *numpy = numpy_module(st);
+  PyObject *numpy = hurray__py_numpy(st);
   if (numpy == NULL) return NULL;
   PyObject *spec = NULL;
   if (info->tier == 1 || info->code == HURRAY_DTYPE_FLOAT16) {
@@ -323,15 +396,28 @@ PyObject *hurray__py_tensor_array(PyObject *self, PyObject *const *args, Py_ssiz
 
 /* ---- hurray.from_numpy ---------------------------------------------------------------------- */
 
-/* The Hurray dtype of a NumPy dtype, or NULL with UnsupportedError. NumPy's dtypes of native
- * byte order are singletons: one already mapped is found by identity, without asking NumPy
- * for its name (which NumPy computes in Python, at microseconds a call). */
-static const HurrayDTypeInfo *dtype_from_numpy(HurrayState *st, PyObject *np_dtype) {
+/* The Hurray dtype of a NumPy dtype already mapped (NumPy's dtypes of native byte order are
+ * singletons: found by identity), or NULL without an exception. */
+static const HurrayDTypeInfo *cached_dtype(HurrayState *st, PyObject *np_dtype) {
+  Py_ssize_t last = st->numpy_dtype_last; /* the one found last time, tried first */
+  if (PyList_GET_ITEM(st->numpy_dtypes, last) == np_dtype) {
+    return ((HurrayDTypeObject *)PyTuple_GET_ITEM(st->dtypes, last))->info;
+  }
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->numpy_dtypes); i++) {
     if (PyList_GET_ITEM(st->numpy_dtypes, i) == np_dtype) {
+      st->numpy_dtype_last = i;
       return ((HurrayDTypeObject *)PyTuple_GET_ITEM(st->dtypes, i))->info;
     }
   }
+  return NULL;
+}
+
+/* The Hurray dtype of a NumPy dtype, or NULL with UnsupportedError. One not mapped yet is
+ * asked for its name (which NumPy computes in Python, at microseconds a call) and checked to
+ * map back to the very same NumPy dtype. */
+static const HurrayDTypeInfo *dtype_from_numpy(HurrayState *st, PyObject *np_dtype) {
+  const HurrayDTypeInfo *cached = cached_dtype(st, np_dtype);
+  if (cached != NULL) return cached;
   PyObject *name = PyObject_GetAttrString(np_dtype, "name");
   if (name == NULL) return NULL;
   const char *text = PyUnicode_AsUTF8(name);
@@ -370,19 +456,76 @@ static PyObject *buffer_exporter(PyObject *arr, const HurrayDTypeInfo *info) {
   return PyObject_CallMethod(arr, "view", "s", spec);
 }
 
-static PyObject *from_numpy(PyObject *module, PyObject *arr) {
-  HurrayState *st = PyModule_GetState(module);
-  if (numpy_module(st) == NULL) return NULL;
-  int is_array = PyObject_IsInstance(arr, st->numpy_ndarray);
-  if (is_array <= 0) {
-    if (is_array == 0) {
-      PyErr_Format(PyExc_TypeError,
-                   "from_numpy() takes a numpy.ndarray, not %.200s (hurray.from_dlpack takes "
-                   "any DLPack producer)",
-                   Py_TYPE(arr)->tp_name);
+/* A new Tensor over an array's memory: `ndim` extents and byte strides (any sign) of elements
+ * of `info` starting at `buf`. SINK for `owner`. */
+static PyObject *tensor_over(HurrayState *st, const HurrayDTypeInfo *info, char *buf, int ndim,
+                             const Py_ssize_t *dims, const Py_ssize_t *byte_strides,
+                             HurrayPyMemory *memory, void *owner,
+                             HurrayOwnerReleaseFn owner_release) {
+  const char *failure = NULL;
+  int64_t shape[HURRAY_MAX_NDIM];
+  int64_t strides[HURRAY_MAX_NDIM];
+  int64_t itemsize = info->bits / 8;
+  HurrayArray array = {.ndim = ndim, .shape = shape, .strides = strides, .dtype = info->code};
+  int axis = 0;
+  if (ndim > HURRAY_MAX_NDIM) failure = "ndim";
+  for (; failure == NULL && axis < ndim; axis++) {
+    shape[axis] = dims[axis];
+    Py_ssize_t step = byte_strides[axis];
+    if (step % itemsize == 0) {
+      strides[axis] = step / itemsize;
+    } else if (dims[axis] <= 1) {
+      strides[axis] = 0; /* never stepped: any stride is as good */
+    } else {
+      failure = "stride";
     }
-    return NULL;
   }
+  int64_t lo = 0, hi = 0;
+  if (failure == NULL &&
+      hurray__py_relative_span(ndim, shape, strides, (uint64_t)itemsize, &lo, &hi) < 0) {
+    failure = "span";
+  }
+  if (failure != NULL) {
+    if (owner_release != NULL) owner_release(owner);
+    if (failure[0] == 'n') {
+      return hurray__py_raise_statusf(st, HURRAY_ELIMIT, "the array has %d dimensions; at most %d",
+                                      ndim, HURRAY_MAX_NDIM);
+    }
+    if (failure[0] == 's' && failure[1] == 't') {
+      axis--;
+      return hurray__py_raise_statusf(st, HURRAY_ELAYOUT,
+                                      "NumPy stride %zd of axis %d is not a multiple of the "
+                                      "itemsize %zd; Hurray strides count elements",
+                                      byte_strides[axis], axis, (Py_ssize_t)itemsize);
+    }
+    return hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "the array's extent overflows");
+  }
+  array.byte_offset = (uint64_t)-lo;
+  memory->tag = HURRAY_DEVICE_CPU;
+  memory->memory_class = HURRAY_MEM_DEVICE;
+  memory->sync_mode = HURRAY_SYNC_READY;
+  char *start = (char *)((uintptr_t)buf - (uintptr_t)-lo);
+  return hurray__py_tensor_from_memory(st, start, (uint64_t)(hi - lo), memory, &array, owner,
+                                       owner_release);
+}
+
+/* from_numpy of an ndarray of the probed layout whose dtype is mapped already, reading its
+ * head: the tensor's owner is the array itself (a reference; an ndarray's memory stays while
+ * it lives), and the tensor remembers it as the array it is (HurrayTensorObject.ndarray). */
+static PyObject *from_ndarray_head(HurrayState *st, PyObject *arr, const HurrayDTypeInfo *info) {
+  HurrayPyMemory memory = {
+      .readonly = (ND(arr)->flags & ND_WRITEABLE) == 0,
+      .acyclic = 1, /* an array of numbers holds no reference that could lead back */
+  };
+  PyObject *tensor = tensor_over(st, info, ND(arr)->data, ND(arr)->nd, ND(arr)->dimensions,
+                                 ND(arr)->strides, &memory, Py_NewRef(arr),
+                                 hurray__py_owner_release_object);
+  if (tensor != NULL) ((HurrayTensorObject *)tensor)->ndarray = arr;
+  return tensor;
+}
+
+/* from_numpy through a buffer export of the array (held until the tensor's memory goes). */
+static PyObject *from_ndarray_export(HurrayState *st, PyObject *arr) {
   PyObject *np_dtype = PyObject_GetAttrString(arr, "dtype");
   if (np_dtype == NULL) return NULL;
   const HurrayDTypeInfo *info = dtype_from_numpy(st, np_dtype);
@@ -394,54 +537,124 @@ static PyObject *from_numpy(PyObject *module, PyObject *arr) {
   int status = PyObject_GetBuffer(exporter, &view, PyBUF_RECORDS_RO);
   Py_DECREF(exporter);
   if (status < 0) return NULL;
-
-  if (view.ndim > HURRAY_MAX_NDIM) {
-    PyBuffer_Release(&view);
-    return hurray__py_raise_statusf(st, HURRAY_ELIMIT, "the array has %d dimensions; at most %d",
-                                    view.ndim, HURRAY_MAX_NDIM);
-  }
-  int64_t shape[HURRAY_MAX_NDIM];
-  int64_t strides[HURRAY_MAX_NDIM];
-  int64_t itemsize = view.itemsize;
-  HurrayArray array = {.ndim = view.ndim, .shape = shape, .strides = strides, .dtype = info->code};
-  for (int i = 0; i < view.ndim; i++) {
-    shape[i] = view.shape[i];
-    Py_ssize_t step = view.strides[i];
-    if (step % itemsize == 0) {
-      strides[i] = step / itemsize;
-    } else if (view.shape[i] <= 1) {
-      strides[i] = 0; /* never stepped: any stride is as good */
-    } else {
-      PyBuffer_Release(&view);
-      return hurray__py_raise_statusf(st, HURRAY_ELAYOUT,
-                                      "NumPy stride %zd of axis %d is not a multiple of the "
-                                      "itemsize %zd; Hurray strides count elements",
-                                      step, i, (Py_ssize_t)itemsize);
-    }
-  }
-  int64_t lo = 0, hi = 0;
-  if (hurray__py_relative_span(array.ndim, shape, strides, (uint64_t)itemsize, &lo, &hi) < 0) {
-    PyBuffer_Release(&view);
-    return hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "the array's extent overflows");
-  }
-  array.byte_offset = (uint64_t)-lo;
-  HurrayPyMemory memory = {
-      .tag = HURRAY_DEVICE_CPU,
-      .memory_class = HURRAY_MEM_DEVICE,
-      .sync_mode = HURRAY_SYNC_READY,
-      .readonly = view.readonly,
-  };
-  char *start = (char *)((uintptr_t)view.buf - (uintptr_t)-lo);
-  void *owner = hurray__py_owner_new_view(&view);
+  HurrayPyMemory memory = {.readonly = view.readonly};
+  char *buf = view.buf;
+  int ndim = view.ndim;
+  Py_ssize_t *dims = view.shape, *strides = view.strides;
+  void *owner = hurray__py_owner_new_view(&view); /* the shape and strides stay with it */
   if (owner == NULL) {
     PyBuffer_Release(&view);
     return NULL;
   }
-  return hurray__py_tensor_from_memory(st, start, (uint64_t)(hi - lo), &memory, &array, owner,
-                                       hurray__py_owner_release_view);
+  return tensor_over(st, info, buf, ndim, dims, strides, &memory, owner,
+                     hurray__py_owner_release_view);
+}
+
+/* A new Tensor over an ndarray of any type (SINK for nothing). */
+static PyObject *from_ndarray(HurrayState *st, PyObject *arr) {
+  if (st->ndarray_layout && Py_IS_TYPE(arr, (PyTypeObject *)st->numpy_ndarray)) {
+    /* The head can be read where the dtype is the very object of the mapping (mapped now if
+     * it was not yet). */
+    const HurrayDTypeInfo *info = cached_dtype(st, ND(arr)->descr);
+    if (info == NULL && dtype_from_numpy(st, ND(arr)->descr) == NULL) return NULL;
+    if (info == NULL) info = cached_dtype(st, ND(arr)->descr);
+    if (info != NULL) return from_ndarray_head(st, arr, info);
+  }
+  return from_ndarray_export(st, arr);
+}
+
+static PyObject *from_numpy(PyObject *module, PyObject *arr) {
+  HurrayState *st = PyModule_GetState(module);
+  if (hurray__py_numpy(st) == NULL) return NULL;
+  if (Py_IS_TYPE(arr, (PyTypeObject *)st->numpy_ndarray)) return from_ndarray(st, arr);
+  int is_array = PyObject_IsInstance(arr, st->numpy_ndarray);
+  if (is_array <= 0) {
+    if (is_array == 0) {
+      PyErr_Format(PyExc_TypeError,
+                   "from_numpy() takes a numpy.ndarray, not %.200s (hurray.from_dlpack takes "
+                   "any DLPack producer)",
+                   Py_TYPE(arr)->tp_name);
+    }
+    return NULL;
+  }
+  return from_ndarray(st, arr);
+}
+
+PyObject *hurray__py_wrap_result(HurrayState *st, PyObject *arr) {
+  if (!Py_IS_TYPE(arr, (PyTypeObject *)st->numpy_ndarray)) { /* a NumPy scalar, say */
+    PyObject *array = PyObject_CallOneArg(st->numpy_asarray, arr);
+    Py_DECREF(arr);
+    if (array == NULL) return NULL;
+    arr = array;
+  }
+  PyObject *tensor = from_ndarray(st, arr);
+  Py_DECREF(arr);
+  return tensor;
+}
+
+/* Whether the array the tensor was made from still is exactly the tensor. Its head can change
+ * under it (ndarray.resize(refcheck=False), flags.writeable), so this is asked at every use. */
+static int ndarray_is_tensor(HurrayTensorObject *self, PyObject *a) {
+  const HurrayArray *values = &self->desc->parts[0];
+  const HurrayBuffer *buffer = hurray__py_tensor_buffer(self, values);
+  if (ND(a)->data != hurray__py_buffer_at(buffer, values->byte_offset) || ND(a)->nd != values->ndim ||
+      ((ND(a)->flags & ND_WRITEABLE) == 0) != hurray__py_tensor_readonly(self)) {
+    return 0;
+  }
+  /* from_numpy gives such a tensor explicit strides, from the array's own */
+  int64_t itemsize = hurray_dtype_info(values->dtype)->bits / 8;
+  for (int i = 0; i < values->ndim; i++) {
+    if (ND(a)->dimensions[i] != values->shape[i] ||
+        (values->shape[i] > 1 && ND(a)->strides[i] != values->strides[i] * itemsize)) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+PyObject *hurray__py_tensor_source_ndarray(HurrayTensorObject *self) {
+  PyObject *a = self->ndarray;
+  return a != NULL && self->context != NULL && ndarray_is_tensor(self, a) ? a : NULL;
+}
+
+PyObject *hurray__py_tensor_ndarray(HurrayState *st, HurrayTensorObject *self) {
+  PyObject *a = hurray__py_tensor_source_ndarray(self);
+  return a != NULL ? Py_NewRef(a) : ndarray_view(st, (PyObject *)self);
+}
+
+static PyObject *engine_ndarray(PyObject *module, PyObject *tensor) {
+  HurrayState *st = PyModule_GetState(module);
+  if (!Py_IS_TYPE(tensor, st->tensor_type)) {
+    return PyErr_Format(PyExc_TypeError, "_ndarray() takes a hurray.Tensor, not %.200s",
+                        Py_TYPE(tensor)->tp_name);
+  }
+  return hurray__py_tensor_ndarray(st, (HurrayTensorObject *)tensor);
 }
 
 PyMethodDef hurray__py_numpy_functions[] = {
+    {"_ndarray", engine_ndarray, METH_O,
+     PyDoc_STR("_ndarray($module, tensor, /)\n"
+               "--\n"
+               "\n"
+               "The NumPy array hurray.array_api computes on for a CPU tensor (private).\n"
+               "\n"
+               "Parameters\n"
+               "----------\n"
+               "tensor : hurray.Tensor\n"
+               "    A dense tensor in CPU memory.\n"
+               "\n"
+               "Returns\n"
+               "-------\n"
+               "numpy.ndarray\n"
+               "    The array the tensor was made from (``from_numpy``) while it still\n"
+               "    is exactly the tensor, else a new view, ``tensor.__array__()``.\n"
+               "\n"
+               "Raises\n"
+               "------\n"
+               "TypeError\n"
+               "    `tensor` is not a hurray.Tensor.\n"
+               "hurray.BufferError\n"
+               "    The tensor is not in CPU memory.\n")},
     {"from_numpy", from_numpy, METH_O,
      PyDoc_STR("from_numpy($module, arr, /)\n"
                "--\n"

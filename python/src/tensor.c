@@ -28,7 +28,7 @@
 /* Both releases may run on any thread, with or without the GIL (a C consumer of a context
  * releases it wherever it likes, a DLPack deleter wherever its consumer does). Once the
  * interpreter is finalising they must not touch Python: the reference is leaked (the process
- * is ending). */
+ * is ending). Each has a twin for a caller that holds the GIL (owner_release_held). */
 
 void hurray__py_owner_release_object(void *object) {
   if (object == NULL || HURRAY_PY_FINALIZING()) return;
@@ -48,18 +48,37 @@ void *hurray__py_owner_new_view(Py_buffer *view) {
   return owner;
 }
 
+/* With the GIL held: the exporter's release, keeping the exception in flight. */
+static void release_view_held(void *opaque) {
+  HurrayPySavedError saved;
+  hurray__py_error_save(&saved);
+  PyBuffer_Release(opaque);
+  hurray__py_error_restore(&saved);
+  PyMem_RawFree(opaque);
+}
+
 void hurray__py_owner_release_view(void *opaque) {
   Py_buffer *view = opaque;
   if (view == NULL) return;
-  if (!HURRAY_PY_FINALIZING()) {
-    PyGILState_STATE gil = PyGILState_Ensure();
-    HurrayPySavedError saved;
-    hurray__py_error_save(&saved);
-    PyBuffer_Release(view);
-    hurray__py_error_restore(&saved);
-    PyGILState_Release(gil);
+  if (HURRAY_PY_FINALIZING()) {
+    PyMem_RawFree(view);
+    return;
   }
-  PyMem_RawFree(view);
+  PyGILState_STATE gil = PyGILState_Ensure();
+  release_view_held(view);
+  PyGILState_Release(gil);
+}
+
+static void release_object_held(void *object) {
+  Py_XDECREF((PyObject *)object);
+}
+
+/* The twin of an owner release of this module for a caller that holds the GIL, or NULL for
+ * one of another kind (which then takes the GIL itself). */
+static HurrayOwnerReleaseFn owner_release_held(HurrayOwnerReleaseFn release) {
+  if (release == hurray__py_owner_release_object) return release_object_held;
+  if (release == hurray__py_owner_release_view) return release_view_held;
+  return hurray__py_dl_import_release_held(release);
 }
 
 /* ============================================================================================
@@ -76,7 +95,81 @@ PyObject *hurray__py_tensor_adopt(HurrayState *st, HurrayTensorContext *context)
   self->desc = context->tensor;
   self->exports = 0;
   self->weakreflist = NULL;
+  self->ndarray = NULL;
   PyObject_GC_Track(self);
+  return (PyObject *)self;
+}
+
+/* The release of a context kept in a Tensor's storage: the owner's, and nothing to free. */
+static void release_inline(HurrayTensorContext *context) {
+  if (context->owner_release != NULL) context->owner_release(context->owner);
+  context->release = NULL;
+}
+
+/* A new Tensor over `size` bytes of CPU memory at `data` (64-byte aligned), addressed by
+ * `array` (array->buffer 0, ndim <= HURRAY_PY_INLINE_NDIM), its context in the object's own
+ * storage. `memory` is CPU, DEVICE, READY, with no sync handle or peer. SINK for `owner`.
+ *
+ * The caller validated the array and its place in the buffer (hurray_array_span: shape, dtype,
+ * reserved bytes, offsets without overflow, every byte inside): for a dense descriptor made
+ * here of that one array and a buffer whose fields are these constants, that is everything
+ * hurray_buffer_wrap and hurray_tensor_context_create would check, so nothing is checked
+ * twice. */
+static PyObject *tensor_inline(HurrayState *st, void *data, uint64_t size,
+                               const HurrayPyMemory *memory, const HurrayArray *array, void *owner,
+                               HurrayOwnerReleaseFn owner_release) {
+  HurrayTensorObject *self = PyObject_GC_New(HurrayTensorObject, st->tensor_type);
+  if (self == NULL) {
+    if (owner_release != NULL) owner_release(owner);
+    return NULL;
+  }
+  HurrayPyInline *in = &self->storage;
+  int32_t ndim = array->ndim;
+  int64_t *shape = in->dims;
+  int64_t *strides = in->dims + HURRAY_PY_INLINE_NDIM;
+  memcpy(shape, array->shape, (size_t)ndim * sizeof *shape);
+  if (array->strides != NULL) memcpy(strides, array->strides, (size_t)ndim * sizeof *strides);
+  uint32_t flags = memory->readonly ? HURRAY_BUFFER_READ_ONLY : 0;
+  in->array = *array;
+  in->array.shape = shape;
+  in->array.strides = array->strides == NULL ? NULL : strides;
+  in->buffer = (HurrayBuffer){
+      .data = data,
+      .desc = {.byte_size = size,
+               .alignment = HURRAY_MIN_ALIGNMENT,
+               .device_id = memory->device_id,
+               .peer_device_id = memory->peer_device_id,
+               .device_tag = HURRAY_DEVICE_CPU,
+               .memory_class = HURRAY_MEM_DEVICE,
+               .sync_mode = HURRAY_SYNC_READY},
+      .flags = flags,
+  };
+  in->handle = &in->buffer;
+  in->role = HURRAY_ROLE_VALUES;
+  in->list = (HurrayBufferList){.count = 1, .capacity = 1, .buffers = &in->handle, .roles = &in->role};
+  in->desc = (HurrayTensorDesc){
+      .layout = HURRAY_LAYOUT_DENSE,
+      .ndim = ndim,
+      .shape = shape,
+      .parts = &in->array,
+      .nparts = 1,
+      .dtype = array->dtype,
+  };
+  in->context = (HurrayTensorContext){
+      .abi_version = HURRAY_C_ABI_VERSION,
+      .flags = flags,
+      .release = release_inline,
+      .tensor = &in->desc,
+      .buffers = &in->list,
+      .owner = owner,
+      .owner_release = owner_release,
+  };
+  self->context = &in->context;
+  self->desc = &in->desc;
+  self->exports = 0;
+  self->weakreflist = NULL;
+  self->ndarray = NULL;
+  if (!memory->acyclic) PyObject_GC_Track(self);
   return (PyObject *)self;
 }
 
@@ -176,6 +269,12 @@ PyObject *hurray__py_tensor_from_memory(HurrayState *st, void *data, uint64_t si
       return hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "buffer size overflows 64 bits");
     }
   }
+  if (memory->tag == HURRAY_DEVICE_CPU && memory->memory_class == HURRAY_MEM_DEVICE &&
+      memory->sync_mode == HURRAY_SYNC_READY && memory->peer_device_id == 0 &&
+      memory->sync_handle == NULL && memory->sync_value == 0 && values.ndim >= 0 &&
+      values.ndim <= HURRAY_PY_INLINE_NDIM) {
+    return tensor_inline(st, (void *)base, size, memory, &values, owner, owner_release);
+  }
   uint32_t flags = memory->readonly ? HURRAY_BUFFER_READ_ONLY : 0;
   HurrayBufferDesc desc = {
       .byte_size = size,
@@ -203,17 +302,15 @@ PyObject *hurray__py_tensor_from_memory(HurrayState *st, void *data, uint64_t si
  * ============================================================================================ */
 
 /* Releases the context of a tensor being cleared or deallocated (the GIL is held). An owner
- * reference of the object kind -- set by this module, so its meaning is known -- is dropped
- * here rather than by the context's release, which would take the GIL again and guard the
- * exception in flight: the one saving that matters on the exchange path. */
+ * reference of one of this module's kinds -- an object, a buffer export, a DLPack import, so
+ * its meaning is known -- is dropped here by its GIL-held twin rather than by the context's
+ * release, which would take the GIL state again: a saving on every tensor's end. */
 static void release_context(HurrayTensorContext *context) {
-  PyObject *owner = NULL;
-  if (context->owner_release == hurray__py_owner_release_object) {
-    owner = context->owner;
-    context->owner_release = NULL;
-  }
+  void *owner = context->owner;
+  HurrayOwnerReleaseFn held = owner_release_held(context->owner_release);
+  if (held != NULL) context->owner_release = NULL;
   hurray_tensor_context_release(context);
-  Py_XDECREF(owner);
+  if (held != NULL) held(owner);
 }
 
 static int tensor_traverse(PyObject *op, visitproc visit, void *arg) {

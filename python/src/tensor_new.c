@@ -66,15 +66,12 @@ static int array_args(HurrayState *st, PyObject *shape_obj, PyObject *strides_ob
   return 0;
 }
 
-PyObject *hurray__py_tensor_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"data", "dtype", "shape", "strides", "byte_offset", NULL};
-  PyObject *data = NULL, *dtype_obj = NULL, *shape_obj = NULL;
-  PyObject *strides_obj = NULL, *offset_obj = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|OO:Tensor", kwlist, &data, &dtype_obj,
-                                   &shape_obj, &strides_obj, &offset_obj)) {
-    return NULL;
-  }
-  HurrayState *st = hurray__py_state_of_type(type);
+static const char *const kTensorNames[] = {"data", "dtype", "shape", "strides", "byte_offset",
+                                           NULL};
+
+/* Tensor(data, dtype, shape, strides=None, byte_offset=0), its arguments parsed. */
+static PyObject *tensor_make(HurrayState *st, PyObject *data, PyObject *dtype_obj,
+                             PyObject *shape_obj, PyObject *strides_obj, PyObject *offset_obj) {
   const HurrayDTypeInfo *dtype = hurray__py_dtype_arg(st, dtype_obj);
   if (dtype == NULL) return NULL;
   int64_t shape[HURRAY_MAX_NDIM];
@@ -85,8 +82,16 @@ PyObject *hurray__py_tensor_new(PyTypeObject *type, PyObject *args, PyObject *kw
     return NULL;
   }
 
-  Py_buffer view;
-  if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) return NULL;
+  /* bytes are immutable: a reference keeps their memory, no buffer export is needed. */
+  int is_bytes = PyBytes_CheckExact(data);
+  Py_buffer view = {.obj = NULL};
+  if (is_bytes) {
+    view.buf = PyBytes_AS_STRING(data);
+    view.len = PyBytes_GET_SIZE(data);
+    view.readonly = 1;
+  } else if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+    return NULL;
+  }
   uint64_t size = (uint64_t)view.len;
   if (array.strides == NULL) {
     /* Contiguous construction: the data must be exactly byte_offset + the packed elements. */
@@ -130,8 +135,13 @@ PyObject *hurray__py_tensor_new(PyTypeObject *type, PyObject *args, PyObject *kw
       .memory_class = HURRAY_MEM_DEVICE,
       .sync_mode = HURRAY_SYNC_READY,
       .readonly = view.readonly,
+      .acyclic = is_bytes || PyByteArray_CheckExact(data),
   };
   void *address = view.buf;
+  if (is_bytes) {
+    return hurray__py_tensor_from_memory(st, address, size, &memory, &array, Py_NewRef(data),
+                                         hurray__py_owner_release_object);
+  }
   void *owner = hurray__py_owner_new_view(&view);
   if (owner == NULL) {
     PyBuffer_Release(&view);
@@ -139,6 +149,24 @@ PyObject *hurray__py_tensor_new(PyTypeObject *type, PyObject *args, PyObject *kw
   }
   return hurray__py_tensor_from_memory(st, address, size, &memory, &array, owner,
                                        hurray__py_owner_release_view);
+}
+
+PyObject *hurray__py_tensor_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  PyObject *a[5] = {NULL, NULL, NULL, NULL, NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|OO:Tensor", (char **)kTensorNames, &a[0],
+                                   &a[1], &a[2], &a[3], &a[4])) {
+    return NULL;
+  }
+  return tensor_make(hurray__py_state_of_type(type), a[0], a[1], a[2], a[3], a[4]);
+}
+
+PyObject *hurray__py_tensor_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf,
+                                       PyObject *kwnames) {
+  static const HurrayPyParser parser = {"Tensor", kTensorNames, 0, 5, 3};
+  PyObject *a[5];
+  if (hurray__py_parse(&parser, args, PyVectorcall_NARGS(nargsf), kwnames, a) < 0) return NULL;
+  return tensor_make(hurray__py_state_of_type((PyTypeObject *)type), a[0], a[1], a[2], a[3],
+                     a[4]);
 }
 
 /* Whether every page of [address, address + size) is mapped in this process -- what can be
