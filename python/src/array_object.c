@@ -40,7 +40,22 @@ enum { ARRAY_OPS(AS_ENUM) OP_COUNT };
 static const char *const kOpNames[OP_COUNT] = {ARRAY_OPS(AS_NAME)};
 #undef AS_NAME
 
-/* The Python implementation of op (borrowed), importing the module on first use. */
+/* The operators' table by name: a tuple of OP_COUNT entries, each the value of
+ * the operator's name in `table` (a dict), or None. */
+static PyObject *op_table(PyObject *table) {
+  PyObject *tuple = PyDict_Check(table) ? PyTuple_New(OP_COUNT) : NULL;
+  if (tuple == NULL && !PyErr_Occurred()) {
+    PyErr_SetString(PyExc_SystemError, "hurray.array_api._array_object.UFUNCS is not a dict");
+  }
+  for (int i = 0; tuple != NULL && i < OP_COUNT; i++) {
+    PyObject *ufunc = PyDict_GetItemString(table, kOpNames[i]);
+    PyTuple_SET_ITEM(tuple, i, Py_NewRef(ufunc == NULL ? Py_None : ufunc));
+  }
+  return tuple;
+}
+
+/* The Python implementation of op (borrowed), importing the module on first use, with the
+ * ufuncs the dispatch below calls itself (its UFUNCS). */
 static PyObject *array_op(HurrayState *st, int op) {
   if (st->array_ops == NULL) {
     PyObject *module = PyImport_ImportModule("hurray.array_api._array_object");
@@ -51,9 +66,16 @@ static PyObject *array_op(HurrayState *st, int op) {
       if (func == NULL) Py_CLEAR(ops);
       else PyTuple_SET_ITEM(ops, i, func);
     }
+    PyObject *table = ops == NULL ? NULL : PyObject_GetAttrString(module, "UFUNCS");
+    PyObject *ufuncs = table == NULL ? NULL : op_table(table);
+    Py_XDECREF(table);
     Py_DECREF(module);
-    if (ops == NULL) return NULL;
+    if (ufuncs == NULL) {
+      Py_XDECREF(ops);
+      return NULL;
+    }
     st->array_ops = ops;
+    st->ufuncs = ufuncs;
   }
   return PyTuple_GET_ITEM(st->array_ops, op);
 }
@@ -67,7 +89,32 @@ static PyObject *call1(PyObject *self, int op) {
   return call(self, op, &self, 1);
 }
 
+/* The dispatch in C: `self` <op> `other` for two tensors of one dtype of the standard, both
+ * over the NumPy arrays they were made from (every result of the engine is one), is the
+ * operator's ufunc on those arrays and the result wrapped, exactly what the Python operator
+ * does for them (_array_object.UFUNCS) without its conversions. NULL without an exception
+ * where it does not apply. */
+static PyObject *dispatch(HurrayState *st, int op, PyObject *self, PyObject *other,
+                          int *done) {
+  *done = 0;
+  if (st->ufuncs == NULL || !Py_IS_TYPE(other, st->tensor_type)) return NULL;
+  PyObject *ufunc = PyTuple_GET_ITEM(st->ufuncs, op);
+  HurrayTensorObject *a = (HurrayTensorObject *)self, *b = (HurrayTensorObject *)other;
+  if (ufunc == Py_None || a->ndarray == NULL || b->ndarray == NULL ||
+      a->desc->dtype != b->desc->dtype || hurray_dtype_info(a->desc->dtype)->tier != 1) {
+    return NULL;
+  }
+  PyObject *args[2] = {hurray__py_tensor_source_ndarray(a), hurray__py_tensor_source_ndarray(b)};
+  if (args[0] == NULL || args[1] == NULL) return NULL;
+  *done = 1;
+  PyObject *result = PyObject_Vectorcall(ufunc, args, 2, NULL);
+  return result == NULL ? NULL : hurray__py_wrap_result(st, result);
+}
+
 static PyObject *call2(PyObject *self, int op, PyObject *other) {
+  int done = 0;
+  PyObject *result = dispatch(hurray__py_state_of(self), op, self, other, &done);
+  if (done) return result;
   PyObject *args[2] = {self, other};
   return call(self, op, args, 2);
 }

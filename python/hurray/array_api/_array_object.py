@@ -83,30 +83,42 @@ def _writable(a):
         )
 
 
-__add__, __radd__, __iadd__ = _binary(np.add)
-__sub__, __rsub__, __isub__ = _binary(np.subtract)
-__mul__, __rmul__, __imul__ = _binary(np.multiply)
-__truediv__, __rtruediv__, __itruediv__ = _binary(np.divide)
+#: The operators that, on two tensors of one dtype of the standard, are exactly
+#: ``wrap(ufunc(a, b))`` on their arrays: array_object.c calls these ufuncs itself for such
+#: operands (the per-call dispatch in C); everything else comes here.
+UFUNCS = {
+    "__add__": np.add, "__sub__": np.subtract, "__mul__": np.multiply,
+    "__truediv__": np.divide, "__mod__": np.remainder, "__pow__": np.power,
+    "__and__": np.bitwise_and, "__or__": np.bitwise_or, "__xor__": np.bitwise_xor,
+    "__lshift__": np.left_shift, "__rshift__": np.right_shift, "__lt__": np.less,
+    "__le__": np.less_equal, "__gt__": np.greater, "__ge__": np.greater_equal,
+    "__eq__": np.equal, "__ne__": np.not_equal, "__matmul__": np.matmul,
+}
+
+__add__, __radd__, __iadd__ = _binary(UFUNCS["__add__"])
+__sub__, __rsub__, __isub__ = _binary(UFUNCS["__sub__"])
+__mul__, __rmul__, __imul__ = _binary(UFUNCS["__mul__"])
+__truediv__, __rtruediv__, __itruediv__ = _binary(UFUNCS["__truediv__"])
 __floordiv__, __rfloordiv__, __ifloordiv__ = _binary(_kernels.floor_divide)
-__mod__, __rmod__, __imod__ = _binary(np.remainder)
-__pow__, __rpow__, __ipow__ = _binary(np.power)
-__and__, __rand__, __iand__ = _binary(np.bitwise_and)
-__or__, __ror__, __ior__ = _binary(np.bitwise_or)
-__xor__, __rxor__, __ixor__ = _binary(np.bitwise_xor)
-__lshift__, __rlshift__, __ilshift__ = _binary(np.left_shift)
-__rshift__, __rrshift__, __irshift__ = _binary(np.right_shift)
-__lt__ = _binary(np.less)[0]
-__le__ = _binary(np.less_equal)[0]
-__gt__ = _binary(np.greater)[0]
-__ge__ = _binary(np.greater_equal)[0]
-__eq__ = _binary(np.equal)[0]
-__ne__ = _binary(np.not_equal)[0]
+__mod__, __rmod__, __imod__ = _binary(UFUNCS["__mod__"])
+__pow__, __rpow__, __ipow__ = _binary(UFUNCS["__pow__"])
+__and__, __rand__, __iand__ = _binary(UFUNCS["__and__"])
+__or__, __ror__, __ior__ = _binary(UFUNCS["__or__"])
+__xor__, __rxor__, __ixor__ = _binary(UFUNCS["__xor__"])
+__lshift__, __rlshift__, __ilshift__ = _binary(UFUNCS["__lshift__"])
+__rshift__, __rrshift__, __irshift__ = _binary(UFUNCS["__rshift__"])
+__lt__ = _binary(UFUNCS["__lt__"])[0]
+__le__ = _binary(UFUNCS["__le__"])[0]
+__gt__ = _binary(UFUNCS["__gt__"])[0]
+__ge__ = _binary(UFUNCS["__ge__"])[0]
+__eq__ = _binary(UFUNCS["__eq__"])[0]
+__ne__ = _binary(UFUNCS["__ne__"])[0]
 
 
 def __matmul__(self, other):
     if type(other) is not Tensor:
         return NotImplemented
-    return wrap(np.matmul(*operands(self, other)))
+    return wrap(UFUNCS["__matmul__"](*operands(self, other)))
 
 
 def __rmatmul__(self, other):

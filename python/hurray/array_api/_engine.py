@@ -116,10 +116,14 @@ def check_device(device):
 
 # ---- tensors <-> ndarrays -------------------------------------------------------------------
 
+_ndarray = _hurray._ndarray
+
+
 def to_np(x):
-    """The NumPy view of a CPU tensor (mode-checked)."""
+    """The NumPy array of a CPU tensor (mode-checked): the array it was made from while that
+    still is exactly the tensor, else a view of its memory."""
     try:
-        a = x.__array__()
+        a = _ndarray(x)
     except _hurray.HurrayError as error:
         if x.device != CPU:
             raise _hurray.UnsupportedError(
