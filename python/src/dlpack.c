@@ -9,9 +9,10 @@
  *
  * Producer. One heap block per export holds the managed struct (versioned or legacy), its
  * shape and strides, and a strong reference to the exported Tensor; the deleter drops the
- * reference with the GIL taken by itself (PyGILState_Ensure), does nothing with Python once
- * the interpreter is finalising, and frees the block. A capsule destroyed under its original
- * name calls the deleter; one renamed by a consumer ("used_...") does not.
+ * reference and frees the block (Python's allocator) with the GIL taken by itself
+ * (PyGILState_Ensure), and does nothing once the interpreter is finalising. A capsule
+ * destroyed under its original name calls the deleter; one renamed by a consumer ("used_...")
+ * does not.
  *
  * Consumer. The capsule is checked completely before it is renamed -- the DLPack tensor by
  * dlpack_check.c, plain C that the fuzz_dlpack target drives too -- so a rejected capsule is
@@ -49,17 +50,23 @@ typedef struct DLExport {
   int64_t dims[];   /* ndim extents, then ndim strides */
 } DLExport;
 
+/* The block is Python's memory (PyMem_Calloc, as NumPy's exports are), freed with the GIL
+ * held; once the interpreter is finalising nothing of Python may be touched: it leaks, with
+ * its reference (the process is ending). */
+/* With the GIL held (the exception in flight is the caller's to keep). */
+static void export_release_held(DLExport *export) {
+  Py_XDECREF(export->tensor);
+  PyMem_Free(export);
+}
+
 static void export_release(DLExport *export) {
-  if (export == NULL) return;
-  if (!HURRAY_PY_FINALIZING()) {
-    PyGILState_STATE gil = PyGILState_Ensure();
-    HurrayPySavedError saved;
-    hurray__py_error_save(&saved);
-    Py_XDECREF(export->tensor);
-    hurray__py_error_restore(&saved);
-    PyGILState_Release(gil);
-  }
-  PyMem_RawFree(export);
+  if (export == NULL || HURRAY_PY_FINALIZING()) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  HurrayPySavedError saved;
+  hurray__py_error_save(&saved);
+  export_release_held(export);
+  hurray__py_error_restore(&saved);
+  PyGILState_Release(gil);
 }
 
 static void legacy_deleter(HurrayDLManagedTensor *self) {
@@ -70,8 +77,9 @@ static void versioned_deleter(HurrayDLManagedTensorVersioned *self) {
   export_release(self->manager_ctx);
 }
 
-/* Capsule destructors: the deleter runs only for a capsule nobody consumed. The exception in
- * flight, if any, survives (a capsule often dies while one propagates). */
+/* Capsule destructors: the deleter runs only for a capsule nobody consumed -- ours, whose
+ * release runs here directly, as the destructor holds the GIL. The exception in flight, if
+ * any, survives (a capsule often dies while one propagates). */
 static void capsule_destructor(PyObject *capsule, const char *name, int versioned) {
   if (!PyCapsule_IsValid(capsule, name)) return; /* renamed by a consumer: not ours any more */
   HurrayPySavedError saved;
@@ -81,10 +89,12 @@ static void capsule_destructor(PyObject *capsule, const char *name, int versione
     PyErr_WriteUnraisable(capsule);
   } else if (versioned) {
     HurrayDLManagedTensorVersioned *m = managed;
-    if (m->deleter != NULL) m->deleter(m);
+    if (m->deleter == versioned_deleter) export_release_held(m->manager_ctx);
+    else if (m->deleter != NULL) m->deleter(m);
   } else {
     HurrayDLManagedTensor *m = managed;
-    if (m->deleter != NULL) m->deleter(m);
+    if (m->deleter == legacy_deleter) export_release_held(m->manager_ctx);
+    else if (m->deleter != NULL) m->deleter(m);
   }
   hurray__py_error_restore(&saved);
 }
@@ -167,7 +177,8 @@ static int tensor_dl_device(HurrayState *st, HurrayTensorObject *self, HurrayDLD
   const HurrayArray *values = hurray__py_tensor_values(st, self);
   if (values == NULL) return -1;
   const HurrayBufferDesc *desc = &hurray__py_tensor_buffer(self, values)->desc;
-  HurrayError error = {0};
+  HurrayError error; /* only its message is read, and only on failure */
+  error.message[0] = '\0';
   int status =
       hurray_device_to_dlpack(desc->device_tag, desc->memory_class, &device->device_type, &error);
   if (status == HURRAY_EUNSUPPORTED) {
@@ -189,7 +200,7 @@ static PyObject *make_capsule(HurrayTensorObject *tensor, HurrayDLDevice device,
   const HurrayDTypeInfo *dtype = hurray_dtype_info(values->dtype);
   const HurrayBuffer *buffer = hurray__py_tensor_buffer(tensor, values);
   int32_t ndim = values->ndim;
-  DLExport *export = PyMem_RawCalloc(1, sizeof(DLExport) + 2 * (size_t)ndim * sizeof(int64_t));
+  DLExport *export = PyMem_Calloc(1, sizeof(DLExport) + 2 * (size_t)ndim * sizeof(int64_t));
   if (export == NULL) return PyErr_NoMemory();
   int64_t *shape = export->dims;
   int64_t *strides = export->dims + ndim;
@@ -510,9 +521,9 @@ static PyObject *call_dlpack(HurrayState *st, PyObject *x, PyObject *dl_device, 
     names[nkw] = st->str_dl_device;
     args[1 + nkw++] = dl_device;
   }
-  PyObject *kwnames = PyTuple_New(nkw);
+  PyObject *kwnames = nkw == 1 ? Py_NewRef(st->dl_kwnames) : PyTuple_New(nkw);
   if (kwnames == NULL) return NULL;
-  for (Py_ssize_t i = 0; i < nkw; i++) PyTuple_SET_ITEM(kwnames, i, Py_NewRef(names[i]));
+  for (Py_ssize_t i = 0; nkw > 1 && i < nkw; i++) PyTuple_SET_ITEM(kwnames, i, Py_NewRef(names[i]));
   PyObject *result = PyObject_VectorcallMethod(st->str_dlpack, args, 1, kwnames);
   Py_DECREF(kwnames);
   if (result == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {

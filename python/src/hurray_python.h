@@ -168,6 +168,7 @@ typedef struct HurrayState {
   PyObject *str_copy;
   PyObject *str_dl_device;
   PyObject *dl_max_version; /* (1, 1): the DLPack version from_dlpack reads */
+  PyObject *dl_kwnames;     /* ("max_version",): the keywords of from_dlpack's usual call */
   PyObject *str_hurray;     /* interned "__hurray__" */
 } HurrayState;
 

@@ -2,9 +2,23 @@
  * state, and the argument helpers every other file uses. */
 #include "hurray_python.h"
 
+#include <string.h>
+
 #include "dlpack_abi.h"
 
 /* ---- argument parsing ---------------------------------------------------------------------- */
+
+/* Whether the keyword `key` (a str) is `name`: compact ASCII strings -- every keyword Python
+ * code passes -- are compared in place, without CPython's general comparison. */
+static int keyword_is(PyObject *key, const char *name) {
+  if (PyUnicode_IS_COMPACT_ASCII(key)) {
+    const char *text = PyUnicode_DATA(key);
+    if (text[0] != name[0]) return 0; /* how most names differ: nothing more to read */
+    size_t length = strlen(name);
+    return (size_t)PyUnicode_GET_LENGTH(key) == length && memcmp(text, name, length) == 0;
+  }
+  return PyUnicode_CompareWithASCIIString(key, name) == 0;
+}
 
 int hurray__py_parse(const HurrayPyParser *parser, PyObject *const *args, Py_ssize_t nargs,
                      PyObject *kwnames, PyObject **out) {
@@ -21,7 +35,7 @@ int hurray__py_parse(const HurrayPyParser *parser, PyObject *const *args, Py_ssi
     PyObject *key = PyTuple_GET_ITEM(kwnames, k);
     int found = -1;
     for (int i = parser->posonly; i < count; i++) {
-      if (PyUnicode_CompareWithASCIIString(key, parser->names[i]) == 0) {
+      if (keyword_is(key, parser->names[i])) {
         found = i;
         break;
       }
@@ -184,6 +198,8 @@ static int hurray_exec(PyObject *module) {
   }
   st->dl_max_version = Py_BuildValue("(II)", HURRAY_DL_MAJOR_VERSION, HURRAY_DL_MINOR_VERSION);
   if (st->dl_max_version == NULL) return -1;
+  st->dl_kwnames = PyTuple_Pack(1, st->str_max_version);
+  if (st->dl_kwnames == NULL) return -1;
   if (hurray__py_dtypes_init(module, st) < 0 || hurray__py_modes_init(module, st) < 0) return -1;
   if (PyModule_AddFunctions(module, hurray__py_error_functions) < 0 ||
       PyModule_AddFunctions(module, hurray__py_mode_functions) < 0 ||
@@ -230,6 +246,7 @@ static int hurray_exec(PyObject *module) {
   X(st->str_copy)               \
   X(st->str_dl_device)          \
   X(st->dl_max_version)         \
+  X(st->dl_kwnames)             \
   X(st->str_hurray)
 
 static int hurray_traverse(PyObject *module, visitproc visit, void *arg) {

@@ -70,7 +70,8 @@ static int probe_layout(PyObject *numpy) {
   PyObject *minus = PyLong_FromLong(-1), *one = PyLong_FromLong(1), *three = PyLong_FromLong(3);
   PyObject *back = minus == NULL ? NULL : PySlice_New(NULL, NULL, minus);
   PyObject *mid = one == NULL || three == NULL ? NULL : PySlice_New(one, three, NULL);
-  PyObject *key = all == NULL || back == NULL || mid == NULL ? NULL : PyTuple_Pack(3, all, back, mid);
+  PyObject *key =
+      all == NULL || back == NULL || mid == NULL ? NULL : PyTuple_Pack(3, all, back, mid);
   PyObject *a = zeros == NULL || key == NULL ? NULL : PyObject_GetItem(zeros, key);
   int result = a == NULL ? -1 : probe_matches(a);
   if (result == 1) { /* and the flag follows the array made read-only */
@@ -597,7 +598,8 @@ PyObject *hurray__py_wrap_result(HurrayState *st, PyObject *arr) {
 static int ndarray_is_tensor(HurrayTensorObject *self, PyObject *a) {
   const HurrayArray *values = &self->desc->parts[0];
   const HurrayBuffer *buffer = hurray__py_tensor_buffer(self, values);
-  if (ND(a)->data != hurray__py_buffer_at(buffer, values->byte_offset) || ND(a)->nd != values->ndim ||
+  if (ND(a)->data != hurray__py_buffer_at(buffer, values->byte_offset) ||
+      ND(a)->nd != values->ndim ||
       ((ND(a)->flags & ND_WRITEABLE) == 0) != hurray__py_tensor_readonly(self)) {
     return 0;
   }

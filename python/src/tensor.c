@@ -146,7 +146,8 @@ static PyObject *tensor_inline(HurrayState *st, void *data, uint64_t size,
   };
   in->handle = &in->buffer;
   in->role = HURRAY_ROLE_VALUES;
-  in->list = (HurrayBufferList){.count = 1, .capacity = 1, .buffers = &in->handle, .roles = &in->role};
+  in->list = (HurrayBufferList){
+      .count = 1, .capacity = 1, .buffers = &in->handle, .roles = &in->role};
   in->desc = (HurrayTensorDesc){
       .layout = HURRAY_LAYOUT_DENSE,
       .ndim = ndim,
@@ -399,7 +400,8 @@ int hurray__py_tensor_host_view(HurrayState *st, HurrayTensorObject *self, const
     return -1;
   }
   /* CPU buffers are always READY (buffer-protocol.md §4 rule 1): nothing to wait for. */
-  HurrayError error = {0};
+  HurrayError error; /* only its message is read, and only on failure */
+  error.message[0] = '\0';
   int status = hurray_array_span(array, &view->begin, &view->end, &error);
   if (status != HURRAY_OK) {
     hurray__py_raise_status(st, status, &error);

@@ -95,7 +95,8 @@ static PyObject *tensor_make(HurrayState *st, PyObject *data, PyObject *dtype_ob
   uint64_t size = (uint64_t)view.len;
   if (array.strides == NULL) {
     /* Contiguous construction: the data must be exactly byte_offset + the packed elements. */
-    HurrayError error = {0};
+    HurrayError error; /* only its message is read, and only on failure */
+    error.message[0] = '\0';
     uint64_t numel = 0, nbytes = 0, needed = 0;
     int status = hurray_array_numel(&array, &numel, &error);
     if (status == HURRAY_OK)
