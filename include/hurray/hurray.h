@@ -1262,7 +1262,8 @@ HURRAY_API int hurray_client_list(HurrayClient *client, HurrayRemoteTensor **out
 
 typedef struct HurrayGetOptions {
   uint8_t preferred_device; /* HurrayDeviceTag; CPU by default (zeroed options) */
-  uint8_t reserved0[3];
+  uint8_t reserved0;
+  uint16_t device_id;       /* of preferred_device, for a queue made here when `queue` is NULL */
   uint32_t flags;           /* HURRAY_GET_* */
   int64_t row_start;        /* with row_stop > row_start: rows [start, stop) of the first axis
                                of a DENSE tensor, as hurray_file_reader_get_rows; both 0: all */
@@ -1272,7 +1273,10 @@ typedef struct HurrayGetOptions {
   uint32_t reserved1;
   HurrayFileProgressFn progress; /* NULL, or called with bytes received so far and in all */
   void *progress_context;
-  uint64_t reserved[4];
+  HurrayDeviceQueue *queue; /* borrowed: where a tensor served on preferred_device is received
+                               (NULL: a queue in the default context of device_id, made and
+                               dropped by the call); its tag must be preferred_device */
+  uint64_t reserved[3];
 } HurrayGetOptions;
 
 /* Fetches tensor `name` into new CPU memory aligned as the server's descriptor says, and
@@ -1280,10 +1284,19 @@ typedef struct HurrayGetOptions {
  * buffer holds only the bytes the tensor's arrays address, laid out as in a file (spec §6.3),
  * so a tensor read from a file arrives byte-identical. Each buffer's XXH3-64 is
  * checked as it completes: a mismatch is HURRAY_ECHECKSUM naming the buffer, the connection
- * is closed and nothing is returned. A preferred device the server does not serve is
- * HURRAY_EUNSUPPORTED from the server unless HURRAY_GET_FALLBACK is set (the tensor then comes
- * from the CPU). Other statuses: HURRAY_EINVAL (no such tensor, bad rows), HURRAY_ELIMIT,
- * HURRAY_ECONNECTION (the server went away: never a truncated tensor), HURRAY_ETIMEOUT.
+ * is closed and nothing is returned.
+ * Devices (ADR-062): a preferred_device other than CPU needs that device's runtime here: the
+ * call receives through `options->queue`, or through a queue it makes on device_id (failing
+ * with that status, HURRAY_EUNSUPPORTED naming the runtime library, before anything is sent --
+ * or, with HURRAY_GET_FALLBACK, asking for the CPU instead). A server serves a tensor on the
+ * CPU and on the device its memory is in; asked for another device it answers
+ * HURRAY_EUNSUPPORTED unless HURRAY_GET_FALLBACK is set (the tensor then comes on the CPU).
+ * A tensor served on the device arrives in new device memory allocated through the queue
+ * (hurray_device_alloc), READY: each chunk of at most 1 MiB is hashed on the host and copied
+ * to the device as it arrives, and after a failure the device memory is freed, never returned.
+ * Other statuses: HURRAY_EINVAL (no such tensor, bad rows, a queue of another tag),
+ * HURRAY_ELIMIT, HURRAY_ECONNECTION (the server went away: never a truncated tensor),
+ * HURRAY_ETIMEOUT, and the device runtime's (HURRAY_EIO, HURRAY_ENOMEM: the connection is closed).
  * `options` may be NULL. After a connection error every call but destroy fails. */
 HURRAY_API int hurray_client_get(HurrayClient *client, const char *name,
                                  const HurrayGetOptions *options, HurrayTensorContext **out,
@@ -1292,8 +1305,9 @@ HURRAY_API int hurray_client_get(HurrayClient *client, const char *name,
  * its name), streaming: each DATA frame goes to the file as it arrives, so memory use is
  * bounded by the frame size whatever the tensor's size, and max_tensor_bytes does not apply.
  * The file appears at `path` only when every byte has arrived and every checksum matched, as
- * with hurray_file_writer_* (a failure leaves any previous file there intact). Statuses: those
- * of hurray_client_get, and the writer's (HURRAY_EIO). */
+ * with hurray_file_writer_* (a failure leaves any previous file there intact). A file holds
+ * host bytes: preferred_device must be CPU (HURRAY_EINVAL). Statuses: those of
+ * hurray_client_get, and the writer's (HURRAY_EIO). */
 HURRAY_API int hurray_client_fetch(HurrayClient *client, const char *name,
                                    const HurrayGetOptions *options, const char *path,
                                    HurrayError *error);

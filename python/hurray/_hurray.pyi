@@ -335,7 +335,7 @@ def serve(tensors: _Path | Mapping[str, Any] | list[_Path | Mapping[str, Any]] |
 @final
 class Client:
     def list(self) -> builtins.list[dict[str, Any]]: ...
-    def get(self, name: str, /, *, device: _DeviceLike = "cpu",
+    def get(self, name: str, /, *, device: _DeviceLike = "cpu", stream: int | None = None,
             slice: builtins.slice | tuple[int, int] | None = None,
             fallback: builtins.bool = False, retries: int = 0,
             progress: Callable[[int, int], object] | None = None) -> Tensor: ...

@@ -286,8 +286,8 @@ static PyObject *meta_to_py(const HurrayMetaValue *value) {
 /* `obj` as a hurray.Tensor (a new reference), without copying: a Tensor as it is, a NumPy
  * array through from_numpy (which keeps read-only arrays and ml_dtypes' types), any other
  * DLPack producer (PyTorch, JAX, ...) through from_dlpack. */
-static PyObject *as_any_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name,
-                               const char *operation) {
+PyObject *hurray__py_as_any_tensor(PyObject *module, HurrayState *st, PyObject *obj,
+                                   PyObject *name, const char *operation) {
   if (Py_IS_TYPE(obj, st->tensor_type)) return Py_NewRef(obj);
   PyObject *numpy_name = PyUnicode_FromString("numpy");
   if (numpy_name == NULL) return NULL;
@@ -313,11 +313,11 @@ static PyObject *as_any_tensor(PyObject *module, HurrayState *st, PyObject *obj,
 
 /* The same in host memory: a tensor on a device is copied to a host staging tensor through its
  * runtime (Tensor.to_device('cpu'), which waits on its sync state); the file records host
- * bytes, as file-format.md 5.2 says (ADR-048), and the wire sends them. A CPU tensor is
- * itself. */
+ * bytes, as file-format.md 5.2 says (ADR-048), and an upload sends them. A CPU tensor is
+ * itself. (A server serves device memory as it is: hurray__py_as_any_tensor.) */
 PyObject *hurray__py_as_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name,
                                const char *operation) {
-  PyObject *tensor = as_any_tensor(module, st, obj, name, operation);
+  PyObject *tensor = hurray__py_as_any_tensor(module, st, obj, name, operation);
   if (tensor == NULL || !Py_IS_TYPE(tensor, st->tensor_type)) return tensor;
   PyObject *host = PyObject_CallMethod(tensor, "to_device", "s", "cpu");
   Py_DECREF(tensor);

@@ -556,6 +556,9 @@ extern PyMethodDef hurray__py_file_functions[];
  * tensor's) name it in the TypeError for anything else. */
 PyObject *hurray__py_as_tensor(PyObject *module, HurrayState *st, PyObject *obj, PyObject *name,
                                const char *operation);
+/* The same without the copy to the host: a tensor on a device stays there (hurray.serve). */
+PyObject *hurray__py_as_any_tensor(PyObject *module, HurrayState *st, PyObject *obj,
+                                   PyObject *name, const char *operation);
 
 /* ============================================================================================
  * wire.c: hurray.connect, hurray.serve, hurray.Client, hurray.Server

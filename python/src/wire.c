@@ -6,6 +6,7 @@
 #include "hurray_python.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -225,9 +226,9 @@ static void progress_call(void *context, uint64_t done, uint64_t total) {
   PyGILState_Release(gil);
 }
 
-static const char *const kGetNames[] = {"name",     "device",  "slice", "fallback",
+static const char *const kGetNames[] = {"name",    "device",   "stream", "slice", "fallback",
                                         "retries", "progress", NULL};
-enum { G_NAME, G_DEVICE, G_SLICE, G_FALLBACK, G_RETRIES, G_PROGRESS, G_COUNT };
+enum { G_NAME, G_DEVICE, G_STREAM, G_SLICE, G_FALLBACK, G_RETRIES, G_PROGRESS, G_COUNT };
 
 /* slice(start, stop) or (start, stop) of non-negative row numbers -> *start, *stop. */
 static int rows_arg(HurrayState *st, PyObject *obj, int64_t *start, int64_t *stop) {
@@ -285,11 +286,14 @@ static PyObject *client_get(PyObject *op, PyObject *const *args, Py_ssize_t narg
   const char *name = PyUnicode_AsUTF8(a[G_NAME]);
   if (name == NULL) return NULL;
   HurrayGetOptions options = {0};
-  if (a[G_DEVICE] != NULL && a[G_DEVICE] != Py_None) {
-    uint16_t index = 0;
-    if (hurray__py_device_arg(st, a[G_DEVICE], &options.preferred_device, &index) < 0) {
-      return NULL;
-    }
+  if (a[G_DEVICE] != NULL && a[G_DEVICE] != Py_None &&
+      hurray__py_device_arg(st, a[G_DEVICE], &options.preferred_device, &options.device_id) < 0) {
+    return NULL;
+  }
+  long long stream = 0;
+  if (a[G_STREAM] != NULL && a[G_STREAM] != Py_None &&
+      hurray__py_int_in_range(st, a[G_STREAM], 1, (long long)INTPTR_MAX, "stream", &stream) < 0) {
+    return NULL;
   }
   if (a[G_SLICE] != NULL && a[G_SLICE] != Py_None &&
       rows_arg(st, a[G_SLICE], &options.row_start, &options.row_stop) < 0) {
@@ -318,9 +322,21 @@ static PyObject *client_get(PyObject *op, PyObject *const *args, Py_ssize_t narg
   if (client == NULL) return NULL;
   HurrayTensorContext *context = NULL;
   HurrayError error = {0};
-  int status;
+  int status = HURRAY_OK;
   Py_BEGIN_ALLOW_THREADS;
-  status = hurray_client_get(client, name, &options, &context, &error);
+  if (stream != 0) { /* the caller's queue, on the preferred device */
+    status = hurray_device_queue_wrap(options.preferred_device, NULL, (void *)(uintptr_t)stream,
+                                      &options.queue, &error);
+    if (status == HURRAY_OK && hurray_device_queue_device_id(options.queue) != options.device_id) {
+      status = HURRAY_EDEVICE;
+      error.code = status;
+      snprintf(error.message, sizeof error.message, "get(): the stream is on %s device %u, not %u",
+               hurray_device_name(options.preferred_device),
+               (unsigned)hurray_device_queue_device_id(options.queue), (unsigned)options.device_id);
+    }
+  }
+  if (status == HURRAY_OK) status = hurray_client_get(client, name, &options, &context, &error);
+  hurray_device_queue_destroy(options.queue);
   Py_END_ALLOW_THREADS;
   CLIENT_SELF->busy = 0;
   if (progress.failed) {
@@ -462,19 +478,28 @@ static PyMethodDef client_methods[] = {
                "'buffers': 1, 'nbytes': 24}]\n")},
     {"get", HURRAY_PY_CFUNC(client_get), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
-         "get($self, name, /, *, device='cpu', slice=None, fallback=False, retries=0,\n"
-         "    progress=None)\n--\n\n"
+         "get($self, name, /, *, device='cpu', stream=None, slice=None, fallback=False,\n"
+         "    retries=0, progress=None)\n--\n\n"
          "Fetch a tensor, checked, with its whole descriptor.\n\n"
          "Parameters\n----------\n"
          "name : str\n"
          "    The tensor's name on the server.\n"
          "device : hurray.Device or str, optional\n"
-         "    The preferred device (``preferred_device`` of the request).\n"
+         "    The preferred device (``preferred_device`` of the request). A server\n"
+         "    serves a tensor on the CPU and on the device its memory is in; a tensor\n"
+         "    served on `device` arrives in new memory of that device, each chunk\n"
+         "    copied there as it arrives and nothing handed out before every checksum\n"
+         "    matched. Receiving on a device needs its runtime here (OpenCL, CUDA).\n"
+         "stream : int, optional\n"
+         "    The queue to receive on, as an integer handle: a cl_command_queue\n"
+         "    (pyopencl: ``queue.int_ptr``) or a CUstream of `device`. By default a new\n"
+         "    queue in the runtime's default context of `device`, as ``to_device``.\n"
          "slice : slice or tuple of int, optional\n"
          "    Rows ``[start, stop)`` of the first axis of a dense tensor; only their\n"
          "    bytes cross the wire.\n"
          "fallback : bool, optional\n"
-         "    Accept the tensor from the CPU when the server cannot serve `device`.\n"
+         "    Accept the tensor on the CPU when the server cannot serve `device`, or\n"
+         "    when its runtime is missing here.\n"
          "retries : int, optional\n"
          "    Reconnections allowed when the connection drops mid-transfer; each\n"
          "    resumes at the first byte not yet received.\n"
@@ -483,14 +508,18 @@ static PyMethodDef client_methods[] = {
          "    exception it raises is raised once the transfer is over.\n\n"
          "Returns\n-------\n"
          "hurray.Tensor\n"
-         "    The tensor in new host memory, aligned as the server's descriptor says:\n"
+         "    The tensor in new memory of the device the server answered on (``cpu``\n"
+         "    unless `device` was served), aligned as the server's descriptor says:\n"
          "    its layout, dtype (Tier 2 and 3 too), shape, strides, axis, block size and\n"
          "    children are the served ones.\n\n"
          "Raises\n------\n"
          "hurray.InvalidArgumentError\n"
          "    No tensor of that name, or rows outside the tensor.\n"
          "hurray.UnsupportedError\n"
-         "    The server cannot serve `device` and `fallback` is false.\n"
+         "    The server cannot serve `device`, or its runtime is missing here, and\n"
+         "    `fallback` is false.\n"
+         "hurray.DescriptorError\n"
+         "    `stream` is a queue of another device than `device`.\n"
          "hurray.ChecksumError\n"
          "    A byte was corrupted in transit; nothing is returned.\n"
          "hurray.ConnectionLostError\n"
@@ -822,7 +851,7 @@ static int serve_add(PyObject *module, HurrayState *st, HurrayServer *server, Py
         Py_DECREF(pairs);
         return -1;
       }
-      PyObject *tensor = hurray__py_as_tensor(module, st, value, key, "serve");
+      PyObject *tensor = hurray__py_as_any_tensor(module, st, value, key, "serve");
       HurrayTensorContext *context =
           tensor == NULL || hurray__py_tensor_live(st, (HurrayTensorObject *)tensor) < 0
               ? NULL
@@ -1008,9 +1037,10 @@ PyMethodDef hurray__py_wire_functions[] = {
          "Parameters\n----------\n"
          "tensors : path, mapping or list, optional\n"
          "    A Hurray file's path (every tensor in it is served from its mapping), a\n"
-         "    mapping of name -> tensor (hurray.Tensor, NumPy array or DLPack producer\n"
-         "    in host memory, served without a copy: do not change it while served),\n"
-         "    or a list of those.\n"
+         "    mapping of name -> tensor (hurray.Tensor, NumPy array or DLPack producer,\n"
+         "    served without a copy: do not change it while served), or a list of\n"
+         "    those. A tensor in OpenCL or CUDA memory is served on the CPU and on\n"
+         "    its device, read through the device's runtime 1 MiB at a time.\n"
          "address : str, optional\n"
          "    Where to listen: ``'127.0.0.1:0'`` (loopback, a free port) by default;\n"
          "    ``'0.0.0.0:PORT'`` listens beyond the host, ``'unix:PATH'`` on a Unix\n"

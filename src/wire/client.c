@@ -1,6 +1,8 @@
 /* client.c -- HurrayClient: blocking calls over a non-blocking socket (or a TLS session over
- * it, for "hurrays://"), every wait bounded by the client's timeout (poll). Tensor bytes are received straight into the buffers they end up
- * in, hashed as they arrive, and handed out only once every buffer's checksum has matched. */
+ * it, for "hurrays://"), every wait bounded by the client's timeout (poll). Tensor bytes are
+ * received straight into the buffers they end up in -- or, for a tensor served on a device,
+ * into a 1 MiB host chunk copied to device memory as it fills (ADR-062) -- hashed as they
+ * arrive, and handed out only once every buffer's checksum has matched. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -439,10 +441,11 @@ int hurray_client_list(HurrayClient *c, HurrayRemoteTensor **out, uint32_t *coun
 
 /* ---- get and fetch ------------------------------------------------------------------------ */
 
-#define CLIENT_CHUNK ((size_t)1 << 20) /* fetch: bytes received per write to the file */
+#define CLIENT_CHUNK ((size_t)WIRE_STAGE_SIZE) /* bytes received per write or device copy */
 
 /* A transfer in progress, kept across reconnections so that it resumes. The bytes go into
- * new buffers (`list`, get) or, streaming, into a file (`writer`, fetch) or a sink (stream). */
+ * new buffers (`list`, get: host memory, or device memory through `queue`, a chunk at a time)
+ * or, streaming, into a file (`writer`, fetch) or a sink (stream). */
 typedef struct Transfer {
   FileArena arena;
   WireTensor tensor;
@@ -452,8 +455,11 @@ typedef struct Transfer {
   uint32_t begun;    /* fetch: buffers begun in the writer */
   WireSinkFn sink;   /* stream */
   void *sink_context;
-  uint8_t *chunk;    /* fetch and stream: CLIENT_CHUNK bytes */
+  uint8_t *chunk;    /* fetch, stream and get on a device: CLIENT_CHUNK bytes */
   HurrayBufferList *list;
+  uint8_t device;            /* the device asked for */
+  HurrayDeviceQueue *queue;  /* get on a device: the caller's or `own_queue` */
+  HurrayDeviceQueue *own_queue;
   FileHasher *hasher;
   uint32_t buffer;
   uint64_t offset;   /* in `buffer` */
@@ -463,7 +469,8 @@ typedef struct Transfer {
 static void transfer_reset(Transfer *t) {
   hurray_file_writer_destroy(t->writer); /* unfinished: nothing appears at the path */
   free(t->chunk);
-  hurray_buffer_list_destroy(t->list);
+  hurray_buffer_list_destroy(t->list); /* device memory too: never handed out half-written */
+  hurray_device_queue_destroy(t->own_queue);
   hurray__hasher_destroy(t->hasher);
   hurray__arena_free(&t->arena);
 }
@@ -508,6 +515,19 @@ static int prepare(Transfer *t, HurrayError *error) {
   }
   t->hasher = hurray__hasher_create();
   if (t->hasher == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  if (w->device != HURRAY_DEVICE_CPU) { /* device memory, filled through a host chunk */
+    t->chunk = malloc(CLIENT_CHUNK);
+    status = t->chunk ? hurray_buffer_list_create(w->nbuffers, &t->list, error)
+                      : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    for (uint32_t i = 0; status == HURRAY_OK && i < w->nbuffers; i++) {
+      HurrayBuffer *b = NULL;
+      status = hurray_device_alloc(t->queue, w->buffers[i].desc.byte_size, 0, &b, error);
+      if (status == HURRAY_OK) {
+        status = hurray_buffer_list_append(t->list, b, w->buffers[i].role, NULL, error);
+      }
+    }
+    return status;
+  }
   if (t->path != NULL || t->sink != NULL) {
     HurrayFileWriterOptions options = {.alignment = alignment};
     t->chunk = malloc(CLIENT_CHUNK);
@@ -546,9 +566,9 @@ static int receive_header(HurrayClient *c, uint64_t id, Transfer *t, bool *end,
     status = hurray__fail(error, HURRAY_EPROTOCOL, "the server resumed at %" PRIu64 ", not %" PRIu64,
                           tensor.resume_offset, t->received);
   }
-  if (status == HURRAY_OK && tensor.device != HURRAY_DEVICE_CPU) {
-    status = hurray__fail(error, HURRAY_EUNSUPPORTED,
-                          "the server sent device 0x%02x buffers; this client receives host memory",
+  if (status == HURRAY_OK && tensor.device != HURRAY_DEVICE_CPU && tensor.device != t->device) {
+    status = hurray__fail(error, HURRAY_EPROTOCOL,
+                          "the server answered on device 0x%02x, which was not asked for",
                           tensor.device);
   }
   if (status == HURRAY_OK && t->have_tensor && !same_buffers(&t->tensor, &tensor)) {
@@ -607,9 +627,15 @@ static int receive_bytes(HurrayClient *c, Transfer *t, uint64_t n, HurrayError *
     status = recv_exact(c, t->chunk, k, error);
     if (status != HURRAY_OK) return status;
     hurray__hasher_update(t->hasher, t->chunk, k);
-    status = t->writer ? hurray_file_writer_write(t->writer, t->chunk, k, error)
-                       : t->sink(t->sink_context, t->buffer, t->offset, t->chunk, k, error);
-    if (status != HURRAY_OK) return broken(c, status); /* the file (or sink) cannot go on */
+    if (t->writer != NULL) {
+      status = hurray_file_writer_write(t->writer, t->chunk, k, error);
+    } else if (t->sink != NULL) {
+      status = t->sink(t->sink_context, t->buffer, t->offset, t->chunk, k, error);
+    } else { /* get on a device */
+      status = hurray_device_copy_from_host(t->queue, t->list->buffers[t->buffer], t->offset,
+                                            t->chunk, k, error);
+    }
+    if (status != HURRAY_OK) return broken(c, status); /* the file, sink or device cannot go on */
     t->offset += k;
     t->received += k;
     n -= k;
@@ -664,6 +690,40 @@ static bool resumable(int status, const Transfer *t) {
          (t->list != NULL || t->chunk != NULL);
 }
 
+/* The queue a transfer receives on when it asks for a device other than the CPU: the caller's,
+ * or one made on the default context of the device; without the device's runtime, the CPU is
+ * asked for instead when the caller accepts it (FALLBACK). */
+static int device_queue(const HurrayGetOptions *o, Transfer *t, WireRequest *r,
+                        HurrayError *error) {
+  t->device = o->preferred_device;
+  if (o->queue != NULL && hurray_device_queue_tag(o->queue) != o->preferred_device) {
+    return hurray__fail(error, HURRAY_EINVAL, "the queue is on %s, not the preferred device %s",
+                        hurray_device_name(hurray_device_queue_tag(o->queue)),
+                        hurray_device_name(o->preferred_device));
+  }
+  if (o->preferred_device == HURRAY_DEVICE_CPU) return HURRAY_OK;
+  if (t->path != NULL || t->sink != NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "a file or a stream takes host bytes: ask for cpu, "
+                                              "not %s",
+                        hurray_device_name(o->preferred_device));
+  }
+  t->queue = o->queue;
+  if (t->queue != NULL) return HURRAY_OK;
+  int status = hurray_device_check(o->preferred_device, error);
+  if (status != HURRAY_OK) return status;
+  HurrayError why = {0};
+  status = hurray_device_queue_create(o->preferred_device, o->device_id, &t->own_queue, &why);
+  if (status == HURRAY_OK) {
+    t->queue = t->own_queue;
+  } else if (r->flags & WIRE_REQUEST_FALLBACK) {
+    t->device = r->preferred_device = HURRAY_DEVICE_CPU; /* the fallback the caller accepted */
+    return HURRAY_OK;
+  } else if (error != NULL) {
+    *error = why;
+  }
+  return status;
+}
+
 /* get and fetch: the request, its answer, and resumption on new connections. */
 static int transfer(HurrayClient *c, const char *name, const HurrayGetOptions *options,
                     Transfer *t, HurrayError *error) {
@@ -674,8 +734,12 @@ static int transfer(HurrayClient *c, const char *name, const HurrayGetOptions *o
   WireRequest r = {.preferred_device = o.preferred_device,
                    .flags = (o.flags & HURRAY_GET_FALLBACK) ? WIRE_REQUEST_FALLBACK : 0};
   if ((o.flags & ~HURRAY_GET_FALLBACK) || !hurray__all_zero(o.reserved, sizeof o.reserved) ||
-      o.row_stop < o.row_start || name == NULL) {
+      o.reserved0 != 0 || o.row_stop < o.row_start || name == NULL) {
     return hurray__fail(error, HURRAY_EINVAL, "invalid get options or name");
+  }
+  if (!t->have_tensor) {
+    status = device_queue(&o, t, &r, error);
+    if (status != HURRAY_OK) return status;
   }
   if (o.row_start != 0 || o.row_stop != 0) {
     r.range_kind = WIRE_RANGE_ROWS;

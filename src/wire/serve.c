@@ -10,45 +10,84 @@
 
 #include "wire.h"
 
-static const uint8_t kZeros[HURRAY_MIN_ALIGNMENT];
-
 /* Appends a segment (skipping empty ones); `segments` has room. */
-static void add_segment(WireSegment *segments, size_t *n, const uint8_t *data, uint64_t len,
-                        uint64_t offset, uint32_t buffer) {
-  if (len > 0) segments[(*n)++] = (WireSegment){data, len, offset, buffer};
+static void add_segment(WireSegment *segments, size_t *n, const WireSegment *g) {
+  if (g->len > 0) segments[(*n)++] = *g;
 }
 
-/* XXH3-64 of compact buffer `buffer`: its segments, zeros included. */
-static uint64_t hash_buffer(FileHasher *h, const WireSegment *segments, size_t n, uint32_t buffer) {
-  hurray__hasher_reset(h);
-  for (size_t i = 0; i < n; i++) {
-    if (segments[i].buffer != buffer) continue;
-    hurray__hasher_update(h, segments[i].data ? segments[i].data : kZeros, (size_t)segments[i].len);
+/* The segment of `len` bytes at byte `begin` of source buffer `source`, placed at `offset` of
+ * compact buffer `buffer`. */
+static WireSegment source_segment(const WireServed *s, const HurrayBufferList *list,
+                                  uint32_t source, uint64_t begin, uint64_t len, uint64_t offset,
+                                  uint32_t buffer) {
+  const HurrayBuffer *b = list->buffers[source];
+  WireSegment g = {.len = len, .offset = offset, .buffer = buffer};
+  if (s->queues != NULL && s->queues[source] != NULL) {
+    g.device = b;
+    g.queue = s->queues[source];
+    g.at = begin;
+  } else {
+    g.data = (const uint8_t *)b->data + begin;
   }
-  return hurray__hasher_digest(h);
+  return g;
 }
 
-int hurray__wire_served_init(WireServed *s, const char *name, const HurrayTensorContext *context,
-                             const uint64_t *checksums, const uint8_t *metadata,
-                             uint32_t metadata_len, HurrayError *error) {
+/* The device the buffers of `list` are on, and a queue for each one in device memory: every
+ * buffer CPU memory, or memory of one device (tag and id) whose runtime is loaded here. */
+static int device_queues(WireServed *s, const char *name, const HurrayBufferList *list,
+                         bool device_ok, HurrayError *error) {
+  s->device = HURRAY_DEVICE_CPU;
+  const HurrayBufferDesc *first = NULL;
+  for (uint32_t i = 0; i < list->count; i++) {
+    const HurrayBufferDesc *d = &list->buffers[i]->desc;
+    if (d->device_tag == HURRAY_DEVICE_CPU) continue;
+    if (!device_ok) {
+      return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                          "tensor '%s' buffer %" PRIu32 " is not in CPU memory", name, i);
+    }
+    if (first != NULL && (d->device_tag != first->device_tag || d->device_id != first->device_id)) {
+      return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                          "tensor '%s' has buffers on two devices (%s:%u and %s:%u)", name,
+                          hurray_device_name(first->device_tag), (unsigned)first->device_id,
+                          hurray_device_name(d->device_tag), (unsigned)d->device_id);
+    }
+    first = d;
+  }
+  if (first == NULL) return HURRAY_OK;
+  s->device = first->device_tag;
+  s->queues = calloc(list->count, sizeof *s->queues);
+  if (s->queues == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  for (uint32_t i = 0; i < list->count; i++) {
+    const HurrayBuffer *b = list->buffers[i];
+    if (b->desc.device_tag == HURRAY_DEVICE_CPU || b->data == NULL) continue;
+    int status = hurray_device_queue_for_buffer(b, &s->queues[i], error);
+    if (status != HURRAY_OK) {
+      return hurray__error_prefix(error, status, "tensor '%s' buffer %" PRIu32 ": ", name, i);
+    }
+  }
+  return HURRAY_OK;
+}
+
+static int served_init(WireServed *s, const char *name, const HurrayTensorContext *context,
+                       const uint64_t *checksums, const uint8_t *metadata, uint32_t metadata_len,
+                       bool device_ok, HurrayError *error) {
   memset(s, 0, sizeof *s);
   size_t name_len = 0;
   int status = hurray__check_cname(name, "tensor name", &name_len, error);
   if (status == HURRAY_OK) status = hurray_tensor_context_check(context, 0, error);
   if (status != HURRAY_OK) return status;
   const HurrayBufferList *list = context->buffers;
-  for (uint32_t i = 0; i < list->count; i++) {
-    if (list->buffers[i]->desc.device_tag != HURRAY_DEVICE_CPU) {
-      return hurray__fail(error, HURRAY_EUNSUPPORTED,
-                          "tensor '%s' buffer %" PRIu32 " is not in CPU memory", name, i);
-    }
-  }
+  status = device_queues(s, name, list, device_ok, error);
   FileRuns runs = {0};
-  FileHasher *hasher = hurray__hasher_create();
-  s->name = malloc(name_len + 1);
-  s->buffers = calloc(list->count + 1u, sizeof *s->buffers);
-  status = s->name && s->buffers && hasher ? hurray__runs_make(&runs, context->tensor, error)
-                                          : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  uint8_t *stage = NULL;
+  if (status == HURRAY_OK) {
+    s->name = malloc(name_len + 1);
+    s->buffers = calloc(list->count + 1u, sizeof *s->buffers);
+    if (s->device != HURRAY_DEVICE_CPU) stage = malloc(WIRE_STAGE_SIZE);
+    status = s->name && s->buffers && (stage || s->device == HURRAY_DEVICE_CPU)
+                 ? hurray__runs_make(&runs, context->tensor, error)
+                 : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
   if (status == HURRAY_OK) {
     s->segments = calloc(2 * runs.count + 1, sizeof *s->segments); /* a gap and a run each */
     if (s->segments == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
@@ -61,26 +100,39 @@ int hurray__wire_served_init(WireServed *s, const char *name, const HurrayTensor
     for (size_t i = 0; i < runs.count; i++) {
       const FileRun *r = &runs.runs[i];
       if (i == 0 || runs.runs[i - 1].buffer != r->buffer) end = 0;
-      add_segment(s->segments, &s->nsegments, NULL, r->placed - end, end, r->buffer);
-      const uint8_t *data = list->buffers[r->buffer]->data;
-      add_segment(s->segments, &s->nsegments, data + r->begin, r->end - r->begin, r->placed,
-                  r->buffer);
+      WireSegment gap = {.len = r->placed - end, .offset = end, .buffer = r->buffer};
+      add_segment(s->segments, &s->nsegments, &gap);
+      WireSegment run = source_segment(s, list, r->buffer, r->begin, r->end - r->begin,
+                                       r->placed, r->buffer);
+      add_segment(s->segments, &s->nsegments, &run);
       end = r->placed + (r->end - r->begin);
       s->buffers[r->buffer].desc.byte_size = end;
     }
-    for (uint32_t i = 0; i < list->count; i++) {
+    for (uint32_t i = 0; status == HURRAY_OK && i < list->count; i++) {
       const HurrayBuffer *b = list->buffers[i];
       WireBuffer *w = &s->buffers[i];
       uint64_t size = w->desc.byte_size;
       w->desc = b->desc;
+      if (b->desc.device_tag != HURRAY_DEVICE_CPU) { /* as on the wire: READY, no device state */
+        w->desc = (HurrayBufferDesc){.alignment = b->desc.alignment,
+                                     .device_tag = HURRAY_DEVICE_CPU,
+                                     .memory_class = HURRAY_MEM_DEVICE,
+                                     .sync_mode = HURRAY_SYNC_READY};
+      }
       w->desc.byte_size = size;
       w->role = list->roles[i];
       /* the whole source buffer, as it is: its stored checksum covers exactly these bytes */
       bool whole = size == b->desc.byte_size;
-      w->checksum = checksums && whole ? checksums[i] : hash_buffer(hasher, s->segments,
-                                                                    s->nsegments, i);
+      if (checksums && whole) {
+        w->checksum = checksums[i];
+      } else {
+        status = hurray__wire_hash_buffer(s->segments, s->nsegments, i, stage, &w->checksum,
+                                          error);
+      }
       s->total_bytes += size;
     }
+  }
+  if (status == HURRAY_OK) {
     status = hurray__record_encode((const uint8_t *)name, name_len, context->tensor,
                                    hurray__runs_rebase, &runs, metadata, metadata_len, &s->record,
                                    error);
@@ -89,12 +141,22 @@ int hurray__wire_served_init(WireServed *s, const char *name, const HurrayTensor
     status = hurray__fail(error, HURRAY_ELIMIT, "tensor '%s': record too large", name);
   }
   hurray__runs_free(&runs);
-  hurray__hasher_destroy(hasher);
+  free(stage);
   if (status != HURRAY_OK) hurray__wire_served_reset(s);
   return status;
 }
 
+int hurray__wire_served_init(WireServed *s, const char *name, const HurrayTensorContext *context,
+                             const uint64_t *checksums, const uint8_t *metadata,
+                             uint32_t metadata_len, HurrayError *error) {
+  return served_init(s, name, context, checksums, metadata, metadata_len, false, error);
+}
+
 void hurray__wire_served_reset(WireServed *s) {
+  for (uint32_t i = 0; s->queues != NULL && i < s->nbuffers; i++) {
+    hurray_device_queue_destroy(s->queues[i]);
+  }
+  free(s->queues);
   hurray__sink_reset(&s->record);
   free(s->name);
   free(s->buffers);
@@ -107,8 +169,7 @@ int hurray__wire_served_create(const char *name, HurrayTensorContext *context,
                                uint32_t metadata_len, WireServed **out, HurrayError *error) {
   *out = NULL;
   WireServed *s = malloc(sizeof *s);
-  int status = s ? hurray__wire_served_init(s, name, context, checksums, metadata, metadata_len,
-                                            error)
+  int status = s ? served_init(s, name, context, checksums, metadata, metadata_len, true, error)
                  : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   if (status != HURRAY_OK) {
     free(s);
@@ -187,7 +248,6 @@ static int slice_rows(const WireServed *s, int64_t start, int64_t stop, RowSlice
   int status = hurray_array_span(&out->part, &begin, &end, error);
   if (status == HURRAY_OK) status = hurray_array_numel(&out->part, &numel, error);
   if (status != HURRAY_OK) return status;
-  const uint8_t *data = s->context->buffers->buffers[a->buffer]->data;
   out->nsegments = 0;
   if (numel == 0) { /* no rows: an empty buffer */
     out->part.byte_offset = 0;
@@ -195,7 +255,8 @@ static int slice_rows(const WireServed *s, int64_t start, int64_t stop, RowSlice
     return HURRAY_OK;
   }
   out->part.byte_offset -= begin;
-  add_segment(out->segments, &out->nsegments, data + begin, end - begin, 0, 0);
+  WireSegment run = source_segment(s, s->context->buffers, a->buffer, begin, end - begin, 0, 0);
+  add_segment(out->segments, &out->nsegments, &run);
   out->len = end - begin;
   return HURRAY_OK;
 }
@@ -210,65 +271,104 @@ static int plan_segments(WirePlan *plan, const WireSegment *segments, size_t n, 
     const WireSegment *g = &segments[i];
     uint64_t lo = from > at ? from - at : 0, hi = to - at < g->len ? to - at : g->len;
     if (lo < hi) {
-      plan->segments[plan->nsegments++] =
-          (WireSegment){g->data ? g->data + lo : NULL, hi - lo, g->offset + lo, g->buffer};
+      WireSegment *part = &plan->segments[plan->nsegments++];
+      *part = *g;
+      if (g->data != NULL) part->data = g->data + lo;
+      part->at = g->at + lo;
+      part->len = hi - lo;
+      part->offset = g->offset + lo;
     }
     at += g->len;
   }
   return HURRAY_OK;
 }
 
-int hurray__wire_plan(const WireServed *s, const WireRequest *r, WirePlan *plan,
-                      HurrayError *error) {
-  memset(plan, 0, sizeof *plan);
+/* The device a response is served on (spec §6.2): the CPU, or the device the tensor is in. */
+static int served_device(const WireServed *s, const WireRequest *r, uint8_t *device,
+                         HurrayError *error) {
   int status = hurray_device_check(r->preferred_device, error);
   if (status != HURRAY_OK) return status;
-  if (r->preferred_device != HURRAY_DEVICE_CPU && !(r->flags & WIRE_REQUEST_FALLBACK)) {
+  *device = HURRAY_DEVICE_CPU;
+  if (r->preferred_device == HURRAY_DEVICE_CPU || r->preferred_device == s->device) {
+    *device = r->preferred_device;
+    return HURRAY_OK;
+  }
+  if (r->flags & WIRE_REQUEST_FALLBACK) return HURRAY_OK;
+  if (s->device == HURRAY_DEVICE_CPU) {
     return hurray__fail(error, HURRAY_EUNSUPPORTED,
                         "device %s (0x%02x) is not served here; this server serves cpu (0x00)",
                         hurray_device_name(r->preferred_device), r->preferred_device);
   }
+  return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                      "device %s (0x%02x) is not served here; tensor '%s' is served on cpu "
+                      "(0x00) and %s (0x%02x)",
+                      hurray_device_name(r->preferred_device), r->preferred_device, s->name,
+                      hurray_device_name(s->device), s->device);
+}
+
+int hurray__wire_plan(const WireServed *s, const WireRequest *r, WirePlan *plan,
+                      HurrayError *error) {
+  memset(plan, 0, sizeof *plan);
+  uint8_t device = HURRAY_DEVICE_CPU;
+  int status = served_device(s, r, &device, error);
+  if (status != HURRAY_OK) return status;
   RowSlice rows;
   WireBuffer row_buffer;
   FileSink row_record = {0};
-  WireTensorHeader h = {HURRAY_DEVICE_CPU, s->nbuffers, s->total_bytes,
+  WireBuffer *table = NULL; /* the buffer table, when it names a device */
+  WireTensorHeader h = {device, s->nbuffers, s->total_bytes,
                         r->resume_offset, s->buffers, s->record.data, (uint32_t)s->record.len};
   const WireSegment *segments = s->segments;
   size_t nsegments = s->nsegments;
   if (r->range_kind == WIRE_RANGE_ROWS) {
     status = slice_rows(s, r->start, r->stop, &rows, error);
     if (status != HURRAY_OK) return status;
-    FileHasher *hasher = hurray__hasher_create();
-    if (hasher == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    uint8_t *stage = NULL;
+    if (s->device != HURRAY_DEVICE_CPU && (stage = malloc(WIRE_STAGE_SIZE)) == NULL) {
+      return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    }
     row_buffer.desc = s->buffers[s->context->tensor->parts[0].buffer].desc;
     row_buffer.desc.byte_size = rows.len;
     row_buffer.desc.alignment = HURRAY_MIN_ALIGNMENT;
-    row_buffer.checksum = hash_buffer(hasher, rows.segments, rows.nsegments, 0);
     row_buffer.role = HURRAY_ROLE_VALUES;
-    hurray__hasher_destroy(hasher);
-    status = hurray__record_encode((const uint8_t *)s->name, s->name_len, &rows.desc, NULL, NULL,
-                                   NULL, 0, &row_record, error);
+    status = hurray__wire_hash_buffer(rows.segments, rows.nsegments, 0, stage,
+                                      &row_buffer.checksum, error);
+    free(stage);
+    if (status == HURRAY_OK) {
+      status = hurray__record_encode((const uint8_t *)s->name, s->name_len, &rows.desc, NULL,
+                                     NULL, NULL, 0, &row_record, error);
+    }
     if (status != HURRAY_OK) {
       hurray__sink_reset(&row_record);
       return status;
     }
-    h = (WireTensorHeader){HURRAY_DEVICE_CPU, 1,           rows.len, r->resume_offset,
-                           &row_buffer,       row_record.data, (uint32_t)row_record.len};
+    h = (WireTensorHeader){device,      1,           rows.len, r->resume_offset,
+                           &row_buffer, row_record.data, (uint32_t)row_record.len};
     segments = rows.segments;
     nsegments = rows.nsegments;
   }
-  uint64_t from = 0, to = h.total_bytes;
-  if (r->range_kind == WIRE_RANGE_BYTES) {
-    if (r->start < 0 || r->stop < r->start || (uint64_t)r->stop > h.total_bytes) {
-      return hurray__fail(error, HURRAY_EINVAL,
-                          "bytes [%" PRId64 ", %" PRId64 ") are outside tensor '%s' (%" PRIu64
-                          " bytes)",
-                          r->start, r->stop, s->name, h.total_bytes);
+  if (device != HURRAY_DEVICE_CPU) { /* every descriptor names the device the response is on */
+    table = calloc(h.nbuffers + 1u, sizeof *table);
+    if (table == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    for (uint32_t i = 0; table != NULL && i < h.nbuffers; i++) {
+      table[i] = h.buffers[i];
+      table[i].desc.device_tag = device;
     }
-    from = (uint64_t)r->start;
-    to = (uint64_t)r->stop;
+    h.buffers = table;
   }
-  if (r->resume_offset > to - from) {
+  uint64_t from = 0, to = h.total_bytes;
+  if (status == HURRAY_OK && r->range_kind == WIRE_RANGE_BYTES) {
+    if (r->start < 0 || r->stop < r->start || (uint64_t)r->stop > h.total_bytes) {
+      status = hurray__fail(error, HURRAY_EINVAL,
+                            "bytes [%" PRId64 ", %" PRId64 ") are outside tensor '%s' (%" PRIu64
+                            " bytes)",
+                            r->start, r->stop, s->name, h.total_bytes);
+    } else {
+      from = (uint64_t)r->start;
+      to = (uint64_t)r->stop;
+    }
+  }
+  if (status == HURRAY_OK && r->resume_offset > to - from) {
     status = hurray__fail(error, HURRAY_EINVAL,
                           "resume offset %" PRIu64 " is past the %" PRIu64 " bytes requested",
                           r->resume_offset, to - from);
@@ -278,6 +378,7 @@ int hurray__wire_plan(const WireServed *s, const WireRequest *r, WirePlan *plan,
     status = plan_segments(plan, segments, nsegments, from + r->resume_offset, to, error);
   }
   hurray__sink_reset(&row_record);
+  free(table);
   if (status != HURRAY_OK) hurray__wire_plan_reset(plan);
   return status;
 }

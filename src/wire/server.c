@@ -3,7 +3,8 @@
  * Memory per connection is bounded: a frame header, the payload of one control frame (at most
  * WIRE_CONTROL_MAX bytes, SERVER_PUT_HEADER_MAX for an upload's header), the control frames
  * queued for it, and nothing for tensor data, which is written from the served buffers (the
- * file mapping or the registered memory) straight to the socket. A connection whose output is
+ * file mapping or the registered memory) straight to the socket -- but for a tensor in device
+ * memory, staged one chunk (WIRE_STAGE_SIZE) at a time through the device backend (device.c). A connection whose output is
  * not drained is not read from (backpressure goes back to its client through TCP), and one that
  * makes no progress for idle_timeout_ms, or takes longer than that over one frame, is closed.
  * Every refusal is an ERROR frame: with the request's id when the connection can go on, with
@@ -87,6 +88,8 @@ typedef struct Conn {
   uint8_t data_head[WIRE_HEADER_SIZE + WIRE_DATA_FIXED];
   size_t data_head_sent;
   uint64_t chunk_left;
+  uint64_t chunk_size;
+  uint8_t *stage;  /* WIRE_STAGE_SIZE bytes while a response from device memory is sent */
   uint32_t events; /* the epoll interest set now */
   uint64_t mem;    /* accounted bytes */
 } Conn;
@@ -109,6 +112,7 @@ struct HurrayServer {
   pthread_mutex_t lock; /* the tensors and the stats */
   WireServed **tensors;
   size_t ntensors, cap;
+  uint32_t device_mask; /* bit t: a tensor in memory of device tag t (< 32) is served */
   HurrayServerStats stats;
   Conn *conns;
   uint8_t scratch[1 << 16]; /* discarded upload bytes land here */
@@ -149,6 +153,7 @@ static int register_tensors(HurrayServer *s, WireServed **items, size_t n, Hurra
   if (status == HURRAY_OK) {
     memcpy(s->tensors + s->ntensors, items, n * sizeof *items);
     s->ntensors += n;
+    for (size_t i = 0; i < n; i++) s->device_mask |= 1u << items[i]->device; /* tags < 32 */
   }
   pthread_mutex_unlock(&s->lock);
   if (status != HURRAY_OK) {
@@ -333,7 +338,7 @@ void hurray_server_stop(HurrayServer *server) {
 /* ---- connections -------------------------------------------------------------------------- */
 
 static void account(HurrayServer *s, Conn *c) {
-  uint64_t mem = sizeof *c + c->out.cap + c->plan.header.cap +
+  uint64_t mem = sizeof *c + c->out.cap + c->plan.header.cap + (c->stage ? WIRE_STAGE_SIZE : 0) +
                  (c->payload ? c->h.length : 0) + (c->upload ? c->upload->bytes : 0);
   pthread_mutex_lock(&s->lock);
   s->stats.buffered_bytes = s->stats.buffered_bytes - c->mem + mem;
@@ -362,6 +367,7 @@ static void conn_close(HurrayServer *s, Conn *c) {
   if (c->next) c->next->prev = c->prev;
   hurray__sink_reset(&c->out);
   hurray__wire_plan_reset(&c->plan);
+  free(c->stage);
   free(c->payload);
   c->payload = NULL;
   upload_free(c->upload);
@@ -417,7 +423,13 @@ static void on_hello(HurrayServer *s, Conn *c, const uint8_t *p, size_t len) {
   if (status == HURRAY_OK) {
     memcpy(c->client_nonce, hello->nonce, WIRE_NONCE_SIZE);
     c->max_frame = hello->max_frame < s->max_frame ? hello->max_frame : s->max_frame;
-    uint8_t cpu = HURRAY_DEVICE_CPU;
+    uint8_t served[32]; /* the CPU, and the devices of the tensors served (spec §4.1) */
+    size_t nserved = 0;
+    pthread_mutex_lock(&s->lock);
+    for (uint8_t tag = 0; tag < 32; tag++) {
+      if (tag == HURRAY_DEVICE_CPU || (s->device_mask & (1u << tag))) served[nserved++] = tag;
+    }
+    pthread_mutex_unlock(&s->lock);
     WireHello *mine = hello; /* reused for the answer */
     memset(mine, 0, sizeof *mine);
     mine->version_major = WIRE_VERSION_MAJOR;
@@ -427,7 +439,7 @@ static void on_hello(HurrayServer *s, Conn *c, const uint8_t *p, size_t len) {
     mine->max_frame = c->max_frame;
     if (s->secret) status = hurray__wire_nonce(c->server_nonce, &e);
     memcpy(mine->nonce, c->server_nonce, WIRE_NONCE_SIZE);
-    if (status == HURRAY_OK) status = hurray__wire_devices_fill(mine, &cpu, 1, &e);
+    if (status == HURRAY_OK) status = hurray__wire_devices_fill(mine, served, nserved, &e);
     if (status == HURRAY_OK) status = hurray__wire_hello_encode(WIRE_SERVER_HELLO, mine, &c->out, &e);
   }
   free(hello);
@@ -792,6 +804,24 @@ static bool conn_read(HurrayServer *s, Conn *c) {
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
+/* Reads the next DATA frame's bytes of device segment `g` into the connection's stage,
+ * shortening `*chunk` to what the stage holds; blocking (the event loop waits for the device).
+ * A device that fails ends the connection with ERROR: a response cannot go on without bytes. */
+static bool stage_chunk(HurrayServer *s, Conn *c, const WireSegment *g, uint64_t *chunk) {
+  HurrayError e = {0};
+  if (*chunk > WIRE_STAGE_SIZE) *chunk = WIRE_STAGE_SIZE;
+  if (c->stage == NULL) {
+    c->stage = malloc(WIRE_STAGE_SIZE);
+    account(s, c);
+  }
+  int status = c->stage ? hurray__wire_segment_read(g, c->segment_sent, c->stage, (size_t)*chunk,
+                                                    &e)
+                        : hurray__fail(&e, HURRAY_ENOMEM, "out of memory");
+  if (status == HURRAY_OK) return true;
+  conn_fail(c, status, e.message);
+  return false;
+}
+
 /* Writes what the socket takes; returns false once the connection has been closed. */
 static bool conn_write(HurrayServer *s, Conn *c) {
   for (;;) {
@@ -805,6 +835,7 @@ static bool conn_write(HurrayServer *s, Conn *c) {
       if (c->chunk_left == 0) { /* the next DATA frame */
         uint64_t left = g->len - c->segment_sent;
         uint64_t chunk = left < c->max_frame ? left : c->max_frame;
+        if (g->device != NULL && !stage_chunk(s, c, g, &chunk)) continue; /* failed: closing */
         bool last = c->segment + 1 == c->plan.nsegments && chunk == left;
         WireHeader h = {WIRE_DATA, last ? WIRE_FLAG_END : 0, c->request_id, chunk + WIRE_DATA_FIXED};
         hurray__wire_header_encode(&h, c->data_head);
@@ -814,12 +845,15 @@ static bool conn_write(HurrayServer *s, Conn *c) {
         hurray__store_le64(f + 8, g->offset + c->segment_sent);
         c->data_head_sent = 0;
         c->chunk_left = chunk;
+        c->chunk_size = chunk;
       }
       if (c->data_head_sent < sizeof c->data_head) {
         iov[n_iov++] = (struct iovec){c->data_head + c->data_head_sent,
                                       sizeof c->data_head - c->data_head_sent};
       }
-      const uint8_t *from = g->data ? g->data + c->segment_sent : kZeros; /* gaps: < 64 bytes */
+      const uint8_t *from = g->device ? c->stage + (c->chunk_size - c->chunk_left)
+                            : g->data ? g->data + c->segment_sent
+                                      : kZeros; /* gaps: < 64 bytes */
       iov[n_iov++] = (struct iovec){(void *)from, (size_t)c->chunk_left};
     } else {
       break;
@@ -857,6 +891,8 @@ static bool conn_write(HurrayServer *s, Conn *c) {
       if (c->segment == c->plan.nsegments) {
         c->sending = false;
         hurray__wire_plan_reset(&c->plan);
+        free(c->stage);
+        c->stage = NULL;
         account(s, c);
       }
     }

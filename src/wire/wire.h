@@ -5,6 +5,7 @@
  *   auth.c     the challenge-response MAC (HMAC-SHA-256, OpenSSL libcrypto) and nonces
  *   net.c      addresses and the clock
  *   tls.c      the byte stream of a connection: the socket, or a TLS session over it (ADR-061)
+ *   device.c   segments in device memory: staged to the host in bounded chunks
  *   serve.c    what a server serves: a tensor as buffers + record, rows sliced, checksums
  *   server.c   HurrayServer: the epoll event loop
  *   client.c   HurrayClient: blocking calls with timeouts
@@ -217,40 +218,64 @@ HURRAY_INTERNAL int hurray__wire_nonce(uint8_t out[WIRE_NONCE_SIZE], HurrayError
 /* ---- serve.c ------------------------------------------------------------------------------ */
 
 /* A run of stream bytes of one buffer: `len` bytes at `offset` of compact buffer `buffer`, from
- * `data`, or zeros (always fewer than 64) when `data` is NULL. */
+ * host memory `data`; or from byte `at` of the device buffer `device`, read through `queue`
+ * (device.c); or zeros (always fewer than 64) when both are NULL. */
 typedef struct WireSegment {
   const uint8_t *data;
+  const HurrayBuffer *device;
+  HurrayDeviceQueue *queue;
+  uint64_t at;
   uint64_t len;
   uint64_t offset;
   uint32_t buffer;
 } WireSegment;
 
+/* The most bytes of device memory a server or client stages at once (per connection, or per
+ * transfer): a DATA frame from device memory carries at most this many. */
+#define WIRE_STAGE_SIZE ((uint64_t)1 << 20)
+
+/* ---- device.c ----------------------------------------------------------------------------- */
+
+/* Copies `n` bytes of segment `g`, from its byte `from` on, to `dst`: host bytes, zeros, or
+ * device memory through the segment's queue (blocking; it waits on the buffer's sync state). */
+HURRAY_INTERNAL int hurray__wire_segment_read(const WireSegment *g, uint64_t from, void *dst,
+                                              size_t n, HurrayError *error);
+/* XXH3-64 of compact buffer `buffer`: its segments in order, device ones staged through
+ * `stage` (WIRE_STAGE_SIZE bytes, may be NULL when no segment is in device memory). */
+HURRAY_INTERNAL int hurray__wire_hash_buffer(const WireSegment *segments, size_t n,
+                                             uint32_t buffer, uint8_t *stage, uint64_t *out,
+                                             HurrayError *error);
+
 /* A tensor a server serves, as it goes on the wire: each buffer reduced to the bytes its arrays
  * address (hurray__runs_make), the tensor record re-based onto those compact buffers, each
- * compact buffer's XXH3-64, and the segments that make up the stream. Immutable once made. */
+ * compact buffer's XXH3-64, and the segments that make up the stream. Immutable once made.
+ * A tensor in device memory (`device` not CPU) has a queue per device buffer, in the context
+ * its memory belongs to (hurray_device_queue_for_buffer); its bytes are read through them. */
 typedef struct WireServed {
   char *name;
   size_t name_len;
   HurrayTensorContext *context; /* the source, owned (NULL for one made by init) */
+  uint8_t device;               /* the device its memory is on: CPU, or one device tag */
   uint32_t nbuffers;
   FileSink record;              /* name, re-based descriptor, metadata (file-format.md §6) */
-  WireBuffer *buffers;          /* the compact buffers' table entries */
+  WireBuffer *buffers;          /* the compact buffers' table entries, as for the CPU */
+  HurrayDeviceQueue **queues;   /* per source buffer: NULL for CPU memory */
   WireSegment *segments;        /* the whole stream, in order */
   size_t nsegments;
   uint64_t total_bytes;
 } WireServed;
 
-/* SINK for `context`, whose buffers must be CPU memory that does not change while served.
- * `checksums` (may be NULL): the XXH3-64 of each source buffer as it is, used where a compact
- * buffer is the whole source buffer (a file's tensors), instead of hashing it. `metadata`:
- * encoded, copied. */
+/* SINK for `context`, whose buffers must be CPU memory, or memory of one device with a backend
+ * (ADR-062), that does not change while served. `checksums` (may be NULL): the XXH3-64 of each
+ * source buffer as it is, used where a compact buffer is the whole source buffer (a file's
+ * tensors), instead of hashing it. `metadata`: encoded, copied. */
 HURRAY_INTERNAL int hurray__wire_served_create(const char *name, HurrayTensorContext *context,
                                                const uint64_t *checksums,
                                                const uint8_t *metadata, uint32_t metadata_len,
                                                WireServed **out, HurrayError *error);
 HURRAY_INTERNAL void hurray__wire_served_destroy(WireServed *served);
-/* The same over a context the caller keeps (a client's upload): `*served` borrows its memory;
- * reset frees what init made. */
+/* The same over a context the caller keeps (a client's upload, CPU memory only): `*served`
+ * borrows its memory; reset frees what init made. */
 HURRAY_INTERNAL int hurray__wire_served_init(WireServed *served, const char *name,
                                              const HurrayTensorContext *context,
                                              const uint64_t *checksums, const uint8_t *metadata,

@@ -174,6 +174,7 @@ PIN_OFFSET(HurrayRemoteTensor, shape, 280);
 PIN_SIZE(HurrayGetOptions, 80);
 PIN_OFFSET(HurrayGetOptions, preferred_device, 0);
 PIN_OFFSET(HurrayGetOptions, reserved0, 1);
+PIN_OFFSET(HurrayGetOptions, device_id, 2);
 PIN_OFFSET(HurrayGetOptions, flags, 4);
 PIN_OFFSET(HurrayGetOptions, row_start, 8);
 PIN_OFFSET(HurrayGetOptions, row_stop, 16);
@@ -181,7 +182,8 @@ PIN_OFFSET(HurrayGetOptions, retries, 24);
 PIN_OFFSET(HurrayGetOptions, reserved1, 28);
 PIN_OFFSET(HurrayGetOptions, progress, 32);
 PIN_OFFSET(HurrayGetOptions, progress_context, 40);
-PIN_OFFSET(HurrayGetOptions, reserved, 48);
+PIN_OFFSET(HurrayGetOptions, queue, 48);
+PIN_OFFSET(HurrayGetOptions, reserved, 56);
 #endif
 
 /* Signatures of the functions added since the ABI version was last raised: a changed one fails

@@ -419,6 +419,8 @@ static void handshake_refusals(void **state) {
   finish(&r);
 }
 
+static HurrayDeviceQueue *opencl_queue(void);
+
 static void preferred_device(void **state) {
   (void)state;
   Running r;
@@ -431,16 +433,33 @@ static void preferred_device(void **state) {
   OK(hurray_client_info(c, &info, E));
   assert_int_equal(info.ndevices, 1);
   assert_int_equal(info.devices[0], HURRAY_DEVICE_CPU);
-  HurrayGetOptions o = {.preferred_device = HURRAY_DEVICE_CUDA};
+  /* a device the client cannot receive on is refused before anything is sent */
+  HurrayGetOptions o = {.preferred_device = HURRAY_DEVICE_ROCM};
   HurrayTensorContext *got = NULL;
   HurrayError error = {0};
   assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_EUNSUPPORTED);
   assert_string_equal(error.message,
-                      "peer: device cuda (0x01) is not served here; this server serves cpu (0x00)");
-  o.flags = HURRAY_GET_FALLBACK;
+                      "hurray-core has no runtime backend for rocm memory (only opencl and cuda)");
+  o.flags = HURRAY_GET_FALLBACK; /* ... or asked for on the CPU, as the caller accepts */
   OK(hurray_client_get(c, "x", &o, &got, E));
   assert_int_equal(got->buffers->buffers[0]->desc.device_tag, HURRAY_DEVICE_CPU);
   hurray_tensor_context_release(got);
+  /* a device the client can receive on but the server does not serve the tensor on */
+  HurrayDeviceQueue *q = opencl_queue();
+  if (q != NULL) {
+    o = (HurrayGetOptions){.preferred_device = HURRAY_DEVICE_OPENCL, .queue = q};
+    assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_EUNSUPPORTED);
+    assert_string_equal(error.message, "peer: device opencl (0x08) is not served here; this "
+                                       "server serves cpu (0x00)");
+    o.flags = HURRAY_GET_FALLBACK;
+    OK(hurray_client_get(c, "x", &o, &got, E));
+    assert_int_equal(got->buffers->buffers[0]->desc.device_tag, HURRAY_DEVICE_CPU);
+    hurray_tensor_context_release(got);
+    o = (HurrayGetOptions){.preferred_device = HURRAY_DEVICE_CPU, .queue = q};
+    assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_EINVAL);
+    assert_string_equal(error.message, "the queue is on opencl, not the preferred device cpu");
+    hurray_device_queue_destroy(q);
+  }
   hurray_client_destroy(c);
   finish(&r);
 }
@@ -1177,6 +1196,165 @@ static void tls_faults(void **state) {
   finish(&r);
 }
 
+/* ---- tensors in device memory (OpenCL: PoCL in CI) ---------------------------------------- */
+
+/* A queue on OpenCL device 0, or NULL where there is no OpenCL runtime (a failure under
+ * HURRAY_REQUIRE_OPENCL=1, as scripts/test.sh sets). */
+static HurrayDeviceQueue *opencl_queue(void) {
+  HurrayDeviceQueue *q = NULL;
+  HurrayError error = {0};
+  if (hurray_device_queue_create(HURRAY_DEVICE_OPENCL, 0, &q, &error) == HURRAY_OK) return q;
+  const char *require = getenv("HURRAY_REQUIRE_OPENCL");
+  if (require != NULL && strcmp(require, "1") == 0) fail_msg("OpenCL is required: %s", error.message);
+  return NULL;
+}
+
+/* bytes_tensor's tensor, in OpenCL memory allocated through `q`. */
+static HurrayTensorContext *device_tensor(HurrayDeviceQueue *q, uint64_t n, uint8_t seed) {
+  HurrayTensorContext *host = bytes_tensor(n, seed);
+  HurrayBufferList *list = NULL;
+  HurrayBuffer *b = NULL;
+  OK(hurray_buffer_list_create(1, &list, E));
+  OK(hurray_device_alloc(q, n, 0, &b, E));
+  OK(hurray_device_copy_from_host(q, b, 0, host->buffers->buffers[0]->data, n, E));
+  OK(hurray_buffer_list_append(list, b, HURRAY_ROLE_VALUES, NULL, E));
+  HurrayTensorContext *c = NULL;
+  OK(hurray_tensor_context_create(host->tensor, list, 0, NULL, NULL, &c, E));
+  hurray_tensor_context_release(host);
+  return c;
+}
+
+/* `got` is in OpenCL memory and holds bytes [from, from + n) of bytes_tensor(_, seed). */
+static void assert_device_bytes(HurrayDeviceQueue *q, const HurrayTensorContext *got,
+                                uint64_t from, uint64_t n, uint8_t seed) {
+  const HurrayBuffer *b = got->buffers->buffers[0];
+  assert_int_equal(b->desc.device_tag, HURRAY_DEVICE_OPENCL);
+  assert_int_equal(b->desc.sync_mode, HURRAY_SYNC_READY);
+  assert_int_equal(b->desc.byte_size, n);
+  uint8_t *back = malloc(n);
+  OK(hurray_device_copy_to_host(q, b, 0, back, n, E));
+  for (uint64_t i = 0; i < n; i++) {
+    if (back[i] != (uint8_t)(((from + i) * 7 + seed) % 251)) fail_msg("byte %llu", (unsigned long long)i);
+  }
+  free(back);
+}
+
+static void device_tensors_cross(void **state) {
+  (void)state;
+  HurrayDeviceQueue *q = opencl_queue();
+  if (q == NULL) skip();
+  uint64_t n = (3u << 20) + 13; /* several staged chunks and DATA frames, and a short one */
+  Running r;
+  HurrayServerOptions so = {.max_frame = 1 << 16};
+  start(&r, &so);
+  OK(hurray_server_add_tensor(r.server, "x", device_tensor(q, n, 9), E));
+  go(&r);
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  HurrayClientInfo info;
+  OK(hurray_client_info(c, &info, E)); /* the hello says the server serves from OpenCL */
+  assert_int_equal(info.ndevices, 2);
+  assert_int_equal(info.devices[1], HURRAY_DEVICE_OPENCL);
+  /* into OpenCL memory, on the caller's queue and on one the client makes */
+  HurrayGetOptions o = {.preferred_device = HURRAY_DEVICE_OPENCL, .queue = q};
+  HurrayTensorContext *got = NULL;
+  OK(hurray_client_get(c, "x", &o, &got, E));
+  assert_device_bytes(q, got, 0, n, 9);
+  hurray_tensor_context_release(got);
+  o.queue = NULL;
+  OK(hurray_client_get(c, "x", &o, &got, E));
+  assert_device_bytes(q, got, 0, n, 9);
+  hurray_tensor_context_release(got);
+  /* rows, on the device */
+  o = (HurrayGetOptions){.preferred_device = HURRAY_DEVICE_OPENCL, .queue = q,
+                         .row_start = 1000, .row_stop = 2000000};
+  OK(hurray_client_get(c, "x", &o, &got, E));
+  assert_device_bytes(q, got, 1000, 2000000 - 1000, 9);
+  hurray_tensor_context_release(got);
+  /* to a CPU client: staged through the host, in memory aligned as the device's */
+  HurrayTensorContext *want = bytes_tensor(n, 9);
+  const void *bytes = want->buffers->buffers[0]->data;
+  OK(hurray_client_get(c, "x", NULL, &got, E));
+  assert_int_equal(got->buffers->buffers[0]->desc.device_tag, HURRAY_DEVICE_CPU);
+  HurrayBuffer *probe = NULL;
+  OK(hurray_device_alloc(q, 64, 0, &probe, E));
+  assert_int_equal(got->buffers->buffers[0]->desc.alignment, probe->desc.alignment);
+  hurray_buffer_destroy(probe);
+  assert_memory_equal(got->buffers->buffers[0]->data, bytes, n);
+  hurray_tensor_context_release(got);
+  /* a device the tensor is not on: the CPU with FALLBACK */
+  o = (HurrayGetOptions){.preferred_device = HURRAY_DEVICE_ROCM, .flags = HURRAY_GET_FALLBACK};
+  OK(hurray_client_get(c, "x", &o, &got, E));
+  assert_memory_equal(got->buffers->buffers[0]->data, bytes, n);
+  hurray_tensor_context_release(got);
+  hurray_tensor_context_release(want);
+  hurray_client_destroy(c);
+  /* on the wire: a device the tensor is not on, without FALLBACK, names those it is served on
+     (a raw request: the reference client refuses cuda itself where libcuda is missing) */
+  WireRequest req = {.preferred_device = HURRAY_DEVICE_CUDA, .name_len = 1, .name = "x"};
+  FileSink payload = {0}, frame = {0};
+  OK(hurray__wire_request_encode(&req, &payload, E));
+  WireHello *hello = calloc(1, sizeof *hello);
+  hello->version_major = 1;
+  hello->max_frame = 1 << 20;
+  const uint8_t cpu = 0;
+  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  free(hello);
+  hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
+  int fd = raw_connect(r.address);
+  raw_send(fd, &frame);
+  WireHeader h;
+  static uint8_t buf[1 << 12];
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_ERROR);
+  HurrayError refused = {0};
+  assert_int_equal(hurray__wire_error_decode(buf, (size_t)h.length, &refused), HURRAY_EUNSUPPORTED);
+  assert_string_equal(refused.message, "peer: device cuda (0x01) is not served here; tensor 'x' is "
+                                       "served on cpu (0x00) and opencl (0x08)");
+  close(fd);
+  hurray__sink_reset(&payload);
+  hurray__sink_reset(&frame);
+  finish(&r);
+  hurray_device_queue_destroy(q);
+}
+
+static void device_transfer_corrupted_or_cut(void **state) {
+  (void)state;
+  HurrayDeviceQueue *q = opencl_queue();
+  if (q == NULL) skip();
+  uint64_t n = 3u << 20;
+  Running r;
+  start(&r, NULL);
+  OK(hurray_server_add_tensor(r.server, "x", device_tensor(q, n, 4), E));
+  go(&r);
+  HurrayGetOptions o = {.preferred_device = HURRAY_DEVICE_OPENCL, .queue = q};
+  /* a flipped byte: ECHECKSUM, and no device tensor handed out */
+  Proxy p = {.flip_at = 2500000, .connections = 1};
+  proxy_start(&p, r.address);
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(p.address, NULL, &c, E));
+  HurrayTensorContext *got = NULL;
+  HurrayError error = {0};
+  assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_ECHECKSUM);
+  assert_null(got);
+  assert_string_equal(error.message, "tensor 'x' buffer 0: checksum mismatch (corrupted in transit)");
+  hurray_client_destroy(c);
+  proxy_stop(&p);
+  /* a cut connection: resumed into the same device memory */
+  Proxy cut = {.cut_at = 1500000, .connections = 2};
+  proxy_start(&cut, r.address);
+  OK(hurray_client_connect(cut.address, NULL, &c, E));
+  o.retries = 1;
+  OK(hurray_client_get(c, "x", &o, &got, E));
+  assert_device_bytes(q, got, 0, n, 4);
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  proxy_stop(&cut);
+  finish(&r);
+  hurray_device_queue_destroy(q);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -1188,6 +1366,8 @@ int main(void) {
       cmocka_unit_test(preferred_device),
       cmocka_unit_test(flipped_byte_detected),
       cmocka_unit_test(interrupted_transfer_resumes),
+      cmocka_unit_test(device_tensors_cross),
+      cmocka_unit_test(device_transfer_corrupted_or_cut),
       cmocka_unit_test(faults_do_not_stall_others),
       cmocka_unit_test(thousand_clients),
       cmocka_unit_test(killed_server),

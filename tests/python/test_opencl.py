@@ -322,3 +322,63 @@ def test_device_ids_follow_the_platform_order(ctx):
         pytest.skip("the first OpenCL platform is not the one under test")
     tensor = hurray.from_numpy(np.ones(2, np.float32)).to_device("opencl:0")
     assert tensor.buffers[0]["device"].index == 0
+
+
+# --------------------------------------------------------------------------------------------
+# The wire: a server serves OpenCL tensors, a client receives into OpenCL memory (ADR-062)
+# --------------------------------------------------------------------------------------------
+
+def test_served_from_opencl_received_into_opencl(ctx, queue):
+    values = (np.arange(3 * (1 << 18), dtype=np.float32) * 0.25).reshape(-1, 256)  # 3 MiB
+    buf = cl_buffer(ctx, values)
+    with hurray.serve({"w": wrap(buf, values)}) as server, \
+            hurray.connect(server.address) as client:
+        assert hurray.Device("opencl", 0) in client.info["devices"]
+        got = client.get("w", device="opencl", stream=queue.int_ptr)
+        assert got.device == hurray.Device("opencl", 0)
+        assert got.sync_mode == "ready"
+        assert got.buffer_address != buf.int_ptr  # new device memory of the client's own
+        np.testing.assert_array_equal(read_back(queue, got, values), values)
+        # on a queue the client makes in the default context, and rows only
+        rows = client.get("w", device="opencl:0", slice=slice(100, 2000))
+        assert rows.device == hurray.Device("opencl", 0)
+        np.testing.assert_array_equal(host(rows.to_device("cpu")), values[100:2000])
+        # to a CPU client: staged through the server's host memory
+        on_cpu = client.get("w")
+        assert on_cpu.device == hurray.Device("cpu", 0)
+        np.testing.assert_array_equal(host(on_cpu), values)
+
+
+def test_a_cpu_tensor_is_not_served_on_opencl(ctx, queue):
+    values = np.arange(10, dtype=np.int64)
+    with hurray.serve({"c": values}) as server, hurray.connect(server.address) as client:
+        with pytest.raises(hurray.UnsupportedError,
+                           match=r"device opencl \(0x08\) is not served here; this server "
+                                 r"serves cpu \(0x00\)"):
+            client.get("c", device="opencl", stream=queue.int_ptr)
+        fell_back = client.get("c", device="opencl", stream=queue.int_ptr, fallback=True)
+        assert fell_back.device == hurray.Device("cpu", 0)
+        np.testing.assert_array_equal(host(fell_back), values)
+        with pytest.raises(hurray.DescriptorError, match="the stream is on opencl device 0, not 2"):
+            client.get("c", device="opencl:2", stream=queue.int_ptr)
+
+
+def test_the_server_waits_on_the_producers_event(ctx, queue):
+    """A tensor served with the event of the kernel that writes it: the server's device reads
+    wait on the event, so the client receives the written values, never the old ones."""
+    program = cl.Program(ctx, SLOW_FILL).build()
+    kernel = cl.Kernel(program, "slow_fill")
+    n = 4096
+    buf = cl_buffer(ctx, np.zeros(n, np.uint32))
+    scratch = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, n * 4)
+    kernel.set_args(buf, scratch, np.uint32(5), np.uint32(200000))
+    written = cl.enqueue_nd_range_kernel(queue, kernel, (n,), None)
+    queue.flush()
+    tensor = hurray.Tensor.from_address(buf.int_ptr, "uint32", n, device="opencl",
+                                        sync_mode="event", sync_handle=written.int_ptr,
+                                        owner=(buf, written))
+    with hurray.serve({"e": tensor}) as server, hurray.connect(server.address) as client:
+        got = client.get("e", device="opencl", stream=queue.int_ptr)
+        assert (read_back(queue, got, np.zeros(n, np.uint32)) == 5).all()
+        assert (host(client.get("e")) == 5).all()
+    queue.finish()
