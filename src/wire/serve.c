@@ -57,6 +57,7 @@ static int device_queues(WireServed *s, const char *name, const HurrayBufferList
   s->device = first->device_tag;
   s->queues = calloc(list->count, sizeof *s->queues);
   if (s->queues == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  s->nbuffers = list->count; /* what reset destroys the queues of */
   for (uint32_t i = 0; i < list->count; i++) {
     const HurrayBuffer *b = list->buffers[i];
     if (b->desc.device_tag == HURRAY_DEVICE_CPU || b->data == NULL) continue;

@@ -4,9 +4,10 @@
  * WIRE_CONTROL_MAX bytes, SERVER_PUT_HEADER_MAX for an upload's header), the control frames
  * queued for it, and nothing for tensor data, which is written from the served buffers (the
  * file mapping or the registered memory) straight to the socket -- but for a tensor in device
- * memory, staged one chunk (WIRE_STAGE_SIZE) at a time through the device backend (device.c). A connection whose output is
- * not drained is not read from (backpressure goes back to its client through TCP), and one that
- * makes no progress for idle_timeout_ms, or takes longer than that over one frame, is closed.
+ * memory, staged one chunk (WIRE_STAGE_SIZE) at a time through the device backend (device.c).
+ * A connection whose output is not drained is not read from (backpressure goes back to its
+ * client through TCP), and one that makes no progress for idle_timeout_ms, or takes longer than
+ * that over one frame, is closed.
  * Every refusal is an ERROR frame: with the request's id when the connection can go on, with
  * id 0 just before the server closes it.
  *

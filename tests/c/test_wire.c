@@ -1205,7 +1205,9 @@ static HurrayDeviceQueue *opencl_queue(void) {
   HurrayError error = {0};
   if (hurray_device_queue_create(HURRAY_DEVICE_OPENCL, 0, &q, &error) == HURRAY_OK) return q;
   const char *require = getenv("HURRAY_REQUIRE_OPENCL");
-  if (require != NULL && strcmp(require, "1") == 0) fail_msg("OpenCL is required: %s", error.message);
+  if (require != NULL && strcmp(require, "1") == 0) {
+    fail_msg("OpenCL is required: %s", error.message);
+  }
   return NULL;
 }
 
@@ -1234,7 +1236,9 @@ static void assert_device_bytes(HurrayDeviceQueue *q, const HurrayTensorContext 
   uint8_t *back = malloc(n);
   OK(hurray_device_copy_to_host(q, b, 0, back, n, E));
   for (uint64_t i = 0; i < n; i++) {
-    if (back[i] != (uint8_t)(((from + i) * 7 + seed) % 251)) fail_msg("byte %llu", (unsigned long long)i);
+    if (back[i] != (uint8_t)(((from + i) * 7 + seed) % 251)) {
+      fail_msg("byte %llu", (unsigned long long)i);
+    }
   }
   free(back);
 }
@@ -1338,7 +1342,8 @@ static void device_transfer_corrupted_or_cut(void **state) {
   HurrayError error = {0};
   assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_ECHECKSUM);
   assert_null(got);
-  assert_string_equal(error.message, "tensor 'x' buffer 0: checksum mismatch (corrupted in transit)");
+  assert_string_equal(error.message,
+                      "tensor 'x' buffer 0: checksum mismatch (corrupted in transit)");
   hurray_client_destroy(c);
   proxy_stop(&p);
   /* a cut connection: resumed into the same device memory */
