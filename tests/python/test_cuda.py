@@ -1,6 +1,7 @@
 """CUDA memory (tag 0x01) through hurray-core's CUDA backend (ADR-047) with PyTorch CUDA tensors
-as the peer: DLPack and from_hurray both ways, to_device both ways, and the stream and event
-semantics of a producer whose writes are still running. It needs an NVIDIA GPU, its driver
+as the peer: DLPack and from_hurray both ways, to_device both ways, the stream and event
+semantics of a producer whose writes are still running, and the wire from and into CUDA memory
+(ADR-062). It needs an NVIDIA GPU, its driver
 (libcuda.so.1) and a CUDA build of PyTorch; elsewhere every test is skipped, except under
 HURRAY_REQUIRE_CUDA=1 (scripts/gpu_check.sh), where a missing GPU fails."""
 
@@ -54,7 +55,7 @@ def test_torch_to_hurray_through_dlpack_zero_copy_and_back_to_host():
 
 def test_hurray_to_torch_through_dlpack_and_to_device():
     values = np.arange(-8, 8, dtype=np.int32).reshape(4, 4)
-    stream = torch.cuda.current_stream()
+    stream = torch.cuda.Stream()  # a created one: the default stream's handle is 0, no queue
     t = hurray.from_numpy(values).to_device("cuda", stream=stream.cuda_stream)
     assert t.device == hurray.Device("cuda", 0)
     assert t.buffers[0]["alignment"] == 256
@@ -115,3 +116,18 @@ def test_a_saved_cuda_tensor_is_staged_through_the_host(tmp_path):
     loaded = hurray.load(tmp_path / "cuda.hurray")["x"]
     assert loaded.device == hurray.Device("cpu", 0)
     np.testing.assert_array_equal(host(loaded), x.cpu().numpy())
+
+
+def test_served_from_cuda_received_into_cuda():
+    x = torch.arange(1 << 20, dtype=torch.float32, device="cuda") * 0.5  # 4 MiB
+    torch.cuda.synchronize()
+    consumer = torch.cuda.Stream()
+    with hurray.serve({"x": hurray.from_dlpack(x)}) as server, \
+            hurray.connect(server.address) as client:
+        got = client.get("x", device="cuda", stream=consumer.cuda_stream)
+        assert got.device == hurray.Device("cuda", 0) and got.sync_mode == "ready"
+        with torch.cuda.stream(consumer):
+            y = torch.from_dlpack(got)
+        assert y.is_cuda and y.data_ptr() == got.buffer_address != x.data_ptr()
+        assert torch.equal(y, x)
+        np.testing.assert_array_equal(host(client.get("x")), x.cpu().numpy())  # to the CPU
