@@ -4,12 +4,20 @@ import gc
 import time
 
 
+def _timed(fn):
+    gc.collect()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def best(fn, rounds):
     """The shortest wall time, in seconds, of `rounds` calls of `fn()`, each after gc.collect()."""
-    times = []
-    for _ in range(rounds):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return min(_timed(fn) for _ in range(rounds))
+
+
+def best_pair(first, second, rounds):
+    """The shortest wall times of `first()` and of `second()`, called in turn `rounds` times
+    each (each call after gc.collect()), so that on a shared machine both meet the same load."""
+    times = [(_timed(first), _timed(second)) for _ in range(rounds)]
+    return min(t for t, _ in times), min(t for _, t in times)
