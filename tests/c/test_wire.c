@@ -1243,6 +1243,49 @@ static void assert_device_bytes(HurrayDeviceQueue *q, const HurrayTensorContext 
   free(back);
 }
 
+/* A DENSE uint8 tensor of 64 bytes over made-up device addresses (never dereferenced), one
+ * buffer per (tag, device_id) given, the array over the first. */
+static HurrayTensorContext *made_up_device_tensor(const uint8_t *tags, const uint16_t *ids,
+                                                   uint32_t count) {
+  static int64_t shape[1] = {64};
+  HurrayArray part = {.shape = shape, .ndim = 1, .dtype = HURRAY_DTYPE_UINT8};
+  HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = shape,
+                           .parts = &part, .nparts = 1, .dtype = HURRAY_DTYPE_UINT8};
+  HurrayBufferList *list = NULL;
+  OK(hurray_buffer_list_create(count, &list, E));
+  for (uint32_t i = 0; i < count; i++) {
+    HurrayBufferDesc d = {.byte_size = 64, .alignment = 64, .device_id = ids[i],
+                          .device_tag = tags[i]};
+    HurrayBuffer *b = NULL;
+    OK(hurray_buffer_wrap((void *)(uintptr_t)(0x1000 * (i + 1)), &d, 0, NULL, 0, NULL, NULL, &b,
+                          E));
+    OK(hurray_buffer_list_append(list, b, HURRAY_ROLE_VALUES, NULL, E));
+  }
+  HurrayTensorContext *c = NULL;
+  OK(hurray_tensor_context_create(&desc, list, 0, NULL, NULL, &c, E));
+  return c;
+}
+
+static void device_tensors_refused(void **state) {
+  (void)state;
+  Running r;
+  start(&r, NULL);
+  HurrayError error = {0};
+  const uint8_t rocm[2] = {HURRAY_DEVICE_ROCM, HURRAY_DEVICE_ROCM};
+  const uint16_t ids[2] = {0, 0};
+  assert_int_equal(hurray_server_add_tensor(r.server, "r", made_up_device_tensor(rocm, ids, 2),
+                                            &error),
+                   HURRAY_EUNSUPPORTED);
+  assert_string_equal(error.message, "tensor 'r' buffer 0: hurray-core has no runtime backend "
+                                     "for rocm memory (only opencl and cuda)");
+  const uint8_t two[2] = {HURRAY_DEVICE_OPENCL, HURRAY_DEVICE_CUDA};
+  assert_int_equal(hurray_server_add_tensor(r.server, "t", made_up_device_tensor(two, ids, 2),
+                                            &error),
+                   HURRAY_EUNSUPPORTED);
+  assert_string_equal(error.message, "tensor 't' has buffers on two devices (opencl:0 and cuda:0)");
+  finish(&r);
+}
+
 static void device_tensors_cross(void **state) {
   (void)state;
   HurrayDeviceQueue *q = opencl_queue();
@@ -1371,6 +1414,7 @@ int main(void) {
       cmocka_unit_test(preferred_device),
       cmocka_unit_test(flipped_byte_detected),
       cmocka_unit_test(interrupted_transfer_resumes),
+      cmocka_unit_test(device_tensors_refused),
       cmocka_unit_test(device_tensors_cross),
       cmocka_unit_test(device_transfer_corrupted_or_cut),
       cmocka_unit_test(faults_do_not_stall_others),
