@@ -13,12 +13,17 @@ Every figure is the best of --rounds, and each is also given as a ratio:
              from an in-process FlightServerBase on 127.0.0.1.
   small      round trips of a 64-byte tensor: hurray get, against Flight do_get of a 64-byte
              table, requests per second.
+  TLS        the same fetch over hurrays:// (TLS 1.3), against the plaintext fetch and against
+             Flight over grpc+tls, with certificates of a throwaway CA made by
+             tests/tls/make_certs.sh.
 hurray's fetch includes what the protocol does: the request, the descriptor, checking the
 XXH3-64 of every byte, and allocating the destination (64-byte aligned) once.
 """
 
 import argparse
+import os
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -72,8 +77,13 @@ def raw_tcp(data, rounds):
 
 
 class Tables(flight.FlightServerBase):
-    def __init__(self, tables):
-        super().__init__("grpc://127.0.0.1:0")
+    def __init__(self, tables, certs=None):
+        if certs is None:
+            super().__init__("grpc://127.0.0.1:0")
+        else:
+            pair = flight.CertKeyPair(open(f"{certs}/server.pem", "rb").read(),
+                                      open(f"{certs}/server.key", "rb").read())
+            super().__init__("grpc+tls://127.0.0.1:0", tls_certificates=[pair])
         self.tables = tables
 
     def do_get(self, context, ticket):
@@ -143,6 +153,33 @@ def main():
     print(f"         Flight do_get {t_flight_small * 1e6:7.1f} us/request  "
           f"{1 / t_flight_small:8.0f} requests/s   "
           f"hurray / Flight = {t_flight_small / t_small:.2f}x")
+
+    # ---- TLS: hurrays:// against plaintext and Flight over grpc+tls --------------------
+    with tempfile.TemporaryDirectory() as certs:
+        make_certs = os.path.join(os.path.dirname(__file__), os.pardir, "tests", "tls",
+                                  "make_certs.sh")
+        subprocess.run(["sh", make_certs, certs], check=True)
+        tls = {"certfile": f"{certs}/server.pem", "keyfile": f"{certs}/server.key"}
+        with hurray.serve({"x": data, "tiny": tiny}, tls=tls) as server, \
+                hurray.connect(server.address, tls={"cafile": f"{certs}/ca.pem"}) as c:
+            t_tls = best(lambda: c.get("x"), args.rounds)
+            t0 = time.perf_counter()
+            for _ in range(args.small):
+                c.get("tiny")
+            t_tls_small = (time.perf_counter() - t0) / args.small
+        server = Tables(tables, certs)
+        threading.Thread(target=server.serve, daemon=True).start()
+        client = flight.connect(f"grpc+tls://localhost:{server.port}",
+                                tls_root_certs=open(f"{certs}/ca.pem", "rb").read())
+        t_flight_tls = best(lambda: client.do_get(ticket).read_all(), args.rounds)
+        client.close()
+        server.shutdown()
+    print(f"  TLS    hurrays fetch {gibps(nbytes, t_tls):6.2f} GiB/s   "
+          f"hurrays / hurray = {t_hurray / t_tls:.2f}x (the cost of TLS 1.3)")
+    print(f"         Flight TLS    {gibps(nbytes, t_flight_tls):6.2f} GiB/s   "
+          f"hurrays / Flight TLS = {t_flight_tls / t_tls:.2f}x (target > 1x)")
+    print(f"         hurrays get   {t_tls_small * 1e6:7.1f} us/request  "
+          f"{1 / t_tls_small:8.0f} requests/s")
 
 
 if __name__ == "__main__":
