@@ -292,7 +292,9 @@ int hurray__wire_tls_want(const WireTlsConn *c) {
 }
 
 bool hurray__wire_tls_pending(const WireTlsConn *c) {
-  return c != NULL && SSL_has_pending(c->ssl) == 1;
+  /* After a read that waited for the socket, what is left (a partial record) needs the socket:
+     epoll will say when. */
+  return c != NULL && c->read_want != WIRE_WANT_READ && SSL_has_pending(c->ssl) == 1;
 }
 
 /* ---- the byte stream ---------------------------------------------------------------------- */

@@ -364,7 +364,8 @@ HURRAY_INTERNAL int hurray__wire_tls_handshake(WireTlsConn *conn, bool *done, Hu
 HURRAY_INTERNAL bool hurray__wire_tls_plaintext(const WireTlsConn *conn);
 /* What the last call that could not go on waits for: WIRE_WANT_READ or WIRE_WANT_WRITE. */
 HURRAY_INTERNAL int hurray__wire_tls_want(const WireTlsConn *conn);
-/* Whether decrypted bytes wait inside the session: the socket may not be readable then. */
+/* Whether bytes wait inside the session that a read would use without the socket (which may
+ * not be readable then): false once a read has waited for the socket. */
 HURRAY_INTERNAL bool hurray__wire_tls_pending(const WireTlsConn *conn);
 
 /* The byte stream of a connection, `tls` NULL for plaintext, never blocking, never raising

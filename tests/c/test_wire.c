@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1147,6 +1148,157 @@ static void tls_refusals(void **state) {
   assert_null(server);
 }
 
+/* A TLS session of our own over a blocking socket (tls.c's API): `fd` and `*session`. */
+static int tls_peer(const char *address, WireTls **config, WireTlsConn **session) {
+  HurrayTlsOptions ct = {.ca_file = cert("ca.pem")};
+  OK(hurray__wire_tls_create(&ct, false, config, E));
+  int fd = raw_connect(address);
+  OK(hurray__wire_tls_open(*config, fd, "127.0.0.1", session, E));
+  for (bool done = false; !done;) {
+    OK(hurray__wire_tls_handshake(*session, &done, E));
+    struct pollfd p = {fd, hurray__wire_tls_want(*session) == WIRE_WANT_READ ? POLLIN : POLLOUT, 0};
+    if (!done) assert_int_equal(poll(&p, 1, 5000), 1);
+  }
+  return fd;
+}
+
+/* Reads one frame through a TLS session; returns its type. */
+static int tls_frame(int fd, WireTlsConn *session, WireHeader *h, uint8_t *payload, size_t cap) {
+  uint8_t head[WIRE_HEADER_SIZE];
+  for (int part = 0; part < 2; part++) {
+    uint8_t *to = part == 0 ? head : payload;
+    size_t want = part == 0 ? sizeof head : (size_t)h->length, got = 0;
+    while (got < want) {
+      ssize_t n = hurray__wire_recv(fd, session, to + got, want - got);
+      if (n == 0) return -1;
+      if (n < 0) {
+        assert_int_equal(errno, EAGAIN);
+        struct pollfd p = {fd, POLLIN, 0};
+        assert_int_equal(poll(&p, 1, 5000), 1);
+        continue;
+      }
+      got += (size_t)n;
+    }
+    if (part == 0) {
+      OK(hurray__wire_header_decode(head, UINT32_MAX, h, E));
+      assert_true(h->length <= cap);
+    }
+  }
+  return h->type;
+}
+
+/* A client may pipeline: a hello and three LISTs in one TLS record. The server decrypts the
+ * whole record at once and answers the hello; the LISTs wait inside the TLS session, which the
+ * socket no longer signals, and must still be answered. */
+static void tls_pipelined_requests(void **state) {
+  (void)state;
+  HurrayTlsOptions st = {.certificate_file = cert("server.pem"), .key_file = cert("server.key")};
+  HurrayServerOptions so = {.tls = &st};
+  Running r;
+  start(&r, &so);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(10, 1), E));
+  go(&r);
+  WireTls *config = NULL;
+  WireTlsConn *session = NULL;
+  int fd = tls_peer(r.address, &config, &session);
+  FileSink frame = {0};
+  WireHello *hello = calloc(1, sizeof *hello);
+  hello->version_major = 1;
+  hello->max_frame = 1 << 16;
+  const uint8_t cpu = 0;
+  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  free(hello);
+  for (uint64_t id = 1; id <= 3; id++) hurray__wire_frame(&frame, WIRE_LIST, 0, id, NULL, 0);
+  struct iovec iov = {frame.data, frame.len};
+  assert_int_equal(hurray__wire_sendv(fd, session, &iov, 1), (ssize_t)frame.len);
+  hurray__sink_reset(&frame);
+  WireHeader h;
+  uint8_t buf[4096];
+  assert_int_equal(tls_frame(fd, session, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
+  for (uint64_t id = 1; id <= 3; id++) {
+    assert_int_equal(tls_frame(fd, session, &h, buf, sizeof buf), WIRE_LIST_RESULT);
+    assert_int_equal(h.request_id, id);
+    assert_int_equal(h.flags, WIRE_FLAG_END);
+  }
+  hurray__wire_tls_close(session);
+  hurray__wire_tls_destroy(config);
+  close(fd);
+  finish(&r);
+}
+
+static double cpu_seconds(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+/* Over TLS, a peer that sends half a TLS record and one that stops reading a 64 MiB answer
+ * neither stall a good client nor cost the server CPU while they wait, and both are closed at
+ * the idle timeout, the server's memory bounded throughout. */
+static void tls_stalled_peers(void **state) {
+  (void)state;
+  HurrayTlsOptions st = {.certificate_file = cert("server.pem"), .key_file = cert("server.key")};
+  HurrayServerOptions so = {.tls = &st, .idle_timeout_ms = 1500, .max_frame = 1 << 16};
+  Running r;
+  start(&r, &so);
+  OK(hurray_server_add_tensor(r.server, "big", bytes_tensor(64 << 20, 9), E));
+  OK(hurray_server_add_tensor(r.server, "small", bytes_tensor(1000, 2), E));
+  go(&r);
+  WireTls *config_a = NULL, *config_b = NULL;
+  WireTlsConn *half = NULL, *stuck = NULL;
+  int a = tls_peer(r.address, &config_a, &half);
+  assert_int_equal(send(a, "\x17\x03\x03\x40\x00" "0123456789", 15, MSG_NOSIGNAL), 15);
+  int b = tls_peer(r.address, &config_b, &stuck);
+  FileSink frame = {0}, payload = {0};
+  WireHello *hello = calloc(1, sizeof *hello);
+  hello->version_major = 1;
+  hello->max_frame = 1 << 16;
+  const uint8_t cpu = 0;
+  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  free(hello);
+  WireRequest req = {.name_len = 3, .name = "big"};
+  OK(hurray__wire_request_encode(&req, &payload, E));
+  hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
+  struct iovec iov = {frame.data, frame.len};
+  assert_int_equal(hurray__wire_sendv(b, stuck, &iov, 1), (ssize_t)frame.len);
+  hurray__sink_reset(&frame);
+  hurray__sink_reset(&payload);
+  /* a good client is served at once, again and again */
+  HurrayTlsOptions ct = {.ca_file = cert("ca.pem")};
+  HurrayClientOptions co = {.tls = &ct};
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, &co, &c, E));
+  int64_t t0 = now_ms();
+  for (int i = 0; i < 50; i++) {
+    HurrayTensorContext *got = NULL;
+    OK(hurray_client_get(c, "small", NULL, &got, E));
+    hurray_tensor_context_release(got);
+  }
+  assert_true(now_ms() - t0 < 2000);
+  hurray_client_destroy(c);
+  /* while the two wait, the server's loop sleeps */
+  double cpu0 = cpu_seconds();
+  usleep(500 * 1000);
+  assert_true(cpu_seconds() - cpu0 < 0.2);
+  HurrayServerStats stats;
+  OK(hurray_server_stats(r.server, &stats, E));
+  assert_int_equal(stats.connections, 2);
+  assert_true(stats.peak_buffered_bytes < (1u << 20));
+  /* and both are closed at the idle timeout */
+  usleep(1500 * 1000);
+  assert_int_equal(connections_after_closes(r.server), 0);
+  hurray__wire_tls_close(half);
+  hurray__wire_tls_close(stuck);
+  hurray__wire_tls_destroy(config_a);
+  hurray__wire_tls_destroy(config_b);
+  close(a);
+  close(b);
+  finish(&r);
+}
+
 /* A server killed mid-transfer over TLS: a clear error, never a truncated tensor. A flipped
  * byte is caught by TLS itself, and never delivered either. */
 static void tls_faults(void **state) {
@@ -1425,6 +1577,8 @@ int main(void) {
       cmocka_unit_test(tls_round_trip),
       cmocka_unit_test(tls_refusals),
       cmocka_unit_test(tls_faults),
+      cmocka_unit_test(tls_stalled_peers),
+      cmocka_unit_test(tls_pipelined_requests),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }
