@@ -1,13 +1,19 @@
 /* test_buffer.c -- HurrayBuffer and HurrayBufferList ownership. Every release callback counts
  * its calls, and every test checks the count on its success and failure paths: exactly once
  * after destroy, never when wrap fails, once when a SINK append fails. */
+#define _DEFAULT_SOURCE /* mincore */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdalign.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -239,8 +245,9 @@ static void wrap_needs_somewhere_to_put_the_handle(void **state) {
 
 static void alloc_honours_size_and_alignment(void **state) {
   (void)state;
-  static const uint64_t sizes[] = {1, 63, 64, 65, 4097, UINT64_C(1) << 20};
-  static const uint32_t alignments[] = {0, 64, 128, 4096, 1u << 16, 1u << 21};
+  static const uint64_t sizes[] = {1,         63, 64, 65, 4097, UINT64_C(1) << 20, UINT64_C(2) << 20,
+                                   (UINT64_C(5) << 20) + 4097};
+  static const uint32_t alignments[] = {0, 64, 128, 4096, 1u << 16, 1u << 21, 1u << 23};
   for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
     for (size_t a = 0; a < sizeof alignments / sizeof alignments[0]; a++) {
       const uint32_t want_alignment = alignments[a] == 0 ? 64 : alignments[a];
@@ -265,18 +272,50 @@ static void alloc_honours_size_and_alignment(void **state) {
 
 static void alloc_zero_clears_every_byte(void **state) {
   (void)state;
-  enum { SIZE = 100003 };
-  /* dirty a block first, so a zeroed block is not zero by luck of a fresh mapping */
-  HurrayBuffer *dirty = NULL;
-  assert_int_equal(hurray_buffer_alloc(SIZE, 0, 0, &dirty, NULL), HURRAY_OK);
-  memset(dirty->data, 0xFF, SIZE);
-  hurray_buffer_destroy(dirty);
+  static const size_t sizes[] = {100003, (3u << 20) + 5}; /* heap and mapped */
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    /* dirty a block first, so a zeroed block is not zero by luck of a fresh mapping */
+    HurrayBuffer *dirty = NULL;
+    assert_int_equal(hurray_buffer_alloc(sizes[s], 0, 0, &dirty, NULL), HURRAY_OK);
+    memset(dirty->data, 0xFF, sizes[s]);
+    hurray_buffer_destroy(dirty);
 
-  HurrayBuffer *buffer = NULL;
-  assert_int_equal(hurray_buffer_alloc(SIZE, 0, HURRAY_ALLOC_ZERO, &buffer, NULL), HURRAY_OK);
-  const uint8_t *bytes = buffer->data;
-  for (size_t i = 0; i < SIZE; i++) assert_int_equal(bytes[i], 0);
-  hurray_buffer_destroy(buffer);
+    HurrayBuffer *buffer = NULL;
+    assert_int_equal(hurray_buffer_alloc(sizes[s], 0, HURRAY_ALLOC_ZERO, &buffer, NULL),
+                     HURRAY_OK);
+    const uint8_t *bytes = buffer->data;
+    for (size_t i = 0; i < sizes[s]; i++) assert_int_equal(bytes[i], 0);
+    hurray_buffer_destroy(buffer);
+  }
+}
+
+/* Whether any page of [data, data + len) is mapped: mincore fails with ENOMEM on a range
+ * with an unmapped page, so each page is asked on its own. */
+static bool any_page_mapped(const uint8_t *data, size_t len) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  unsigned char resident = 0;
+  for (size_t at = 0; at < len; at += page) {
+    if (mincore((void *)(uintptr_t)(data + at), 1, &resident) == 0) return true;
+    assert_int_equal(errno, ENOMEM);
+  }
+  return false;
+}
+
+/* Buffers of 2 MiB or more are mappings that start on a 2 MiB boundary, where transparent huge
+ * pages can back them, and destroy gives back every page of them (ADR-058). */
+static void alloc_maps_large_buffers_on_huge_page_boundaries(void **state) {
+  (void)state;
+  static const uint64_t sizes[] = {UINT64_C(2) << 20, (UINT64_C(3) << 20) + 1};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    HurrayBuffer *buffer = NULL;
+    assert_int_equal(hurray_buffer_alloc(sizes[s], 64, 0, &buffer, NULL), HURRAY_OK);
+    uint8_t *data = buffer->data;
+    assert_int_equal((uintptr_t)data % (2u << 20), 0);
+    memset(data, 0x5A, (size_t)sizes[s]);
+    assert_true(any_page_mapped(data, (size_t)sizes[s]));
+    hurray_buffer_destroy(buffer);
+    assert_false(any_page_mapped(data, (size_t)sizes[s]));
+  }
 }
 
 static void alloc_of_zero_bytes_has_no_memory(void **state) {
@@ -472,6 +511,7 @@ int main(void) {
       cmocka_unit_test(wrap_needs_somewhere_to_put_the_handle),
       cmocka_unit_test(alloc_honours_size_and_alignment),
       cmocka_unit_test(alloc_zero_clears_every_byte),
+      cmocka_unit_test(alloc_maps_large_buffers_on_huge_page_boundaries),
       cmocka_unit_test(alloc_of_zero_bytes_has_no_memory),
       cmocka_unit_test(alloc_failures),
       cmocka_unit_test(role_names),
