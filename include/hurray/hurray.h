@@ -861,7 +861,7 @@ HURRAY_API void hurray_file_writer_destroy(HurrayFileWriter *writer);
 typedef struct HurrayFileReader HurrayFileReader;
 
 /* Open flags. The default maps the file: tensors are zero-copy, read-only views of the
- * mapping (the file must not be truncated while mapped, as with any mmap). PREAD reads the
+ * mapping (the file must not be truncated while mapped, as with any mmap; WRITABLE below). PREAD reads the
  * index into memory and each tensor's buffers into fresh, writable, aligned memory when it is
  * got; it suits network filesystems and files that may change. */
 #define HURRAY_FILE_OPEN_PREAD (1u << 0)
@@ -873,12 +873,19 @@ typedef struct HurrayFileReader HurrayFileReader;
  * they are, at an offset that is a multiple of 64, is a zero-copy read-only view of the
  * mapping; one that does not (misaligned, big-endian, a deflated .npz member), and every
  * tensor of a PREAD reader, is copied into fresh 64-aligned memory each time it is got (and
- * is read-only unless PREAD, like the views). Such a reader's HurrayFileInfo has the format,
- * version 0.0 and alignment 64; buffer offsets are where the bytes start in the file (a
- * deflated member's compressed data), checksums 0. Verification checks the checksums the
+ * is read-only unless PREAD or WRITABLE, like the views). Such a reader's HurrayFileInfo has
+ * the format, version 0.0 and alignment 64; buffer offsets are where the bytes start in the
+ * file (a deflated member's compressed data), checksums 0. Verification checks the checksums the
  * format keeps (a .npz member's CRC-32, its whole member); safetensors and .npy keep none:
  * HURRAY_EUNSUPPORTED. The file stays mapped while the reader or a tensor is alive. */
 #define HURRAY_FILE_OPEN_FOREIGN (1u << 1)
+/* WRITABLE makes a mapped file's tensors writable (ADR-058), as NumPy's mmap_mode='c' and
+ * torch.load(mmap=True) do: the mapping is private, so a write changes this process's copy of
+ * the page -- never the file, nor the tensors of any other reader. Tensors got from one reader
+ * share its one mapping: a write through one is seen by every tensor of that reader over the
+ * same bytes. Without it the same views are read-only. It changes nothing for PREAD readers
+ * (fresh memory, writable either way) nor for memory readers (read-only: the caller's bytes). */
+#define HURRAY_FILE_OPEN_WRITABLE (1u << 2)
 
 /* Opens and fully validates a file: header, limits, every table of the index, every buffer
  * descriptor (via hurray_desc_decode), offsets aligned and inside the data region, buffers
@@ -966,9 +973,9 @@ HURRAY_API int hurray_file_reader_describe(const HurrayFileReader *reader, uint3
 #define HURRAY_FILE_GET_VERIFY (1u << 16)
 
 /* Tensor `index` as a new HurrayTensorContext, released by the caller. Mapped and memory
- * readers return read-only views whose buffers each hold a reference on the mapping, so the
- * context outlives the reader; PREAD readers read every buffer into memory aligned to the
- * file's alignment. */
+ * readers return views (read-only, unless opened WRITABLE) whose buffers each hold a reference
+ * on the mapping, so the context outlives the reader; PREAD readers read every buffer into
+ * memory aligned to the file's alignment. */
 HURRAY_API int hurray_file_reader_get(const HurrayFileReader *reader, uint32_t index,
                                       uint32_t flags, HurrayTensorContext **out,
                                       HurrayError *error);

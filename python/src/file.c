@@ -16,8 +16,8 @@
  *
  * Reading. A hurray.File owns one HurrayFileReader (validated on open by the C reader). Each
  * tensor it hands out is a Tensor adopting the HurrayTensorContext the reader returns: a
- * read-only view of the mapping holding its own reference on it (or, in pread mode, fresh
- * writable memory), so tensors outlive the File and the reader. The reader is immutable and
+ * view of the mapping holding its own reference on it, read-only unless writable=True (or, in
+ * pread mode, fresh writable memory), so tensors outlive the File and the reader. The reader is immutable and
  * thread-safe, so the slow calls (pread reads, checksums) run with the GIL released; `busy`
  * counts them, and close() while one is in flight leaves the destroy to the last of them.
  */
@@ -587,7 +587,7 @@ static PyObject *file_names(HurrayState *st, FileObject *self) {
 }
 
 /* Opens a reader on `path_obj` (str, bytes or os.PathLike) with the GIL released. */
-static HurrayFileReader *open_reader(HurrayState *st, PyObject *path_obj, int mmap,
+static HurrayFileReader *open_reader(HurrayState *st, PyObject *path_obj, int mmap, int writable,
                                      uint32_t *count) {
   PyObject *path = NULL;
   if (!PyUnicode_FSConverter(path_obj, &path)) return NULL;
@@ -597,8 +597,10 @@ static HurrayFileReader *open_reader(HurrayState *st, PyObject *path_obj, int mm
   const char *cpath = PyBytes_AS_STRING(path);
   int status;
   Py_BEGIN_ALLOW_THREADS;
-  status = hurray_file_reader_open(
-      cpath, HURRAY_FILE_OPEN_FOREIGN | (mmap ? 0 : HURRAY_FILE_OPEN_PREAD), &reader, &error);
+  status = hurray_file_reader_open(cpath,
+                                   HURRAY_FILE_OPEN_FOREIGN | (mmap ? 0 : HURRAY_FILE_OPEN_PREAD) |
+                                       (writable ? HURRAY_FILE_OPEN_WRITABLE : 0),
+                                   &reader, &error);
   if (status == HURRAY_OK) status = hurray_file_reader_info(reader, &info, &error);
   Py_END_ALLOW_THREADS;
   Py_DECREF(path);
@@ -1160,18 +1162,19 @@ int hurray__py_file_register(PyTypeObject *file_type) {
  * hurray.open, hurray.load
  * ============================================================================================ */
 
-static const char *const kOpenNames[] = {"path", "mmap", NULL};
+static const char *const kOpenNames[] = {"path", "mmap", "writable", NULL};
 
 static PyObject *open_file(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames) {
   static const HurrayPyParser parser = {"open", kOpenNames, 0, 1, 1};
-  PyObject *a[2];
+  PyObject *a[3];
   if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
   HurrayState *st = PyModule_GetState(module);
   int mmap = a[1] == NULL ? 1 : PyObject_IsTrue(a[1]);
-  if (mmap < 0) return NULL;
+  int writable = a[2] == NULL ? 0 : PyObject_IsTrue(a[2]);
+  if (mmap < 0 || writable < 0) return NULL;
   uint32_t count = 0;
-  HurrayFileReader *reader = open_reader(st, a[0], mmap, &count);
+  HurrayFileReader *reader = open_reader(st, a[0], mmap, writable, &count);
   if (reader == NULL) return NULL;
   FileObject *self = PyObject_New(FileObject, st->file_type);
   if (self == NULL) {
@@ -1188,19 +1191,20 @@ static PyObject *open_file(PyObject *module, PyObject *const *args, Py_ssize_t n
   return (PyObject *)self;
 }
 
-static const char *const kLoadNames[] = {"path", "mmap", "verify", NULL};
+static const char *const kLoadNames[] = {"path", "mmap", "verify", "writable", NULL};
 
 static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *kwnames) {
   static const HurrayPyParser parser = {"load", kLoadNames, 0, 1, 1};
-  PyObject *a[3];
+  PyObject *a[4];
   if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
   HurrayState *st = PyModule_GetState(module);
   int mmap = a[1] == NULL ? 1 : PyObject_IsTrue(a[1]);
   int verify = a[2] == NULL ? 0 : PyObject_IsTrue(a[2]);
-  if (mmap < 0 || verify < 0) return NULL;
+  int writable = a[3] == NULL ? 0 : PyObject_IsTrue(a[3]);
+  if (mmap < 0 || verify < 0 || writable < 0) return NULL;
   uint32_t count = 0;
-  HurrayFileReader *reader = open_reader(st, a[0], mmap, &count);
+  HurrayFileReader *reader = open_reader(st, a[0], mmap, writable, &count);
   if (reader == NULL) return NULL;
   HurrayError error = {0};
   int status = HURRAY_OK;
@@ -1371,7 +1375,7 @@ PyMethodDef hurray__py_file_functions[] = {
          "...     f.metadata, f.tensor_metadata(\"w\"), f[\"w\"].tolist()\n"
          "({'arch': 'tiny'}, {'trained': True}, [[1.0, 0.0], [0.0, 1.0]])\n")},
     {"load", HURRAY_PY_CFUNC(load), METH_FASTCALL | METH_KEYWORDS,
-     PyDoc_STR("load($module, /, path, *, mmap=True, verify=False)\n"
+     PyDoc_STR("load($module, /, path, *, mmap=True, verify=False, writable=False)\n"
                "--\n"
                "\n"
                "Load every tensor of a file.\n"
@@ -1392,11 +1396,21 @@ PyMethodDef hurray__py_file_functions[] = {
                "    True: zero-copy, read-only views of one copy-on-write mapping of\n"
                "    the file, which they keep alive (a consumer that writes anyway\n"
                "    changes a private copy, never the file). False, for files others\n"
-               "    may change: each tensor read into fresh, writable, aligned memory.\n"
+               "    may change: each tensor read into fresh, writable, aligned memory\n"
+               "    (huge pages for large tensors where the system has them).\n"
                "verify : bool, optional\n"
                "    Check every checksum before returning anything: a Hurray file's\n"
                "    buffers (read with pread, padding included), or an .npz file's\n"
                "    CRC-32s. safetensors and .npy files keep none.\n"
+               "writable : bool, optional\n"
+               "    With mmap=True, the views are writable, as with NumPy's\n"
+               "    ``mmap_mode='c'`` and ``torch.load(mmap=True)``: a write changes\n"
+               "    this process's private copy of the page, never the file. Every\n"
+               "    consumer then takes the tensors without a copy, JAX's\n"
+               "    ``jax.dlpack.from_dlpack`` included (it asks for a legacy DLPack\n"
+               "    capsule, which cannot say read-only, so a read-only tensor is\n"
+               "    exported to it as a copy). Tensors read with mmap=False are\n"
+               "    writable either way.\n"
                "\n"
                "Returns\n"
                "-------\n"
@@ -1438,9 +1452,11 @@ PyMethodDef hurray__py_file_functions[] = {
                ">>> tensors[\"w\"].tolist(), tensors[\"w\"].readonly\n"
                "([0, 1, 2, 3], True)\n"
                ">>> hurray.load(\"model.hurray\", mmap=False)[\"w\"].readonly\n"
+               "False\n"
+               ">>> hurray.load(\"model.hurray\", writable=True)[\"w\"].readonly\n"
                "False\n")},
     {"open", HURRAY_PY_CFUNC(open_file), METH_FASTCALL | METH_KEYWORDS,
-     PyDoc_STR("open($module, /, path, *, mmap=True)\n"
+     PyDoc_STR("open($module, /, path, *, mmap=True, writable=False)\n"
                "--\n"
                "\n"
                "Open a file lazily, as a hurray.File.\n"
@@ -1458,6 +1474,12 @@ PyMethodDef hurray__py_file_functions[] = {
                "    True: tensors are read-only views of a copy-on-write mapping.\n"
                "    False: each tensor is read into fresh, writable memory when it\n"
                "    is got.\n"
+               "writable : bool, optional\n"
+               "    With mmap=True, the views are writable: a write changes this\n"
+               "    process's private copy of the page, never the file. Every\n"
+               "    tensor of the File views the same mapping, so a write through\n"
+               "    one is seen by every tensor got from it over those bytes (as\n"
+               "    views of one ``np.memmap(mode='c')`` share their writes).\n"
                "\n"
                "Returns\n"
                "-------\n"

@@ -765,7 +765,7 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
   } else {
     FileSource *file = NULL;
     const char *name = o->name;
-    status = hurray__source_open(input, false, &file, error);
+    status = hurray__source_open(input, 0, &file, error);
     if (status == HURRAY_OK && in == HURRAY_FORMAT_AUTO) {
       uint64_t size = hurray__source_size(file);
       status = size == 0 ? hurray__fail(error, HURRAY_EFORMAT, "the input is empty")

@@ -170,7 +170,7 @@ int hurray__view_open(const char *path, uint32_t flags, HurrayFileReader **out,
   FileSource *file = NULL;
   int format = HURRAY_FORMAT_AUTO;
   const char *name = NULL;
-  int status = hurray__source_open(path, false, &file, error);
+  int status = hurray__source_open(path, flags & HURRAY_FILE_OPEN_WRITABLE, &file, error);
   if (status == HURRAY_OK) status = hurray__source_map(file, HURRAY_MIN_ALIGNMENT, error);
   if (status == HURRAY_OK &&
       (hurray__sniff(file, &format, NULL) != HURRAY_OK || format == HURRAY_FORMAT_HURRAY)) {
@@ -187,7 +187,8 @@ int hurray__view_open(const char *path, uint32_t flags, HurrayFileReader **out,
   }
   hurray__source_release(file);
   FileSink index = {0};
-  FileView view = {.ops = &kViewOps, .view = v, .read_only = !v->copy};
+  FileView view = {
+      .ops = &kViewOps, .view = v, .read_only = !v->copy && !(flags & HURRAY_FILE_OPEN_WRITABLE)};
   if (status == HURRAY_OK) {
     view.buffers = calloc(v->source.count ? v->source.count : 1, sizeof *view.buffers);
     status = view.buffers != NULL

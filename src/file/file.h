@@ -250,8 +250,9 @@ HURRAY_INTERNAL void hurray__runs_free(FileRuns *plan);
 typedef struct FileSource FileSource;
 
 /* Opens `path`: maps it at an address aligned to `alignment` once the header is known
- * (hurray__source_map), or keeps the descriptor for pread. */
-HURRAY_INTERNAL int hurray__source_open(const char *path, bool use_pread, FileSource **out,
+ * (hurray__source_map), or keeps the descriptor for pread (HURRAY_FILE_OPEN_PREAD in `flags`).
+ * With HURRAY_FILE_OPEN_WRITABLE, buffers that view the mapping are writable. */
+HURRAY_INTERNAL int hurray__source_open(const char *path, uint32_t flags, FileSource **out,
                                         HurrayError *error);
 /* SINK for `owner`. */
 HURRAY_INTERNAL int hurray__source_memory(const void *data, uint64_t size,
@@ -270,15 +271,16 @@ HURRAY_INTERNAL void hurray__source_close_file(FileSource *source);
  * HURRAY_EIO, not SIGBUS. */
 HURRAY_INTERNAL int hurray__source_read(const FileSource *source, uint64_t offset, void *out,
                                         size_t len, HurrayError *error);
-/* A new CPU buffer holding bytes [offset, offset + len): a read-only view holding a reference
- * on the source, or (pread) a copy in memory aligned to `alignment`. */
+/* A new CPU buffer holding bytes [offset, offset + len): a view holding a reference on the
+ * source (read-only unless the source is writable), or (pread) a copy in memory aligned to
+ * `alignment`. */
 HURRAY_INTERNAL int hurray__source_buffer(FileSource *source, uint64_t offset, uint64_t len,
                                           uint32_t alignment, HurrayBuffer **out,
                                           HurrayError *error);
 /* One more reference on the source, released with hurray__source_release. */
 HURRAY_INTERNAL void hurray__source_retain(FileSource *source);
 /* Whether buffers made by hurray__source_buffer are read-only views. */
-HURRAY_INTERNAL bool hurray__source_is_view(const FileSource *source);
+HURRAY_INTERNAL bool hurray__source_read_only(const FileSource *source);
 
 typedef struct FileProgress {
   HurrayFileProgressFn fn;

@@ -421,7 +421,7 @@ static int open_source(FileSource *source, HurrayFileReader **out, HurrayError *
     return status;
   }
   r->info.format = HURRAY_FORMAT_HURRAY;
-  r->read_only = hurray__source_is_view(source);
+  r->read_only = hurray__source_read_only(source);
   *out = r;
   return HURRAY_OK;
 }
@@ -483,12 +483,12 @@ int hurray_file_reader_open(const char *path, uint32_t flags, HurrayFileReader *
     return hurray__fail(error, HURRAY_EINVAL, "hurray_file_reader_open: %s is NULL",
                         path == NULL ? "path" : "out");
   }
-  if (flags & ~(HURRAY_FILE_OPEN_PREAD | HURRAY_FILE_OPEN_FOREIGN)) {
+  if (flags & ~(HURRAY_FILE_OPEN_PREAD | HURRAY_FILE_OPEN_FOREIGN | HURRAY_FILE_OPEN_WRITABLE)) {
     return hurray__fail(error, HURRAY_EINVAL, "open flags 0x%" PRIX32 " include unknown bits",
                         flags);
   }
   FileSource *source = NULL;
-  int status = hurray__source_open(path, flags & HURRAY_FILE_OPEN_PREAD, &source, error);
+  int status = hurray__source_open(path, flags, &source, error);
   if (status == HURRAY_OK && (flags & HURRAY_FILE_OPEN_FOREIGN) && !starts_as_hurray(source)) {
     hurray__source_release(source);
     return hurray__view_open(path, flags, out, error);

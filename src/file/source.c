@@ -4,7 +4,8 @@
  *
  * A mapping is private and writable (MAP_PRIVATE, PROT_READ | PROT_WRITE, as
  * torch.load(mmap=True) maps): a consumer that ignores the read-only flag and writes gets its
- * own copy of the page; nothing reaches the file and nothing faults. The descriptor stays open
+ * own copy of the page; nothing reaches the file and nothing faults. A writable source
+ * (HURRAY_FILE_OPEN_WRITABLE) hands out the same views without the read-only flag. The descriptor stays open
  * beside the mapping while the reader needs it, so that verification reads with pread and
  * reports a file that shrank instead of dying of SIGBUS. */
 #include <errno.h>
@@ -31,6 +32,7 @@ struct FileSource {
   void *map_start; /* what munmap takes, when this source mapped the file */
   size_t map_length;
   bool use_pread;
+  bool writable; /* views of the mapping are writable */
   HurrayOwnerReleaseFn release; /* memory lent by a caller */
   void *owner;
 };
@@ -54,21 +56,21 @@ static FileSource *source_new(void) {
   return source;
 }
 
-int hurray__source_open(const char *path, bool use_pread, FileSource **out, HurrayError *error) {
+int hurray__source_open(const char *path, uint32_t flags, FileSource **out, HurrayError *error) {
   int fd;
   do { /* O_NONBLOCK: opening a FIFO must not wait for a writer before it is refused */
     fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return system_error(error, path);
   struct stat st;
-  int flags = 0;
+  int fd_flags = 0;
   int status = fstat(fd, &st) != 0 ? system_error(error, path) : HURRAY_OK;
   if (status == HURRAY_OK && !S_ISREG(st.st_mode)) {
     status = hurray__fail_errno(error, HURRAY_EIO, S_ISDIR(st.st_mode) ? EISDIR : 0,
                                 "%s: not a regular file", path);
   }
-  if (status == HURRAY_OK &&
-      ((flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)) {
+  if (status == HURRAY_OK && ((fd_flags = fcntl(fd, F_GETFL)) < 0 ||
+                              fcntl(fd, F_SETFL, fd_flags & ~O_NONBLOCK) < 0)) {
     status = system_error(error, path);
   }
   if (status != HURRAY_OK) {
@@ -82,7 +84,8 @@ int hurray__source_open(const char *path, bool use_pread, FileSource **out, Hurr
   }
   source->fd = fd;
   source->size = (uint64_t)st.st_size;
-  source->use_pread = use_pread;
+  source->use_pread = (flags & HURRAY_FILE_OPEN_PREAD) != 0;
+  source->writable = (flags & HURRAY_FILE_OPEN_WRITABLE) != 0;
   *out = source;
   return HURRAY_OK;
 }
@@ -111,8 +114,8 @@ const uint8_t *hurray__source_bytes(const FileSource *source) {
   return source->base;
 }
 
-bool hurray__source_is_view(const FileSource *source) {
-  return source->base != NULL;
+bool hurray__source_read_only(const FileSource *source) {
+  return source->base != NULL && !source->writable;
 }
 
 /* Maps the whole file copy-on-write at an address aligned to `alignment`. Beyond the page size,
@@ -227,9 +230,9 @@ int hurray__source_buffer(FileSource *source, uint64_t offset, uint64_t len, uin
                                  .memory_class = HURRAY_MEM_DEVICE,
                                  .sync_mode = HURRAY_SYNC_READY};
   hurray__source_retain(source);
-  int status =
-      hurray_buffer_wrap((void *)(uintptr_t)(source->base + offset), &desc, HURRAY_BUFFER_READ_ONLY,
-                         NULL, 0, release_view, source, out, error);
+  int status = hurray_buffer_wrap((void *)(uintptr_t)(source->base + offset), &desc,
+                                  source->writable ? 0 : HURRAY_BUFFER_READ_ONLY, NULL, 0,
+                                  release_view, source, out, error);
   if (status != HURRAY_OK) hurray__source_release(source); /* wrap took nothing */
   return status;
 }

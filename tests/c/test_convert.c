@@ -348,6 +348,13 @@ static void other_formats_open_as_readers(void **state) {
   assert_false(got_twice_shares(r, "f", f32, sizeof f32, 0));
   hurray_file_reader_destroy(r);
 
+  /* WRITABLE: the same view, writable (ADR-058); the copy is writable too. */
+  OK(hurray_file_reader_open(path_of("two.safetensors"),
+                             HURRAY_FILE_OPEN_FOREIGN | HURRAY_FILE_OPEN_WRITABLE, &r, E));
+  assert_true(got_twice_shares(r, "f", f32, sizeof f32, 0));
+  assert_false(got_twice_shares(r, "i", i8, sizeof i8, 0));
+  hurray_file_reader_destroy(r);
+
   /* .npy: 64-byte preamble, a view named after the file's stem. */
   OK(hurray_file_reader_open(path_of("one.npy"), HURRAY_FILE_OPEN_FOREIGN, &r, E));
   OK(hurray_file_reader_info(r, &info, E));
@@ -382,7 +389,7 @@ static void other_formats_open_as_readers(void **state) {
       hurray_file_reader_open(path_of("junk.bin"), HURRAY_FILE_OPEN_FOREIGN, &r, &error),
       HURRAY_EFORMAT);
   assert_non_null(strstr(error.message, "safetensors, .npy or .npz"));
-  assert_int_equal(hurray_file_reader_open(path_of("two.npz"), 1u << 2, &r, NULL), HURRAY_EINVAL);
+  assert_int_equal(hurray_file_reader_open(path_of("two.npz"), 1u << 3, &r, NULL), HURRAY_EINVAL);
 }
 
 /* ---- round trips of every dtype ----------------------------------------------------------- */

@@ -780,7 +780,7 @@ static void open_errors_are_clear(void **state) {
   assert_non_null(strstr(error.message, "No such file"));
   assert_int_equal(hurray_file_reader_open(g_dir, 0, &r, &error), HURRAY_EIO);
   assert_non_null(strstr(error.message, "not a regular file"));
-  assert_int_equal(hurray_file_reader_open(g_dir, 4, &r, &error), HURRAY_EINVAL);
+  assert_int_equal(hurray_file_reader_open(g_dir, 8, &r, &error), HURRAY_EINVAL);
 
   /* The memory image must be aligned to the file's alignment; release runs on failure. */
   Image im = tiny_image();

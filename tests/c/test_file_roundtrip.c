@@ -1,6 +1,7 @@
 /* test_file_roundtrip.c -- every layout through a file and back, by every way of reading it
- * (mapped, pread, from memory): descriptors, elements, roles, metadata, O(1) lookup, row
- * slices, the writer's compaction, alignment, and tensors outliving their reader. */
+ * (mapped, pread, from memory, mapped writable): descriptors, elements, roles, metadata, O(1)
+ * lookup, row slices, the writer's compaction, alignment, tensors outliving their reader, and
+ * writes through writable views staying private. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <setjmp.h>
@@ -59,7 +60,7 @@ static void release_memory(void *owner) {
   g_memory_released++;
 }
 
-typedef enum Mode { MAPPED, PREAD, MEMORY } Mode;
+typedef enum Mode { MAPPED, PREAD, MEMORY, WRITABLE } Mode;
 
 static HurrayFileReader *open_as(const char *path, Mode mode) {
   HurrayFileReader *r = NULL;
@@ -68,7 +69,10 @@ static HurrayFileReader *open_as(const char *path, Mode mode) {
     uint8_t *bytes = slurp(path, &size);
     OK(hurray_file_reader_open_memory(bytes, size, release_memory, bytes, &r, E));
   } else {
-    OK(hurray_file_reader_open(path, mode == PREAD ? HURRAY_FILE_OPEN_PREAD : 0, &r, E));
+    uint32_t flags = mode == PREAD      ? HURRAY_FILE_OPEN_PREAD
+                     : mode == WRITABLE ? HURRAY_FILE_OPEN_WRITABLE
+                                        : 0;
+    OK(hurray_file_reader_open(path, flags, &r, E));
   }
   return r;
 }
@@ -112,7 +116,8 @@ static void check_samples(const char *path, Mode mode) {
     HurrayTensorContext *c = NULL;
     OK(hurray_file_reader_get(r, index, HURRAY_VALIDATE_CONTENTS | HURRAY_FILE_GET_VERIFY, &c, E));
     OK(hurray_tensor_context_check(c, HURRAY_VALIDATE_CONTENTS, E));
-    assert_int_equal(c->flags, mode == PREAD ? 0u : HURRAY_BUFFER_READ_ONLY);
+    assert_int_equal(c->flags,
+                     mode == PREAD || mode == WRITABLE ? 0u : HURRAY_BUFFER_READ_ONLY);
     if (!same_tensor(&s.desc, s.list, c->tensor, c->buffers)) fail_msg("%s differs", s.name);
     for (uint32_t k = 0; k < c->buffers->count; k++) {
       const HurrayBuffer *b = c->buffers->buffers[k];
@@ -154,6 +159,7 @@ static void every_layout_round_trips_in_every_mode(void **state) {
   g_memory_released = 0;
   check_samples(path, MEMORY);
   assert_int_equal(g_memory_released, 1);
+  check_samples(path, WRITABLE);
 }
 
 /* 4 KiB (O_DIRECT) and 2 MiB (beyond the page size: the reader reserves and aligns). */
@@ -221,7 +227,7 @@ static void contexts_outlive_their_reader(void **state) {
   (void)state;
   const char *path = path_of("samples.hurray");
   write_samples(path, 0);
-  for (Mode mode = MAPPED; mode <= MEMORY; mode++) {
+  for (Mode mode = MAPPED; mode <= WRITABLE; mode++) {
     g_memory_released = 0;
     HurrayFileReader *r = open_as(path, mode);
     HurrayTensorContext *c = NULL;
@@ -235,6 +241,54 @@ static void contexts_outlive_their_reader(void **state) {
     hurray_tensor_context_release(c);
     if (mode == MEMORY) assert_int_equal(g_memory_released, 1);
   }
+}
+
+static HurrayTensorContext *get_named(HurrayFileReader *r, const char *name) {
+  uint32_t t = 0;
+  OK(hurray_file_reader_find(r, name, &t, E));
+  HurrayTensorContext *c = NULL;
+  OK(hurray_file_reader_get(r, t, 0, &c, E));
+  return c;
+}
+
+/* A write through a WRITABLE reader's tensor lands in the process's private copy of the page
+ * (ADR-058): the reader's other tensors over those bytes see it, another reader of the file
+ * and the file itself do not. */
+static void writable_views_write_private_copies(void **state) {
+  (void)state;
+  const char *path = path_of("samples.hurray");
+  write_samples(path, 0);
+  size_t size = 0;
+  uint8_t *before = slurp(path, &size);
+  HurrayFileReader *writable = open_as(path, WRITABLE);
+  HurrayFileReader *mapped = open_as(path, MAPPED);
+  HurrayTensorContext *c = get_named(writable, "dense");
+  float *values = c->buffers->buffers[0]->data;
+  assert_true(values[5] == 6.0f);
+  values[5] = -1.0f;
+
+  HurrayTensorContext *again = get_named(writable, "dense"); /* the same mapping */
+  assert_ptr_equal(again->buffers->buffers[0]->data, values);
+  HurrayTensorContext *other = get_named(mapped, "dense"); /* a mapping of its own */
+  assert_true(((const float *)other->buffers->buffers[0]->data)[5] == 6.0f);
+  uint32_t t = 0;
+  OK(hurray_file_reader_find(writable, "dense", &t, E));
+  HurrayTensorContext *rows = NULL;
+  OK(hurray_file_reader_get_rows(writable, t, 0, 1, &rows, E));
+  assert_int_equal(rows->flags, 0);
+  hurray_tensor_context_release(rows);
+  hurray_tensor_context_release(other);
+  hurray_tensor_context_release(again);
+  hurray_tensor_context_release(c);
+  hurray_file_reader_destroy(mapped);
+  hurray_file_reader_destroy(writable);
+
+  size_t size_after = 0;
+  uint8_t *after = slurp(path, &size_after);
+  assert_int_equal(size_after, size);
+  assert_memory_equal(after, before, size);
+  free(after);
+  free(before);
 }
 
 static HurrayTensorContext *rows_of(HurrayFileReader *r, const char *name, int64_t start,
@@ -511,6 +565,7 @@ int main(void) {
       cmocka_unit_test(large_alignments_are_honoured),
       cmocka_unit_test(writer_compacts_buffers),
       cmocka_unit_test(contexts_outlive_their_reader),
+      cmocka_unit_test(writable_views_write_private_copies),
       cmocka_unit_test(rows_are_read_alone),
       cmocka_unit_test(metadata_round_trips),
       cmocka_unit_test(bad_metadata_is_refused_by_the_writer),

@@ -337,6 +337,65 @@ def test_mapped_tensors_are_read_only_and_pread_ones_writable(path):
     assert hurray.load(path)["a"].tolist() == [0, 1, 2, 3]  # the file is unchanged
 
 
+def mapping_address(path, data):
+    """Where `data`'s bytes lie in this process's mapping of the file at `path` (from
+    /proc/self/maps and the file's bytes, not from hurray)."""
+    offset = Path(path).read_bytes().index(data)
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5] == str(Path(path).resolve()):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            first = start - int(fields[2], 16)  # the address of the file's byte 0
+            if start <= first + offset < end:
+                return first + offset
+    raise AssertionError(f"{path} is not mapped over byte {offset}")
+
+
+@pytest.mark.parametrize("opener", ["load", "open"])
+def test_writable_tensors_are_zero_copy_for_numpy_torch_and_jax(path, opener):
+    torch, jax = peer("torch"), peer("jax")
+    data = np.arange(4096, dtype=np.float32) * np.float32(1.5)
+    hurray.save(path, {"w": data})
+    f = hurray.load(path, writable=True) if opener == "load" else hurray.open(path, writable=True)
+    t = f["w"]
+    address = mapping_address(path, data.tobytes())
+    assert not t.readonly and t.buffer_address == address
+    as_numpy = np.from_dlpack(t)
+    assert as_numpy.flags.writeable and as_numpy.__array_interface__["data"][0] == address
+    as_torch = torch.from_dlpack(t)
+    assert as_torch.data_ptr() == address
+    as_jax = jax.dlpack.from_dlpack(t)  # asks for a legacy capsule, which has no read-only flag
+    assert as_jax.unsafe_buffer_pointer() == address
+    assert jax.dlpack.from_dlpack(t, copy=False).unsafe_buffer_pointer() == address
+    assert jax.numpy.array_equal(as_jax, data)
+
+
+def test_a_write_through_a_writable_tensor_stays_private(path):
+    torch = peer("torch")
+    data = np.arange(1024, dtype=np.int32)
+    hurray.save(path, {"w": data})
+    before = path.read_bytes()
+    t = hurray.load(path, writable=True)["w"]
+    np.from_dlpack(t)[0] = -7
+    torch.from_dlpack(t)[1] = -8
+    assert t.tolist()[:3] == [-7, -8, 2]
+    assert path.read_bytes() == before  # the file is unchanged
+    assert hurray.load(path)["w"].tolist()[:3] == [0, 1, 2]  # and so is another mapping of it
+    with hurray.open(path, writable=True) as f:  # one File's tensors share one mapping
+        a, b = f["w"], f["w"]
+        np.from_dlpack(a)[5] = 99
+        assert b.tolist()[5] == 99 and a.buffer_address == b.buffer_address
+    assert path.read_bytes() == before
+
+
+def test_writable_changes_nothing_for_pread_and_takes_a_bool(path):
+    hurray.save(path, {"w": np.arange(4, dtype=np.int32)})
+    assert not hurray.load(path, mmap=False, writable=False)["w"].readonly
+    assert hurray.load(path, writable=0)["w"].readonly
+    with pytest.raises(TypeError, match="positional"):
+        hurray.load(path, True, False, True)
+
+
 # ============================================================================================
 # Slices
 # ============================================================================================

@@ -64,8 +64,8 @@ SIGNATURES = {
     hurray.Device: "(tag, index=0)",
     hurray.save: "(path, tensors, metadata=None, *, alignment=64, tensor_metadata=None, "
                  "durable=True)",
-    hurray.load: "(path, *, mmap=True, verify=False)",
-    hurray.open: "(path, *, mmap=True)",
+    hurray.load: "(path, *, mmap=True, verify=False, writable=False)",
+    hurray.open: "(path, *, mmap=True, writable=False)",
     hurray.convert: "(input, output, *, alignment=None, name=None, metadata_as_json=False, "
                     "drop_metadata=False, durable=True)",
     hurray.File.keys: "(self, /)",
