@@ -15,12 +15,15 @@ is faster than REF). Sections:
              save_file, np.save and the floor: os.write of the same bytes into one file.
   convert    a safetensors file to a hurray file, against cp of the same file.
   load       copying loads against copying the same bytes into fresh memory (np.empty,
-             np.copyto, then the same touch); mapped loads against touching the arrays in
-             memory and np.load(mmap_mode='r'). Every loaded array is touched the same way,
+             np.copyto, then the same touch) and safetensors load_file; mapped loads (read-only
+             and writable=True) against touching the arrays in memory and
+             np.load(mmap_mode='r'). Every loaded array is touched the same way,
              np.add.reduce over all its elements, so a lazy loader pays for its page faults
              and an eager one for its copy. Warm cache: each file was just written.
   consumers  NumPy, PyTorch and JAX taking every loaded tensor (from_dlpack), against the
-             same call on safetensors' arrays; "copy" says whether the data moved.
+             same call on safetensors' arrays; "copy" says whether the data moved (JAX asks
+             for a legacy capsule, which cannot say read-only: a read-only tensor reaches it
+             as a copy, a writable=True one does not).
   open       opening a file of N small tensors and getting one, against safetensors'
              safe_open + get_tensor, and the file bytes each tensor costs beyond its data.
   verify     `hurray verify` as a child process: time and peak RSS against xxhsum (XXH3, as
@@ -259,7 +262,8 @@ def bench_convert(ctx):
 def bench_load(ctx):
     rounds, values, expected = ctx.args.rounds, ctx.values, ctx.expected
     h = ctx.hurray_file()
-    copying = Table("load + touch every byte, copying", refs=["copy to fresh memory"],
+    st_ref = ["safetensors load_file"] if safetensors is not None else []
+    copying = Table("load + touch every byte, copying", refs=["copy to fresh memory"] + st_ref,
                     nbytes=ctx.nbytes)
     mapped = Table("load + touch every byte, mapped (zero-copy)",
                    refs=["touch in memory", "np.load(mmap_mode='r')"], nbytes=ctx.nbytes)
@@ -275,9 +279,9 @@ def bench_load(ctx):
         assert touch(copies) == expected
     copying.add("copy to fresh memory", timed(fresh_copy))
 
-    def hurray_load(mmap):
+    def hurray_load(mmap, writable=False):
         def go():
-            loaded = hurray.load(h, mmap=mmap)
+            loaded = hurray.load(h, mmap=mmap, writable=writable)
             assert touch(np.from_dlpack(t) for t in loaded.values()) == expected
         return go
 
@@ -306,6 +310,7 @@ def bench_load(ctx):
     mapped.add("touch in memory", timed(lambda: touch(values)))
     mapped.add("np.load(mmap_mode='r')", timed(np_load("r")))
     mapped.add("hurray.load (mmap)", timed(hurray_load(True)))
+    mapped.add("hurray.load(writable=True) (mmap)", timed(hurray_load(True, writable=True)))
     mapped.add("hurray.open + f[name]", timed(hurray_lazy))
     return [copying, mapped]
 
@@ -332,6 +337,7 @@ def consumers():
 def bench_consumers(ctx):
     rounds, h = ctx.args.rounds, ctx.hurray_file()
     sources = [("hurray.load (mmap)", lambda: hurray.load(h)),
+               ("hurray.load(writable=True) (mmap)", lambda: hurray.load(h, writable=True)),
                ("hurray.load(mmap=False)", lambda: hurray.load(h, mmap=False))]
     if safetensors is not None:
         s = ctx.safetensors_file()
