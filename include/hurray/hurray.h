@@ -708,13 +708,15 @@ HURRAY_API int hurray_device_wait(HurrayDeviceQueue *queue, const HurrayBuffer *
  * file's alignment and protected by an XXH3-64 checksum, plus typed metadata for the file and
  * for each tensor. The index sits at the end, so a writer streams data of any size with memory
  * proportional to the tensor count only; the fixed 64-byte header points at the index once it
- * is written. A reader validates the header and the whole index when it opens a file (the file
- * is untrusted input), finds a tensor by name in O(1), and hands tensors out as
- * HurrayTensorContexts: zero-copy over the mapping by default, or read into aligned memory.
+ * is written. A reader treats the file as untrusted input: it checks the header when it opens a
+ * file and each part of the index before its first use (ADR-057), so that opening a file and
+ * getting one tensor costs the same for any number of tensors; it finds a tensor by name in
+ * O(1) and hands tensors out as HurrayTensorContexts: zero-copy over the mapping by default,
+ * or read into aligned memory.
  * ============================================================================================ */
 
 #define HURRAY_FILE_HEADER_SIZE 64
-#define HURRAY_FILE_VERSION_MAJOR 1 /* the format version this library writes and reads */
+#define HURRAY_FILE_VERSION_MAJOR 2 /* the format version this library writes and reads */
 #define HURRAY_FILE_VERSION_MINOR 0
 #define HURRAY_FILE_DEFAULT_ALIGNMENT 64u
 #define HURRAY_FILE_MAX_ALIGNMENT (1u << 21) /* 2 MiB: a huge page */
@@ -887,18 +889,22 @@ typedef struct HurrayFileReader HurrayFileReader;
  * (fresh memory, writable either way) nor for memory readers (read-only: the caller's bytes). */
 #define HURRAY_FILE_OPEN_WRITABLE (1u << 2)
 
-/* Opens and fully validates a file: header, limits, every table of the index, every buffer
- * descriptor (via hurray_desc_decode), offsets aligned and inside the data region, buffers
- * non-overlapping, names valid and unique, every tensor descriptor (via
- * hurray_tensor_validate against its buffers' sizes) and all metadata. Data is not read:
- * checksums are checked by hurray_file_reader_verify or HURRAY_FILE_GET_VERIFY. Failure
+/* Opens a file: checks the header, the index's chunk table and the index header, in time
+ * independent of the tensor count. Every other part of the index is checked before its first
+ * use (file-format.md §9): a tensor's record (offsets inside the data region and in order,
+ * hurray_tensor_validate against its buffers' sizes, metadata) and its name-table bucket
+ * (names valid and unique) the first time the tensor is asked about or looked up, each index
+ * chunk against its checksum the first time one of its bytes is needed. So any query on a
+ * tensor may fail with the statuses below, naming the tensor; a tensor refused once is refused
+ * by every call. hurray_file_reader_verify of HURRAY_FILE_WHOLE checks everything. Data is not
+ * read: checksums are checked by hurray_file_reader_verify or HURRAY_FILE_GET_VERIFY. Failure
  * statuses, each with a message naming the problem: HURRAY_EFORMAT (not a Hurray file,
  * truncated, trailing bytes, malformed or overlapping entries, duplicate names),
  * HURRAY_EUNSUPPORTED (a format version this reader does not read), HURRAY_ECHECKSUM (header
  * or index checksum), HURRAY_ELIMIT (a size over a limit), HURRAY_EALIGN (a misaligned
- * offset), HURRAY_EBOUNDS (an offset outside the file), HURRAY_EIO (the system refused), and
- * the statuses of the descriptor and tensor validators. A reader is immutable once open: its
- * functions may be called from any number of threads at once. */
+ * index), HURRAY_EBOUNDS (an offset outside the file), HURRAY_EIO (the system refused), and
+ * the statuses of the descriptor and tensor validators. A reader may be used from any number
+ * of threads at once: what it validates lazily is built under a lock. */
 HURRAY_API int hurray_file_reader_open(const char *path, uint32_t flags, HurrayFileReader **out,
                                        HurrayError *error);
 
@@ -960,7 +966,8 @@ HURRAY_API int hurray_file_reader_buffer_info(const HurrayFileReader *reader, ui
                                               uint32_t buffer, HurrayFileBufferInfo *out,
                                               HurrayError *error);
 /* The number of the tensor called `name`, in O(1) through the index's hash table, without
- * reading data. HURRAY_EINVAL naming the tensor if there is none. */
+ * reading data. HURRAY_EINVAL naming the tensor if there is none; the index's status when the
+ * part of it that the lookup reads is broken. */
 HURRAY_API int hurray_file_reader_find(const HurrayFileReader *reader, const char *name,
                                        uint32_t *index, HurrayError *error);
 /* A copy of tensor `index`'s descriptor, its arrays indexing the tensor's own buffers; no
@@ -997,7 +1004,8 @@ typedef void (*HurrayFileProgressFn)(void *context, uint64_t done, uint64_t tota
 #define HURRAY_FILE_WHOLE UINT32_MAX
 
 /* Recomputes the XXH3-64 checksum of every buffer of tensor `index` (or, for
- * HURRAY_FILE_WHOLE, of every tensor in file order) and compares it with the index.
+ * HURRAY_FILE_WHOLE, of every tensor in file order) and compares it with the index. For
+ * HURRAY_FILE_WHOLE it first checks all of the index that open may leave unchecked.
  * HURRAY_ECHECKSUM naming the tensor and the buffer at the first mismatch. `progress` may be
  * NULL; it is called at least once per buffer and every 64 MiB. Memory use is bounded
  * (PREAD readers hash through a 1 MiB buffer). */

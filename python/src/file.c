@@ -526,7 +526,24 @@ static void file_leave(FileObject *self) {
   }
 }
 
-/* The number of tensor `name` (a str), or -1 with KeyError / TypeError. */
+/* Looks up `name` (a str): 1 with its number in *index, 0 when no tensor has that name, -1
+ * with an exception set: the error of an index that a lookup finds broken (the reader
+ * validates the index as it is first used, file-format.md §9). */
+static int find_name(HurrayState *st, HurrayFileReader *reader, PyObject *name,
+                     uint32_t *index) {
+  Py_ssize_t size = 0;
+  const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size);
+  if (utf8 == NULL) return -1;
+  if (strlen(utf8) != (size_t)size) return 0;
+  HurrayError error = {0};
+  int status = hurray_file_reader_find(reader, utf8, index, &error);
+  if (status == HURRAY_OK) return 1;
+  if (status == HURRAY_EINVAL) return 0;
+  hurray__py_raise_status(st, status, &error);
+  return -1;
+}
+
+/* The number of tensor `name` (a str), or -1 with KeyError / TypeError / the index's error. */
 static int64_t file_find(HurrayState *st, FileObject *self, PyObject *name) {
   HurrayFileReader *reader = file_reader(st, self);
   if (reader == NULL) return -1;
@@ -534,16 +551,10 @@ static int64_t file_find(HurrayState *st, FileObject *self, PyObject *name) {
     PyErr_Format(PyExc_TypeError, "tensor names are str, not %.200s", Py_TYPE(name)->tp_name);
     return -1;
   }
-  Py_ssize_t size = 0;
-  const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size);
-  if (utf8 == NULL) return -1;
   uint32_t index = 0;
-  if (strlen(utf8) != (size_t)size ||
-      hurray_file_reader_find(reader, utf8, &index, NULL) != HURRAY_OK) {
-    PyErr_SetObject(PyExc_KeyError, name);
-    return -1;
-  }
-  return index;
+  int found = find_name(st, reader, name, &index);
+  if (found == 0) PyErr_SetObject(PyExc_KeyError, name);
+  return found == 1 ? (int64_t)index : -1;
 }
 
 /* Tensor `index` as a new Tensor adopting the context the reader makes. */
@@ -639,12 +650,8 @@ static int file_contains(PyObject *op, PyObject *name) {
   HurrayFileReader *reader = file_reader(st, FILE_SELF);
   if (reader == NULL) return -1;
   if (!PyUnicode_Check(name)) return 0;
-  Py_ssize_t size = 0;
-  const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size);
-  if (utf8 == NULL) return -1;
   uint32_t index = 0;
-  return strlen(utf8) == (size_t)size &&
-         hurray_file_reader_find(reader, utf8, &index, NULL) == HURRAY_OK;
+  return find_name(st, reader, name, &index);
 }
 
 static PyObject *file_subscript(PyObject *op, PyObject *name) {

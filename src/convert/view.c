@@ -1,9 +1,9 @@
 /* view.c -- a safetensors, .npy or .npz file presented as a HurrayFileReader
  * (HURRAY_FILE_OPEN_FOREIGN, ADR-046). The converters' parsers open and validate it (a
  * ConvSource, as hurray_convert opens its input); each array becomes a DENSE tensor with one
- * VALUES buffer whose record is encoded by the writer's encoder, and the index's tables are
- * built by the writer's hurray__index_tables, so the reader validates and serves them exactly
- * as a file's. Buffers are zero-copy views of the mapping where an array's bytes lie in the
+ * VALUES buffer whose record is encoded by the writer's encoder, and the index is built by
+ * the writer's hurray__index_build, so the reader validates and serves it exactly as a
+ * file's. Buffers are zero-copy views of the mapping where an array's bytes lie in the
  * file as they are at a multiple of 64; otherwise (misaligned, big-endian, deflated, or a
  * PREAD reader) each get copies them through the source's streaming into 64-aligned memory. */
 #include <stdlib.h>
@@ -87,9 +87,9 @@ static void view_destroy(void *context) {
 
 static const FileViewOps kViewOps = {view_buffer, view_verify, view_destroy};
 
-/* Each array's record into `records` (padded to 8), its table entry and its buffer entry. */
+/* Each array's record into `records` and its index entry. */
 static int describe_arrays(View *v, FileSink *records, FileIndexTensor *tensors,
-                           FileBufferEntry *buffers, HurrayError *error) {
+                           uint64_t *data_bytes, HurrayError *error) {
   FileSink record = {0};
   int status = HURRAY_OK;
   for (uint32_t i = 0; i < v->source.count && status == HURRAY_OK; i++) {
@@ -97,26 +97,20 @@ static int describe_arrays(View *v, FileSink *records, FileIndexTensor *tensors,
     HurrayArray part;
     HurrayTensorDesc desc;
     hurray__array_dense_desc(a, a->byte_offset, &part, &desc);
-    status = hurray__record_encode((const uint8_t *)a->name, a->name_len, &desc, NULL, NULL, NULL,
-                                   0, &record, error);
+    uint64_t at = 0;
+    stored_as_is(v, a, &at);
+    const FileBufferEntry buffer = {.desc = {.byte_size = a->region_size},
+                                    .offset = at,
+                                    .role = HURRAY_ROLE_VALUES};
+    *data_bytes += a->region_size;
+    status = hurray__file_record_encode((const uint8_t *)a->name, a->name_len, &desc, NULL, NULL,
+                                        &buffer, 1, 0, NULL, 0, &record, error);
     if (status != HURRAY_OK) break;
     hurray__sink_bytes(records, record.data, record.len);
-    hurray__sink_pad8(records);
     tensors[i] = (FileIndexTensor){.name = a->name,
                                    .name_len = a->name_len,
                                    .hash = hurray__xxh3(a->name, a->name_len),
-                                   .record_len = (uint32_t)record.len,
-                                   .first_buffer = i,
-                                   .buffer_count = 1};
-    uint64_t at = 0;
-    stored_as_is(v, a, &at);
-    buffers[i] = (FileBufferEntry){.desc = {.byte_size = a->region_size,
-                                            .alignment = HURRAY_MIN_ALIGNMENT,
-                                            .device_tag = HURRAY_DEVICE_CPU,
-                                            .memory_class = HURRAY_MEM_DEVICE,
-                                            .sync_mode = HURRAY_SYNC_READY},
-                                   .offset = at,
-                                   .role = HURRAY_ROLE_VALUES};
+                                   .record_len = (uint32_t)record.len};
   }
   hurray__sink_reset(&record);
   if (status == HURRAY_OK && records->failed) {
@@ -125,37 +119,31 @@ static int describe_arrays(View *v, FileSink *records, FileIndexTensor *tensors,
   uint64_t at = 0; /* the records are in place: point at them */
   for (uint32_t i = 0; i < v->source.count && status == HURRAY_OK; i++) {
     tensors[i].record = records->data + at;
-    at += hurray__pad8(tensors[i].record_len);
+    at += tensors[i].record_len;
   }
   return status;
 }
 
 /* The index of the view's arrays, with the file metadata, in `index`. */
-static int build_index(View *v, FileSink *index, FileBufferEntry *buffers,
-                       uint64_t *metadata_offset, uint32_t *metadata_length, HurrayError *error) {
+static int build_index(View *v, FileSink *index, HurrayError *error) {
   uint32_t count = v->source.count;
   if (count > HURRAY_FILE_MAX_TENSORS) {
     return hurray__fail(error, HURRAY_ELIMIT, "%u tensors exceed the limit of %u", count,
                         HURRAY_FILE_MAX_TENSORS);
   }
   FileSink records = {0}, metadata = {0};
+  uint64_t data_bytes = 0;
   FileIndexTensor *tensors = calloc(count ? count : 1, sizeof *tensors);
-  int status = tensors != NULL ? describe_arrays(v, &records, tensors, buffers, error)
+  int status = tensors != NULL ? describe_arrays(v, &records, tensors, &data_bytes, error)
                                : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   if (status == HURRAY_OK) {
     status = hurray__meta_encode(v->source.metadata, &metadata, error);
     if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
   }
   if (status == HURRAY_OK) {
-    status = hurray__index_tables(index, 0, tensors, count, metadata.data,
-                                  (uint32_t)metadata.len, error);
+    status = hurray__index_build(index, tensors, count, count, data_bytes, metadata.data,
+                                 (uint32_t)metadata.len, error);
   }
-  if (status == HURRAY_OK && index->len > HURRAY_FILE_MAX_INDEX) {
-    status = hurray__fail(error, HURRAY_ELIMIT, "the index would exceed %llu bytes",
-                          (unsigned long long)HURRAY_FILE_MAX_INDEX);
-  }
-  *metadata_length = (uint32_t)metadata.len;
-  *metadata_offset = metadata.len > 0 ? index->len - hurray__pad8(metadata.len) : 0;
   free(tensors);
   hurray__sink_reset(&records);
   hurray__sink_reset(&metadata);
@@ -189,15 +177,8 @@ int hurray__view_open(const char *path, uint32_t flags, HurrayFileReader **out,
   FileSink index = {0};
   FileView view = {
       .ops = &kViewOps, .view = v, .read_only = !v->copy && !(flags & HURRAY_FILE_OPEN_WRITABLE)};
-  if (status == HURRAY_OK) {
-    view.buffers = calloc(v->source.count ? v->source.count : 1, sizeof *view.buffers);
-    status = view.buffers != NULL
-                 ? build_index(v, &index, view.buffers, &view.metadata_offset,
-                               &view.metadata_length, error)
-                 : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  }
+  if (status == HURRAY_OK) status = build_index(v, &index, error);
   if (status != HURRAY_OK) {
-    free(view.buffers);
     hurray__sink_reset(&index);
     view_destroy(v);
     return status;
@@ -205,8 +186,6 @@ int hurray__view_open(const char *path, uint32_t flags, HurrayFileReader **out,
   hurray__source_retain(v->source.file);
   view.source = v->source.file;
   view.info = (HurrayFileInfo){.alignment = HURRAY_MIN_ALIGNMENT,
-                               .tensor_count = v->source.count,
-                               .buffer_count = v->source.count,
                                .file_size = v->source.size,
                                .format = (uint8_t)format};
   view.index = index.data;

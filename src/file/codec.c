@@ -43,6 +43,23 @@ int hurray__take_zeros(FileCursor *c, size_t n, const char *what, HurrayError *e
   return status;
 }
 
+int hurray__take_varint(FileCursor *c, uint64_t *out, HurrayError *error) {
+  uint64_t value = 0;
+  for (unsigned shift = 0; shift < 64; shift += 7) {
+    const uint8_t *p = NULL;
+    int status = hurray__take(c, 1, &p, error);
+    if (status != HURRAY_OK) return status;
+    uint64_t bits = *p & 0x7Fu;
+    if (shift == 63 && bits > 1) break; /* the tenth byte holds bit 63 alone */
+    value |= bits << shift;
+    if ((*p & 0x80u) == 0) {
+      *out = value;
+      return HURRAY_OK;
+    }
+  }
+  return hurray__fail(error, HURRAY_EFORMAT, "a varint does not fit in 64 bits");
+}
+
 /* ---- sink --------------------------------------------------------------------------------- */
 
 static uint8_t *sink_grow(FileSink *s, size_t n) {
@@ -96,6 +113,18 @@ void hurray__sink_u32(FileSink *s, uint32_t v) {
 void hurray__sink_u64(FileSink *s, uint64_t v) {
   uint8_t *p = sink_grow(s, 8);
   if (p != NULL) hurray__store_le64(p, v);
+}
+
+void hurray__sink_varint(FileSink *s, uint64_t v) {
+  uint8_t bytes[10];
+  size_t n = 0;
+  do {
+    bytes[n] = (uint8_t)(v & 0x7Fu);
+    v >>= 7;
+    if (v != 0) bytes[n] |= 0x80u;
+    n++;
+  } while (v != 0);
+  hurray__sink_bytes(s, bytes, n);
 }
 
 void hurray__sink_pad8(FileSink *s) {

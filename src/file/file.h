@@ -30,10 +30,11 @@ enum {
   HDR_VERSION_MAJOR = 8,
   HDR_VERSION_MINOR = 10,
   HDR_ALIGNMENT_LOG2 = 12,
+  HDR_CHUNK_LOG2 = 13,
   HDR_FILE_SIZE = 16,
   HDR_INDEX_OFFSET = 24,
   HDR_INDEX_LENGTH = 32,
-  HDR_INDEX_CHECKSUM = 40,
+  HDR_CHUNK_TABLE_CHECKSUM = 40,
   HDR_RESERVED = 48,
   HDR_CHECKSUM = 56,
   /* index header */
@@ -43,25 +44,39 @@ enum {
   IDX_BUCKET_BITS = 8,
   IDX_METADATA_OFFSET = 16,
   IDX_METADATA_LENGTH = 24,
-  IDX_RESERVED = 28,
-  /* table entries */
-  BUFFER_ENTRY_SIZE = 40, /* desc[16] offset[8] checksum[8] role[1] reserved[7] */
-  TENSOR_ENTRY_SIZE = 24, /* record_offset[8] record_length[4] first_buffer[4] count[4] rsv[4] */
-  NAME_ENTRY_SIZE = 16,   /* hash[8] tensor[4] reserved[4] */
-  BUCKET_ENTRY_SIZE = 4,
-  /* records */
+  IDX_DATA_BYTES = 32,
+  IDX_RESERVED = 40,
+  /* table entries: u32 each (a record offset, a tensor number, a name-table position) */
+  TABLE_ENTRY_SIZE = 4,
+  CHUNK_ENTRY_SIZE = 8,
+  /* compact records: node header fields present beyond layout, dtype, ndim, nparts */
+  NODE_HAS_FLAGS = 1,
+  NODE_HAS_AXIS = 2,
+  NODE_HAS_BLOCK_SIZE = 4,
+  NODE_HAS_CHILDREN = 8,
+  /* part flags */
+  PART_HAS_STRIDES = 1,
+  PART_OWN_DTYPE = 2,
+  PART_OWN_SHAPE = 4,
+  PART_HAS_BUFFER = 8,
+  PART_HAS_OFFSET = 16,
+  /* the fixed-width records of the wire (interchange.md Appendix A) */
   RECORD_HEADER_SIZE = 8, /* name_length[2] reserved[2] metadata_length[4] */
   NODE_HEADER_SIZE = 24,
   PART_HEADER_SIZE = 16,
   CHILD_HEADER_SIZE = 8,
-  PART_HAS_STRIDES = 1,
 };
 
 #define FILE_MIN_ALIGNMENT_LOG2 6
 #define FILE_MAX_ALIGNMENT_LOG2 21
-#define FILE_MAX_BUCKET_BITS 24
+#define FILE_MIN_CHUNK_LOG2 12
+#define FILE_MAX_CHUNK_LOG2 28
+#define FILE_MAX_CHUNKS 1024u /* a writer's choice: the smallest chunk that keeps to this */
+#define FILE_MAX_BUCKET_BITS 20
 _Static_assert((1u << FILE_MIN_ALIGNMENT_LOG2) == HURRAY_MIN_ALIGNMENT, "minimum alignment");
 _Static_assert((1u << FILE_MAX_ALIGNMENT_LOG2) == HURRAY_FILE_MAX_ALIGNMENT, "maximum alignment");
+_Static_assert(((uint64_t)1 << FILE_MAX_CHUNK_LOG2) == HURRAY_FILE_MAX_INDEX, "largest chunk");
+_Static_assert((1u << FILE_MAX_BUCKET_BITS) == HURRAY_FILE_MAX_TENSORS, "bucket bits");
 
 static inline uint64_t hurray__pad8(uint64_t n) {
   return (n + 7) & ~(uint64_t)7;
@@ -87,6 +102,9 @@ typedef struct FileCursor {
 
 /* HURRAY_EFORMAT ("truncated") unless `n` bytes are left; then *out points at them. */
 HURRAY_INTERNAL int hurray__take(FileCursor *c, size_t n, const uint8_t **out, HurrayError *error);
+/* An unsigned LEB128 value (spec §1): 7 bits a byte, low first, at most 10 bytes
+ * (HURRAY_EFORMAT for more, or for a value past 64 bits). */
+HURRAY_INTERNAL int hurray__take_varint(FileCursor *c, uint64_t *out, HurrayError *error);
 /* Takes `n` bytes that must all be zero (HURRAY_EFORMAT naming `what` otherwise). */
 HURRAY_INTERNAL int hurray__take_zeros(FileCursor *c, size_t n, const char *what,
                                        HurrayError *error);
@@ -106,6 +124,7 @@ HURRAY_INTERNAL void hurray__sink_u8(FileSink *s, uint8_t v);
 HURRAY_INTERNAL void hurray__sink_u16(FileSink *s, uint16_t v);
 HURRAY_INTERNAL void hurray__sink_u32(FileSink *s, uint32_t v);
 HURRAY_INTERNAL void hurray__sink_u64(FileSink *s, uint64_t v);
+HURRAY_INTERNAL void hurray__sink_varint(FileSink *s, uint64_t v); /* unsigned LEB128 */
 HURRAY_INTERNAL void hurray__sink_pad8(FileSink *s);
 HURRAY_INTERNAL void hurray__sink_reset(FileSink *s);
 
@@ -162,27 +181,7 @@ HURRAY_INTERNAL int hurray__meta_decode_tree(const uint8_t *bytes, size_t len,
 /* Maps an array of the tensor being written to the byte offset it gets in the file. */
 typedef uint64_t (*FileRebaseFn)(void *context, const HurrayArray *array);
 
-/* Encodes a tensor record (spec §6). `rebase` NULL keeps byte offsets. The descriptor is
- * checked only as far as the encoding needs (counts, pointers, values fitting their fields);
- * its meaning is checked by decoding the record and validating the result. */
-HURRAY_INTERNAL int hurray__record_encode(const uint8_t *name, size_t name_len,
-                                          const HurrayTensorDesc *tensor, FileRebaseFn rebase,
-                                          void *rebase_context, const uint8_t *metadata,
-                                          uint32_t metadata_len, FileSink *out, HurrayError *error);
-
-typedef struct FileRecord {
-  const char *name; /* arena copy, NUL-terminated */
-  size_t name_len;
-  HurrayTensorDesc *tensor; /* in the arena */
-  const uint8_t *metadata;  /* inside the record bytes */
-  uint32_t metadata_len;
-} FileRecord;
-
-/* Parses and checks a record from untrusted bytes, allocating the result in `arena`. */
-HURRAY_INTERNAL int hurray__record_decode(const uint8_t *bytes, size_t len, FileArena *arena,
-                                          FileRecord *out, HurrayError *error);
-
-/* A stored buffer as the index describes it. */
+/* A stored buffer as a file record describes it. */
 typedef struct FileBufferEntry {
   HurrayBufferDesc desc; /* byte_size is the buffer's length */
   uint64_t offset;
@@ -190,26 +189,66 @@ typedef struct FileBufferEntry {
   uint8_t role;
 } FileBufferEntry;
 
-/* A tensor as the index's tables list it. */
+/* Encodes a tensor record in the wire's fixed-width form (interchange.md Appendix A). `rebase` NULL
+ * keeps byte offsets. The descriptor is checked only as far as the encoding needs (counts,
+ * pointers, values fitting their fields); its meaning is checked by decoding the record and
+ * validating the result. */
+HURRAY_INTERNAL int hurray__record_encode(const uint8_t *name, size_t name_len,
+                                          const HurrayTensorDesc *tensor, FileRebaseFn rebase,
+                                          void *rebase_context, const uint8_t *metadata,
+                                          uint32_t metadata_len, FileSink *out, HurrayError *error);
+/* Encodes a tensor record in the file's compact form (spec §6), with the tensor's `count`
+ * buffer entries, their offsets stored in units of 2^offset_shift bytes (each offset is a
+ * multiple of that). */
+HURRAY_INTERNAL int hurray__file_record_encode(const uint8_t *name, size_t name_len,
+                                               const HurrayTensorDesc *tensor, FileRebaseFn rebase,
+                                               void *rebase_context, const FileBufferEntry *buffers,
+                                               uint32_t count, unsigned offset_shift,
+                                               const uint8_t *metadata, uint32_t metadata_len,
+                                               FileSink *out, HurrayError *error);
+
+typedef struct FileRecord {
+  const char *name; /* arena copy, NUL-terminated */
+  size_t name_len;
+  HurrayTensorDesc *tensor; /* in the arena */
+  const uint8_t *metadata;  /* inside the record bytes */
+  uint32_t metadata_len;
+  FileBufferEntry *buffers; /* the file form's, in the arena: CPU, DEVICE, READY, alignment 64 */
+  uint32_t buffer_count;
+} FileRecord;
+
+/* Parses and checks a fixed-width (wire) record from untrusted bytes, allocating the result
+ * in `arena`. */
+HURRAY_INTERNAL int hurray__record_decode(const uint8_t *bytes, size_t len, FileArena *arena,
+                                          FileRecord *out, HurrayError *error);
+/* The same for a compact (file) record, whose buffer offsets are in units of 2^offset_shift. */
+HURRAY_INTERNAL int hurray__file_record_decode(const uint8_t *bytes, size_t len,
+                                               unsigned offset_shift, FileArena *arena,
+                                               FileRecord *out, HurrayError *error);
+
+/* A tensor as the index lists it. */
 typedef struct FileIndexTensor {
   const char *name;
   size_t name_len;
   uint64_t hash; /* XXH3-64 of the name */
   const uint8_t *record;
   uint32_t record_len;
-  uint32_t first_buffer;
-  uint32_t buffer_count;
 } FileIndexTensor;
 
 /* The bucket bits of an index of `tensors` tensors: the least b with 2^b >= tensors. */
 HURRAY_INTERNAL uint32_t hurray__bucket_bits(uint32_t tensors);
-/* Appends the rest of an index to `out`, which holds its first `start` bytes (a multiple of
- * 8): the tensor table, the name table and the bucket table (spec §5.3, §5.4), zeros up to the
- * heap, then every record and the metadata block, each padded to 8 (§5.5). */
-HURRAY_INTERNAL int hurray__index_tables(FileSink *out, uint64_t start,
-                                         const FileIndexTensor *tensors, uint32_t count,
-                                         const uint8_t *metadata, uint32_t metadata_len,
-                                         HurrayError *error);
+/* The length of an index of `tensors` tensors with `records` bytes of records and `metadata`
+ * bytes of file metadata (spec §5). */
+HURRAY_INTERNAL uint64_t hurray__index_length(uint32_t tensors, uint64_t records,
+                                              uint64_t metadata);
+/* A whole index (spec §5) in `out`: the index header, the tensor, name and bucket tables, the
+ * records and the file metadata. */
+HURRAY_INTERNAL int hurray__index_build(FileSink *out, const FileIndexTensor *tensors,
+                                        uint32_t count, uint32_t buffer_count, uint64_t data_bytes,
+                                        const uint8_t *metadata, uint32_t metadata_len,
+                                        HurrayError *error);
+/* The chunk size (log2) a writer gives an index of `length` bytes (spec §5.6). */
+HURRAY_INTERNAL unsigned hurray__chunk_log2(uint64_t length);
 
 /* hurray_tensor_validate of `tensor` against `count` buffers known only by their entries
  * (sizes and roles): contents are not read. */
@@ -308,7 +347,8 @@ HURRAY_INTERNAL const FileSource *hurray__reader_source(const HurrayFileReader *
 
 /* ---- reader.c: files of other formats, presented as readers ------------------------------ */
 
-/* What a view does where a Hurray file would be read directly. */
+/* What a view does where a Hurray file would be read directly. A view's tensors have one
+ * buffer each, which it numbers as the tensor. */
 typedef struct FileViewOps {
   /* A new CPU buffer holding bytes [offset, offset + len) of buffer `buffer`: a read-only view
    * of the mapping where they lie in the file as they are, at a multiple of 64; else a copy
@@ -321,25 +361,21 @@ typedef struct FileViewOps {
   void (*destroy)(void *view);
 } FileViewOps;
 
-/* A file of another format as a reader sees it: an index built in memory (the tensor table at
- * offset 0, then the name and bucket tables and the heap, as hurray__index_tables writes them)
- * and a buffer entry per buffer, whose offsets and checksums only the view interprets. */
+/* A file of another format as a reader sees it: an index built in memory by
+ * hurray__index_build, whose records' buffer offsets (in bytes, offset_shift 0) and checksums
+ * only the view interprets. */
 typedef struct FileView {
   FileSource *source;  /* a reference, for the reader */
-  HurrayFileInfo info; /* format, alignment, tensor and buffer counts, file_size */
+  HurrayFileInfo info; /* format, alignment (64), file_size */
   uint8_t *index;      /* malloc'd */
   uint64_t index_length;
-  uint64_t metadata_offset; /* of the file metadata block in the index (0: none) */
-  uint32_t metadata_length;
-  FileBufferEntry *buffers; /* malloc'd, info.buffer_count of them */
-  bool read_only;           /* tensors are read-only (mapped) rather than fresh copies */
+  bool read_only; /* tensors are read-only (mapped) rather than fresh copies */
   const FileViewOps *ops;
   void *view;
 } FileView;
 
 /* A reader over `view`, SINK for everything it holds (also on failure). Its index is validated
- * as a file's is: every record decoded and validated against its buffers, the name and bucket
- * tables, the metadata. */
+ * as a file's is, lazily: each record as its tensor is first used. */
 HURRAY_INTERNAL int hurray__reader_open_view(FileView *view, HurrayFileReader **out,
                                              HurrayError *error);
 

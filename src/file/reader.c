@@ -1,48 +1,101 @@
-/* reader.c -- HurrayFileReader: opens a file as untrusted input, validates the header and the
- * whole index in the order of spec §9, and then serves lookups, descriptors, tensors, row
- * slices, checksum verification and metadata. The index is copied into private memory before
- * it is validated, so nothing that changes the file later can change what was checked; after
- * open the reader is immutable and safe to share between threads. */
+/* reader.c -- HurrayFileReader: opens a file as untrusted input and validates it lazily (spec
+ * §9, ADR-057). Open checks the header, the index's chunk table and the index header: O(1) of
+ * the tensor count. Every other byte of the index is validated before its first use: each
+ * chunk of the index is copied into private memory and checked against its checksum the first
+ * time one of its bytes is needed, each tensor's record is decoded and validated the first
+ * time the tensor is used, and each bucket of the name table the first time a lookup or one of
+ * its tensors needs it. Nothing that changes the file later can change what was checked.
+ * verify of the whole file checks everything, eagerly. The lazy state is built under a mutex
+ * and published through atomic bitmaps, so a reader is safe to share between threads. */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "file.h"
 
+/* A tensor, once its record is validated. */
 typedef struct ReaderTensor {
   const char *name; /* in the reader's arena */
-  uint64_t record_offset;
-  uint32_t record_length;
   uint32_t name_length;
-  uint32_t first_buffer;
+  uint32_t record_offset;
+  uint32_t record_length;
+  uint32_t metadata_length;
   uint32_t buffer_count;
+  const FileBufferEntry *buffers; /* in the reader's arena */
   uint64_t data_bytes;
   uint8_t layout;
   uint8_t dtype;
 } ReaderTensor;
 
+typedef _Atomic uint64_t Bitmap;
+
+/* Tensors are kept in pages of 2^TENSOR_PAGE_LOG2, each allocated when one of its tensors is
+ * first validated, so that open allocates nothing per tensor. */
+enum { TENSOR_PAGE_LOG2 = 10, TENSOR_PAGE = 1 << TENSOR_PAGE_LOG2 };
+
 struct HurrayFileReader {
   FileSource *source;
   HurrayFileInfo info;
-  uint8_t *index; /* private copy of the index bytes */
+  uint8_t *index;       /* private copy of the index, filled chunk by chunk */
+  uint8_t *chunk_table; /* the chunks' checksums; NULL for a view's index, built in memory */
+  unsigned chunk_log2;
+  unsigned offset_shift; /* records give buffer offsets in units of 2^offset_shift bytes */
   uint32_t bucket_bits;
-  uint64_t tensor_table; /* index-relative positions */
-  uint64_t name_table;
+  uint64_t name_table; /* index-relative positions; the tensor table is at IDX_HEADER_SIZE */
   uint64_t bucket_table;
   uint64_t heap;
   uint64_t metadata_offset;
   uint32_t metadata_length;
-  ReaderTensor *tensors;
-  FileBufferEntry *buffers;
-  FileArena names;
-  bool read_only;           /* tensors are read-only views of the source */
+  ReaderTensor **tensor_pages; /* tensor_count / TENSOR_PAGE + 1 of them, NULL until used */
+  Bitmap *chunks_loaded;  /* copied and checked */
+  Bitmap *records_valid;  /* tensors whose record is validated */
+  Bitmap *tensors_ready;  /* ... and found in their validated bucket */
+  Bitmap *buckets_ready;  /* buckets whose every entry is validated */
+  pthread_mutex_t lock;   /* held while any of the above changes */
+  bool lock_made;
+  FileArena arena;        /* names and buffer entries */
+  bool read_only;         /* tensors are read-only views of the source */
   const FileViewOps *view_ops; /* a file of another format (NULL: a Hurray file) */
   void *view;
 };
 
-/* ---- header (spec §3, checks 1-7) --------------------------------------------------------- */
+static bool bit_get(const Bitmap *map, uint64_t i) {
+  return (atomic_load_explicit(&map[i / 64], memory_order_acquire) >> (i % 64)) & 1;
+}
 
-static int read_header(HurrayFileReader *r, uint64_t *index_checksum, HurrayError *error) {
+static void bit_set(Bitmap *map, uint64_t i) {
+  atomic_fetch_or_explicit(&map[i / 64], (uint64_t)1 << (i % 64), memory_order_release);
+}
+
+static Bitmap *bitmap_new(uint64_t bits) {
+  return calloc(bits / 64 + 1, sizeof(Bitmap));
+}
+
+/* Tensor `i`, whose page exists (it is being validated, or it is valid). */
+static ReaderTensor *tensor_at(const HurrayFileReader *r, uint32_t i) {
+  return &r->tensor_pages[i >> TENSOR_PAGE_LOG2][i & (TENSOR_PAGE - 1)];
+}
+
+/* The lazy state changes only under the lock; what it publishes is read without it. Queries
+ * take a const reader (it is shared between threads) and change only that state. */
+static HurrayFileReader *mutable(const HurrayFileReader *reader) {
+  return (HurrayFileReader *)reader;
+}
+
+/* A value read from the file that a core validator calls an invalid argument is a malformed
+ * file: HURRAY_EFORMAT, keeping the message. */
+static int from_file(HurrayError *error, int status) {
+  if (status != HURRAY_OK && status != HURRAY_EINVAL) return status;
+  if (status == HURRAY_OK) return status;
+  if (error != NULL) error->code = HURRAY_EFORMAT;
+  return HURRAY_EFORMAT;
+}
+
+/* ---- header and chunk table (spec §3, §5.6; checks 1-8) ----------------------------------- */
+
+static int read_header(HurrayFileReader *r, uint64_t *chunks_checksum, HurrayError *error) {
   uint64_t size = hurray__source_size(r->source);
   uint8_t h[HURRAY_FILE_HEADER_SIZE];
   size_t have = size < sizeof h ? (size_t)size : sizeof h;
@@ -68,13 +121,18 @@ static int read_header(HurrayFileReader *r, uint64_t *index_checksum, HurrayErro
   if (hurray__xxh3(h, HDR_CHECKSUM) != hurray__load_le64(h + HDR_CHECKSUM)) {
     return hurray__fail(error, HURRAY_ECHECKSUM, "header checksum mismatch: the header is corrupt");
   }
-  if (!hurray__all_zero(h + HDR_ALIGNMENT_LOG2 + 1, 3) || !hurray__all_zero(h + HDR_RESERVED, 8)) {
+  if (!hurray__all_zero(h + HDR_CHUNK_LOG2 + 1, 2) || !hurray__all_zero(h + HDR_RESERVED, 8)) {
     return hurray__fail(error, HURRAY_EFORMAT, "reserved header bytes are not zero");
   }
   uint8_t log2 = h[HDR_ALIGNMENT_LOG2];
   if (log2 < FILE_MIN_ALIGNMENT_LOG2 || log2 > FILE_MAX_ALIGNMENT_LOG2) {
     return hurray__fail(error, HURRAY_EALIGN, "alignment 2^%u is outside 2^%d .. 2^%d", log2,
                         FILE_MIN_ALIGNMENT_LOG2, FILE_MAX_ALIGNMENT_LOG2);
+  }
+  uint8_t chunk_log2 = h[HDR_CHUNK_LOG2];
+  if (chunk_log2 < FILE_MIN_CHUNK_LOG2 || chunk_log2 > FILE_MAX_CHUNK_LOG2) {
+    return hurray__fail(error, HURRAY_EFORMAT, "index chunk size 2^%u is outside 2^%d .. 2^%d",
+                        chunk_log2, FILE_MIN_CHUNK_LOG2, FILE_MAX_CHUNK_LOG2);
   }
   uint64_t file_size = hurray__load_le64(h + HDR_FILE_SIZE);
   if (file_size != size) {
@@ -84,19 +142,21 @@ static int read_header(HurrayFileReader *r, uint64_t *index_checksum, HurrayErro
   }
   uint64_t offset = hurray__load_le64(h + HDR_INDEX_OFFSET);
   uint64_t length = hurray__load_le64(h + HDR_INDEX_LENGTH);
-  uint64_t end = 0;
   if (length > HURRAY_FILE_MAX_INDEX) {
     return hurray__fail(error, HURRAY_ELIMIT,
                         "the index is %" PRIu64 " bytes, more than the limit of %" PRIu64, length,
                         HURRAY_FILE_MAX_INDEX);
   }
+  /* length <= 2^28 and chunk_log2 >= 12: at most 2^16 chunks. */
+  uint64_t table = ((length + ((uint64_t)1 << chunk_log2) - 1) >> chunk_log2) * CHUNK_ENTRY_SIZE;
+  uint64_t end = 0;
   if (length < IDX_HEADER_SIZE || offset < HURRAY_FILE_HEADER_SIZE ||
-      hurray__add_u64(offset, length, &end) || end != size) {
+      hurray__add_u64(offset, length, &end) || hurray__add_u64(end, table, &end) || end != size) {
     return hurray__fail(error, HURRAY_EFORMAT,
-                        "the index [%" PRIu64 ", +%" PRIu64
-                        ") is not a region of at least %d "
-                        "bytes between the header and the end of the file (%" PRIu64 " bytes)",
-                        offset, length, IDX_HEADER_SIZE, size);
+                        "the index [%" PRIu64 ", +%" PRIu64 ") and its %" PRIu64
+                        "-byte chunk table are not a region of at least %d bytes between the "
+                        "header and the end of the file (%" PRIu64 " bytes)",
+                        offset, length, table, IDX_HEADER_SIZE, size);
   }
   if (offset % 8 != 0) {
     return hurray__fail(error, HURRAY_EALIGN, "the index offset %" PRIu64 " is not a multiple of 8",
@@ -108,34 +168,58 @@ static int read_header(HurrayFileReader *r, uint64_t *index_checksum, HurrayErro
                              .file_size = size,
                              .index_offset = offset,
                              .index_length = length};
-  *index_checksum = hurray__load_le64(h + HDR_INDEX_CHECKSUM);
+  r->chunk_log2 = chunk_log2;
+  r->offset_shift = log2;
+  *chunks_checksum = hurray__load_le64(h + HDR_CHUNK_TABLE_CHECKSUM);
   return HURRAY_OK;
 }
 
-/* Check 8, over a private copy of the index: what is validated is what is used. */
-static int read_index(HurrayFileReader *r, uint64_t checksum, HurrayError *error) {
-  size_t length = (size_t)r->info.index_length; /* <= HURRAY_FILE_MAX_INDEX */
-  r->index = malloc(length);
-  if (r->index == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  int status = hurray__source_read(r->source, r->info.index_offset, r->index, length, error);
-  if (status == HURRAY_OK && hurray__xxh3(r->index, length) != checksum) {
-    status = hurray__fail(error, HURRAY_ECHECKSUM, "index checksum mismatch: the index is corrupt");
+/* Check 8: the chunk table, which guards every chunk of the index. */
+static int read_chunk_table(HurrayFileReader *r, uint64_t checksum, HurrayError *error) {
+  uint64_t length = r->info.index_length;
+  size_t chunks = (size_t)((length + ((uint64_t)1 << r->chunk_log2) - 1) >> r->chunk_log2);
+  size_t table = chunks * CHUNK_ENTRY_SIZE;
+  r->chunk_table = malloc(table);
+  r->index = malloc((size_t)length); /* pages are touched only as chunks are loaded */
+  r->chunks_loaded = bitmap_new(chunks);
+  if (r->chunk_table == NULL || r->index == NULL || r->chunks_loaded == NULL) {
+    return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  int status = hurray__source_read(r->source, r->info.index_offset + length, r->chunk_table, table,
+                                   error);
+  if (status == HURRAY_OK && hurray__xxh3(r->chunk_table, table) != checksum) {
+    status = hurray__fail(error, HURRAY_ECHECKSUM,
+                          "index checksum mismatch: the index's chunk table is corrupt");
   }
   return status;
 }
 
-/* A value read from the file that a core validator calls an invalid argument is a malformed
- * file: HURRAY_EFORMAT, keeping the message. */
-static int from_file(HurrayError *error, int status) {
-  if (status != HURRAY_EINVAL) return status;
-  if (error != NULL) error->code = HURRAY_EFORMAT;
-  return HURRAY_EFORMAT;
+/* Makes index bytes [offset, offset + len) (inside the index) usable: each chunk they touch is
+ * copied into private memory and checked against its checksum, once. Under the lock. */
+static int need(HurrayFileReader *r, uint64_t offset, uint64_t len, HurrayError *error) {
+  if (r->chunk_table == NULL || len == 0) return HURRAY_OK;
+  uint64_t chunk = (uint64_t)1 << r->chunk_log2;
+  for (uint64_t c = offset >> r->chunk_log2; c <= (offset + len - 1) >> r->chunk_log2; c++) {
+    if (bit_get(r->chunks_loaded, c)) continue;
+    uint64_t start = c * chunk;
+    size_t n = (size_t)(r->info.index_length - start < chunk ? r->info.index_length - start : chunk);
+    int status = hurray__source_read(r->source, r->info.index_offset + start, r->index + start, n,
+                                     error);
+    if (status != HURRAY_OK) return status;
+    if (hurray__xxh3(r->index + start, n) != hurray__load_le64(r->chunk_table + c * 8)) {
+      return hurray__fail(error, HURRAY_ECHECKSUM,
+                          "index checksum mismatch: chunk %" PRIu64 " of the index is corrupt", c);
+    }
+    bit_set(r->chunks_loaded, c);
+  }
+  return HURRAY_OK;
 }
 
-/* ---- index header and buffer table (checks 9, 10) -----------------------------------------------
- */
+/* ---- index header (check 9) --------------------------------------------------------------- */
 
 static int read_index_header(HurrayFileReader *r, HurrayError *error) {
+  int status = need(r, 0, IDX_HEADER_SIZE, error);
+  if (status != HURRAY_OK) return status;
   const uint8_t *x = r->index;
   uint32_t tensors = hurray__load_le32(x + IDX_TENSOR_COUNT);
   uint32_t buffers = hurray__load_le32(x + IDX_BUFFER_COUNT);
@@ -148,24 +232,19 @@ static int read_index_header(HurrayFileReader *r, HurrayError *error) {
                         tensors, buffers, bits, HURRAY_FILE_MAX_TENSORS, HURRAY_FILE_MAX_BUFFERS,
                         FILE_MAX_BUCKET_BITS);
   }
-  if (hurray__load_le32(x + 12) != 0 ||
+  if (hurray__load_le32(x + 12) != 0 || hurray__load_le32(x + IDX_METADATA_LENGTH + 4) != 0 ||
       !hurray__all_zero(x + IDX_RESERVED, IDX_HEADER_SIZE - IDX_RESERVED)) {
     return hurray__fail(error, HURRAY_EFORMAT, "reserved index header bytes are not zero");
   }
   /* The limits above keep these sums far from overflow. */
-  r->tensor_table = IDX_HEADER_SIZE + (uint64_t)buffers * BUFFER_ENTRY_SIZE;
-  r->name_table = r->tensor_table + (uint64_t)tensors * TENSOR_ENTRY_SIZE;
-  r->bucket_table = r->name_table + (uint64_t)tensors * NAME_ENTRY_SIZE;
-  uint64_t tables_end = r->bucket_table + (((uint64_t)1 << bits) + 1) * BUCKET_ENTRY_SIZE;
-  r->heap = hurray__pad8(tables_end);
+  r->name_table = IDX_HEADER_SIZE + ((uint64_t)tensors + 1) * TABLE_ENTRY_SIZE;
+  r->bucket_table = r->name_table + (uint64_t)tensors * TABLE_ENTRY_SIZE;
+  r->heap = r->bucket_table + (((uint64_t)1 << bits) + 1) * TABLE_ENTRY_SIZE;
   if (r->heap > r->info.index_length) {
     return hurray__fail(error, HURRAY_EFORMAT,
                         "the index (%" PRIu64 " bytes) is too short for its tables (%" PRIu64
                         " bytes)",
                         r->info.index_length, r->heap);
-  }
-  if (!hurray__all_zero(x + tables_end, (size_t)(r->heap - tables_end))) {
-    return hurray__fail(error, HURRAY_EFORMAT, "padding after the bucket table is not zero");
   }
   r->metadata_offset = hurray__load_le64(x + IDX_METADATA_OFFSET);
   r->metadata_length = hurray__load_le32(x + IDX_METADATA_LENGTH);
@@ -175,246 +254,304 @@ static int read_index_header(HurrayFileReader *r, HurrayError *error) {
                         r->metadata_length, HURRAY_META_MAX_BYTES);
   }
   if (r->metadata_length == 0 ? r->metadata_offset != 0
-                              : (r->metadata_offset % 8 != 0 || r->metadata_offset < r->heap ||
+                              : (r->metadata_offset < r->heap ||
                                  hurray__add_u64(r->metadata_offset, r->metadata_length, &end) ||
                                  end > r->info.index_length)) {
     return hurray__fail(error, HURRAY_EBOUNDS,
-                        "file metadata [%" PRIu64 ", +%" PRIu32
-                        ") is not an 8-aligned region "
-                        "of the heap",
+                        "file metadata [%" PRIu64 ", +%" PRIu32 ") is not a region of the heap",
                         r->metadata_offset, r->metadata_length);
   }
   r->info.tensor_count = tensors;
   r->info.buffer_count = buffers;
+  r->info.data_bytes = hurray__load_le64(x + IDX_DATA_BYTES);
   r->bucket_bits = bits;
+  r->tensor_pages = calloc(tensors / TENSOR_PAGE + 1, sizeof *r->tensor_pages);
+  r->records_valid = bitmap_new(tensors);
+  r->tensors_ready = bitmap_new(tensors);
+  r->buckets_ready = bitmap_new((uint64_t)1 << bits);
+  if (r->tensor_pages == NULL || r->records_valid == NULL || r->tensors_ready == NULL ||
+      r->buckets_ready == NULL) {
+    return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
   return HURRAY_OK;
 }
 
-static int read_buffer_table(HurrayFileReader *r, HurrayError *error) {
-  uint32_t count = r->info.buffer_count;
-  uint32_t alignment = r->info.alignment;
-  r->buffers = malloc((count ? count : 1) * sizeof *r->buffers);
-  if (r->buffers == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+/* ---- records (spec §6), validated on first use -------------------------------------------- */
+
+/* Checks the decoded buffer entries of a Hurray file's record (spec §4): in the data region,
+ * in order, not overlapping; an offset is a multiple of A by construction. */
+static int check_buffers(const HurrayFileReader *r, const FileRecord *record, HurrayError *error) {
   uint64_t previous_end = HURRAY_FILE_HEADER_SIZE;
-  for (uint32_t i = 0; i < count; i++) {
-    const uint8_t *e = r->index + IDX_HEADER_SIZE + (uint64_t)i * BUFFER_ENTRY_SIZE;
-    FileBufferEntry *b = &r->buffers[i];
-    int status = from_file(error, hurray_desc_decode(e, &b->desc, error));
-    if (status != HURRAY_OK) return hurray__error_prefix(error, status, "buffer %" PRIu32 ": ", i);
-    b->offset = hurray__load_le64(e + 16);
-    b->checksum = hurray__load_le64(e + 24);
-    b->role = e[32];
-    uint64_t size = b->desc.byte_size, end = 0;
-    if (b->desc.device_tag != HURRAY_DEVICE_CPU || b->desc.memory_class != HURRAY_MEM_DEVICE ||
-        b->desc.sync_mode != HURRAY_SYNC_READY || b->desc.device_id != 0) {
-      return hurray__fail(error, HURRAY_EFORMAT,
-                          "buffer %" PRIu32 ": its descriptor is not cpu:0/device/ready", i);
-    }
-    if (b->desc.alignment != alignment) {
-      return hurray__fail(error, HURRAY_EALIGN,
-                          "buffer %" PRIu32 ": its descriptor's alignment %" PRIu32
-                          " is not the file's %" PRIu32,
-                          i, b->desc.alignment, alignment);
-    }
-    if (hurray_buffer_role_name(b->role) == NULL || !hurray__all_zero(e + 33, 7)) {
-      return hurray__fail(error, HURRAY_EFORMAT,
-                          "buffer %" PRIu32 ": role %u is unknown or reserved bytes are not zero",
-                          i, b->role);
-    }
-    if (b->offset % alignment != 0) {
-      return hurray__fail(error, HURRAY_EALIGN,
-                          "buffer %" PRIu32 ": offset %" PRIu64
-                          " is misaligned (the file's "
-                          "alignment is %" PRIu32 ")",
-                          i, b->offset, alignment);
-    }
-    if (b->offset < HURRAY_FILE_HEADER_SIZE || hurray__add_u64(b->offset, size, &end) ||
+  for (uint32_t k = 0; k < record->buffer_count; k++) {
+    const FileBufferEntry *b = &record->buffers[k];
+    uint64_t end = 0;
+    if (b->offset < HURRAY_FILE_HEADER_SIZE || hurray__add_u64(b->offset, b->desc.byte_size, &end) ||
         end > r->info.index_offset) {
       return hurray__fail(error, HURRAY_EBOUNDS,
                           "buffer %" PRIu32 ": [%" PRIu64 ", +%" PRIu64
-                          ") lies outside the data "
-                          "region [%d, %" PRIu64 ")",
-                          i, b->offset, size, HURRAY_FILE_HEADER_SIZE, r->info.index_offset);
+                          ") lies outside the data region [%d, %" PRIu64 ")",
+                          k, b->offset, b->desc.byte_size, HURRAY_FILE_HEADER_SIZE,
+                          r->info.index_offset);
     }
     if (b->offset < previous_end) {
       return hurray__fail(error, HURRAY_EFORMAT,
                           "buffers %" PRIu32 " and %" PRIu32 " overlap or are out of file order",
-                          i - 1, i);
+                          k - 1, k);
     }
     previous_end = end;
-    r->info.data_bytes += size; /* disjoint regions of the file: cannot overflow */
   }
   return HURRAY_OK;
 }
 
-/* ---- tensors (check 11) ------------------------------------------------------------------- */
-
-static const uint8_t *record_bytes(const HurrayFileReader *r, const ReaderTensor *t) {
-  return r->index + t->record_offset;
-}
-
-static int read_tensor(HurrayFileReader *r, uint32_t i, uint32_t first, FileArena *scratch,
-                       HurrayError *error) {
-  const uint8_t *e = r->index + r->tensor_table + (uint64_t)i * TENSOR_ENTRY_SIZE;
-  ReaderTensor *t = &r->tensors[i];
-  *t = (ReaderTensor){.record_offset = hurray__load_le64(e),
-                      .record_length = hurray__load_le32(e + 8),
-                      .first_buffer = hurray__load_le32(e + 12),
-                      .buffer_count = hurray__load_le32(e + 16)};
-  uint64_t end = 0;
-  if (hurray__load_le32(e + 20) != 0) {
-    return hurray__fail(error, HURRAY_EFORMAT, "reserved bytes are not zero");
-  }
-  if (t->buffer_count > HURRAY_MAX_BUFFERS) {
-    return hurray__fail(error, HURRAY_ELIMIT, "%" PRIu32 " buffers exceed the limit of %u",
-                        t->buffer_count, HURRAY_MAX_BUFFERS);
-  }
-  if (t->first_buffer != first || (uint64_t)first + t->buffer_count > r->info.buffer_count) {
-    return hurray__fail(error, HURRAY_EFORMAT,
-                        "buffers [%" PRIu32 ", +%" PRIu32
-                        ") do not follow the previous tensor's "
-                        "(expected first buffer %" PRIu32 " of %" PRIu32 ")",
-                        t->first_buffer, t->buffer_count, first, r->info.buffer_count);
-  }
-  if (t->record_offset % 8 != 0) {
-    return hurray__fail(error, HURRAY_EALIGN, "record offset %" PRIu64 " is not a multiple of 8",
-                        t->record_offset);
-  }
-  if (t->record_offset < r->heap || hurray__add_u64(t->record_offset, t->record_length, &end) ||
-      end > r->info.index_length) {
-    return hurray__fail(error, HURRAY_EBOUNDS,
-                        "record [%" PRIu64 ", +%" PRIu32 ") lies outside the index heap",
-                        t->record_offset, t->record_length);
-  }
-  FileRecord record;
-  int status = from_file(
-      error, hurray__record_decode(record_bytes(r, t), t->record_length, scratch, &record, error));
+/* Decodes and validates tensor `i`'s record, once (check 11). Under the lock. */
+static int validate_record(HurrayFileReader *r, uint32_t i, HurrayError *error) {
+  if (bit_get(r->records_valid, i)) return HURRAY_OK;
+  uint64_t entry = IDX_HEADER_SIZE + (uint64_t)i * TABLE_ENTRY_SIZE;
+  int status = need(r, entry, 2 * TABLE_ENTRY_SIZE, error);
   if (status != HURRAY_OK) return status;
-  status = from_file(error, hurray__validate_against_entries(record.tensor, r->buffers + first,
-                                                             t->buffer_count, error));
-  if (status != HURRAY_OK) {
-    return hurray__error_prefix(error, status, "'%s': ", record.name);
+  uint32_t start = hurray__load_le32(r->index + entry);
+  uint32_t end = hurray__load_le32(r->index + entry + TABLE_ENTRY_SIZE);
+  if (start < r->heap || end < start || end > r->info.index_length) {
+    status = hurray__fail(error, HURRAY_EBOUNDS,
+                          "record [%" PRIu32 ", %" PRIu32 ") lies outside the index heap", start,
+                          end);
+    return hurray__error_prefix(error, status, "tensor %" PRIu32 " ", i);
   }
-  t->name = hurray__arena_strndup(&r->names, (const uint8_t *)record.name, record.name_len);
-  if (t->name == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  t->name_length = (uint32_t)record.name_len;
-  t->layout = (uint8_t)record.tensor->layout;
-  t->dtype = record.tensor->dtype;
-  for (uint32_t k = 0; k < t->buffer_count; k++)
-    t->data_bytes += r->buffers[first + k].desc.byte_size;
+  status = need(r, start, end - start, error);
+  FileArena scratch = {0};
+  FileRecord record = {0};
+  if (status == HURRAY_OK) {
+    status = from_file(error, hurray__file_record_decode(r->index + start, end - start,
+                                                         r->offset_shift, &scratch, &record,
+                                                         error));
+  }
+  if (status == HURRAY_OK) {
+    for (uint32_t k = 0; k < record.buffer_count; k++) {
+      record.buffers[k].desc.alignment = r->info.alignment;
+    }
+    if (r->view_ops == NULL) status = check_buffers(r, &record, error);
+    if (status == HURRAY_OK) {
+      status = from_file(error, hurray__validate_against_entries(record.tensor, record.buffers,
+                                                                 record.buffer_count, error));
+    }
+    if (status != HURRAY_OK) hurray__error_prefix(error, status, "'%s': ", record.name);
+  }
+  ReaderTensor **page = &r->tensor_pages[i >> TENSOR_PAGE_LOG2];
+  if (status == HURRAY_OK && *page == NULL && (*page = calloc(TENSOR_PAGE, sizeof **page)) == NULL) {
+    status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  ReaderTensor *t = status == HURRAY_OK ? tensor_at(r, i) : NULL;
+  if (status == HURRAY_OK) {
+    FileBufferEntry *buffers =
+        hurray__arena_alloc(&r->arena, (record.buffer_count ? record.buffer_count : 1) *
+                                           sizeof *buffers);
+    const char *name =
+        hurray__arena_strndup(&r->arena, (const uint8_t *)record.name, record.name_len);
+    if (buffers == NULL || name == NULL) {
+      status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    } else {
+      if (record.buffer_count > 0) {
+        memcpy(buffers, record.buffers, record.buffer_count * sizeof *buffers);
+      }
+      *t = (ReaderTensor){.name = name,
+                          .name_length = (uint32_t)record.name_len,
+                          .record_offset = start,
+                          .record_length = end - start,
+                          .metadata_length = record.metadata_len,
+                          .buffer_count = record.buffer_count,
+                          .buffers = buffers,
+                          .layout = (uint8_t)record.tensor->layout,
+                          .dtype = record.tensor->dtype};
+      for (uint32_t k = 0; k < t->buffer_count; k++) t->data_bytes += buffers[k].desc.byte_size;
+    }
+  }
+  hurray__arena_free(&scratch);
+  if (status != HURRAY_OK) return hurray__error_prefix(error, status, "tensor %" PRIu32 " ", i);
+  bit_set(r->records_valid, i);
   return HURRAY_OK;
 }
 
-static int read_tensor_table(HurrayFileReader *r, HurrayError *error) {
-  uint32_t count = r->info.tensor_count;
-  r->tensors = calloc(count ? count : 1, sizeof *r->tensors);
-  if (r->tensors == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  uint32_t first = 0;
-  for (uint32_t i = 0; i < count; i++) {
-    FileArena scratch = {0};
-    int status = read_tensor(r, i, first, &scratch, error);
-    hurray__arena_free(&scratch);
-    if (status != HURRAY_OK) return hurray__error_prefix(error, status, "tensor %" PRIu32 " ", i);
-    first += r->tensors[i].buffer_count;
-  }
-  if (first != r->info.buffer_count) {
+/* ---- the name table, one bucket at a time (spec §5.4, check 12) --------------------------- */
+
+static uint32_t table_u32(const HurrayFileReader *r, uint64_t offset) {
+  return hurray__load_le32(r->index + offset);
+}
+
+/* Validates bucket `b`, once: its range of the name table, every tensor there (record valid,
+ * name hashing to this bucket, names strictly increasing by (hash, bytes), hence unique); its
+ * tensors are then ready. Under the lock. */
+static int validate_bucket(HurrayFileReader *r, uint64_t b, HurrayError *error) {
+  if (bit_get(r->buckets_ready, b)) return HURRAY_OK;
+  uint64_t entry = r->bucket_table + b * TABLE_ENTRY_SIZE;
+  int status = need(r, entry, 2 * TABLE_ENTRY_SIZE, error);
+  if (status != HURRAY_OK) return status;
+  uint32_t lo = table_u32(r, entry), hi = table_u32(r, entry + TABLE_ENTRY_SIZE);
+  if (lo > hi || hi > r->info.tensor_count) {
     return hurray__fail(error, HURRAY_EFORMAT,
-                        "the tensors own %" PRIu32 " buffers but the index lists %" PRIu32, first,
-                        r->info.buffer_count);
+                        "the bucket table is inconsistent: bucket %" PRIu64 " is [%" PRIu32
+                        ", %" PRIu32 ") of %" PRIu32 " names",
+                        b, lo, hi, r->info.tensor_count);
   }
-  return HURRAY_OK;
-}
-
-/* ---- name and bucket tables (check 12) ---------------------------------------------------- */
-
-static uint64_t name_hash(const HurrayFileReader *r, uint32_t position) {
-  return hurray__load_le64(r->index + r->name_table + (uint64_t)position * NAME_ENTRY_SIZE);
-}
-
-static uint32_t name_tensor(const HurrayFileReader *r, uint32_t position) {
-  return hurray__load_le32(r->index + r->name_table + (uint64_t)position * NAME_ENTRY_SIZE + 8);
-}
-
-static uint32_t bucket_start(const HurrayFileReader *r, uint64_t bucket) {
-  return hurray__load_le32(r->index + r->bucket_table + bucket * BUCKET_ENTRY_SIZE);
-}
-
-static int read_name_table(HurrayFileReader *r, HurrayError *error) {
-  uint32_t count = r->info.tensor_count;
-  uint8_t *seen = calloc(count ? count : 1, 1);
-  if (seen == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  int status = HURRAY_OK;
+  status = need(r, r->name_table + (uint64_t)lo * TABLE_ENTRY_SIZE,
+                (uint64_t)(hi - lo) * TABLE_ENTRY_SIZE, error);
+  uint64_t previous_hash = 0;
   const ReaderTensor *previous = NULL;
-  for (uint32_t i = 0; i < count && status == HURRAY_OK; i++) {
-    uint64_t hash = name_hash(r, i);
-    uint32_t t = name_tensor(r, i);
-    const uint8_t *e = r->index + r->name_table + (uint64_t)i * NAME_ENTRY_SIZE;
-    if (hurray__load_le32(e + 12) != 0 || t >= count || seen[t]) {
-      status = hurray__fail(error, HURRAY_EFORMAT,
-                            "name table entry %" PRIu32 " (tensor %" PRIu32
-                            ") is not a distinct "
-                            "tensor or has reserved bytes set",
-                            i, t);
-      break;
+  for (uint32_t p = lo; p < hi && status == HURRAY_OK; p++) {
+    uint32_t i = table_u32(r, r->name_table + (uint64_t)p * TABLE_ENTRY_SIZE);
+    if (i >= r->info.tensor_count) {
+      return hurray__fail(error, HURRAY_EFORMAT,
+                          "name table entry %" PRIu32 " names tensor %" PRIu32 " of %" PRIu32, p,
+                          i, r->info.tensor_count);
     }
-    seen[t] = 1;
-    const ReaderTensor *tensor = &r->tensors[t];
-    if (hash != hurray__xxh3(tensor->name, tensor->name_length)) {
-      status = hurray__fail(error, HURRAY_EFORMAT, "name table: wrong hash for tensor '%s'",
-                            tensor->name);
-      break;
+    status = validate_record(r, i, error);
+    if (status != HURRAY_OK) break;
+    const ReaderTensor *t = tensor_at(r, i);
+    uint64_t hash = hurray__xxh3(t->name, t->name_length);
+    if (hurray__bucket_of(hash, r->bucket_bits) != b) {
+      return hurray__fail(error, HURRAY_EFORMAT,
+                          "name table: tensor '%s' is listed in bucket %" PRIu64 ", not its own",
+                          t->name, b);
     }
-    int order = 0;
-    if (previous != NULL) {
-      uint64_t before = name_hash(r, i - 1);
-      order = before != hash ? (before < hash ? -1 : 1)
-                             : hurray__compare_bytes(previous->name, previous->name_length,
-                                                     tensor->name, tensor->name_length);
+    int order = previous == NULL ? -1
+                : previous_hash != hash
+                    ? (previous_hash < hash ? -1 : 1)
+                    : hurray__compare_bytes(previous->name, previous->name_length, t->name,
+                                            t->name_length);
+    if (order == 0) {
+      return hurray__fail(error, HURRAY_EFORMAT, "duplicate tensor name '%s'", t->name);
     }
-    if (order == 0 && previous != NULL) {
-      status = hurray__fail(error, HURRAY_EFORMAT, "duplicate tensor name '%s'", tensor->name);
-    } else if (order > 0) {
-      status = hurray__fail(error, HURRAY_EFORMAT, "name table is not sorted at tensor '%s'",
-                            tensor->name);
+    if (order > 0) {
+      return hurray__fail(error, HURRAY_EFORMAT, "name table is not sorted at tensor '%s'",
+                          t->name);
     }
-    previous = tensor;
+    previous = t;
+    previous_hash = hash;
   }
-  free(seen);
   if (status != HURRAY_OK) return status;
-  uint64_t buckets = (uint64_t)1 << r->bucket_bits;
-  bool valid = bucket_start(r, 0) == 0 && bucket_start(r, buckets) == count;
-  for (uint64_t b = 0; b < buckets && valid; b++) {
-    valid = bucket_start(r, b) <= bucket_start(r, b + 1);
+  for (uint32_t p = lo; p < hi; p++) {
+    bit_set(r->tensors_ready, table_u32(r, r->name_table + (uint64_t)p * TABLE_ENTRY_SIZE));
   }
-  for (uint32_t i = 0; i < count && valid; i++) {
-    uint64_t b = hurray__bucket_of(name_hash(r, i), r->bucket_bits);
-    valid = bucket_start(r, b) <= i && i < bucket_start(r, b + 1);
-  }
-  if (!valid) return hurray__fail(error, HURRAY_EFORMAT, "the bucket table is inconsistent");
+  bit_set(r->buckets_ready, b);
   return HURRAY_OK;
 }
 
-/* ---- open --------------------------------------------------------------------------------- */
-
-static int open_source(FileSource *source, HurrayFileReader **out, HurrayError *error) {
-  HurrayFileReader *r = calloc(1, sizeof *r);
-  if (r == NULL) {
-    hurray__source_release(source);
-    return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+/* Tensor `i` ready for use: its record valid and the tensor found under its name. Under the
+ * lock. */
+static int ready_locked(HurrayFileReader *r, uint32_t i, HurrayError *error) {
+  if (bit_get(r->tensors_ready, i)) return HURRAY_OK;
+  int status = validate_record(r, i, error);
+  const ReaderTensor *t = status == HURRAY_OK ? tensor_at(r, i) : NULL;
+  if (status == HURRAY_OK) {
+    uint64_t hash = hurray__xxh3(t->name, t->name_length);
+    status = validate_bucket(r, hurray__bucket_of(hash, r->bucket_bits), error);
   }
-  r->source = source;
-  uint64_t index_checksum = 0;
-  int status = read_header(r, &index_checksum, error);
-  if (status == HURRAY_OK) status = read_index(r, index_checksum, error);
-  if (status == HURRAY_OK) status = read_index_header(r, error);
-  if (status == HURRAY_OK) status = read_buffer_table(r, error);
-  if (status == HURRAY_OK) status = read_tensor_table(r, error);
-  if (status == HURRAY_OK) status = read_name_table(r, error);
+  if (status == HURRAY_OK && !bit_get(r->tensors_ready, i)) {
+    status = hurray__fail(error, HURRAY_EFORMAT,
+                          "tensor %" PRIu32 " '%s' is missing from the name table", i, t->name);
+  }
+  return status;
+}
+
+static int check_tensor(const HurrayFileReader *r, uint32_t index, const char *function,
+                        HurrayError *error) {
+  if (r == NULL) return hurray__fail(error, HURRAY_EINVAL, "%s: reader is NULL", function);
+  if (index < r->info.tensor_count) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_EINVAL,
+                      "%s: tensor %" PRIu32 " is past the %" PRIu32 " tensors of the file",
+                      function, index, r->info.tensor_count);
+}
+
+/* Checks the arguments, then makes tensor `index` ready; `*out` is it. */
+static int use_tensor(const HurrayFileReader *reader, uint32_t index, const char *function,
+                      const ReaderTensor **out, HurrayError *error) {
+  int status = check_tensor(reader, index, function, error);
+  if (status != HURRAY_OK) return status;
+  HurrayFileReader *r = mutable(reader);
+  if (!bit_get(r->tensors_ready, index)) {
+    pthread_mutex_lock(&r->lock);
+    status = ready_locked(r, index, error);
+    pthread_mutex_unlock(&r->lock);
+  }
+  *out = status == HURRAY_OK ? tensor_at(r, index) : NULL;
+  return status;
+}
+
+/* ---- the whole index, eagerly (verify) ---------------------------------------------------- */
+
+/* Everything a lazy reader may defer (spec §9): every chunk, record, bucket and the bucket
+ * table's order, the buffers' file order and the index header's totals, the file metadata.
+ * Under the lock. */
+static int check_index(HurrayFileReader *r, HurrayError *error) {
+  int status = need(r, 0, r->info.index_length, error);
+  uint32_t count = r->info.tensor_count;
+  for (uint32_t i = 0; i < count && status == HURRAY_OK; i++) status = ready_locked(r, i, error);
+  /* Buckets share their bounds, so with the first at 0 and the last ending at the count, and
+   * each valid, they cover every name-table entry once. */
+  uint64_t buckets = (uint64_t)1 << r->bucket_bits;
+  if (status == HURRAY_OK && (table_u32(r, r->bucket_table) != 0 ||
+                              table_u32(r, r->bucket_table + buckets * TABLE_ENTRY_SIZE) != count)) {
+    status = hurray__fail(error, HURRAY_EFORMAT,
+                          "the bucket table is inconsistent: it does not cover the %" PRIu32
+                          " names",
+                          count);
+  }
+  for (uint64_t b = 0; b < buckets && status == HURRAY_OK; b++) {
+    status = validate_bucket(r, b, error);
+  }
+  uint64_t buffers = 0, bytes = 0, previous_end = HURRAY_FILE_HEADER_SIZE;
+  for (uint32_t i = 0; i < count && status == HURRAY_OK; i++) {
+    const ReaderTensor *t = tensor_at(r, i);
+    for (uint32_t k = 0; k < t->buffer_count && status == HURRAY_OK; k++) {
+      if (r->view_ops == NULL && t->buffers[k].offset < previous_end) {
+        status = hurray__fail(error, HURRAY_EFORMAT,
+                              "tensor %" PRIu32 " '%s', buffer %" PRIu32
+                              ": it overlaps the buffer before it or is out of file order",
+                              i, t->name, k);
+      }
+      previous_end = t->buffers[k].offset + t->buffers[k].desc.byte_size;
+    }
+    buffers += t->buffer_count;
+    bytes += t->data_bytes; /* disjoint regions of the file: cannot overflow */
+  }
+  if (status == HURRAY_OK && (buffers != r->info.buffer_count || bytes != r->info.data_bytes)) {
+    status = hurray__fail(error, HURRAY_EFORMAT,
+                          "the index header counts %" PRIu32 " buffers of %" PRIu64
+                          " bytes but the records hold %" PRIu64 " of %" PRIu64,
+                          r->info.buffer_count, r->info.data_bytes, buffers, bytes);
+  }
   if (status == HURRAY_OK) {
     status =
         hurray__meta_decode(r->index + r->metadata_offset, r->metadata_length, NULL, NULL, error);
     if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
   }
+  return status;
+}
+
+/* ---- open --------------------------------------------------------------------------------- */
+
+/* A reader over `source` (SINK), with its lock. */
+static HurrayFileReader *reader_new(FileSource *source) {
+  HurrayFileReader *r = calloc(1, sizeof *r);
+  if (r == NULL) return NULL;
+  r->source = source;
+  r->lock_made = pthread_mutex_init(&r->lock, NULL) == 0;
+  if (!r->lock_made) {
+    free(r);
+    return NULL;
+  }
+  return r;
+}
+
+static int open_source(FileSource *source, HurrayFileReader **out, HurrayError *error) {
+  HurrayFileReader *r = reader_new(source);
+  if (r == NULL) {
+    hurray__source_release(source);
+    return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  uint64_t chunks_checksum = 0;
+  int status = read_header(r, &chunks_checksum, error);
+  if (status == HURRAY_OK) status = read_chunk_table(r, chunks_checksum, error);
+  if (status == HURRAY_OK) status = read_index_header(r, error);
   if (status == HURRAY_OK) status = hurray__source_map(source, r->info.alignment, error);
   if (status != HURRAY_OK) {
     hurray_file_reader_destroy(r);
@@ -427,38 +564,21 @@ static int open_source(FileSource *source, HurrayFileReader **out, HurrayError *
 }
 
 int hurray__reader_open_view(FileView *view, HurrayFileReader **out, HurrayError *error) {
-  HurrayFileReader *r = calloc(1, sizeof *r);
+  HurrayFileReader *r = reader_new(view->source);
   if (r == NULL) {
     view->ops->destroy(view->view);
     free(view->index);
-    free(view->buffers);
     hurray__source_release(view->source);
     return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   }
-  *r = (HurrayFileReader){.source = view->source,
-                          .info = view->info,
-                          .index = view->index,
-                          .metadata_offset = view->metadata_offset,
-                          .metadata_length = view->metadata_length,
-                          .buffers = view->buffers,
-                          .read_only = view->read_only,
-                          .view_ops = view->ops,
-                          .view = view->view};
-  uint32_t count = r->info.tensor_count;
+  r->info = view->info;
   r->info.index_offset = 0;
   r->info.index_length = view->index_length;
-  r->bucket_bits = hurray__bucket_bits(count);
-  r->name_table = (uint64_t)count * TENSOR_ENTRY_SIZE;
-  r->bucket_table = r->name_table + (uint64_t)count * NAME_ENTRY_SIZE;
-  r->heap = hurray__pad8(r->bucket_table + (((uint64_t)1 << r->bucket_bits) + 1) * BUCKET_ENTRY_SIZE);
-  for (uint32_t i = 0; i < r->info.buffer_count; i++) r->info.data_bytes += r->buffers[i].desc.byte_size;
-  int status = read_tensor_table(r, error);
-  if (status == HURRAY_OK) status = read_name_table(r, error);
-  if (status == HURRAY_OK) {
-    status =
-        hurray__meta_decode(r->index + r->metadata_offset, r->metadata_length, NULL, NULL, error);
-    if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
-  }
+  r->index = view->index;
+  r->read_only = view->read_only;
+  r->view_ops = view->ops;
+  r->view = view->view;
+  int status = read_index_header(r, error);
   if (status != HURRAY_OK) {
     hurray_file_reader_destroy(r);
     return status;
@@ -516,23 +636,23 @@ void hurray_file_reader_destroy(HurrayFileReader *reader) {
   if (reader->view_ops != NULL) reader->view_ops->destroy(reader->view);
   if (reader->source != NULL) hurray__source_close_file(reader->source); /* verify's */
   hurray__source_release(reader->source);
-  hurray__arena_free(&reader->names);
-  free(reader->tensors);
-  free(reader->buffers);
+  hurray__arena_free(&reader->arena);
+  for (uint32_t p = 0; reader->tensor_pages != NULL && p <= reader->info.tensor_count / TENSOR_PAGE;
+       p++) {
+    free(reader->tensor_pages[p]);
+  }
+  free(reader->tensor_pages);
+  free(reader->chunks_loaded);
+  free(reader->records_valid);
+  free(reader->tensors_ready);
+  free(reader->buckets_ready);
+  free(reader->chunk_table);
   free(reader->index);
+  if (reader->lock_made) pthread_mutex_destroy(&reader->lock);
   free(reader);
 }
 
 /* ---- queries ------------------------------------------------------------------------------ */
-
-static int check_tensor(const HurrayFileReader *r, uint32_t index, const char *function,
-                        HurrayError *error) {
-  if (r == NULL) return hurray__fail(error, HURRAY_EINVAL, "%s: reader is NULL", function);
-  if (index < r->info.tensor_count) return HURRAY_OK;
-  return hurray__fail(error, HURRAY_EINVAL,
-                      "%s: tensor %" PRIu32 " is past the %" PRIu32 " tensors of the file",
-                      function, index, r->info.tensor_count);
-}
 
 int hurray_file_reader_info(const HurrayFileReader *reader, HurrayFileInfo *out,
                             HurrayError *error) {
@@ -546,10 +666,10 @@ int hurray_file_reader_info(const HurrayFileReader *reader, HurrayFileInfo *out,
 
 int hurray_file_reader_tensor_info(const HurrayFileReader *reader, uint32_t index,
                                    HurrayFileTensorInfo *out, HurrayError *error) {
-  int status = check_tensor(reader, index, "hurray_file_reader_tensor_info", error);
+  const ReaderTensor *t = NULL;
+  int status = use_tensor(reader, index, "hurray_file_reader_tensor_info", &t, error);
   if (status != HURRAY_OK) return status;
   if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
-  const ReaderTensor *t = &reader->tensors[index];
   *out = (HurrayFileTensorInfo){.name = t->name,
                                 .buffer_count = t->buffer_count,
                                 .layout = t->layout,
@@ -560,14 +680,14 @@ int hurray_file_reader_tensor_info(const HurrayFileReader *reader, uint32_t inde
 
 int hurray_file_reader_buffer_info(const HurrayFileReader *reader, uint32_t index, uint32_t buffer,
                                    HurrayFileBufferInfo *out, HurrayError *error) {
-  int status = check_tensor(reader, index, "hurray_file_reader_buffer_info", error);
+  const ReaderTensor *t = NULL;
+  int status = use_tensor(reader, index, "hurray_file_reader_buffer_info", &t, error);
   if (status != HURRAY_OK) return status;
-  const ReaderTensor *t = &reader->tensors[index];
   if (out == NULL || buffer >= t->buffer_count) {
     return hurray__fail(error, HURRAY_EINVAL, "tensor '%s' has %" PRIu32 " buffers, not %" PRIu32,
                         t->name, t->buffer_count, buffer);
   }
-  const FileBufferEntry *b = &reader->buffers[t->first_buffer + buffer];
+  const FileBufferEntry *b = &t->buffers[buffer];
   *out = (HurrayFileBufferInfo){
       .desc = b->desc, .offset = b->offset, .checksum = b->checksum, .role = b->role};
   return HURRAY_OK;
@@ -578,15 +698,22 @@ int hurray_file_reader_find(const HurrayFileReader *reader, const char *name, ui
   if (reader == NULL || name == NULL || index == NULL) {
     return hurray__fail(error, HURRAY_EINVAL, "hurray_file_reader_find: an argument is NULL");
   }
+  HurrayFileReader *r = mutable(reader);
   size_t len = strnlen(name, HURRAY_MAX_NAME + 1);
   if (len > 0 && len <= HURRAY_MAX_NAME) {
-    uint64_t hash = hurray__xxh3(name, len);
-    uint64_t bucket = hurray__bucket_of(hash, reader->bucket_bits);
-    for (uint32_t i = bucket_start(reader, bucket); i < bucket_start(reader, bucket + 1); i++) {
-      const ReaderTensor *t = &reader->tensors[name_tensor(reader, i)];
-      if (name_hash(reader, i) == hash && t->name_length == len &&
-          memcmp(t->name, name, len) == 0) {
-        *index = name_tensor(reader, i);
+    uint64_t b = hurray__bucket_of(hurray__xxh3(name, len), r->bucket_bits);
+    if (!bit_get(r->buckets_ready, b)) {
+      pthread_mutex_lock(&r->lock);
+      int status = validate_bucket(r, b, error);
+      pthread_mutex_unlock(&r->lock);
+      if (status != HURRAY_OK) return status;
+    }
+    uint64_t entry = r->bucket_table + b * TABLE_ENTRY_SIZE;
+    for (uint32_t p = table_u32(r, entry); p < table_u32(r, entry + TABLE_ENTRY_SIZE); p++) {
+      uint32_t i = table_u32(r, r->name_table + (uint64_t)p * TABLE_ENTRY_SIZE);
+      const ReaderTensor *t = tensor_at(r, i);
+      if (t->name_length == len && memcmp(t->name, name, len) == 0) {
+        *index = i;
         return HURRAY_OK;
       }
     }
@@ -594,29 +721,29 @@ int hurray_file_reader_find(const HurrayFileReader *reader, const char *name, ui
   return hurray__fail(error, HURRAY_EINVAL, "no tensor named '%.*s'", (int)len, name);
 }
 
-/* Decodes tensor `index`'s record (validated on open) into `arena`. */
-static int decode_tensor(const HurrayFileReader *r, uint32_t index, FileArena *arena,
+/* Decodes ready tensor `t`'s record into `arena`. */
+static int decode_tensor(const HurrayFileReader *r, const ReaderTensor *t, FileArena *arena,
                          FileRecord *record, HurrayError *error) {
-  const ReaderTensor *t = &r->tensors[index];
-  return hurray__record_decode(record_bytes(r, t), t->record_length, arena, record, error);
+  return hurray__file_record_decode(r->index + t->record_offset, t->record_length,
+                                    r->offset_shift, arena, record, error);
 }
 
 int hurray_file_reader_describe(const HurrayFileReader *reader, uint32_t index,
                                 HurrayTensorDesc **out, HurrayError *error) {
-  int status = check_tensor(reader, index, "hurray_file_reader_describe", error);
+  const ReaderTensor *t = NULL;
+  int status = use_tensor(reader, index, "hurray_file_reader_describe", &t, error);
   if (status != HURRAY_OK) return status;
   FileArena arena = {0};
   FileRecord record;
-  status = decode_tensor(reader, index, &arena, &record, error);
+  status = decode_tensor(reader, t, &arena, &record, error);
   if (status == HURRAY_OK) status = hurray_tensor_desc_clone(record.tensor, out, error);
   hurray__arena_free(&arena);
   return status;
 }
 
-static int checksum_mismatch(const HurrayFileReader *r, uint32_t index, uint32_t buffer,
-                             uint64_t computed, HurrayError *error) {
-  const ReaderTensor *t = &r->tensors[index];
-  const FileBufferEntry *b = &r->buffers[t->first_buffer + buffer];
+static int checksum_mismatch(const ReaderTensor *t, uint32_t buffer, uint64_t computed,
+                             HurrayError *error) {
+  const FileBufferEntry *b = &t->buffers[buffer];
   return hurray__fail(error, HURRAY_ECHECKSUM,
                       "tensor '%s', buffer %" PRIu32
                       " (%s): checksum mismatch (stored "
@@ -624,27 +751,29 @@ static int checksum_mismatch(const HurrayFileReader *r, uint32_t index, uint32_t
                       t->name, buffer, hurray_buffer_role_name(b->role), b->checksum, computed);
 }
 
-/* Bytes [offset, offset + len) of buffer `buffer` (of the file) as a new CPU buffer. */
-static int read_buffer(const HurrayFileReader *r, uint32_t buffer, uint64_t offset, uint64_t len,
-                       uint32_t alignment, HurrayBuffer **out, HurrayError *error) {
-  if (r->view_ops != NULL) return r->view_ops->buffer(r->view, buffer, offset, len, out, error);
-  return hurray__source_buffer(r->source, r->buffers[buffer].offset + offset, len, alignment, out,
-                               error);
+/* Bytes [offset, offset + len) of buffer `k` of tensor `index` as a new CPU buffer. A view's
+ * tensors have one buffer each, which the view numbers as the tensor. */
+static int read_buffer(const HurrayFileReader *r, uint32_t index, uint32_t k, uint64_t offset,
+                       uint64_t len, uint32_t alignment, HurrayBuffer **out, HurrayError *error) {
+  if (r->view_ops != NULL) return r->view_ops->buffer(r->view, index, offset, len, out, error);
+  return hurray__source_buffer(r->source, tensor_at(r, index)->buffers[k].offset + offset, len,
+                               alignment, out, error);
 }
 
 /* Checks buffer `k` of tensor `index`, got as `buffer`, against its checksum. */
 static int check_buffer(const HurrayFileReader *r, uint32_t index, uint32_t k,
                         const HurrayBuffer *buffer, HurrayError *error) {
-  const ReaderTensor *t = &r->tensors[index];
-  if (r->view_ops != NULL) return r->view_ops->verify(r->view, t->first_buffer + k, error);
-  const FileBufferEntry *b = &r->buffers[t->first_buffer + k];
-  uint64_t computed = hurray__xxh3(buffer->data, (size_t)b->desc.byte_size);
-  return computed == b->checksum ? HURRAY_OK : checksum_mismatch(r, index, k, computed, error);
+  const ReaderTensor *t = tensor_at(r, index);
+  if (r->view_ops != NULL) return r->view_ops->verify(r->view, index, error);
+  uint64_t computed = hurray__xxh3(buffer->data, (size_t)t->buffers[k].desc.byte_size);
+  return computed == t->buffers[k].checksum ? HURRAY_OK
+                                            : checksum_mismatch(t, k, computed, error);
 }
 
 int hurray_file_reader_get(const HurrayFileReader *reader, uint32_t index, uint32_t flags,
                            HurrayTensorContext **out, HurrayError *error) {
-  int status = check_tensor(reader, index, "hurray_file_reader_get", error);
+  const ReaderTensor *t = NULL;
+  int status = use_tensor(reader, index, "hurray_file_reader_get", &t, error);
   if (status != HURRAY_OK) return status;
   if (out == NULL || (flags & ~(HURRAY_VALIDATE_CONTENTS | HURRAY_FILE_GET_VERIFY))) {
     return hurray__fail(error, HURRAY_EINVAL,
@@ -652,14 +781,13 @@ int hurray_file_reader_get(const HurrayFileReader *reader, uint32_t index, uint3
                         "0x%" PRIX32 " include unknown bits",
                         flags);
   }
-  const ReaderTensor *t = &reader->tensors[index];
   HurrayBufferList *list = NULL;
   status = hurray_buffer_list_create(t->buffer_count, &list, error);
   for (uint32_t k = 0; k < t->buffer_count && status == HURRAY_OK; k++) {
-    const FileBufferEntry *b = &reader->buffers[t->first_buffer + k];
+    const FileBufferEntry *b = &t->buffers[k];
     HurrayBuffer *buffer = NULL;
-    status = read_buffer(reader, t->first_buffer + k, 0, b->desc.byte_size,
-                         reader->info.alignment, &buffer, error);
+    status = read_buffer(reader, index, k, 0, b->desc.byte_size, reader->info.alignment, &buffer,
+                         error);
     if (status == HURRAY_OK) status = hurray_buffer_list_append(list, buffer, b->role, NULL, error);
     if (status == HURRAY_OK && (flags & HURRAY_FILE_GET_VERIFY)) {
       status = check_buffer(reader, index, k, buffer, error);
@@ -667,7 +795,7 @@ int hurray_file_reader_get(const HurrayFileReader *reader, uint32_t index, uint3
   }
   FileArena arena = {0};
   FileRecord record;
-  if (status == HURRAY_OK) status = decode_tensor(reader, index, &arena, &record, error);
+  if (status == HURRAY_OK) status = decode_tensor(reader, t, &arena, &record, error);
   if (status == HURRAY_OK && (flags & HURRAY_VALIDATE_CONTENTS)) {
     status = hurray_tensor_validate(record.tensor, list, HURRAY_VALIDATE_CONTENTS, error);
     if (status != HURRAY_OK) hurray__error_prefix(error, status, "tensor '%s': ", t->name);
@@ -724,13 +852,13 @@ static int slice_rows(const ReaderTensor *t, HurrayTensorDesc *rows, HurrayArray
 
 int hurray_file_reader_get_rows(const HurrayFileReader *reader, uint32_t index, int64_t start,
                                 int64_t stop, HurrayTensorContext **out, HurrayError *error) {
-  int status = check_tensor(reader, index, "hurray_file_reader_get_rows", error);
+  const ReaderTensor *t = NULL;
+  int status = use_tensor(reader, index, "hurray_file_reader_get_rows", &t, error);
   if (status != HURRAY_OK) return status;
   if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
-  const ReaderTensor *t = &reader->tensors[index];
   FileArena arena = {0};
   FileRecord record;
-  status = decode_tensor(reader, index, &arena, &record, error);
+  status = decode_tensor(reader, t, &arena, &record, error);
   HurrayTensorDesc rows = status == HURRAY_OK ? *record.tensor : (HurrayTensorDesc){0};
   if (status == HURRAY_OK && rows.layout != HURRAY_LAYOUT_DENSE) {
     status = hurray__fail(error, HURRAY_EUNSUPPORTED,
@@ -754,10 +882,10 @@ int hurray_file_reader_get_rows(const HurrayFileReader *reader, uint32_t index, 
   HurrayBufferList *list = NULL;
   if (status == HURRAY_OK) status = hurray_buffer_list_create(1, &list, error);
   if (status == HURRAY_OK) {
-    const FileBufferEntry *b = &reader->buffers[t->first_buffer + values.buffer];
+    const FileBufferEntry *b = &t->buffers[values.buffer];
     HurrayBuffer *buffer = NULL;
-    status = read_buffer(reader, t->first_buffer + values.buffer, first, end - first,
-                         HURRAY_MIN_ALIGNMENT, &buffer, error);
+    status = read_buffer(reader, index, values.buffer, first, end - first, HURRAY_MIN_ALIGNMENT,
+                         &buffer, error);
     if (status == HURRAY_OK) status = hurray_buffer_list_append(list, buffer, b->role, NULL, error);
   }
   if (status == HURRAY_OK) {
@@ -772,15 +900,56 @@ int hurray_file_reader_get_rows(const HurrayFileReader *reader, uint32_t index, 
   return status;
 }
 
-/* The zero padding before global buffer `k` (from the end of the one before, or of the
- * header), and after it when it is the file's last (up to the index). */
-static int check_padding(const HurrayFileReader *r, uint32_t k, HurrayError *error) {
-  uint64_t before = k == 0 ? HURRAY_FILE_HEADER_SIZE
-                           : r->buffers[k - 1].offset + r->buffers[k - 1].desc.byte_size;
-  const FileBufferEntry *b = &r->buffers[k];
-  int status = hurray__source_check_zero(r->source, before, b->offset - before,
-                                         "padding in the data region", error);
-  if (status == HURRAY_OK && k + 1 == r->info.buffer_count) {
+/* The end of the buffer before buffer `k` of tensor `index` in the file (of the header for the
+ * first), and, in `*last`, whether it is the file's last buffer. Tensors around it are made
+ * ready as far as it takes to find buffers. */
+static int buffer_neighbours(HurrayFileReader *r, uint32_t index, uint32_t k, uint64_t *before,
+                             bool *last, HurrayError *error) {
+  const ReaderTensor *t = tensor_at(r, index);
+  int status = HURRAY_OK;
+  *before = HURRAY_FILE_HEADER_SIZE;
+  if (k > 0) {
+    *before = t->buffers[k - 1].offset + t->buffers[k - 1].desc.byte_size;
+  } else {
+    for (uint32_t j = index; j-- > 0 && status == HURRAY_OK;) {
+      status = ready_locked(r, j, error);
+      const ReaderTensor *p = tensor_at(r, j);
+      if (status == HURRAY_OK && p->buffer_count > 0) {
+        *before = p->buffers[p->buffer_count - 1].offset +
+                  p->buffers[p->buffer_count - 1].desc.byte_size;
+        break;
+      }
+    }
+  }
+  *last = k + 1 == t->buffer_count;
+  for (uint32_t j = index + 1; *last && j < r->info.tensor_count && status == HURRAY_OK; j++) {
+    status = ready_locked(r, j, error);
+    if (status == HURRAY_OK && tensor_at(r, j)->buffer_count > 0) *last = false;
+  }
+  if (status == HURRAY_OK && t->buffers[k].offset < *before) {
+    status = hurray__fail(error, HURRAY_EFORMAT,
+                          "buffer %" PRIu32 " overlaps the buffer before it or is out of file order",
+                          k);
+  }
+  return status;
+}
+
+/* The zero padding before buffer `k` of tensor `index` (from the end of the one before, or of
+ * the header), and after it when it is the file's last (up to the index). */
+static int check_padding(const HurrayFileReader *reader, uint32_t index, uint32_t k,
+                         HurrayError *error) {
+  HurrayFileReader *r = mutable(reader);
+  uint64_t before = 0;
+  bool last = false;
+  pthread_mutex_lock(&r->lock);
+  int status = buffer_neighbours(r, index, k, &before, &last, error);
+  pthread_mutex_unlock(&r->lock);
+  const FileBufferEntry *b = &tensor_at(r, index)->buffers[k];
+  if (status == HURRAY_OK) {
+    status = hurray__source_check_zero(r->source, before, b->offset - before,
+                                       "padding in the data region", error);
+  }
+  if (status == HURRAY_OK && last) {
     uint64_t end = b->offset + b->desc.byte_size;
     status = hurray__source_check_zero(r->source, end, r->info.index_offset - end,
                                        "padding in the data region", error);
@@ -791,35 +960,41 @@ static int check_padding(const HurrayFileReader *r, uint32_t k, HurrayError *err
 int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
                               HurrayFileProgressFn progress, void *context, HurrayError *error) {
   uint32_t first = index, last = index;
+  int status = HURRAY_OK;
   if (index == HURRAY_FILE_WHOLE && reader != NULL) {
     first = 0;
     last = reader->info.tensor_count; /* exclusive; the loop below runs none for 0 tensors */
+    HurrayFileReader *r = mutable(reader);
+    pthread_mutex_lock(&r->lock);
+    status = check_index(r, error);
+    pthread_mutex_unlock(&r->lock);
   } else {
-    int status = check_tensor(reader, index, "hurray_file_reader_verify", error);
-    if (status != HURRAY_OK) return status;
+    const ReaderTensor *t = NULL;
+    status = use_tensor(reader, index, "hurray_file_reader_verify", &t, error);
     last = index + 1;
   }
+  if (status != HURRAY_OK) return status;
   if (index == HURRAY_FILE_WHOLE && reader->view_ops == NULL && reader->info.buffer_count == 0) {
-    int status = hurray__source_check_zero(reader->source, HURRAY_FILE_HEADER_SIZE,
-                                           reader->info.index_offset - HURRAY_FILE_HEADER_SIZE,
-                                           "padding in the data region", error);
+    status = hurray__source_check_zero(reader->source, HURRAY_FILE_HEADER_SIZE,
+                                       reader->info.index_offset - HURRAY_FILE_HEADER_SIZE,
+                                       "padding in the data region", error);
     if (status != HURRAY_OK) return status;
   }
   FileProgress p = {.fn = progress, .context = context};
-  for (uint32_t i = first; i < last; i++) p.total += reader->tensors[i].data_bytes;
+  for (uint32_t i = first; i < last; i++) p.total += tensor_at(reader, i)->data_bytes;
   for (uint32_t i = first; i < last; i++) {
-    const ReaderTensor *t = &reader->tensors[i];
+    const ReaderTensor *t = tensor_at(reader, i);
     for (uint32_t k = 0; k < t->buffer_count; k++) {
-      const FileBufferEntry *b = &reader->buffers[t->first_buffer + k];
+      const FileBufferEntry *b = &t->buffers[k];
       if (reader->view_ops != NULL) {
-        int status = reader->view_ops->verify(reader->view, t->first_buffer + k, error);
+        status = reader->view_ops->verify(reader->view, i, error);
         if (status != HURRAY_OK) return status;
         p.done += b->desc.byte_size;
         if (progress != NULL) progress(context, p.done, p.total);
         continue;
       }
       uint64_t computed = 0;
-      int status = check_padding(reader, t->first_buffer + k, error);
+      status = check_padding(reader, i, k, error);
       if (status == HURRAY_OK) {
         status = hurray__source_hash(reader->source, b->offset, b->desc.byte_size, &p, &computed,
                                      error);
@@ -828,7 +1003,7 @@ int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
         return hurray__error_prefix(error, status, "tensor '%s', buffer %" PRIu32 ": ", t->name,
                                     k);
       }
-      if (computed != b->checksum) return checksum_mismatch(reader, i, k, computed, error);
+      if (computed != b->checksum) return checksum_mismatch(t, k, computed, error);
     }
   }
   return HURRAY_OK;
@@ -836,18 +1011,26 @@ int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
 
 int hurray_file_reader_metadata(const HurrayFileReader *reader, uint32_t index,
                                 HurrayMetaValue **out, HurrayError *error) {
+  const ReaderTensor *t = NULL;
+  int status = HURRAY_OK;
   if (index != HURRAY_FILE_WHOLE || reader == NULL) {
-    int status = check_tensor(reader, index, "hurray_file_reader_metadata", error);
+    status = use_tensor(reader, index, "hurray_file_reader_metadata", &t, error);
     if (status != HURRAY_OK) return status;
   }
   if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
   if (index == HURRAY_FILE_WHOLE) {
-    return hurray__meta_decode_tree(reader->index + reader->metadata_offset,
-                                    reader->metadata_length, out, error);
+    HurrayFileReader *r = mutable(reader);
+    pthread_mutex_lock(&r->lock);
+    status = need(r, r->metadata_offset, r->metadata_length, error);
+    pthread_mutex_unlock(&r->lock);
+    if (status != HURRAY_OK) return status;
+    status = hurray__meta_decode_tree(reader->index + reader->metadata_offset,
+                                      reader->metadata_length, out, error);
+    if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
+    return status;
   }
   /* A record ends with its metadata (spec §6). */
-  const ReaderTensor *t = &reader->tensors[index];
-  const uint8_t *record = record_bytes(reader, t);
-  uint32_t length = hurray__load_le32(record + 4);
-  return hurray__meta_decode_tree(record + t->record_length - length, length, out, error);
+  const uint8_t *record = reader->index + t->record_offset;
+  return hurray__meta_decode_tree(record + t->record_length - t->metadata_length,
+                                  t->metadata_length, out, error);
 }

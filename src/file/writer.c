@@ -1,5 +1,5 @@
 /* writer.c -- HurrayFileWriter: streams buffers into a temporary file, keeps only the index
- * entries in memory, and at finish writes the index, then the header, and renames the file
+ * entries in memory, and at finish writes the index and its chunk table, then the header, and renames the file
  * into place durably (spec §10) through FileOutput (output.c).
  *
  * Every tensor goes through one path: open it, stream each buffer (checksummed as the bytes
@@ -37,7 +37,7 @@ struct HurrayFileWriter {
   uint32_t buffer_count, buffer_capacity;
   uint32_t *names; /* open addressing set of committed names: tensor + 1, 0 empty */
   uint32_t name_slots;
-  uint64_t records_bytes; /* sum of pad8(record_len) */
+  uint64_t records_bytes; /* sum of record_len */
   FileSink metadata;      /* the file's, encoded */
   /* the open tensor */
   char *open_name;
@@ -261,22 +261,9 @@ static int stream(HurrayFileWriter *w, const void *data, size_t len, HurrayError
   return checked(w, hurray__output_write_hashed(&w->out, data, len, w->hasher, error));
 }
 
-/* The index length with `tensors`, `buffers` and `records` bytes of records (spec §5). */
-static uint64_t index_length(uint32_t tensors, uint32_t buffers, uint64_t records,
-                             uint64_t metadata, uint32_t *bucket_bits) {
-  uint32_t bits = hurray__bucket_bits(tensors);
-  if (bucket_bits != NULL) *bucket_bits = bits;
-  uint64_t tables = IDX_HEADER_SIZE + (uint64_t)buffers * BUFFER_ENTRY_SIZE +
-                    (uint64_t)tensors * (TENSOR_ENTRY_SIZE + NAME_ENTRY_SIZE) +
-                    (((uint64_t)1 << bits) + 1) * BUCKET_ENTRY_SIZE;
-  return hurray__pad8(tables) + records + hurray__pad8(metadata);
-}
-
-static int check_index_limit(const HurrayFileWriter *w, uint32_t tensors, uint64_t records,
-                             uint64_t metadata, HurrayError *error) {
-  if (index_length(tensors, w->buffer_count, records, metadata, NULL) <= HURRAY_FILE_MAX_INDEX) {
-    return HURRAY_OK;
-  }
+static int check_index_limit(uint32_t tensors, uint64_t records, uint64_t metadata,
+                             HurrayError *error) {
+  if (hurray__index_length(tensors, records, metadata) <= HURRAY_FILE_MAX_INDEX) return HURRAY_OK;
   return hurray__fail(error, HURRAY_ELIMIT, "the index would exceed %" PRIu64 " bytes",
                       HURRAY_FILE_MAX_INDEX);
 }
@@ -289,19 +276,20 @@ static int commit_tensor(HurrayFileWriter *w, const HurrayTensorDesc *tensor, Fi
   FileSink record = {0};
   FileArena arena = {0};
   FileRecord decoded;
-  int status = hurray__record_encode((const uint8_t *)w->open_name, w->open_name_len, tensor,
-                                     rebase, rebase_context, metadata->data,
-                                     (uint32_t)metadata->len, &record, error);
+  unsigned shift = (unsigned)__builtin_ctz(w->alignment);
+  int status = hurray__file_record_encode((const uint8_t *)w->open_name, w->open_name_len, tensor,
+                                          rebase, rebase_context, w->buffers + first, count, shift,
+                                          metadata->data, (uint32_t)metadata->len, &record, error);
   if (status == HURRAY_OK) {
-    status = hurray__record_decode(record.data, record.len, &arena, &decoded, error);
+    status = hurray__file_record_decode(record.data, record.len, shift, &arena, &decoded, error);
   }
   if (status == HURRAY_OK) {
     status = hurray__validate_against_entries(decoded.tensor, w->buffers + first, count, error);
   }
   hurray__arena_free(&arena);
-  uint64_t records = w->records_bytes + hurray__pad8(record.len);
+  uint64_t records = w->records_bytes + record.len;
   if (status == HURRAY_OK) {
-    status = check_index_limit(w, w->tensor_count + 1, records, w->metadata.len, error);
+    status = check_index_limit(w->tensor_count + 1, records, w->metadata.len, error);
   }
   if (status == HURRAY_OK && w->tensor_count == w->tensor_capacity) {
     uint32_t capacity = w->tensor_capacity ? w->tensor_capacity * 2 : 16;
@@ -441,8 +429,7 @@ int hurray_file_writer_set_metadata(HurrayFileWriter *writer, const HurrayMetaVa
   FileSink encoded = {0};
   if (status == HURRAY_OK) status = hurray__meta_encode(metadata, &encoded, error);
   if (status == HURRAY_OK) {
-    status =
-        check_index_limit(writer, writer->tensor_count, writer->records_bytes, encoded.len, error);
+    status = check_index_limit(writer->tensor_count, writer->records_bytes, encoded.len, error);
   }
   if (status != HURRAY_OK) {
     hurray__sink_reset(&encoded);
@@ -453,54 +440,40 @@ int hurray_file_writer_set_metadata(HurrayFileWriter *writer, const HurrayMetaVa
   return HURRAY_OK;
 }
 
-/* The index (spec §5) in memory, and its checksum. */
-static int write_index(HurrayFileWriter *w, uint64_t *checksum, HurrayError *error) {
-  uint32_t bits = 0;
-  uint64_t length =
-      index_length(w->tensor_count, w->buffer_count, w->records_bytes, w->metadata.len, &bits);
-  uint64_t heap = length - w->records_bytes - hurray__pad8(w->metadata.len);
-  FileSink index = {0};
-  uint8_t e[IDX_HEADER_SIZE] = {0};
-  hurray__store_le32(e + IDX_TENSOR_COUNT, w->tensor_count);
-  hurray__store_le32(e + IDX_BUFFER_COUNT, w->buffer_count);
-  hurray__store_le32(e + IDX_BUCKET_BITS, bits);
-  if (w->metadata.len > 0) hurray__store_le64(e + IDX_METADATA_OFFSET, heap + w->records_bytes);
-  hurray__store_le32(e + IDX_METADATA_LENGTH, (uint32_t)w->metadata.len);
-  hurray__sink_bytes(&index, e, IDX_HEADER_SIZE);
-  int status = HURRAY_OK;
-  for (uint32_t i = 0; i < w->buffer_count && status == HURRAY_OK; i++) {
-    const FileBufferEntry *b = &w->buffers[i];
-    memset(e, 0, BUFFER_ENTRY_SIZE);
-    status = hurray_desc_encode(&b->desc, e, error);
-    hurray__store_le64(e + 16, b->offset);
-    hurray__store_le64(e + 24, b->checksum);
-    e[32] = b->role;
-    hurray__sink_bytes(&index, e, BUFFER_ENTRY_SIZE);
-  }
+/* The index (spec §5) and its chunk table (§5.6); the chunk size and the table's checksum. */
+static int write_index(HurrayFileWriter *w, unsigned *chunk_log2, uint64_t *checksum,
+                       HurrayError *error) {
   FileIndexTensor *tensors = malloc((w->tensor_count ? w->tensor_count : 1) * sizeof *tensors);
-  if (tensors == NULL && status == HURRAY_OK) {
-    status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  }
-  for (uint32_t i = 0; i < w->tensor_count && status == HURRAY_OK; i++) {
+  if (tensors == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  for (uint32_t i = 0; i < w->tensor_count; i++) {
     const WriterTensor *t = &w->tensors[i];
     tensors[i] = (FileIndexTensor){.name = t->name,
                                    .name_len = t->name_len,
                                    .hash = t->hash,
                                    .record = t->record,
-                                   .record_len = t->record_len,
-                                   .first_buffer = t->first_buffer,
-                                   .buffer_count = t->buffer_count};
+                                   .record_len = t->record_len};
+  }
+  uint64_t data_bytes = 0;
+  for (uint32_t i = 0; i < w->buffer_count; i++) data_bytes += w->buffers[i].desc.byte_size;
+  FileSink index = {0}, chunks = {0};
+  int status = hurray__index_build(&index, tensors, w->tensor_count, w->buffer_count, data_bytes,
+                                   w->metadata.data, (uint32_t)w->metadata.len, error);
+  free(tensors);
+  if (status == HURRAY_OK) {
+    *chunk_log2 = hurray__chunk_log2(index.len);
+    size_t chunk = (size_t)1 << *chunk_log2;
+    for (size_t at = 0; at < index.len; at += chunk) {
+      hurray__sink_u64(&chunks, hurray__xxh3(index.data + at, index.len - at < chunk ? index.len - at : chunk));
+    }
+    status = chunks.failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory") : HURRAY_OK;
   }
   if (status == HURRAY_OK) {
-    status = hurray__index_tables(&index, index.len, tensors, w->tensor_count, w->metadata.data,
-                                  (uint32_t)w->metadata.len, error);
-  }
-  if (status == HURRAY_OK) {
-    *checksum = hurray__xxh3(index.data, index.len);
+    *checksum = hurray__xxh3(chunks.data, chunks.len);
     status = emit(w, index.data, index.len, error);
   }
-  free(tensors);
+  if (status == HURRAY_OK) status = emit(w, chunks.data, chunks.len, error);
   hurray__sink_reset(&index);
+  hurray__sink_reset(&chunks);
   return status;
 }
 
@@ -510,13 +483,16 @@ int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error) {
   HurrayFileWriter *w = writer;
   uint64_t end = position(w);
   status = emit_zeros(w, hurray__pad8(end) - end, error);
-  uint64_t index_offset = position(w), index_checksum = 0;
-  if (status == HURRAY_OK) status = write_index(w, &index_checksum, error);
+  uint64_t index_offset = position(w), chunks_checksum = 0;
+  unsigned chunk_log2 = 0;
+  if (status == HURRAY_OK) status = write_index(w, &chunk_log2, &chunks_checksum, error);
   if (status != HURRAY_OK) {
     w->state = FAILED;
     return status;
   }
   uint64_t file_size = position(w);
+  uint64_t index_length =
+      hurray__index_length(w->tensor_count, w->records_bytes, w->metadata.len);
   uint8_t h[HURRAY_FILE_HEADER_SIZE] = {0};
   memcpy(h, FILE_MAGIC, FILE_MAGIC_SIZE);
   hurray__store_le16(h + HDR_VERSION_MAJOR, HURRAY_FILE_VERSION_MAJOR);
@@ -524,8 +500,9 @@ int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error) {
   h[HDR_ALIGNMENT_LOG2] = (uint8_t)__builtin_ctz(w->alignment);
   hurray__store_le64(h + HDR_FILE_SIZE, file_size);
   hurray__store_le64(h + HDR_INDEX_OFFSET, index_offset);
-  hurray__store_le64(h + HDR_INDEX_LENGTH, file_size - index_offset);
-  hurray__store_le64(h + HDR_INDEX_CHECKSUM, index_checksum);
+  h[HDR_CHUNK_LOG2] = (uint8_t)chunk_log2;
+  hurray__store_le64(h + HDR_INDEX_LENGTH, index_length);
+  hurray__store_le64(h + HDR_CHUNK_TABLE_CHECKSUM, chunks_checksum);
   hurray__store_le64(h + HDR_CHECKSUM, hurray__xxh3(h, HDR_CHECKSUM));
   status = hurray__output_patch(&w->out, 0, h, sizeof h, error);
   if (status == HURRAY_OK) status = hurray__output_commit(&w->out, error);

@@ -163,7 +163,7 @@ typedef struct WireTensorHeader {
   uint64_t total_bytes;
   uint64_t resume_offset;
   const WireBuffer *buffers;
-  const uint8_t *record; /* file-format.md §6 */
+  const uint8_t *record; /* interchange.md Appendix A */
   uint32_t record_len;
 } WireTensorHeader;
 
@@ -257,7 +257,8 @@ typedef struct WireServed {
   HurrayTensorContext *context; /* the source, owned (NULL for one made by init) */
   uint8_t device;               /* the device its memory is on: CPU, or one device tag */
   uint32_t nbuffers;
-  FileSink record;              /* name, re-based descriptor, metadata (file-format.md §6) */
+  FileSink record;              /* name, re-based descriptor, metadata (interchange.md
+                                   Appendix A) */
   WireBuffer *buffers;          /* the compact buffers' table entries, as for the CPU */
   HurrayDeviceQueue **queues;   /* per source buffer: NULL for CPU memory */
   WireSegment *segments;        /* the whole stream, in order */

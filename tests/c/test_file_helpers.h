@@ -420,4 +420,40 @@ static inline bool same_tensor(const HurrayTensorDesc *a, const HurrayBufferList
   return true;
 }
 
+/* ---- file images: resealing, as a writer of a hostile file would ----------------------- */
+
+#ifdef XXHASH_H_5627135585666179
+static inline uint64_t image_load64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+static inline void image_store64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Recomputes the checksum of every index chunk, of the chunk table and of the header
+ * (file-format.md §3, §5.6) of a file image, so that a change reaches the checks behind them.
+ * Where the header does not locate an index and its chunk table inside the image, only the
+ * header checksum is recomputed. Needs <xxhash.h> included first. */
+static inline void image_reseal(uint8_t *bytes, size_t size) {
+  if (size < 64) return;
+  uint64_t offset = image_load64(bytes + 24), length = image_load64(bytes + 32);
+  unsigned log2 = bytes[13];
+  if (log2 >= 12 && log2 <= 28 && offset <= size && length <= size - offset) {
+    uint64_t chunk = (uint64_t)1 << log2, chunks = (length + chunk - 1) >> log2;
+    uint64_t table = offset + length;
+    if (chunks <= (size - table) / 8) {
+      for (uint64_t c = 0; c < chunks; c++) {
+        uint64_t n = length - c * chunk < chunk ? length - c * chunk : chunk;
+        image_store64(bytes + table + 8 * c, XXH3_64bits(bytes + offset + c * chunk, (size_t)n));
+      }
+      image_store64(bytes + 40, XXH3_64bits(bytes + table, (size_t)(chunks * 8)));
+    }
+  }
+  image_store64(bytes + 56, XXH3_64bits(bytes, 56));
+}
+#endif
+
 #endif /* HURRAY_TEST_FILE_HELPERS_H */

@@ -100,7 +100,7 @@ static void check_samples(const char *path, Mode mode) {
   HurrayFileInfo info;
   OK(hurray_file_reader_info(r, &info, E));
   assert_int_equal(info.tensor_count, SAMPLE_COUNT);
-  assert_int_equal(info.version_major, 1);
+  assert_int_equal(info.version_major, 2);
   for (size_t i = 0; i < SAMPLE_COUNT; i++) {
     Sample s = kSamples[i]();
     uint32_t index = 0;

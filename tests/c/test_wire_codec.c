@@ -151,7 +151,8 @@ static void request_golden(void **state) {
 }
 
 /* §9.5: the TENSOR_HEADER and DATA frames answering request 7 for the whole of "x", DENSE
- * float32 [2] = {1.0, 2.0} (the tensor of file-format.md §11, same record). */
+ * float32 [2] = {1.0, 2.0} (the tensor of file-format.md §11, its record in the
+ * wire's fixed-width form). */
 static const char kTensorHeader[] =
     "89 48 52 57 21 00 00 00 07 00 00 00 00 00 00 00 88 00 00 00 00 00 00 00"
     "00 00 00 00 01 00 00 00 08 00 00 00 00 00 00 00"

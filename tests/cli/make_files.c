@@ -4,7 +4,7 @@
  *   make_files DIR            good.hurray (every layout, with metadata), bad_checksum.hurray,
  *                             truncated.hurray, empty.hurray, not_hurray.txt, dense.hurray
  *                             (the dense samples only, for `hurray convert`), bad_field.hurray
- *                             (dense.hurray with a peer device id in buffer 0's descriptor,
+ *                             (dense.hurray with an unknown role for its first buffer,
  *                             checksums recomputed: a malformed file that checksums cannot
  *                             catch)
  *   make_files --corpus DIR   a small valid file per layout, files with metadata and large
@@ -102,25 +102,17 @@ static void damage(const char *from, const char *to, size_t at, bool cut) {
   free(bytes);
 }
 
-static uint64_t load64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-
-static void store64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-/* Copies `from` to `to` with byte 6 of buffer 0's descriptor (peer_device_id) set to 1 and
- * the index and header checksums recomputed, as a hostile writer would. */
-static void set_peer_id(const char *from, const char *to) {
+/* Copies `from` to `to` with the role of the first tensor's first buffer set to 9, which no
+ * role has, and the checksums recomputed, as a hostile writer would. The record (spec §6) is a
+ * name length, the name, a one-byte metadata length and buffer count, then the role. */
+static void set_unknown_role(const char *from, const char *to) {
   size_t size = 0;
   unsigned char *bytes = read_all(from, &size);
-  uint64_t index = load64(bytes + 24), length = load64(bytes + 32);
-  bytes[index + 64 + 6] = 1;
-  store64(bytes + 40, XXH3_64bits(bytes + index, (size_t)length));
-  store64(bytes + 56, XXH3_64bits(bytes, 56));
+  uint64_t index = image_load64(bytes + 24);
+  const unsigned char *entry = bytes + index + 64;
+  unsigned char *record = bytes + index + (entry[0] | entry[1] << 8 | entry[2] << 16);
+  record[1 + record[0] + 2] = 9;
+  image_reseal(bytes, size);
   write_all(to, bytes, size);
   free(bytes);
 }
@@ -152,7 +144,7 @@ static void write_cli_files(const char *dir) {
                                                                empty */
   char dense[1024];
   snprintf(dense, sizeof dense, "%s", join(dir, "dense.hurray"));
-  set_peer_id(dense, join(dir, "bad_field.hurray"));
+  set_unknown_role(dense, join(dir, "bad_field.hurray"));
 }
 
 static void write_corpus(const char *dir) {

@@ -44,7 +44,7 @@ has "6  the network or the peer refused"
 run 0 -h
 has "usage: hurray [--version] [--help] COMMAND"
 run 0 --version
-has "file format 1.0"
+has "file format 2.0"
 has "C ABI 4"
 run 2 --nope
 has "hurray: unknown option '--nope'"
@@ -92,7 +92,7 @@ has "not a Hurray file (bad magic) (HURRAY_EFORMAT)"
 
 # info
 run 0 info good.hurray
-has "good.hurray: Hurray file 1.0, 12 tensors"
+has "good.hurray: Hurray file 2.0, 12 tensors"
 has 'metadata: {"layers": 12, "model": "test", "quantised": true, "scale": 0.5, "tags": ["a", "b"]}'
 has "dense: dense float32 [2, 3], 24 B in 1 buffer"
 has "scalar: dense float64 [], 8 B in 1 buffer"
@@ -121,7 +121,7 @@ run 0 info bad_checksum.hurray # the index is intact; data is not read
 run 0 info empty.hurray
 has "0 tensors, 0 B of data in 0 buffers"
 run 0 info --json good.hurray
-has '"path": "good.hurray", "format_version": [1, 0]'
+has '"path": "good.hurray", "format_version": [2, 0]'
 has '"metadata": {"layers": 12, "model": "test", "quantised": true, "scale": 0.5, "tags": ["a", "b"]}'
 lacks "$(printf '\033')"
 run 0 info -j empty.hurray
@@ -135,7 +135,7 @@ if [ -n "$python" ] && "$python" -c "import json" >/dev/null 2>&1; then
 import json, sys
 f = json.load(sys.stdin)
 assert f["tensor_count"] == len(f["tensors"]) == 12, f
-assert f["alignment"] == 64 and f["format_version"] == [1, 0]
+assert f["alignment"] == 64 and f["format_version"] == [2, 0]
 t = {x["name"]: x for x in f["tensors"]}
 assert t["dense"]["layout"] == "dense" and t["dense"]["dtype"] == "float32", t["dense"]
 assert t["dense"]["shape"] == [2, 3] and t["dense"]["data_bytes"] == 24

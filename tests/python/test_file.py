@@ -245,7 +245,7 @@ def test_open_is_a_lazy_mapping(path):
         assert "t3" in f and "t9" not in f and 3 not in f
         assert f["t3"].tobytes() == b"\x03" * 4
         assert f.metadata == {"k": "v"}
-        assert f.info["tensors"] == 5 and f.info["version"] == (1, 0)
+        assert f.info["tensors"] == 5 and f.info["version"] == (2, 0)
         assert not f.closed and f.path == path
         with pytest.raises(KeyError):
             f["t9"]
@@ -253,6 +253,30 @@ def test_open_is_a_lazy_mapping(path):
             f[0]
         assert "5 tensors" in repr(f)
     assert f.closed and "closed" in repr(f)
+
+
+def test_a_corrupt_record_matters_only_when_its_tensor_is_used(path):
+    """Open reads the header and the index's chunk table, nothing per tensor (file-format.md
+    §9): a record whose bytes no longer match their chunk's checksum is refused when its tensor
+    is first used, and every tensor outside that chunk reads as before. verify() checks every
+    chunk."""
+    tensors = {f"t{i}": np.full(2, i, np.float32) for i in range(3000)}
+    hurray.save(path, tensors)
+    raw = bytearray(path.read_bytes())
+    at = raw.find(b"\x05t2021")  # the record's name length and name
+    assert at > 0
+    raw[at + 1] ^= 0x01  # "t2021" -> "u2021"
+    path.write_bytes(raw)
+    for mmap in (True, False):
+        with hurray.open(path, mmap=mmap) as f:
+            assert len(f) == 3000
+            assert np.from_dlpack(f["t0"]).tolist() == [0.0, 0.0]
+            assert np.from_dlpack(f["t2999"]).tolist() == [2999.0, 2999.0]
+            with pytest.raises(hurray.ChecksumError, match="of the index is corrupt"):
+                f["t2021"]
+            with pytest.raises(hurray.ChecksumError, match="of the index is corrupt"):
+                f.verify()
+            assert np.from_dlpack(f["t1"]).tolist() == [1.0, 1.0]  # still served
 
 
 def test_file_is_a_mapping(path):
