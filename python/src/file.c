@@ -14,12 +14,13 @@
  * fsync, rename, fsync of the directory. On any error the writer is destroyed, which removes
  * the temporary: nothing appears at the path and a previous file there is untouched.
  *
- * Reading. A hurray.File owns one HurrayFileReader (validated on open by the C reader). Each
- * tensor it hands out is a Tensor adopting the HurrayTensorContext the reader returns: a
- * view of the mapping holding its own reference on it, read-only unless writable=True (or, in
- * pread mode, fresh writable memory), so tensors outlive the File and the reader. The reader is immutable and
- * thread-safe, so the slow calls (pread reads, checksums) run with the GIL released; `busy`
- * counts them, and close() while one is in flight leaves the destroy to the last of them.
+ * Reading. A hurray.File owns one HurrayFileReader (which validates each part of the index as
+ * it is first used, file-format.md §9). Each tensor it hands out is a Tensor adopting the
+ * HurrayTensorContext the reader returns: a view of the mapping holding its own reference on
+ * it, read-only unless writable=True (or, in pread mode, fresh writable memory), so tensors
+ * outlive the File and the reader. The reader is thread-safe, so the slow calls (pread reads,
+ * checksums) run with the GIL released; `busy` counts them, and close() while one is in flight
+ * leaves the destroy to the last of them.
  */
 #include "hurray_python.h"
 
