@@ -202,7 +202,8 @@ static int need(HurrayFileReader *r, uint64_t offset, uint64_t len, HurrayError 
   for (uint64_t c = offset >> r->chunk_log2; c <= (offset + len - 1) >> r->chunk_log2; c++) {
     if (bit_get(r->chunks_loaded, c)) continue;
     uint64_t start = c * chunk;
-    size_t n = (size_t)(r->info.index_length - start < chunk ? r->info.index_length - start : chunk);
+    uint64_t left = r->info.index_length - start;
+    size_t n = (size_t)(left < chunk ? left : chunk);
     int status = hurray__source_read(r->source, r->info.index_offset + start, r->index + start, n,
                                      error);
     if (status != HURRAY_OK) return status;
@@ -285,8 +286,8 @@ static int check_buffers(const HurrayFileReader *r, const FileRecord *record, Hu
   for (uint32_t k = 0; k < record->buffer_count; k++) {
     const FileBufferEntry *b = &record->buffers[k];
     uint64_t end = 0;
-    if (b->offset < HURRAY_FILE_HEADER_SIZE || hurray__add_u64(b->offset, b->desc.byte_size, &end) ||
-        end > r->info.index_offset) {
+    if (b->offset < HURRAY_FILE_HEADER_SIZE ||
+        hurray__add_u64(b->offset, b->desc.byte_size, &end) || end > r->info.index_offset) {
       return hurray__fail(error, HURRAY_EBOUNDS,
                           "buffer %" PRIu32 ": [%" PRIu64 ", +%" PRIu64
                           ") lies outside the data region [%d, %" PRIu64 ")",
@@ -337,7 +338,8 @@ static int validate_record(HurrayFileReader *r, uint32_t i, HurrayError *error) 
     if (status != HURRAY_OK) hurray__error_prefix(error, status, "'%s': ", record.name);
   }
   ReaderTensor **page = &r->tensor_pages[i >> TENSOR_PAGE_LOG2];
-  if (status == HURRAY_OK && *page == NULL && (*page = calloc(TENSOR_PAGE, sizeof **page)) == NULL) {
+  if (status == HURRAY_OK && *page == NULL &&
+      (*page = calloc(TENSOR_PAGE, sizeof **page)) == NULL) {
     status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   }
   ReaderTensor *t = status == HURRAY_OK ? tensor_at(r, i) : NULL;
@@ -488,8 +490,9 @@ static int check_index(HurrayFileReader *r, HurrayError *error) {
   /* Buckets share their bounds, so with the first at 0 and the last ending at the count, and
    * each valid, they cover every name-table entry once. */
   uint64_t buckets = (uint64_t)1 << r->bucket_bits;
-  if (status == HURRAY_OK && (table_u32(r, r->bucket_table) != 0 ||
-                              table_u32(r, r->bucket_table + buckets * TABLE_ENTRY_SIZE) != count)) {
+  uint64_t last = r->bucket_table + buckets * TABLE_ENTRY_SIZE;
+  if (status == HURRAY_OK &&
+      (table_u32(r, r->bucket_table) != 0 || table_u32(r, last) != count)) {
     status = hurray__fail(error, HURRAY_EFORMAT,
                           "the bucket table is inconsistent: it does not cover the %" PRIu32
                           " names",
@@ -928,7 +931,8 @@ static int buffer_neighbours(HurrayFileReader *r, uint32_t index, uint32_t k, ui
   }
   if (status == HURRAY_OK && t->buffers[k].offset < *before) {
     status = hurray__fail(error, HURRAY_EFORMAT,
-                          "buffer %" PRIu32 " overlaps the buffer before it or is out of file order",
+                          "buffer %" PRIu32
+                          " overlaps the buffer before it or is out of file order",
                           k);
   }
   return status;

@@ -115,9 +115,10 @@ static void put_node_header(const Encoder *e, const HurrayTensorDesc *t) {
     hurray__sink_u64(e->out, (uint64_t)t->block_size);
     return;
   }
-  hurray__sink_u8(e->out, (uint8_t)((t->flags ? NODE_HAS_FLAGS : 0) | (t->axis ? NODE_HAS_AXIS : 0) |
-                                    (t->block_size ? NODE_HAS_BLOCK_SIZE : 0) |
-                                    (t->nchildren ? NODE_HAS_CHILDREN : 0)));
+  unsigned present = (t->flags ? NODE_HAS_FLAGS : 0) | (t->axis ? NODE_HAS_AXIS : 0) |
+                     (t->block_size ? NODE_HAS_BLOCK_SIZE : 0) |
+                     (t->nchildren ? NODE_HAS_CHILDREN : 0);
+  hurray__sink_u8(e->out, (uint8_t)present);
   if (t->flags) hurray__sink_varint(e->out, t->flags);
   if (t->axis) hurray__sink_varint(e->out, zigzag(t->axis));
   if (t->block_size) hurray__sink_varint(e->out, zigzag(t->block_size));
@@ -586,8 +587,10 @@ uint64_t hurray__index_length(uint32_t tensors, uint64_t records, uint64_t metad
 
 unsigned hurray__chunk_log2(uint64_t length) {
   unsigned log2 = FILE_MIN_CHUNK_LOG2;
-  while (log2 < FILE_MAX_CHUNK_LOG2 && (length + ((uint64_t)1 << log2) - 1) >> log2 > FILE_MAX_CHUNKS)
+  while (log2 < FILE_MAX_CHUNK_LOG2 &&
+         (length + ((uint64_t)1 << log2) - 1) >> log2 > FILE_MAX_CHUNKS) {
     log2++;
+  }
   return log2;
 }
 

@@ -1,6 +1,6 @@
 /* writer.c -- HurrayFileWriter: streams buffers into a temporary file, keeps only the index
- * entries in memory, and at finish writes the index and its chunk table, then the header, and renames the file
- * into place durably (spec §10) through FileOutput (output.c).
+ * entries in memory, and at finish writes the index and its chunk table, then the header, and
+ * renames the file into place durably (spec §10) through FileOutput (output.c).
  *
  * Every tensor goes through one path: open it, stream each buffer (checksummed as the bytes
  * pass), then commit it, which encodes its record, decodes that record with the reader's own
@@ -463,7 +463,8 @@ static int write_index(HurrayFileWriter *w, unsigned *chunk_log2, uint64_t *chec
     *chunk_log2 = hurray__chunk_log2(index.len);
     size_t chunk = (size_t)1 << *chunk_log2;
     for (size_t at = 0; at < index.len; at += chunk) {
-      hurray__sink_u64(&chunks, hurray__xxh3(index.data + at, index.len - at < chunk ? index.len - at : chunk));
+      size_t n = index.len - at < chunk ? index.len - at : chunk;
+      hurray__sink_u64(&chunks, hurray__xxh3(index.data + at, n));
     }
     status = chunks.failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory") : HURRAY_OK;
   }

@@ -8,6 +8,7 @@
  * use of what is broken, and a broken record that is never used does not matter. */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -821,6 +822,58 @@ static void a_corrupt_chunk_matters_only_when_used(void **state) {
   free(im.bytes);
 }
 
+/* Threads that use a fresh reader at once all validate its tensors on first use, racing: each
+ * finds and gets every tensor of the many-tensor file and sees its values. */
+typedef struct Racer {
+  const HurrayFileReader *reader;
+  int first;
+  int failures;
+} Racer;
+
+static void *race(void *context) {
+  Racer *racer = context;
+  for (int k = 0; k < MANY; k++) {
+    int i = (racer->first + k) % MANY;
+    char name[16];
+    snprintf(name, sizeof name, "t%d", i);
+    uint32_t found = 0;
+    HurrayTensorContext *c = NULL;
+    if (hurray_file_reader_find(racer->reader, name, &found, NULL) != HURRAY_OK ||
+        found != (uint32_t)i ||
+        hurray_file_reader_get(racer->reader, found, 0, &c, NULL) != HURRAY_OK ||
+        ((const float *)c->buffers->buffers[0]->data)[0] != (float)i) {
+      racer->failures++;
+    }
+    hurray_tensor_context_release(c);
+  }
+  return NULL;
+}
+
+static void threads_validate_a_reader_at_once(void **state) {
+  (void)state;
+  Image im = many_image();
+  enum { THREADS = 6 };
+  for (uint32_t flags = 0; flags <= HURRAY_FILE_OPEN_PREAD; flags++) {
+    const char *path = path_of("race.hurray");
+    image_write(im, path);
+    HurrayFileReader *r = NULL;
+    OK(hurray_file_reader_open(path, flags, &r, E));
+    pthread_t threads[THREADS];
+    Racer racers[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+      racers[t] = (Racer){.reader = r, .first = t * (MANY / THREADS)};
+      assert_int_equal(pthread_create(&threads[t], NULL, race, &racers[t]), 0);
+    }
+    for (int t = 0; t < THREADS; t++) {
+      assert_int_equal(pthread_join(threads[t], NULL), 0);
+      assert_int_equal(racers[t].failures, 0);
+    }
+    OK(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, E));
+    hurray_file_reader_destroy(r);
+  }
+  free(im.bytes);
+}
+
 /* ---- records ------------------------------------------------------------------------------ */
 
 static void record_violations_are_named(void **state) {
@@ -1002,6 +1055,7 @@ int main(void) {
       cmocka_unit_test(duplicate_names_are_refused),
       cmocka_unit_test(a_bad_record_matters_only_when_used),
       cmocka_unit_test(a_corrupt_chunk_matters_only_when_used),
+      cmocka_unit_test(threads_validate_a_reader_at_once),
       cmocka_unit_test(record_violations_are_named),
       cmocka_unit_test(metadata_violations_are_named),
       cmocka_unit_test(open_errors_are_clear),
