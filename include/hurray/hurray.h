@@ -1002,10 +1002,14 @@ typedef void (*HurrayFileProgressFn)(void *context, uint64_t done, uint64_t tota
 
 /* A tensor number meaning "the whole file" for verify and metadata. */
 #define HURRAY_FILE_WHOLE UINT32_MAX
+/* A tensor number meaning "the index alone" for verify: everything about the index that open
+ * may leave unchecked (file-format.md §9), reading no data. */
+#define HURRAY_FILE_INDEX (UINT32_MAX - 1)
 
 /* Recomputes the XXH3-64 checksum of every buffer of tensor `index` (or, for
  * HURRAY_FILE_WHOLE, of every tensor in file order) and compares it with the index. For
- * HURRAY_FILE_WHOLE it first checks all of the index that open may leave unchecked.
+ * HURRAY_FILE_WHOLE it first checks all of the index that open may leave unchecked, which
+ * HURRAY_FILE_INDEX checks alone.
  * HURRAY_ECHECKSUM naming the tensor and the buffer at the first mismatch. `progress` may be
  * NULL; it is called at least once per buffer and every 64 MiB. Memory use is bounded
  * (PREAD readers hash through a 1 MiB buffer). */

@@ -45,8 +45,11 @@ static int run_verify(int argc, char **argv) {
   Progress progress = {0, info.data_bytes, -1};
   uint32_t failed = 0;
   rc = EXIT_OK;
+  HurrayError index_error = {0}; /* what open may defer (file-format.md §9), before any data */
+  int checked = hurray_file_reader_verify(r, HURRAY_FILE_INDEX, NULL, NULL, &index_error);
+  if (checked != HURRAY_OK) rc = cli_fail(&kVerifyCommand, path, checked, &index_error);
   for (uint32_t t = 0; t < info.tensor_count && rc == EXIT_OK; t++) {
-    HurrayFileTensorInfo ti;
+    HurrayFileTensorInfo ti = {0};
     HurrayError error = {0};
     hurray_file_reader_tensor_info(r, t, &ti, NULL);
     int status = hurray_file_reader_verify(r, t, tty ? show_progress : NULL, &progress, &error);

@@ -965,6 +965,13 @@ int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
                               HurrayFileProgressFn progress, void *context, HurrayError *error) {
   uint32_t first = index, last = index;
   int status = HURRAY_OK;
+  if (index == HURRAY_FILE_INDEX && reader != NULL) {
+    HurrayFileReader *r = mutable(reader);
+    pthread_mutex_lock(&r->lock);
+    status = check_index(r, error);
+    pthread_mutex_unlock(&r->lock);
+    return status;
+  }
   if (index == HURRAY_FILE_WHOLE && reader != NULL) {
     first = 0;
     last = reader->info.tensor_count; /* exclusive; the loop below runs none for 0 tensors */

@@ -746,7 +746,7 @@ static uint64_t many_bucket(int i) {
 
 /* Every tensor but `bad` (and those sharing its bucket, which a lookup reads with it) is got,
  * found and verified from `im`; `bad` is refused with `status` and `words` every way it is
- * used; verifying the whole file refuses it too. */
+ * used; verifying the index or the whole file refuses it too. */
 static void expect_only_refused(Image im, int bad, int status, const char *words) {
   HurrayFileReader *r = NULL;
   OK(hurray_file_reader_open_memory(im.bytes, im.size, NULL, NULL, &r, E));
@@ -762,7 +762,7 @@ static void expect_only_refused(Image im, int bad, int status, const char *words
     assert_true(((const float *)c->buffers->buffers[0]->data)[1] == (float)i);
     hurray_tensor_context_release(c);
   }
-  for (int way = 0; way < 4; way++) {
+  for (int way = 0; way < 5; way++) {
     HurrayError error = {0};
     HurrayFileTensorInfo ti;
     HurrayTensorContext *c = NULL;
@@ -772,6 +772,7 @@ static void expect_only_refused(Image im, int bad, int status, const char *words
     int got = way == 0   ? hurray_file_reader_tensor_info(r, (uint32_t)bad, &ti, &error)
               : way == 1 ? hurray_file_reader_get(r, (uint32_t)bad, 0, &c, &error)
               : way == 2 ? hurray_file_reader_find(r, name, &found, &error)
+              : way == 3 ? hurray_file_reader_verify(r, HURRAY_FILE_INDEX, NULL, NULL, &error)
                          : hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, &error);
     if (got != status || strstr(error.message, words) == NULL) {
       fail_msg("way %d: expected %s with \"%s\", got %s: %s", way, hurray_status_name(status),

@@ -6,7 +6,8 @@
  *                             (the dense samples only, for `hurray convert`), bad_field.hurray
  *                             (dense.hurray with an unknown role for its first buffer,
  *                             checksums recomputed: a malformed file that checksums cannot
- *                             catch)
+ *                             catch), bad_total.hurray (dense.hurray whose index header
+ *                             counts a data byte too many: caught by verify only)
  *   make_files --corpus DIR   a small valid file per layout, files with metadata and large
  *                             alignment, and broken ones (the corpus of fuzz/fuzz_file.c)
  */
@@ -117,6 +118,18 @@ static void set_unknown_role(const char *from, const char *to) {
   free(bytes);
 }
 
+/* Copies `from` to `to` with one byte too many in the index header's data_bytes and the
+ * checksums recomputed: a fault in a total that only a check of the whole index sees. */
+static void add_data_byte(const char *from, const char *to) {
+  size_t size = 0;
+  unsigned char *bytes = read_all(from, &size);
+  uint64_t index = image_load64(bytes + 24);
+  image_store64(bytes + index + 32, image_load64(bytes + index + 32) + 1);
+  image_reseal(bytes, size);
+  write_all(to, bytes, size);
+  free(bytes);
+}
+
 /* The file offset of buffer `buffer` of tensor `name`. */
 static size_t buffer_offset(const char *path, const char *name, uint32_t buffer) {
   HurrayError error = {0};
@@ -145,6 +158,7 @@ static void write_cli_files(const char *dir) {
   char dense[1024];
   snprintf(dense, sizeof dense, "%s", join(dir, "dense.hurray"));
   set_unknown_role(dense, join(dir, "bad_field.hurray"));
+  add_data_byte(dense, join(dir, "bad_total.hurray"));
 }
 
 static void write_corpus(const char *dir) {

@@ -193,6 +193,10 @@ run 3 verify bad_field.hurray
 has "(HURRAY_EFORMAT)"
 run 3 convert bad_field.hurray bad_field.npz
 has "(HURRAY_EFORMAT)"
+# A fault that only the check of the whole index finds (file-format.md §9): verify reports it
+# before reading any data.
+run 3 verify bad_total.hurray
+has "the index header counts 5 buffers of 85 bytes but the records hold 5 of 84"
 run 5 convert fifo.hurray fifo.npz
 has "not a regular file"
 
