@@ -1,7 +1,7 @@
 /* fuzz_wire_frame.c -- the wire protocol's frame codec on arbitrary bytes: a sequence of frames,
  * each header decoded with the negotiated DATA limit and each payload handed to the decoder of
  * its type (hellos and the device rule, LIST_RESULT, TENSOR_REQUEST, TENSOR_HEADER / PUT with
- * their records, ERROR). Whatever decodes is encoded again and must decode to the same thing. */
+ * their records, DATA_FD, ERROR). Whatever decodes is encoded again and must decode to the same thing. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +45,14 @@ static void list(const uint8_t *p, size_t n) {
   free(items);
 }
 
+static void fd_ref(const uint8_t *p, size_t n) {
+  WireFdRef r;
+  if (hurray__wire_fd_ref_decode(p, n, &r, NULL) != HURRAY_OK) return;
+  uint8_t out[WIRE_DATA_FD_SIZE];
+  hurray__wire_fd_ref_encode(&r, out);
+  if (memcmp(out, p, n) != 0 || r.length == 0 || r.file_offset + r.length < r.file_offset) abort();
+}
+
 static void tensor(const uint8_t *p, size_t n) {
   FileArena arena = {0};
   WireTensor t;
@@ -75,6 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       case WIRE_TENSOR_HEADER:
       case WIRE_PUT: tensor(payload, n); break;
       case WIRE_ERROR: (void)hurray__wire_error_decode(payload, n, &error); break;
+      case WIRE_DATA_FD: fd_ref(payload, n); break;
       default: break;
     }
   }

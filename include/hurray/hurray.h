@@ -1148,6 +1148,9 @@ typedef struct HurrayTlsOptions {
 typedef struct HurrayServer HurrayServer;
 
 #define HURRAY_SERVER_READ_ONLY (1u << 0) /* refuse uploads (HURRAY_EDENIED) */
+/* never hand a client a tensor's memory as a file descriptor (spec §6.6); without this flag a
+   server on a Unix-domain socket does so for every client that asks in its hello */
+#define HURRAY_SERVER_NO_FD_PASSING (1u << 1)
 
 typedef struct HurrayServerOptions {
   const char *address;           /* NULL: "127.0.0.1:0", loopback on a free port; give
@@ -1217,6 +1220,10 @@ HURRAY_API void hurray_server_destroy(HurrayServer *server);
 
 typedef struct HurrayClient HurrayClient;
 
+/* Over a Unix-domain socket a client asks, in its hello, to receive tensors as file descriptors
+ * it maps instead of bytes it copies (spec §6.6): this flag does not ask. */
+#define HURRAY_CLIENT_NO_FD_PASSING (1u << 0)
+
 typedef struct HurrayClientOptions {
   uint32_t timeout_ms;       /* the longest wait without progress (connect, each read and
                                 write); 0: 30000. HURRAY_ETIMEOUT past it */
@@ -1233,7 +1240,9 @@ typedef struct HurrayClientOptions {
   const HurrayTlsOptions *tls; /* for a "hurrays://" address: its trust (ca_file, server_name);
                                   NULL: the system's trust store and the address's host. Must
                                   be NULL for any other address */
-  uint64_t reserved[3];      /* zero */
+  uint32_t flags;            /* HURRAY_CLIENT_* */
+  uint32_t reserved0;        /* zero */
+  uint64_t reserved[2];      /* zero */
 } HurrayClientOptions;
 
 /* Connects, exchanges hellos and authenticates. Statuses: HURRAY_EINVAL (address, options),
@@ -1250,7 +1259,8 @@ HURRAY_API int hurray_client_connect(const char *address, const HurrayClientOpti
 typedef struct HurrayClientInfo {
   uint16_t version_major; /* negotiated */
   uint16_t version_minor;
-  uint32_t server_flags;  /* bit 0: authenticated, bit 1: read-only (spec §4.2) */
+  uint32_t server_flags;  /* bit 0: authenticated, bit 1: read-only, bit 2: tensors come as
+                             file descriptors (spec §4.1) */
   uint64_t max_frame;     /* negotiated */
   uint32_t ndevices;      /* the server's device tags */
   uint8_t devices[256];

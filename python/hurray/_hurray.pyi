@@ -325,13 +325,14 @@ class File(Mapping[str, Tensor]):
 
 def connect(url: str, /, *, secret: str | bytes | None = None, timeout: float = 30.0,
             devices: Sequence[_DeviceLike] | None = None,
-            tls: dict[str, _Path | str | None] | None = None) -> Client: ...
+            tls: dict[str, _Path | str | None] | None = None,
+            fd_passing: builtins.bool = True) -> Client: ...
 def serve(tensors: _Path | Mapping[str, Any] | list[_Path | Mapping[str, Any]] | None = None,
           /, address: str | None = None, *, read_only: builtins.bool = False,
           secret: str | bytes | None = None, max_connections: int | None = None,
           idle_timeout: float | None = None, handshake_timeout: float | None = None,
           max_upload_bytes: int | None = None,
-          tls: dict[str, _Path] | None = None) -> Server: ...
+          tls: dict[str, _Path] | None = None, fd_passing: builtins.bool = True) -> Server: ...
 
 @final
 class Client:

@@ -437,10 +437,11 @@ static PyObject *client_get_info(PyObject *op, void *closure) {
     PyTuple_SET_ITEM(devices, i, d);
   }
   if (devices == NULL) return NULL;
-  return Py_BuildValue("{s:(HH),s:O,s:O,s:K,s:N}", "version", info.version_major,
+  return Py_BuildValue("{s:(HH),s:O,s:O,s:O,s:K,s:N}", "version", info.version_major,
                        info.version_minor, "authenticated",
                        (info.server_flags & 1u) ? Py_True : Py_False, "read_only",
-                       (info.server_flags & 2u) ? Py_True : Py_False, "max_frame",
+                       (info.server_flags & 2u) ? Py_True : Py_False, "fd_passing",
+                       (info.server_flags & 4u) ? Py_True : Py_False, "max_frame",
                        (unsigned long long)info.max_frame, "devices", devices);
 }
 
@@ -575,7 +576,8 @@ static PyGetSetDef client_getset[] = {
     {"info", client_get_info, NULL,
      PyDoc_STR("What the server's hello said, as a dict.\n\n"
                "``version`` (the negotiated protocol version), ``authenticated``,\n"
-               "``read_only``, ``max_frame`` and ``devices`` (the devices the server\n"
+               "``read_only``, ``fd_passing`` (tensors come as file descriptors, mapped\n"
+               "without a copy), ``max_frame`` and ``devices`` (the devices the server\n"
                "serves from)."),
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -606,8 +608,9 @@ PyType_Spec hurray__py_client_spec = {
     .slots = client_slots,
 };
 
-static const char *const kConnectNames[] = {"url", "secret", "timeout", "devices", "tls", NULL};
-enum { C_URL, C_SECRET, C_TIMEOUT, C_DEVICES, C_TLS, C_COUNT };
+static const char *const kConnectNames[] = {"url", "secret", "timeout", "devices", "tls",
+                                            "fd_passing", NULL};
+enum { C_URL, C_SECRET, C_TIMEOUT, C_DEVICES, C_TLS, C_FD_PASSING, C_COUNT };
 
 static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames) {
@@ -623,6 +626,9 @@ static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nar
   if (url == NULL) return NULL;
   HurrayClientOptions options = {0};
   if (timeout_arg(st, a[C_TIMEOUT], "timeout", 30000, &options.timeout_ms) < 0) return NULL;
+  int fd_passing = a[C_FD_PASSING] == NULL ? 1 : PyObject_IsTrue(a[C_FD_PASSING]);
+  if (fd_passing < 0) return NULL;
+  if (!fd_passing) options.flags |= HURRAY_CLIENT_NO_FD_PASSING;
   uint8_t devices[256];
   if (a[C_DEVICES] != NULL && a[C_DEVICES] != Py_None) {
     PyObject *seq = hurray__py_sequence_tuple(a[C_DEVICES], "devices must be a sequence of devices");
@@ -890,9 +896,10 @@ static int serve_add(PyObject *module, HurrayState *st, HurrayServer *server, Py
 
 static const char *const kServeNames[] = {"tensors",         "address",           "read_only",
                                           "secret",          "max_connections",   "idle_timeout",
-                                          "handshake_timeout", "max_upload_bytes", "tls", NULL};
+                                          "handshake_timeout", "max_upload_bytes", "tls",
+                                          "fd_passing", NULL};
 enum { S_TENSORS, S_ADDRESS, S_READ_ONLY, S_SECRET, S_MAXCONN, S_IDLE, S_HANDSHAKE, S_UPLOAD,
-       S_TLS, S_COUNT };
+       S_TLS, S_FD_PASSING, S_COUNT };
 
 static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                        PyObject *kwnames) {
@@ -912,6 +919,9 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
   int read_only = a[S_READ_ONLY] == NULL ? 0 : PyObject_IsTrue(a[S_READ_ONLY]);
   if (read_only < 0) return NULL;
   if (read_only) options.flags |= HURRAY_SERVER_READ_ONLY;
+  int fd_passing = a[S_FD_PASSING] == NULL ? 1 : PyObject_IsTrue(a[S_FD_PASSING]);
+  if (fd_passing < 0) return NULL;
+  if (!fd_passing) options.flags |= HURRAY_SERVER_NO_FD_PASSING;
   long long max_connections = 0;
   if (a[S_MAXCONN] != NULL && a[S_MAXCONN] != Py_None &&
       hurray__py_int_in_range(st, a[S_MAXCONN], 1, 1 << 20, "max_connections",
@@ -977,8 +987,8 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 PyMethodDef hurray__py_wire_functions[] = {
     {"connect", HURRAY_PY_CFUNC(connect), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
-         "connect($module, url, /, *, secret=None, timeout=30.0, devices=None, tls=None)\n"
-         "--\n\n"
+         "connect($module, url, /, *, secret=None, timeout=30.0, devices=None, tls=None,\n"
+         "        fd_passing=True)\n--\n\n"
          "Connect to a Hurray server (docs/spec/interchange.md).\n\n"
          "Parameters\n----------\n"
          "url : str\n"
@@ -997,7 +1007,11 @@ PyMethodDef hurray__py_wire_functions[] = {
          "    For a ``hurrays://`` url: ``{'cafile': path}``, the CA certificates (PEM)\n"
          "    the server's certificate must chain to (default: the system's trust\n"
          "    store), and ``'server_name'``, the name it must carry (default: the url's\n"
-         "    host). The server's certificate is always verified. Not for other urls.\n\n"
+         "    host). The server's certificate is always verified. Not for other urls.\n"
+         "fd_passing : bool, optional\n"
+         "    Over a Unix socket (``'unix:PATH'``), ask the server to hand over each\n"
+         "    tensor's memory as a file descriptor, which is mapped (copy-on-write)\n"
+         "    instead of copied; every checksum is still checked. Ignored over TCP.\n\n"
          "Returns\n-------\n"
          "hurray.Client\n"
          "    The connection, set up and authenticated.\n\n"
@@ -1032,7 +1046,7 @@ PyMethodDef hurray__py_wire_functions[] = {
      PyDoc_STR(
          "serve($module, tensors=None, /, address=None, *, read_only=False, secret=None,\n"
          "      max_connections=None, idle_timeout=None, handshake_timeout=None,\n"
-         "      max_upload_bytes=None, tls=None)\n--\n\n"
+         "      max_upload_bytes=None, tls=None, fd_passing=True)\n--\n\n"
          "Serve tensors over the wire from a background thread.\n\n"
          "Parameters\n----------\n"
          "tensors : path, mapping or list, optional\n"
@@ -1060,7 +1074,11 @@ PyMethodDef hurray__py_wire_functions[] = {
          "tls : dict, optional\n"
          "    ``{'certfile': path, 'keyfile': path}``: serve over TLS only, with this\n"
          "    certificate chain and key (PEM). The server's ``address`` is then\n"
-         "    ``'hurrays://HOST:PORT'``.\n\n"
+         "    ``'hurrays://HOST:PORT'``.\n"
+         "fd_passing : bool, optional\n"
+         "    On a Unix socket, hand clients that ask each tensor's memory as a file\n"
+         "    descriptor: a file's tensors as the file's, an in-memory tensor as a\n"
+         "    sealed memfd holding a copy made at its first such request.\n\n"
          "Returns\n-------\n"
          "hurray.Server\n"
          "    The running server; a context manager that stops it.\n\n"

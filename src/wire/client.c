@@ -36,6 +36,10 @@ struct HurrayClient {
   WireHello *server;
   uint64_t next_id;
   bool broken; /* after a connection error: only destroy (or a resuming get) */
+  bool want_fd;    /* offer the same-host fast path (over a Unix socket) */
+  bool fd_passing; /* negotiated: buffers may come as DATA_FD (spec §6.6) */
+  int pending_fd;  /* a descriptor received with the frame being read, -1 for none */
+  bool fd_extra;   /* a descriptor arrived where none may */
 };
 
 /* ---- blocking I/O with a deadline --------------------------------------------------------- */
@@ -45,6 +49,8 @@ static void disconnect(HurrayClient *c) {
   c->tls = NULL;
   if (c->fd >= 0) close(c->fd);
   c->fd = -1;
+  if (c->pending_fd >= 0) close(c->pending_fd);
+  c->pending_fd = -1;
 }
 
 static int broken(HurrayClient *c, int status) {
@@ -103,7 +109,12 @@ static int send_bytes(HurrayClient *c, const void *data, size_t len, HurrayError
 static int recv_exact(HurrayClient *c, void *out, size_t len, HurrayError *error) {
   uint8_t *p = out;
   while (len > 0) {
-    ssize_t n = hurray__wire_recv(c->fd, c->tls, p, len);
+    ssize_t n = c->fd_passing ? hurray__wire_recvmsg(c->fd, p, len, &c->pending_fd, &c->fd_extra)
+                              : hurray__wire_recv(c->fd, c->tls, p, len);
+    if (c->fd_extra) {
+      return broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
+                                    "the server sent a file descriptor where none may come"));
+    }
     if (n == 0) {
       return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "the server closed the connection"));
     }
@@ -132,6 +143,11 @@ static int read_header(HurrayClient *c, WireHeader *h, HurrayError *error) {
   uint64_t max_data = c->max_frame ? c->max_frame + WIRE_DATA_FIXED : 0;
   status = hurray__wire_header_decode(head, max_data, h, error);
   if (status != HURRAY_OK) return broken(c, status);
+  if (c->pending_fd >= 0 && h->type != WIRE_DATA_FD) {
+    return broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
+                                  "a file descriptor came with a %s frame",
+                                  hurray__wire_type_name(h->type)));
+  }
   if (h->type != WIRE_ERROR) return HURRAY_OK;
   uint8_t payload[WIRE_ERROR_FIXED + WIRE_MAX_ERROR_MESSAGE];
   if (h->length > sizeof payload) {
@@ -276,6 +292,9 @@ static int handshake(HurrayClient *c, HurrayError *error) {
   hello->version_major = WIRE_VERSION_MAJOR;
   hello->version_minor = WIRE_VERSION_MINOR;
   hello->max_frame = c->offered_frame;
+  bool offer_fd = c->want_fd && c->address.family == AF_UNIX && c->tls_config == NULL;
+  hello->flags = offer_fd ? WIRE_CLIENT_FD_PASSING : 0;
+  c->fd_passing = false;
   status = hurray__wire_devices_fill(hello, c->devices, c->ndevices, error);
   if (status == HURRAY_OK && c->secret) status = hurray__wire_nonce(hello->nonce, error);
   uint8_t client_nonce[WIRE_NONCE_SIZE];
@@ -292,8 +311,9 @@ static int handshake(HurrayClient *c, HurrayError *error) {
   if (status == HURRAY_OK) status = read_payload(c, &h, &payload, error);
   if (status == HURRAY_OK) {
     status = hurray__wire_hello_decode(payload, (size_t)h.length, c->server, error);
+    uint32_t known = WIRE_HELLO_AUTH | WIRE_HELLO_READ_ONLY | (offer_fd ? WIRE_HELLO_FD_PASSING : 0);
     if (status == HURRAY_OK && (c->server->version_minor > WIRE_VERSION_MINOR ||
-                                (c->server->flags & ~(uint32_t)(WIRE_HELLO_AUTH | WIRE_HELLO_READ_ONLY)))) {
+                                (c->server->flags & ~known))) {
       status = hurray__fail(error, HURRAY_EPROTOCOL, "version %u.%u or flags 0x%08" PRIx32
                             " the client did not offer", c->server->version_major,
                             c->server->version_minor, c->server->flags);
@@ -308,7 +328,10 @@ static int handshake(HurrayClient *c, HurrayError *error) {
                                     c->server->max_frame));
   }
   if (status == HURRAY_OK) status = authenticate(c, client_nonce, error);
-  if (status == HURRAY_OK) c->max_frame = c->server->max_frame;
+  if (status == HURRAY_OK) {
+    c->max_frame = c->server->max_frame;
+    c->fd_passing = (c->server->flags & WIRE_HELLO_FD_PASSING) != 0;
+  }
   return status;
 }
 
@@ -319,17 +342,20 @@ int hurray_client_connect(const char *address, const HurrayClientOptions *option
   HurrayClientOptions o = {0};
   if (options != NULL) o = *options;
   uint8_t cpu = HURRAY_DEVICE_CPU;
-  if (!hurray__all_zero(o.reserved, sizeof o.reserved) || (o.secret == NULL) != (o.secret_len == 0) ||
+  if (!hurray__all_zero(o.reserved, sizeof o.reserved) || o.reserved0 != 0 ||
+      (o.flags & ~HURRAY_CLIENT_NO_FD_PASSING) || (o.secret == NULL) != (o.secret_len == 0) ||
       o.secret_len > 1024 || (o.devices == NULL) != (o.ndevices == 0) ||
       o.ndevices > WIRE_MAX_DEVICES ||
       (o.max_frame != 0 && (o.max_frame < WIRE_MIN_FRAME || o.max_frame > WIRE_MAX_FRAME))) {
     return hurray__fail(error, HURRAY_EINVAL,
-                        "invalid client options (reserved, secret of 1..1024 bytes, 1..256 "
+                        "invalid client options (flags, reserved, secret of 1..1024 bytes, 1..256 "
                         "devices, max_frame in [64 KiB, 1 GiB])");
   }
   HurrayClient *c = calloc(1, sizeof *c);
   if (c == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   c->fd = -1;
+  c->pending_fd = -1;
+  c->want_fd = !(o.flags & HURRAY_CLIENT_NO_FD_PASSING);
   c->next_id = 1;
   c->timeout_ms = o.timeout_ms ? o.timeout_ms : 30000;
   c->offered_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
@@ -643,32 +669,90 @@ static int receive_bytes(HurrayClient *c, Transfer *t, uint64_t n, HurrayError *
   return status;
 }
 
-/* Receives DATA frames of request `id` until END. */
+/* A DATA_FD frame (spec §6.6): the whole of the next buffer as a descriptor, mapped (or, for
+ * fetch and stream, handed on from the mapping) and hashed like received bytes. */
+static int receive_fd(HurrayClient *c, const WireHeader *h, Transfer *t, HurrayError *error) {
+  uint8_t p[WIRE_DATA_FD_SIZE];
+  int status = h->length == WIRE_DATA_FD_SIZE
+                   ? recv_exact(c, p, sizeof p, error)
+                   : broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
+                                            "DATA_FD of %" PRIu64 " bytes", h->length));
+  if (status != HURRAY_OK) return status;
+  int fd = c->pending_fd;
+  c->pending_fd = -1;
+  WireFdRef ref;
+  status = hurray__wire_fd_ref_decode(p, sizeof p, &ref, error);
+  skip_empty(t);
+  if (status == HURRAY_OK && fd < 0) {
+    status = hurray__fail(error, HURRAY_EPROTOCOL, "a DATA_FD frame came without a descriptor");
+  }
+  if (status == HURRAY_OK && t->tensor.device != HURRAY_DEVICE_CPU) {
+    status = hurray__fail(error, HURRAY_EPROTOCOL, "a DATA_FD frame for device memory");
+  }
+  if (status == HURRAY_OK &&
+      (ref.buffer != t->buffer || t->buffer >= t->tensor.nbuffers || t->offset != 0 ||
+       ref.length != t->tensor.buffers[t->buffer].desc.byte_size)) {
+    status = hurray__fail(error, HURRAY_EPROTOCOL,
+                          "DATA_FD for buffer %" PRIu32 " of %" PRIu64
+                          " bytes is not the whole next buffer",
+                          ref.buffer, ref.length);
+  }
+  HurrayBuffer *b = NULL;
+  if (status == HURRAY_OK) status = hurray__wire_map(fd, &ref, &t->tensor.buffers[t->buffer].desc, &b, error);
+  if (fd >= 0) close(fd); /* the mapping stays */
+  if (status == HURRAY_OK) {
+    hurray__hasher_update(t->hasher, b->data, (size_t)ref.length);
+    if (t->writer != NULL) {
+      status = begin_buffers(t, t->buffer + 1, error);
+      if (status == HURRAY_OK) status = hurray_file_writer_write(t->writer, b->data, (size_t)ref.length, error);
+      hurray_buffer_destroy(b);
+    } else if (t->sink != NULL) {
+      status = t->sink(t->sink_context, t->buffer, 0, b->data, (size_t)ref.length, error);
+      hurray_buffer_destroy(b);
+    } else { /* get: the mapping takes the place of the buffer allocated for the bytes */
+      hurray_buffer_destroy(t->list->buffers[t->buffer]);
+      t->list->buffers[t->buffer] = b;
+    }
+  }
+  if (status != HURRAY_OK) return c->broken ? status : broken(c, status);
+  t->offset = ref.length;
+  t->received += ref.length;
+  return HURRAY_OK;
+}
+
+/* Receives DATA (and, negotiated, DATA_FD) frames of request `id` until END. */
 static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayGetOptions *o,
                         HurrayError *error) {
   for (;;) {
     WireHeader h;
     uint8_t fixed[WIRE_DATA_FIXED];
     int status = read_header(c, &h, error);
-    if (status == HURRAY_OK) status = expect(c, &h, WIRE_DATA, id, error);
-    if (status == HURRAY_OK && h.length < WIRE_DATA_FIXED) {
-      status = broken(c, hurray__fail(error, HURRAY_EPROTOCOL, "short DATA frame"));
-    }
-    if (status == HURRAY_OK) status = recv_exact(c, fixed, sizeof fixed, error);
     if (status != HURRAY_OK) return status;
-    skip_empty(t);
-    uint32_t buffer = hurray__load_le32(fixed);
-    uint64_t offset = hurray__load_le64(fixed + 8), n = h.length - WIRE_DATA_FIXED;
-    if (buffer != t->buffer || offset != t->offset || t->buffer >= t->tensor.nbuffers || n == 0 ||
-        n > t->tensor.buffers[t->buffer].desc.byte_size - t->offset ||
-        hurray__load_le32(fixed + 4) != 0) {
-      return broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
-                                    "DATA for buffer %" PRIu32 " offset %" PRIu64
-                                    " is not the next %" PRIu64 " bytes",
-                                    buffer, offset, n));
+    if (h.type == WIRE_DATA_FD && c->fd_passing) {
+      status = expect(c, &h, WIRE_DATA_FD, id, error);
+      if (status == HURRAY_OK) status = receive_fd(c, &h, t, error);
+      if (status != HURRAY_OK) return status;
+    } else {
+      status = expect(c, &h, WIRE_DATA, id, error);
+      if (status == HURRAY_OK && h.length < WIRE_DATA_FIXED) {
+        status = broken(c, hurray__fail(error, HURRAY_EPROTOCOL, "short DATA frame"));
+      }
+      if (status == HURRAY_OK) status = recv_exact(c, fixed, sizeof fixed, error);
+      if (status != HURRAY_OK) return status;
+      skip_empty(t);
+      uint32_t buffer = hurray__load_le32(fixed);
+      uint64_t offset = hurray__load_le64(fixed + 8), n = h.length - WIRE_DATA_FIXED;
+      if (buffer != t->buffer || offset != t->offset || t->buffer >= t->tensor.nbuffers || n == 0 ||
+          n > t->tensor.buffers[t->buffer].desc.byte_size - t->offset ||
+          hurray__load_le32(fixed + 4) != 0) {
+        return broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
+                                      "DATA for buffer %" PRIu32 " offset %" PRIu64
+                                      " is not the next %" PRIu64 " bytes",
+                                      buffer, offset, n));
+      }
+      status = receive_bytes(c, t, n, error);
+      if (status != HURRAY_OK) return status;
     }
-    status = receive_bytes(c, t, n, error);
-    if (status != HURRAY_OK) return status;
     const WireBuffer *b = &t->tensor.buffers[t->buffer];
     if (t->offset == b->desc.byte_size) {
       if (hurray__hasher_digest(t->hasher) != b->checksum) {

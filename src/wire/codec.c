@@ -18,6 +18,7 @@ const char *hurray__wire_type_name(int type) {
     case WIRE_TENSOR_REQUEST: return "TENSOR_REQUEST";
     case WIRE_TENSOR_HEADER: return "TENSOR_HEADER";
     case WIRE_DATA: return "DATA";
+    case WIRE_DATA_FD: return "DATA_FD";
     case WIRE_PUT: return "PUT";
     case WIRE_PUT_OK: return "PUT_OK";
     case WIRE_ERROR: return "ERROR";
@@ -62,7 +63,7 @@ int hurray__wire_header_decode(const uint8_t in[WIRE_HEADER_SIZE], uint64_t max_
   }
   uint8_t flags = in[5];
   bool may_end = type == WIRE_LIST_RESULT || type == WIRE_TENSOR_HEADER || type == WIRE_DATA ||
-                 type == WIRE_PUT;
+                 type == WIRE_DATA_FD || type == WIRE_PUT;
   if ((flags & ~(may_end ? WIRE_FLAG_END : 0)) != 0) {
     return hurray__fail(error, HURRAY_EPROTOCOL, "%s frame has unknown flags 0x%02x", name, flags);
   }
@@ -404,6 +405,39 @@ int hurray__wire_tensor_decode(const uint8_t *p, size_t len, FileArena *arena, W
   status = hurray__validate_against_entries(out->record.tensor, entries, out->nbuffers, error);
   if (status != HURRAY_OK) {
     return hurray__error_prefix(error, status, "tensor '%s': ", out->record.name);
+  }
+  return HURRAY_OK;
+}
+
+/* ---- DATA_FD ------------------------------------------------------------------------------ */
+
+void hurray__wire_fd_ref_encode(const WireFdRef *r, uint8_t out[WIRE_DATA_FD_SIZE]) {
+  memset(out, 0, WIRE_DATA_FD_SIZE);
+  hurray__store_le32(out, r->buffer);
+  out[4] = r->kind;
+  hurray__store_le64(out + 8, r->file_offset);
+  hurray__store_le64(out + 16, r->length);
+}
+
+int hurray__wire_fd_ref_decode(const uint8_t *p, size_t len, WireFdRef *out, HurrayError *error) {
+  if (len != WIRE_DATA_FD_SIZE) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "DATA_FD of %zu bytes, not %d", len,
+                        WIRE_DATA_FD_SIZE);
+  }
+  out->buffer = hurray__load_le32(p);
+  out->kind = p[4];
+  out->file_offset = hurray__load_le64(p + 8);
+  out->length = hurray__load_le64(p + 16);
+  uint64_t end = 0;
+  if (out->kind > WIRE_FD_MEMFD || !hurray__all_zero(p + 5, 3)) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "DATA_FD kind %u unknown or reserved bytes not zero", out->kind);
+  }
+  if (out->length == 0 || hurray__add_u64(out->file_offset, out->length, &end) ||
+      end > INT64_MAX) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "DATA_FD bytes [%" PRIu64 ", +%" PRIu64 ") are empty or past 2^63",
+                        out->file_offset, out->length);
   }
   return HURRAY_OK;
 }

@@ -1,7 +1,10 @@
-/* net.c -- addresses and the clock of the wire protocol. Addresses are numeric (or
- * "localhost"): no name lookup happens, so parsing never blocks and never leaves the host on
- * its own. */
+/* net.c -- addresses, descriptor passing and the clock of the wire protocol. Addresses are
+ * numeric (or "localhost"): no name lookup happens, so parsing never blocks and never leaves
+ * the host on its own. Descriptors travel only over Unix-domain sockets (spec §6.6); these two
+ * calls are the only place the byte stream meets ancillary data. */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,11 +12,59 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "wire.h"
 
 _Static_assert(sizeof(struct sockaddr_storage) <= sizeof(((WireAddress *)0)->storage),
                "WireAddress holds any socket address");
+
+ssize_t hurray__wire_sendmsg(int sock, const struct iovec *iov, size_t n_iov, int fd) {
+  union {
+    struct cmsghdr align;
+    char bytes[CMSG_SPACE(sizeof(int))];
+  } control;
+  struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = n_iov};
+  if (fd >= 0) {
+    memset(&control, 0, sizeof control);
+    msg.msg_control = control.bytes;
+    msg.msg_controllen = sizeof control.bytes;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  return sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+ssize_t hurray__wire_recvmsg(int sock, void *buf, size_t len, int *slot, bool *extra) {
+  union {
+    struct cmsghdr align;
+    char bytes[CMSG_SPACE(4 * sizeof(int))];
+  } control;
+  struct iovec iov = {buf, len};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
+                       .msg_controllen = sizeof control.bytes};
+  ssize_t n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  if (msg.msg_flags & MSG_CTRUNC) *extra = true; /* the kernel closed what did not fit */
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      if (slot != NULL && *slot < 0) {
+        *slot = fd;
+      } else {
+        close(fd);
+        *extra = true;
+      }
+    }
+  }
+  return n;
+}
 
 int64_t hurray__wire_now_ms(void) {
   struct timespec ts;

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "wire.h"
 
@@ -73,6 +74,7 @@ static int served_init(WireServed *s, const char *name, const HurrayTensorContex
                        const uint64_t *checksums, const uint8_t *metadata, uint32_t metadata_len,
                        bool device_ok, HurrayError *error) {
   memset(s, 0, sizeof *s);
+  s->fd = -1;
   size_t name_len = 0;
   int status = hurray__check_cname(name, "tensor name", &name_len, error);
   if (status == HURRAY_OK) status = hurray_tensor_context_check(context, 0, error);
@@ -162,7 +164,10 @@ void hurray__wire_served_reset(WireServed *s) {
   free(s->name);
   free(s->buffers);
   free(s->segments);
+  free(s->fd_offsets);
+  if (s->fd_owned) close(s->fd);
   memset(s, 0, sizeof *s);
+  s->fd = -1;
 }
 
 int hurray__wire_served_create(const char *name, HurrayTensorContext *context,
@@ -194,6 +199,27 @@ void hurray__wire_plan_reset(WirePlan *plan) {
   free(plan->segments);
   plan->segments = NULL;
   plan->nsegments = 0;
+}
+
+void hurray__wire_plan_fds(WireServed *s, WirePlan *plan) {
+  if (s->fd < 0 && hurray__wire_memfd(s, NULL) != HURRAY_OK) return; /* DATA frames, then */
+  long page = sysconf(_SC_PAGESIZE);
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < plan->nsegments; k++) {
+    const WireSegment *g = &plan->segments[k];
+    const HurrayBufferDesc *d = &s->buffers[g->buffer].desc;
+    uint64_t at = s->fd_offsets[g->buffer];
+    bool by_fd = at != UINT64_MAX && (page <= 0 || d->alignment <= (uint64_t)page) &&
+                 at % d->alignment == 0;
+    if (!by_fd) {
+      plan->segments[n++] = *g;
+    } else if (n == 0 || !plan->segments[n - 1].by_fd ||
+               plan->segments[n - 1].buffer != g->buffer) {
+      plan->segments[n++] = (WireSegment){.len = d->byte_size, .buffer = g->buffer, .by_fd = true,
+                                          .fd_kind = s->fd_kind, .fd = s->fd, .fd_offset = at};
+    } /* else: a later run of a buffer that goes whole */
+  }
+  plan->nsegments = n;
 }
 
 /* Rows [start, stop) of a DENSE tensor: the bytes those rows address become the one buffer

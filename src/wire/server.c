@@ -28,6 +28,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -68,6 +69,7 @@ typedef struct Conn {
   int64_t last_progress;
   int64_t frame_start; /* when the frame being read started, 0 between frames */
   uint64_t max_frame;
+  bool fd_passing; /* negotiated: buffers may go as DATA_FD (spec §6.6) */
   uint8_t client_nonce[WIRE_NONCE_SIZE];
   uint8_t server_nonce[WIRE_NONCE_SIZE];
   /* input */
@@ -86,7 +88,8 @@ typedef struct Conn {
   uint64_t request_id;
   uint32_t segment;
   uint64_t segment_sent;
-  uint8_t data_head[WIRE_HEADER_SIZE + WIRE_DATA_FIXED];
+  uint8_t data_head[WIRE_HEADER_SIZE + WIRE_DATA_FD_SIZE]; /* DATA or DATA_FD, less the data */
+  size_t data_head_len; /* 0 between frames */
   size_t data_head_sent;
   uint64_t chunk_left;
   uint64_t chunk_size;
@@ -114,6 +117,8 @@ struct HurrayServer {
   WireServed **tensors;
   size_t ntensors, cap;
   uint32_t device_mask; /* bit t: a tensor in memory of device tag t (< 32) is served */
+  int *files; /* descriptors of the served files, for DATA_FD */
+  size_t nfiles;
   HurrayServerStats stats;
   Conn *conns;
   uint8_t scratch[1 << 16]; /* discarded upload bytes land here */
@@ -130,8 +135,10 @@ static WireServed *find_locked(HurrayServer *s, const char *name, size_t len) {
   return NULL;
 }
 
-/* Adds `n` tensors at once, or none if a name is taken. SINK for every entry. */
-static int register_tensors(HurrayServer *s, WireServed **items, size_t n, HurrayError *error) {
+/* Adds `n` tensors at once, or none if a name is taken. SINK for every entry, and for
+ * `file_fd` (-1 for none), the descriptor of the file they come from. */
+static int register_tensors(HurrayServer *s, WireServed **items, size_t n, int file_fd,
+                            HurrayError *error) {
   int status = HURRAY_OK;
   pthread_mutex_lock(&s->lock);
   for (size_t i = 0; i < n && status == HURRAY_OK; i++) {
@@ -151,6 +158,15 @@ static int register_tensors(HurrayServer *s, WireServed **items, size_t n, Hurra
       s->cap = cap;
     }
   }
+  if (status == HURRAY_OK && file_fd >= 0) {
+    int *grown = realloc(s->files, (s->nfiles + 1) * sizeof *grown);
+    if (grown == NULL) {
+      status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    } else {
+      s->files = grown;
+      s->files[s->nfiles++] = file_fd;
+    }
+  }
   if (status == HURRAY_OK) {
     memcpy(s->tensors + s->ntensors, items, n * sizeof *items);
     s->ntensors += n;
@@ -159,6 +175,7 @@ static int register_tensors(HurrayServer *s, WireServed **items, size_t n, Hurra
   pthread_mutex_unlock(&s->lock);
   if (status != HURRAY_OK) {
     for (size_t i = 0; i < n; i++) hurray__wire_served_destroy(items[i]);
+    if (file_fd >= 0) close(file_fd);
   }
   return status;
 }
@@ -172,21 +189,25 @@ int hurray_server_add_tensor(HurrayServer *server, const char *name, HurrayTenso
   WireServed *served = NULL;
   int status = hurray__wire_served_create(name, tensor, NULL, NULL, 0, &served, error);
   if (status != HURRAY_OK) return status;
-  return register_tensors(server, &served, 1, error);
+  return register_tensors(server, &served, 1, -1, error);
 }
 
 /* One tensor of an open file as a served tensor: its mapped buffers, stored checksums and
- * metadata. */
-static int served_from_file(const HurrayFileReader *reader, uint32_t index, WireServed **out,
-                            HurrayError *error) {
+ * metadata, and where its buffers lie in the file's descriptor `fd` (-1: none). */
+static int served_from_file(const HurrayFileReader *reader, uint32_t index, int fd,
+                            WireServed **out, HurrayError *error) {
   HurrayFileTensorInfo info;
   int status = hurray_file_reader_tensor_info(reader, index, &info, error);
   uint64_t *sums = status == HURRAY_OK ? calloc(info.buffer_count + 1u, sizeof *sums) : NULL;
-  if (status == HURRAY_OK && sums == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  uint64_t *offsets = status == HURRAY_OK ? calloc(info.buffer_count + 1u, sizeof *sums) : NULL;
+  if (status == HURRAY_OK && (sums == NULL || offsets == NULL)) {
+    status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
   for (uint32_t k = 0; status == HURRAY_OK && k < info.buffer_count; k++) {
     HurrayFileBufferInfo b;
     status = hurray_file_reader_buffer_info(reader, index, k, &b, error);
     sums[k] = b.checksum;
+    offsets[k] = b.offset;
   }
   HurrayMetaValue *meta = NULL;
   FileSink encoded = {0};
@@ -198,9 +219,22 @@ static int served_from_file(const HurrayFileReader *reader, uint32_t index, Wire
     status = hurray__wire_served_create(info.name, context, sums, encoded.data,
                                         (uint32_t)encoded.len, out, error);
   }
+  if (status == HURRAY_OK && fd >= 0) {
+    WireServed *t = *out;
+    for (uint32_t k = 0; k < info.buffer_count; k++) {
+      /* a compact buffer as long as the stored one is the stored one (as its checksum) */
+      bool whole = t->buffers[k].desc.byte_size == context->buffers->buffers[k]->desc.byte_size;
+      if (!whole) offsets[k] = UINT64_MAX;
+    }
+    t->fd = fd;
+    t->fd_kind = WIRE_FD_FILE;
+    t->fd_offsets = offsets;
+    offsets = NULL;
+  }
   hurray_meta_destroy(meta);
   hurray__sink_reset(&encoded);
   free(sums);
+  free(offsets);
   return status;
 }
 
@@ -208,22 +242,31 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
   if (server == NULL || path == NULL) {
     return hurray__fail(error, HURRAY_EINVAL, "server or path is NULL");
   }
+  /* The file's descriptor, for DATA_FD; kept only if it is the file the reader opened. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   HurrayFileReader *reader = NULL;
   int status = hurray_file_reader_open(path, 0, &reader, error);
+  struct stat opened, now;
+  if (fd >= 0 && (fstat(fd, &opened) != 0 || stat(path, &now) != 0 ||
+                  opened.st_dev != now.st_dev || opened.st_ino != now.st_ino)) {
+    close(fd);
+    fd = -1;
+  }
   HurrayFileInfo info = {0};
   if (status == HURRAY_OK) status = hurray_file_reader_info(reader, &info, error);
   WireServed **items = status == HURRAY_OK ? calloc(info.tensor_count + 1u, sizeof *items) : NULL;
   if (status == HURRAY_OK && items == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   uint32_t made = 0;
   for (; status == HURRAY_OK && made < info.tensor_count; made++) {
-    status = served_from_file(reader, made, &items[made], error);
+    status = served_from_file(reader, made, fd, &items[made], error);
     if (status != HURRAY_OK) break;
   }
   hurray_file_reader_destroy(reader); /* the contexts keep the mapping */
   if (status == HURRAY_OK) {
-    status = register_tensors(server, items, made, error);
+    status = register_tensors(server, items, made, fd, error);
   } else {
     for (uint32_t i = 0; i < made; i++) hurray__wire_served_destroy(items[i]);
+    if (fd >= 0) close(fd);
   }
   free(items);
   return status == HURRAY_OK ? status : hurray__error_prefix(error, status, "%s: ", path);
@@ -237,7 +280,8 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   *out = NULL;
   HurrayServerOptions o = {0};
   if (options != NULL) o = *options;
-  if (!hurray__all_zero(o.reserved, sizeof o.reserved) || (o.flags & ~HURRAY_SERVER_READ_ONLY) ||
+  if (!hurray__all_zero(o.reserved, sizeof o.reserved) ||
+      (o.flags & ~(HURRAY_SERVER_READ_ONLY | HURRAY_SERVER_NO_FD_PASSING)) ||
       (o.secret == NULL) != (o.secret_len == 0) || o.secret_len > 1024 ||
       (o.max_frame != 0 && (o.max_frame < WIRE_MIN_FRAME || o.max_frame > WIRE_MAX_FRAME))) {
     return hurray__fail(error, HURRAY_EINVAL,
@@ -416,8 +460,8 @@ static void on_hello(HurrayServer *s, Conn *c, const uint8_t *p, size_t len) {
     return;
   }
   int status = hurray__wire_hello_decode(p, len, hello, &e);
-  if (status == HURRAY_OK && hello->flags != 0) {
-    status = hurray__fail(&e, HURRAY_EPROTOCOL, "CLIENT_HELLO flags 0x%08" PRIx32 " are not zero",
+  if (status == HURRAY_OK && (hello->flags & ~(uint32_t)WIRE_CLIENT_FD_PASSING) != 0) {
+    status = hurray__fail(&e, HURRAY_EPROTOCOL, "CLIENT_HELLO has unknown flags 0x%08" PRIx32,
                           hello->flags);
   }
   if (status == HURRAY_OK) status = hurray__wire_devices_check(hello, &e);
@@ -431,12 +475,15 @@ static void on_hello(HurrayServer *s, Conn *c, const uint8_t *p, size_t len) {
       if (tag == HURRAY_DEVICE_CPU || (s->device_mask & (1u << tag))) served[nserved++] = tag;
     }
     pthread_mutex_unlock(&s->lock);
+    c->fd_passing = (hello->flags & WIRE_CLIENT_FD_PASSING) && s->address.family == AF_UNIX &&
+                    c->tls == NULL && !(s->flags & HURRAY_SERVER_NO_FD_PASSING);
     WireHello *mine = hello; /* reused for the answer */
     memset(mine, 0, sizeof *mine);
     mine->version_major = WIRE_VERSION_MAJOR;
     mine->version_minor = WIRE_VERSION_MINOR;
     mine->flags = (s->secret ? WIRE_HELLO_AUTH : 0u) |
-                  (s->flags & HURRAY_SERVER_READ_ONLY ? WIRE_HELLO_READ_ONLY : 0u);
+                  (s->flags & HURRAY_SERVER_READ_ONLY ? WIRE_HELLO_READ_ONLY : 0u) |
+                  (c->fd_passing ? WIRE_HELLO_FD_PASSING : 0u);
     mine->max_frame = c->max_frame;
     if (s->secret) status = hurray__wire_nonce(c->server_nonce, &e);
     memcpy(mine->nonce, c->server_nonce, WIRE_NONCE_SIZE);
@@ -503,13 +550,17 @@ static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, 
     return;
   }
   pthread_mutex_lock(&s->lock);
-  const WireServed *t = find_locked(s, r.name, r.name_len); /* never removed while running */
+  WireServed *t = find_locked(s, r.name, r.name_len); /* never removed while running */
   pthread_mutex_unlock(&s->lock);
   status = t ? hurray__wire_plan(t, &r, &c->plan, &e)
              : hurray__fail(&e, HURRAY_EINVAL, "no tensor named '%s'", r.name);
   if (status != HURRAY_OK) {
     send_error(c, id, status, e.message);
     return;
+  }
+  if (c->fd_passing && r.range_kind == WIRE_RANGE_WHOLE && r.resume_offset == 0 &&
+      t->device == HURRAY_DEVICE_CPU) { /* host memory: device memory is staged as DATA */
+    hurray__wire_plan_fds(t, &c->plan);
   }
   hurray__wire_frame(&c->out, WIRE_TENSOR_HEADER, c->plan.nsegments ? 0 : WIRE_FLAG_END, id,
                      c->plan.header.data, c->plan.header.len);
@@ -519,6 +570,7 @@ static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, 
   c->segment = 0;
   c->segment_sent = 0;
   c->chunk_left = 0;
+  c->data_head_len = 0;
   if (!c->sending) hurray__wire_plan_reset(&c->plan);
 }
 
@@ -558,7 +610,7 @@ static void upload_finish(HurrayServer *s, Conn *c) {
         free(checksums);
       }
     }
-    if (status == HURRAY_OK) status = register_tensors(s, &t, 1, &e);
+    if (status == HURRAY_OK) status = register_tensors(s, &t, 1, -1, &e);
     if (status == HURRAY_OK) {
       hurray__wire_frame(&c->out, WIRE_PUT_OK, 0, u->request_id, NULL, 0);
     } else {
@@ -828,38 +880,54 @@ static bool conn_write(HurrayServer *s, Conn *c) {
   for (;;) {
     struct iovec iov[2];
     int n_iov = 0;
+    int attach = -1;
     bool control = c->out.len > c->out_sent;
     if (control) {
       iov[n_iov++] = (struct iovec){c->out.data + c->out_sent, c->out.len - c->out_sent};
     } else if (c->sending && c->phase != PHASE_CLOSING) {
       const WireSegment *g = &c->plan.segments[c->segment];
-      if (c->chunk_left == 0) { /* the next DATA frame */
+      bool last_segment = c->segment + 1 == c->plan.nsegments;
+      uint8_t *f = c->data_head + WIRE_HEADER_SIZE;
+      if (c->data_head_len == 0 && g->by_fd) { /* the buffer as a descriptor (spec §6.6) */
+        WireHeader h = {WIRE_DATA_FD, last_segment ? WIRE_FLAG_END : 0, c->request_id,
+                        WIRE_DATA_FD_SIZE};
+        hurray__wire_header_encode(&h, c->data_head);
+        WireFdRef ref = {g->buffer, g->fd_kind, g->fd_offset, g->len};
+        hurray__wire_fd_ref_encode(&ref, f);
+        c->data_head_len = WIRE_HEADER_SIZE + WIRE_DATA_FD_SIZE;
+        c->data_head_sent = 0;
+        c->chunk_left = 0;
+      } else if (c->data_head_len == 0) { /* the next DATA frame */
         uint64_t left = g->len - c->segment_sent;
         uint64_t chunk = left < c->max_frame ? left : c->max_frame;
         if (g->device != NULL && !stage_chunk(s, c, g, &chunk)) continue; /* failed: closing */
-        bool last = c->segment + 1 == c->plan.nsegments && chunk == left;
+        bool last = last_segment && chunk == left;
         WireHeader h = {WIRE_DATA, last ? WIRE_FLAG_END : 0, c->request_id, chunk + WIRE_DATA_FIXED};
         hurray__wire_header_encode(&h, c->data_head);
-        uint8_t *f = c->data_head + WIRE_HEADER_SIZE;
         hurray__store_le32(f, g->buffer);
         hurray__store_le32(f + 4, 0);
         hurray__store_le64(f + 8, g->offset + c->segment_sent);
+        c->data_head_len = WIRE_HEADER_SIZE + WIRE_DATA_FIXED;
         c->data_head_sent = 0;
         c->chunk_left = chunk;
         c->chunk_size = chunk;
       }
-      if (c->data_head_sent < sizeof c->data_head) {
+      if (c->data_head_sent < c->data_head_len) {
         iov[n_iov++] = (struct iovec){c->data_head + c->data_head_sent,
-                                      sizeof c->data_head - c->data_head_sent};
+                                      c->data_head_len - c->data_head_sent};
       }
-      const uint8_t *from = g->device ? c->stage + (c->chunk_size - c->chunk_left)
-                            : g->data ? g->data + c->segment_sent
-                                      : kZeros; /* gaps: < 64 bytes */
-      iov[n_iov++] = (struct iovec){(void *)from, (size_t)c->chunk_left};
+      if (c->chunk_left > 0) {
+        const uint8_t *from = g->device ? c->stage + (c->chunk_size - c->chunk_left)
+                              : g->data ? g->data + c->segment_sent
+                                        : kZeros; /* gaps: < 64 bytes */
+        iov[n_iov++] = (struct iovec){(void *)from, (size_t)c->chunk_left};
+      }
+      if (g->by_fd && c->data_head_sent == 0) attach = g->fd; /* with the frame's first byte */
     } else {
       break;
     }
-    ssize_t n = hurray__wire_sendv(c->fd, c->tls, iov, n_iov);
+    ssize_t n = attach >= 0 ? hurray__wire_sendmsg(c->fd, iov, (size_t)n_iov, attach)
+                            : hurray__wire_sendv(c->fd, c->tls, iov, n_iov);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
       conn_close(s, c);
@@ -879,22 +947,25 @@ static bool conn_write(HurrayServer *s, Conn *c) {
       }
       continue;
     }
-    size_t head_left = sizeof c->data_head - c->data_head_sent;
+    const WireSegment *g = &c->plan.segments[c->segment];
+    size_t head_left = c->data_head_len - c->data_head_sent;
     size_t from_head = w < head_left ? w : head_left;
     c->data_head_sent += from_head;
     w -= from_head;
     c->chunk_left -= w;
-    c->segment_sent += w;
-    if (c->chunk_left == 0 && c->data_head_sent == sizeof c->data_head &&
-        c->segment_sent == c->plan.segments[c->segment].len) {
-      c->segment++;
-      c->segment_sent = 0;
-      if (c->segment == c->plan.nsegments) {
-        c->sending = false;
-        hurray__wire_plan_reset(&c->plan);
-        free(c->stage);
-        c->stage = NULL;
-        account(s, c);
+    c->segment_sent += g->by_fd && c->data_head_sent == c->data_head_len ? g->len : w;
+    if (c->chunk_left == 0 && c->data_head_sent == c->data_head_len) {
+      c->data_head_len = 0; /* the frame is out */
+      if (c->segment_sent == g->len) {
+        c->segment++;
+        c->segment_sent = 0;
+        if (c->segment == c->plan.nsegments) {
+          c->sending = false;
+          hurray__wire_plan_reset(&c->plan);
+          free(c->stage);
+          c->stage = NULL;
+          account(s, c);
+        }
       }
     }
   }
@@ -1107,6 +1178,8 @@ void hurray_server_destroy(HurrayServer *s) {
   }
   for (size_t i = 0; i < s->ntensors; i++) hurray__wire_served_destroy(s->tensors[i]);
   free(s->tensors);
+  for (size_t i = 0; i < s->nfiles; i++) close(s->files[i]);
+  free(s->files);
   free(s->secret);
   hurray__wire_tls_destroy(s->tls);
   pthread_mutex_destroy(&s->lock);

@@ -3,9 +3,10 @@
  *
  *   codec.c    frames and messages: encode, and decode from untrusted bytes with every limit
  *   auth.c     the challenge-response MAC (HMAC-SHA-256, OpenSSL libcrypto) and nonces
- *   net.c      addresses and the clock
+ *   net.c      addresses, the clock, and sendmsg/recvmsg that carry a file descriptor
  *   tls.c      the byte stream of a connection: the socket, or a TLS session over it (ADR-061)
  *   device.c   segments in device memory: staged to the host in bounded chunks
+ *   fdpass.c   the same-host fast path: a served tensor's memfd, and mapping a received fd
  *   serve.c    what a server serves: a tensor as buffers + record, rows sliced, checksums
  *   server.c   HurrayServer: the epoll event loop
  *   client.c   HurrayClient: blocking calls with timeouts
@@ -40,6 +41,7 @@ enum {
   WIRE_DATA_FIXED = 16,    /* DATA before its bytes */
   WIRE_ERROR_FIXED = 8,    /* ERROR before its message */
   WIRE_LIST_FIXED = 8,     /* LIST_RESULT before its entries */
+  WIRE_DATA_FD_SIZE = 24,  /* DATA_FD: buffer[4] kind[1] reserved[3] file_offset[8] length[8] */
   WIRE_LIST_ENTRY = 24,    /* name_length[2] layout[1] dtype[1] buffers[4] data_bytes[8]
                               ndim[1] reserved[7], then shape[ndim] and the padded name */
   WIRE_MAX_DEVICES = 256,
@@ -67,6 +69,7 @@ typedef enum WireType {
   WIRE_TENSOR_REQUEST = 0x20,
   WIRE_TENSOR_HEADER = 0x21,
   WIRE_DATA = 0x22,
+  WIRE_DATA_FD = 0x23,
   WIRE_PUT = 0x30,
   WIRE_PUT_OK = 0x31,
   WIRE_ERROR = 0x40,
@@ -74,7 +77,11 @@ typedef enum WireType {
 } WireType;
 
 /* SERVER_HELLO flags */
-enum { WIRE_HELLO_AUTH = 1, WIRE_HELLO_READ_ONLY = 2 };
+enum { WIRE_HELLO_AUTH = 1, WIRE_HELLO_READ_ONLY = 2, WIRE_HELLO_FD_PASSING = 4 };
+/* CLIENT_HELLO flags */
+enum { WIRE_CLIENT_FD_PASSING = 1 };
+/* DATA_FD kinds (spec §6.6) */
+enum { WIRE_FD_FILE = 0, WIRE_FD_MEMFD = 1 };
 /* TENSOR_REQUEST */
 enum { WIRE_RANGE_WHOLE = 0, WIRE_RANGE_ROWS = 1, WIRE_RANGE_BYTES = 2 };
 enum { WIRE_REQUEST_FALLBACK = 1 };
@@ -202,6 +209,19 @@ HURRAY_INTERNAL void hurray__wire_error_encode(int code, const char *message, Fi
  * HURRAY_EPROTOCOL for a malformed ERROR. */
 HURRAY_INTERNAL int hurray__wire_error_decode(const uint8_t *p, size_t len, HurrayError *error);
 
+/* DATA_FD (spec §6.6): buffer `buffer`, all `length` of its bytes, are bytes
+ * [file_offset, file_offset + length) of the descriptor sent with the frame. */
+typedef struct WireFdRef {
+  uint32_t buffer;
+  uint8_t kind; /* WIRE_FD_FILE or WIRE_FD_MEMFD */
+  uint64_t file_offset;
+  uint64_t length;
+} WireFdRef;
+
+HURRAY_INTERNAL void hurray__wire_fd_ref_encode(const WireFdRef *r, uint8_t out[WIRE_DATA_FD_SIZE]);
+HURRAY_INTERNAL int hurray__wire_fd_ref_decode(const uint8_t *p, size_t len, WireFdRef *out,
+                                               HurrayError *error);
+
 /* ---- auth.c (spec §4.3) ------------------------------------------------------------------- */
 
 /* HMAC-SHA-256(secret, label || client_nonce || server_nonce), label "hurray-wire-1 client"
@@ -219,7 +239,8 @@ HURRAY_INTERNAL int hurray__wire_nonce(uint8_t out[WIRE_NONCE_SIZE], HurrayError
 
 /* A run of stream bytes of one buffer: `len` bytes at `offset` of compact buffer `buffer`, from
  * host memory `data`; or from byte `at` of the device buffer `device`, read through `queue`
- * (device.c); or zeros (always fewer than 64) when both are NULL. */
+ * (device.c); or zeros (always fewer than 64) when both are NULL. With `by_fd` the run is the
+ * whole buffer, sent as a DATA_FD frame: bytes [fd_offset, fd_offset + len) of descriptor `fd`. */
 typedef struct WireSegment {
   const uint8_t *data;
   const HurrayBuffer *device;
@@ -228,6 +249,10 @@ typedef struct WireSegment {
   uint64_t len;
   uint64_t offset;
   uint32_t buffer;
+  bool by_fd;
+  uint8_t fd_kind;
+  int fd;
+  uint64_t fd_offset;
 } WireSegment;
 
 /* The most bytes of device memory a server or client stages at once (per connection, or per
@@ -264,6 +289,15 @@ typedef struct WireServed {
   WireSegment *segments;        /* the whole stream, in order */
   size_t nsegments;
   uint64_t total_bytes;
+  /* The same-host fast path (spec §6.6): a descriptor holding the compact buffers, -1 for none
+   * yet. A file's tensors borrow the server's descriptor of the file; an in-memory tensor gets
+   * a sealed memfd, owned, made at its first DATA_FD request (only the server's loop thread
+   * touches these). fd_offsets[i]: where compact buffer i starts in it, UINT64_MAX if it is
+   * not there. */
+  int fd;
+  bool fd_owned;
+  uint8_t fd_kind;
+  uint64_t *fd_offsets;
 } WireServed;
 
 /* SINK for `context`, whose buffers must be CPU memory, or memory of one device with a backend
@@ -295,6 +329,24 @@ typedef struct WirePlan {
 HURRAY_INTERNAL int hurray__wire_plan(const WireServed *served, const WireRequest *request,
                                       WirePlan *plan, HurrayError *error);
 HURRAY_INTERNAL void hurray__wire_plan_reset(WirePlan *plan);
+/* Rewrites a WHOLE plan from offset 0 so that every buffer that can go by descriptor does
+ * (DATA_FD), making `served`'s memfd first if it has no descriptor. A buffer goes by descriptor
+ * when it is non-empty, its alignment is at most a page and it lies in the descriptor at a
+ * multiple of its alignment; the others stay DATA. Leaves the plan as it was if no descriptor
+ * can be made. */
+HURRAY_INTERNAL void hurray__wire_plan_fds(WireServed *served, WirePlan *plan);
+
+/* ---- fdpass.c ----------------------------------------------------------------------------- */
+
+/* Makes `served`'s sealed memfd (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL):
+ * its compact buffers, each at a multiple of the page size. */
+HURRAY_INTERNAL int hurray__wire_memfd(WireServed *served, HurrayError *error);
+/* Maps the bytes a DATA_FD frame names from `fd` (borrowed) as a buffer described by `desc`,
+ * after the checks of spec §6.6: a regular file, long enough, sealed against writing and
+ * shrinking if it is a memfd, at an offset the alignment allows. The mapping is private
+ * (copy-on-write) and unmapped when the buffer is destroyed. */
+HURRAY_INTERNAL int hurray__wire_map(int fd, const WireFdRef *ref, const HurrayBufferDesc *desc,
+                                     HurrayBuffer **out, HurrayError *error);
 
 /* ---- client.c ----------------------------------------------------------------------------- */
 
@@ -327,6 +379,16 @@ typedef struct WireAddress {
 HURRAY_INTERNAL int hurray__wire_address_parse(const char *text, WireAddress *out,
                                                HurrayError *error);
 HURRAY_INTERNAL void hurray__wire_address_format(const WireAddress *a, char *out, size_t size);
+
+/* sendmsg(MSG_NOSIGNAL | MSG_DONTWAIT) of `iov`, with descriptor `fd` attached (SCM_RIGHTS)
+ * when it is not -1: the receiver gets it with the first of these bytes. */
+HURRAY_INTERNAL ssize_t hurray__wire_sendmsg(int sock, const struct iovec *iov, size_t n_iov,
+                                             int fd);
+/* recv(MSG_DONTWAIT) that also takes descriptors sent with the bytes (close-on-exec). With
+ * `slot` NULL every descriptor received is closed; else the first goes to *slot if it is -1,
+ * and any other (or descriptors the kernel had to drop) is closed and sets *extra. */
+HURRAY_INTERNAL ssize_t hurray__wire_recvmsg(int sock, void *buf, size_t len, int *slot,
+                                             bool *extra);
 
 /* The monotonic clock in milliseconds. */
 HURRAY_INTERNAL int64_t hurray__wire_now_ms(void);

@@ -149,7 +149,9 @@ PIN_OFFSET(HurrayClientOptions, max_tensor_bytes, 24);
 PIN_OFFSET(HurrayClientOptions, secret, 32);
 PIN_OFFSET(HurrayClientOptions, secret_len, 40);
 PIN_OFFSET(HurrayClientOptions, tls, 48);
-PIN_OFFSET(HurrayClientOptions, reserved, 56);
+PIN_OFFSET(HurrayClientOptions, flags, 56);
+PIN_OFFSET(HurrayClientOptions, reserved0, 60);
+PIN_OFFSET(HurrayClientOptions, reserved, 64);
 
 PIN_SIZE(HurrayClientInfo, 280);
 PIN_OFFSET(HurrayClientInfo, version_major, 0);

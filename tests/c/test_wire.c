@@ -958,12 +958,33 @@ static void unix_socket(void **state) {
   go(&r);
   HurrayClient *c = NULL;
   OK(hurray_client_connect(address, NULL, &c, E));
+  HurrayClientInfo info;
+  OK(hurray_client_info(c, &info, E));
+  assert_int_equal(info.server_flags & 4u, 4u); /* the tensor comes as a descriptor */
   HurrayTensorContext *got = NULL;
   OK(hurray_client_get(c, "x", NULL, &got, E));
   assert_same_buffers(got, want);
   hurray_tensor_context_release(got);
-  hurray_tensor_context_release(want);
+  /* fetch writes the mapped buffer to the file */
+  OK(hurray_client_fetch(c, "x", NULL, path_of("fd.hurray"), E));
+  HurrayFileReader *reader = NULL;
+  OK(hurray_file_reader_open(path_of("fd.hurray"), 0, &reader, E));
+  OK(hurray_file_reader_verify(reader, HURRAY_FILE_WHOLE, NULL, NULL, E));
+  OK(hurray_file_reader_get(reader, 0, 0, &got, E));
+  assert_same_buffers(got, want);
+  hurray_tensor_context_release(got);
+  hurray_file_reader_destroy(reader);
   hurray_client_destroy(c);
+  /* a client that does not ask gets bytes */
+  HurrayClientOptions co = {.flags = HURRAY_CLIENT_NO_FD_PASSING};
+  OK(hurray_client_connect(address, &co, &c, E));
+  OK(hurray_client_info(c, &info, E));
+  assert_int_equal(info.server_flags & 4u, 0);
+  OK(hurray_client_get(c, "x", NULL, &got, E));
+  assert_same_buffers(got, want);
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  hurray_tensor_context_release(want);
   finish(&r);
 }
 

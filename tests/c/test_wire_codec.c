@@ -304,6 +304,42 @@ static void list_golden(void **state) {
   hurray__sink_reset(&out);
 }
 
+/* §9.8: DATA_FD for buffer 0 of request 7, bytes [4096, 4104) of a sealed memfd. */
+static const char kDataFd[] =
+    "89 48 52 57 23 01 00 00 07 00 00 00 00 00 00 00 18 00 00 00 00 00 00 00"
+    "00 00 00 00 01 00 00 00 00 10 00 00 00 00 00 00 08 00 00 00 00 00 00 00";
+
+static void data_fd_golden(void **state) {
+  (void)state;
+  WireFdRef ref = {.buffer = 0, .kind = WIRE_FD_MEMFD, .file_offset = 4096, .length = 8};
+  uint8_t payload[WIRE_DATA_FD_SIZE];
+  hurray__wire_fd_ref_encode(&ref, payload);
+  FileSink out = {0};
+  hurray__wire_frame(&out, WIRE_DATA_FD, WIRE_FLAG_END, 7, payload, sizeof payload);
+  assert_bytes(&out, kDataFd);
+  WireHeader h;
+  OK(hurray__wire_header_decode(out.data, 0, &h, E));
+  assert_int_equal(h.type, WIRE_DATA_FD);
+  WireFdRef back;
+  OK(hurray__wire_fd_ref_decode(payload, sizeof payload, &back, E));
+  assert_int_equal(back.kind, WIRE_FD_MEMFD);
+  assert_int_equal(back.file_offset, 4096);
+  assert_int_equal(back.length, 8);
+  HurrayError error = {0};
+  payload[4] = 2;
+  assert_int_equal(hurray__wire_fd_ref_decode(payload, sizeof payload, &back, &error),
+                   HURRAY_EPROTOCOL);
+  assert_string_equal(error.message, "DATA_FD kind 2 unknown or reserved bytes not zero");
+  payload[4] = 1;
+  memset(payload + 16, 0, 8); /* length 0 */
+  assert_int_equal(hurray__wire_fd_ref_decode(payload, sizeof payload, &back, &error),
+                   HURRAY_EPROTOCOL);
+  assert_string_equal(error.message, "DATA_FD bytes [4096, +0) are empty or past 2^63");
+  assert_int_equal(hurray__wire_fd_ref_decode(payload, 16, &back, &error), HURRAY_EPROTOCOL);
+  assert_string_equal(error.message, "DATA_FD of 16 bytes, not 24");
+  hurray__sink_reset(&out);
+}
+
 static void expect_header(const char *hex, uint64_t max_data, int status, const char *message) {
   uint8_t b[WIRE_HEADER_SIZE];
   assert_int_equal(unhex(hex, b, sizeof b), WIRE_HEADER_SIZE);
@@ -373,7 +409,8 @@ int main(void) {
       cmocka_unit_test(hello_golden),        cmocka_unit_test(server_hello_golden),
       cmocka_unit_test(auth_golden),         cmocka_unit_test(request_golden),
       cmocka_unit_test(tensor_golden),       cmocka_unit_test(error_goodbye_golden),
-      cmocka_unit_test(list_golden),         cmocka_unit_test(header_refusals),
+      cmocka_unit_test(list_golden),         cmocka_unit_test(data_fd_golden),
+      cmocka_unit_test(header_refusals),
       cmocka_unit_test(hello_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

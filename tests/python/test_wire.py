@@ -439,3 +439,169 @@ def test_tls_arguments(certs):
         hurray.serve(tls={"certfile": certs / "nonesuch.pem", "keyfile": certs / "server.key"})
     with pytest.raises(hurray.InvalidArgumentError, match="does not match"):
         hurray.serve(tls={"certfile": certs / "server.pem", "keyfile": certs / "other-ca.key"})
+
+
+# ============================================================================================
+# The same-host fast path: tensors handed over as file descriptors (spec §6.6, ADR-060)
+# ============================================================================================
+
+def mapped(name):
+    """The lines of /proc/self/maps whose file is `name` (this process's mappings)."""
+    with open("/proc/self/maps") as f:
+        return [line for line in f if line.rstrip().endswith(name)]
+
+
+def test_unix_socket_tensors_come_as_mapped_descriptors(tmp_path):
+    a = np.arange(1 << 18, dtype=np.float32).reshape(512, 512)
+    odd = np.arange(30, dtype=np.int16)[::3]  # not compact: sent in its compact form
+    with hurray.serve({"a": a, "odd": odd, "empty": np.zeros((0, 3))},
+                      address=f"unix:{tmp_path / 's'}") as s, hurray.connect(s.address) as c:
+        assert c.info["fd_passing"] is True
+        t = c.get("a")
+        assert len(mapped("/memfd:hurray:a (deleted)")) == 1  # the memfd, mapped: no copy
+        got = np.asarray(t)
+        assert np.array_equal(got, a) and describe(t) == describe(hurray.from_numpy(a))
+        got[0, 0] = -1  # copy-on-write: the client's page, never the server's bytes
+        assert np.asarray(c.get("a"))[0, 0] == 0
+        assert np.asarray(c.get("odd")).tolist() == odd.tolist()
+        assert np.asarray(c.get("empty")).shape == (0, 3)
+        assert np.array_equal(np.asarray(c.get("a", slice=(3, 5))), a[3:5])  # rows: DATA
+    assert np.asarray(t)[1, 0] == 512  # the mapping outlives the client and the server
+    del t, got
+    assert mapped("/memfd:hurray:a (deleted)") == []
+
+
+def test_a_served_file_is_mapped_and_survives_its_replacement(tmp_path):
+    path = tmp_path / "w.hurray"
+    w = np.arange(4096, dtype=np.float64).reshape(64, 64)
+    hurray.save(path, {"w": w})
+    with hurray.serve(str(path), address=f"unix:{tmp_path / 's'}") as s, \
+            hurray.connect(s.address) as c:
+        before = len(mapped(str(path)))
+        t = c.get("w")
+        assert len(mapped(str(path))) == before + 1
+        hurray.save(path, {"w": -w})  # a new inode by rename: the old one stays mapped
+        assert np.array_equal(np.asarray(t), w)
+
+
+def test_fd_passing_is_negotiated(tmp_path):
+    x = np.arange(10, dtype=np.uint8)
+    with hurray.serve({"x": x}) as s, hurray.connect(s.address) as c:
+        assert c.info["fd_passing"] is False  # TCP: never
+    with hurray.serve({"x": x}, address=f"unix:{tmp_path / 'a'}") as s:
+        with hurray.connect(s.address, fd_passing=False) as c:
+            assert c.info["fd_passing"] is False
+            assert np.asarray(c.get("x")).tolist() == x.tolist()
+    with hurray.serve({"x": x}, address=f"unix:{tmp_path / 'b'}", fd_passing=False) as s:
+        with hurray.connect(s.address) as c:
+            assert c.info["fd_passing"] is False
+            assert np.asarray(c.get("x")).tolist() == x.tolist()
+
+
+def test_a_changed_file_is_caught_by_its_checksum(tmp_path):
+    path = tmp_path / "w.hurray"
+    hurray.save(path, {"w": np.full(1 << 16, 7, np.uint8)})
+    offset = path.read_bytes().index(bytes([7]) * (1 << 16))
+    with hurray.serve(str(path), address=f"unix:{tmp_path / 's'}") as s, \
+            hurray.connect(s.address) as c:
+        with open(path, "r+b") as f:  # written in place, behind the server's back
+            f.seek(offset + 1000)
+            f.write(b"\x01")
+        with pytest.raises(hurray.ChecksumError, match="tensor 'w' buffer 0: checksum mismatch"):
+            c.get("w")
+
+
+# A server of our own that answers a request for "x" with the TENSOR_HEADER of spec §9.5 and a
+# DATA_FD frame, to show what a client checks of the descriptor it is handed.
+GOLDEN_HEADER = bytes.fromhex(
+    "00000000010000000800000000000000 00000000000000004800000000000000"
+    "00000006000000000800000000000000 b7f434718fd7e84d0000000000000000"
+    "01000000000000007800000000000000 000a010100000000000000000000000"
+    "0 00000000000000000200000000000000 0a010000000000000000000000000000"
+    "0200000000000000".replace(" ", ""))
+X = np.float32([1.0, 2.0]).tobytes()
+
+
+def frame(kind, flags, request_id, payload):
+    return (b"\x89HRW" + bytes([kind, flags, 0, 0]) + request_id.to_bytes(8, "little") +
+            len(payload).to_bytes(8, "little") + payload)
+
+
+def read_frame(conn):
+    head = b""
+    while len(head) < 24:
+        head += conn.recv(24 - len(head))
+    payload, n = b"", int.from_bytes(head[16:], "little")
+    while len(payload) < n:
+        payload += conn.recv(n - len(payload))
+    return head, payload
+
+
+def hand_over(tmp_path, fd, kind, offset, length=8, fds=True):
+    """Serves one DATA_FD frame naming bytes [offset, offset + length) of `fd`; returns what
+    a client's get("x") gives or raises."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "fake.sock"))
+    listener.listen(1)
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            read_frame(conn)  # CLIENT_HELLO
+            hello = (b"\x01\x00\x00\x00" + (4).to_bytes(4, "little") +
+                     (4 << 20).to_bytes(8, "little") + bytes(32) + b"\x01" + bytes(7) + b"\x00\x00")
+            conn.sendall(frame(0x02, 0, 0, hello))
+            head, _ = read_frame(conn)  # TENSOR_REQUEST
+            rid = int.from_bytes(head[8:16], "little")
+            conn.sendall(frame(0x21, 0, rid, GOLDEN_HEADER))
+            ref = (bytes(4) + bytes([kind]) + bytes(3) + offset.to_bytes(8, "little") +
+                   length.to_bytes(8, "little"))
+            data = frame(0x23, 1, rid, ref)
+            if fds:
+                socket.send_fds(conn, [data], [fd])
+            else:
+                conn.sendall(data)
+            conn.recv(1)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        with hurray.connect(f"unix:{tmp_path / 'fake.sock'}", timeout=5) as c:
+            return np.asarray(c.get("x")).tolist()
+    finally:
+        thread.join()
+        listener.close()
+        os.unlink(tmp_path / "fake.sock")
+        os.close(fd)
+
+
+def memfd(data, seals=True):
+    import fcntl
+    fd = os.memfd_create("x", os.MFD_ALLOW_SEALING)
+    os.write(fd, data)
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK)
+    return fd
+
+
+def test_a_client_checks_the_descriptor_it_is_handed(tmp_path):
+    assert hand_over(tmp_path, memfd(X), 1, 0) == [1.0, 2.0]
+    path = tmp_path / "bytes"
+    path.write_bytes(bytes(64) + X)
+    assert hand_over(tmp_path, os.open(path, os.O_RDONLY), 0, 64) == [1.0, 2.0]
+    with pytest.raises(hurray.WireError, match="not sealed against writing and shrinking"):
+        hand_over(tmp_path, memfd(X, seals=False), 1, 0)
+    with pytest.raises(hurray.WireError, match=r"bytes \[64, 72\) are past the end of the 8"):
+        hand_over(tmp_path, memfd(X), 1, 64)
+    with pytest.raises(hurray.WireError, match="does not give its 64-byte alignment"):
+        hand_over(tmp_path, os.open(path, os.O_RDONLY), 0, 8)
+    r, w = os.pipe()
+    os.close(w)
+    with pytest.raises(hurray.WireError, match="is not a regular file"):
+        hand_over(tmp_path, r, 1, 0)
+    with pytest.raises(hurray.WireError, match="is not the whole next buffer"):
+        hand_over(tmp_path, memfd(X), 1, 0, length=4)
+    with pytest.raises(hurray.WireError, match="came without a descriptor"):
+        hand_over(tmp_path, memfd(X), 1, 0, fds=False)
+    with pytest.raises(hurray.ChecksumError, match="buffer 0: checksum mismatch"):
+        hand_over(tmp_path, memfd(np.float32([1.0, 3.0]).tobytes()), 1, 0)
