@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define HUGE_PAGE_BYTES ((uint32_t)2 << 20)
+#define HOST_MAX_ALIGNMENT ((uint32_t)256)
 #define HUGE_COPY_BYTES ((uint64_t)4 << 20)
 #define ZERO_GAP_BYTES ((uint64_t)1 << 20)
 
@@ -73,16 +73,21 @@ static int copy_buffer(Copy *copy, const HurrayBuffer *src, int role) {
   HurrayBuffer *host = NULL; /* the bytes on the host: the result itself when the target is CPU */
   int status = HURRAY_OK;
   if (!src_cpu || dst_cpu) { /* else the device is written straight from the source */
-    /* The source's alignment, up to a page; a large buffer in huge pages, as NumPy allocates
-     * its large arrays: a copy into 4 KiB pages that were never touched spends most of its
-     * time in page faults. */
-    int huge = size >= HUGE_COPY_BYTES;
-    uint32_t alignment = huge ? HUGE_PAGE_BYTES
-                              : src->desc.alignment <= 4096 ? src->desc.alignment : 4096;
+    /* The source's alignment up to HOST_MAX_ALIGNMENT, so that the allocator recycles the
+     * memory of an earlier copy (glibc maps fresh pages for every large block aligned to 1 KiB
+     * or more, and a copy into pages never touched spends most of its time in page faults),
+     * as np.empty's does; and a large buffer's pages advised huge, as NumPy advises its large
+     * arrays, for the copy that does meet fresh pages. */
+    uint32_t alignment = src->desc.alignment < HOST_MAX_ALIGNMENT ? src->desc.alignment
+                                                                  : HOST_MAX_ALIGNMENT;
     status = hurray_buffer_alloc(size, alignment, 0, &host, error);
     if (status != HURRAY_OK) return status;
 #ifdef MADV_HUGEPAGE
-    if (huge) (void)madvise(host->data, (size_t)size, MADV_HUGEPAGE); /* a hint: may be refused */
+    if (size >= HUGE_COPY_BYTES) { /* a hint, on the whole pages inside: may be refused */
+      uintptr_t first = ((uintptr_t)host->data + 4095) & ~(uintptr_t)4095;
+      uintptr_t end = ((uintptr_t)host->data + (size_t)size) & ~(uintptr_t)4095;
+      if (end > first) (void)madvise((void *)first, end - first, MADV_HUGEPAGE);
+    }
 #endif
     if (size > 0) { /* zero what is not copied, after the advice (zeroing faults pages in) */
       memset(host->data, 0, (size_t)lo);
