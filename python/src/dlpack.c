@@ -438,34 +438,42 @@ PyObject *hurray__py_tensor_dlpack_device(PyObject *op, PyObject *unused) {
  * themselves, but some producers' deleters assume it held; holding it is always safe. The
  * *_held twins are for a caller that holds the GIL (the Tensor's end); the others take it,
  * and after finalisation run no Python at all: they leak. */
-static void import_release_legacy_held(void *managed) {
-  HurrayDLManagedTensor *m = managed;
+/* The producer's deleter of a managed tensor of either struct, keeping the exception in
+ * flight (with the GIL held). */
+static void call_deleter(void *managed, int versioned) {
   HurrayPySavedError saved;
   hurray__py_error_save(&saved);
-  if (m->deleter != NULL) m->deleter(m);
+  if (versioned) {
+    HurrayDLManagedTensorVersioned *m = managed;
+    if (m->deleter != NULL) m->deleter(m);
+  } else {
+    HurrayDLManagedTensor *m = managed;
+    if (m->deleter != NULL) m->deleter(m);
+  }
   hurray__py_error_restore(&saved);
+}
+
+static void call_deleter_with_gil(void *managed, int versioned) {
+  if (HURRAY_PY_FINALIZING()) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  call_deleter(managed, versioned);
+  PyGILState_Release(gil);
+}
+
+static void import_release_legacy_held(void *managed) {
+  call_deleter(managed, 0);
 }
 
 static void import_release_versioned_held(void *managed) {
-  HurrayDLManagedTensorVersioned *m = managed;
-  HurrayPySavedError saved;
-  hurray__py_error_save(&saved);
-  if (m->deleter != NULL) m->deleter(m);
-  hurray__py_error_restore(&saved);
+  call_deleter(managed, 1);
 }
 
 static void import_release_legacy(void *managed) {
-  if (HURRAY_PY_FINALIZING()) return;
-  PyGILState_STATE gil = PyGILState_Ensure();
-  import_release_legacy_held(managed);
-  PyGILState_Release(gil);
+  call_deleter_with_gil(managed, 0);
 }
 
 static void import_release_versioned(void *managed) {
-  if (HURRAY_PY_FINALIZING()) return;
-  PyGILState_STATE gil = PyGILState_Ensure();
-  import_release_versioned_held(managed);
-  PyGILState_Release(gil);
+  call_deleter_with_gil(managed, 1);
 }
 
 HurrayOwnerReleaseFn hurray__py_dl_import_release_held(HurrayOwnerReleaseFn release) {

@@ -150,9 +150,48 @@ PyObject *hurray__py_tensor_hurray(PyObject *op, PyObject *const *args, Py_ssize
  * Consumer
  * ============================================================================================ */
 
+/* from_hurray of a live dense Tensor over one CPU buffer of the minimum alignment: the same
+ * exchange as produce() and adopt -- a context of its own over the same memory, owned by a
+ * reference to the producer -- built through hurray__py_tensor_from_memory, which keeps it in
+ * the new object (ADR-059). NULL without an exception for any other tensor. */
+static PyObject *from_cpu_tensor(HurrayState *st, HurrayTensorObject *self, int *done) {
+  *done = 0;
+  if (self->context == NULL || self->desc->layout != HURRAY_LAYOUT_DENSE ||
+      self->desc->nparts != 1 || self->context->buffers->count != 1) {
+    return NULL;
+  }
+  const HurrayArray *values = &self->desc->parts[0];
+  const HurrayBuffer *buffer = hurray__py_tensor_buffer(self, values);
+  if (buffer->desc.device_tag != HURRAY_DEVICE_CPU ||
+      buffer->desc.alignment != HURRAY_MIN_ALIGNMENT) {
+    return NULL;
+  }
+  for (int32_t i = 0; i < values->ndim; i++) { /* an empty array may have any byte_offset */
+    if (values->shape[i] == 0) return NULL;
+  }
+  *done = 1;
+  if (hurray__py_stream_check(st, NULL, buffer) < 0) return NULL; /* the producer's one rule */
+  HurrayPyMemory memory = {
+      .tag = HURRAY_DEVICE_CPU,
+      .memory_class = buffer->desc.memory_class,
+      .sync_mode = buffer->desc.sync_mode,
+      .device_id = buffer->desc.device_id,
+      .peer_device_id = buffer->desc.peer_device_id,
+      .sync_handle = buffer->sync_handle,
+      .sync_value = buffer->sync_value,
+      .readonly = hurray__py_tensor_readonly(self),
+  };
+  return hurray__py_tensor_from_memory(st, buffer->data, buffer->desc.byte_size, &memory, values,
+                                       Py_NewRef((PyObject *)self),
+                                       hurray__py_owner_release_object);
+}
+
 static PyObject *from_hurray(PyObject *module, PyObject *obj) {
   HurrayState *st = PyModule_GetState(module);
   if (Py_IS_TYPE(obj, st->tensor_type)) {
+    int done = 0;
+    PyObject *tensor = from_cpu_tensor(st, (HurrayTensorObject *)obj, &done);
+    if (done) return tensor;
     /* A Tensor of this module: its type is final and immutable, so obj.__hurray__() is
      * Tensor.__hurray__ itself, and the capsule it would return would be made and consumed
      * inside this call, by this very library. Its checks hold by construction (this ABI

@@ -137,3 +137,23 @@ def test_the_dispatch_in_c_gives_the_python_operators_results():
     # mixed kinds still raise the standard's TypeError
     with pytest.raises(TypeError):
         xp.asarray(np.int8([1])) + xp.asarray(np.float32([1]))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: hurray.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3)[:, ::-1]),
+    lambda: hurray.Tensor(bytes(range(12)), hurray.int16, [2, 3]),
+    # more dimensions than the object keeps inline
+    lambda: hurray.from_numpy(np.zeros((1, 2, 1, 2, 3), np.int8)),
+    lambda: hurray.from_numpy(np.zeros((0, 3), np.float64)),
+], ids=["strided", "bytes", "5d", "empty"])
+def test_from_hurray_of_a_cpu_tensor_shares_it_and_holds_it_once(make):
+    t = make()
+    refs = sys.getrefcount(t)
+    u = hurray.from_hurray(t)
+    assert sys.getrefcount(t) == refs + 1
+    assert (u.shape, u.strides, u.dtype, u.readonly, u.byte_offset) == \
+        (t.shape, t.strides, t.dtype, t.readonly, t.byte_offset)
+    assert u.buffers == t.buffers
+    assert u.tobytes() == t.tobytes()
+    del u
+    assert sys.getrefcount(t) == refs
