@@ -338,7 +338,8 @@ PyType_Spec *hurray__py_array_object_spec(const PyType_Spec *core);
 
 /* Owner references: what keeps the memory of a context alive. Two kinds, each with its
  * HurrayOwnerReleaseFn; both releases take the GIL themselves (PyGILState_Ensure), keep any
- * exception in flight, and do nothing once the interpreter is finalising.
+ * exception in flight, and do nothing once the interpreter is finalising. A Tensor's own
+ * context is released with the GIL held, through GIL-held twins (tensor.c).
  *  - an object: the owner is the PyObject * itself, a strong reference the caller made
  *    (Py_NewRef), dropped by hurray__py_owner_release_object;
  *  - a held buffer export: hurray__py_owner_new_view moves a Py_buffer into a small block
