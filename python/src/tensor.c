@@ -336,6 +336,7 @@ static int tensor_clear(PyObject *op) {
     HurrayTensorContext *context = self->context;
     self->context = NULL;
     self->desc = NULL;
+    self->ndarray = NULL; /* released with the owner */
     release_context(context);
   }
   return 0;
