@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 import hurray
-from timing import best
+from timing import best, best_wall_and_cpu
 
 try:
     import safetensors
@@ -264,20 +264,26 @@ def bench_load(ctx):
     h = ctx.hurray_file()
     st_ref = ["safetensors load_file"] if safetensors is not None else []
     copying = Table("load + touch every byte, copying", refs=["copy to fresh memory"] + st_ref,
-                    nbytes=ctx.nbytes)
+                    nbytes=ctx.nbytes, extra=["CPU s", "x copy CPU"])
     mapped = Table("load + touch every byte, mapped (zero-copy)",
-                   refs=["touch in memory", "np.load(mmap_mode='r')"], nbytes=ctx.nbytes)
+                   refs=["touch in memory", "np.load(mmap_mode='r')"], nbytes=ctx.nbytes,
+                   extra=["CPU s", "x touch CPU"])
+    cpu_refs = {}
 
-    def timed(fn):
+    def timed(fn, ref):
+        """Wall seconds, then CPU seconds and their multiple of the CPU seconds of the first
+        row timed with the same `ref` (the table's reference row)."""
         fn()  # warm the cache and the code
-        return best(fn, rounds)
+        wall, cpu = best_wall_and_cpu(fn, rounds)
+        cpu_refs.setdefault(ref, cpu)
+        return wall, f"{cpu:.3f}", f"{cpu / cpu_refs[ref]:.2f}"
 
     def fresh_copy():
         copies = [np.empty_like(a) for a in values]
         for dst, a in zip(copies, values):
             np.copyto(dst, a)
         assert touch(copies) == expected
-    copying.add("copy to fresh memory", timed(fresh_copy))
+    copying.add("copy to fresh memory", *timed(fresh_copy, "copy"))
 
     def hurray_load(mmap, writable=False):
         def go():
@@ -295,7 +301,7 @@ def bench_load(ctx):
             assert touch(np.load(p, mmap_mode=mmap_mode) for p in npy) == expected
         return go
 
-    copying.add("hurray.load(mmap=False)", timed(hurray_load(False)))
+    copying.add("hurray.load(mmap=False)", *timed(hurray_load(False), "copy"))
     if safetensors is not None:
         s = ctx.safetensors_file()
         def st_load():
@@ -303,15 +309,16 @@ def bench_load(ctx):
         def st_lazy():
             with safe_open(s, framework="np") as f:
                 assert touch(f.get_tensor(k) for k in f.keys()) == expected
-        copying.add("safetensors load_file", timed(st_load))
-        copying.add("safetensors safe_open + get_tensor", timed(st_lazy))
-    copying.add("np.load (one .npy per tensor)", timed(np_load(None)))
+        copying.add("safetensors load_file", *timed(st_load, "copy"))
+        copying.add("safetensors safe_open + get_tensor", *timed(st_lazy, "copy"))
+    copying.add("np.load (one .npy per tensor)", *timed(np_load(None), "copy"))
 
-    mapped.add("touch in memory", timed(lambda: touch(values)))
-    mapped.add("np.load(mmap_mode='r')", timed(np_load("r")))
-    mapped.add("hurray.load (mmap)", timed(hurray_load(True)))
-    mapped.add("hurray.load(writable=True) (mmap)", timed(hurray_load(True, writable=True)))
-    mapped.add("hurray.open + f[name]", timed(hurray_lazy))
+    mapped.add("touch in memory", *timed(lambda: touch(values), "touch"))
+    mapped.add("np.load(mmap_mode='r')", *timed(np_load("r"), "touch"))
+    mapped.add("hurray.load (mmap)", *timed(hurray_load(True), "touch"))
+    mapped.add("hurray.load(writable=True) (mmap)",
+               *timed(hurray_load(True, writable=True), "touch"))
+    mapped.add("hurray.open + f[name]", *timed(hurray_lazy, "touch"))
     return [copying, mapped]
 
 
