@@ -384,6 +384,7 @@ void hurray_server_stop(HurrayServer *server) {
 
 static void account(HurrayServer *s, Conn *c) {
   uint64_t mem = sizeof *c + c->out.cap + c->plan.header.cap + (c->stage ? WIRE_STAGE_SIZE : 0) +
+                 (c->tls ? 2 * WIRE_TLS_BUFFER : 0) +
                  (c->payload ? c->h.length : 0) + (c->upload ? c->upload->bytes : 0);
   pthread_mutex_lock(&s->lock);
   s->stats.buffered_bytes = s->stats.buffered_bytes - c->mem + mem;
@@ -969,7 +970,12 @@ static bool conn_write(HurrayServer *s, Conn *c) {
       }
     }
   }
-  if (c->phase == PHASE_CLOSING && c->out.len == 0) {
+  if (hurray__wire_tls_unflushed(c->tls) && hurray__wire_sendv(c->fd, c->tls, NULL, 0) < 0 &&
+      errno != EAGAIN) {
+    conn_close(s, c);
+    return false;
+  }
+  if (c->phase == PHASE_CLOSING && c->out.len == 0 && !hurray__wire_tls_unflushed(c->tls)) {
     conn_close(s, c);
     return false;
   }
@@ -977,7 +983,8 @@ static bool conn_write(HurrayServer *s, Conn *c) {
 }
 
 static void conn_interest(HurrayServer *s, Conn *c) {
-  bool pending = c->out.len > c->out_sent || (c->sending && c->phase != PHASE_CLOSING);
+  bool pending = c->out.len > c->out_sent || (c->sending && c->phase != PHASE_CLOSING) ||
+                 hurray__wire_tls_unflushed(c->tls);
   bool reading = c->phase != PHASE_CLOSING && !c->sending && (!pending || c->upload != NULL);
   int read_want = hurray__wire_io_want(c->tls, true), write_want = hurray__wire_io_want(c->tls, false);
   if (c->phase == PHASE_TLS) { /* the handshake waits for one direction */

@@ -6,7 +6,12 @@
  * through send(MSG_NOSIGNAL) / recv, non-blocking, as the plaintext path does. The BIO also
  * looks at the peer's first byte before OpenSSL takes it: a Hurray frame's 0x89, where a TLS
  * record starts with 0x14..0x18, is a peer speaking the protocol in plaintext, and its bytes
- * are left in the socket for the caller to answer or read. */
+ * are left in the socket for the caller to answer or read.
+ *
+ * Writes go through a buffer BIO first (WIRE_TLS_BUFFER bytes): OpenSSL writes one 16 KiB
+ * record at a time, and a send per record costs a system call and a wake-up of the receiver
+ * each. What the buffer still holds after a write is flushed before the next write or read
+ * (hurray__wire_tls_unflushed tells the event loop). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -32,6 +37,7 @@ struct WireTls {
 
 struct WireTlsConn {
   SSL *ssl;
+  BIO *wbio;      /* the write buffer, in front of the socket */
   int fd;
   bool peeked;    /* the peer's first byte has been looked at */
   bool plaintext; /* ... and it began a Hurray frame */
@@ -145,7 +151,7 @@ int hurray__wire_tls_create(const HurrayTlsOptions *o, bool server, WireTls **ou
     /* Read records several at a time (one recv for a header and another for its body each is
        twice the system calls). */
     SSL_CTX_set_read_ahead(t->ctx, 1);
-    SSL_CTX_set_default_read_buffer_len(t->ctx, (size_t)1 << 18);
+    SSL_CTX_set_default_read_buffer_len(t->ctx, WIRE_TLS_BUFFER);
   }
   if (status == HURRAY_OK && server) {
     SSL_CTX_set_num_tickets(t->ctx, 0); /* no resumption: nothing is written after the handshake */
@@ -200,14 +206,17 @@ int hurray__wire_tls_open(const WireTls *t, int fd, const char *host, WireTlsCon
   if (c == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   ERR_clear_error();
   c->ssl = SSL_new(t->ctx);
-  BIO *bio = BIO_new(t->method);
-  bool ok = c->ssl != NULL && bio != NULL;
+  BIO *bio = BIO_new(t->method), *buffer = BIO_new(BIO_f_buffer());
+  bool ok = c->ssl != NULL && bio != NULL && buffer != NULL &&
+            BIO_set_write_buffer_size(buffer, WIRE_TLS_BUFFER) == 1 && BIO_up_ref(bio) == 1;
   if (ok) {
     c->fd = fd;
     BIO_set_data(bio, c);
-    SSL_set_bio(c->ssl, bio, bio); /* the session owns the BIO now */
-    bio = NULL;
+    c->wbio = BIO_push(buffer, bio);
+    SSL_set_bio(c->ssl, bio, buffer); /* the session owns both now (`bio` twice) */
+    bio = buffer = NULL;
   }
+  BIO_free(buffer);
   if (ok && t->server) {
     SSL_set_accept_state(c->ssl);
   } else if (ok) {
@@ -287,6 +296,27 @@ bool hurray__wire_tls_plaintext(const WireTlsConn *c) {
   return c->plaintext;
 }
 
+bool hurray__wire_tls_unflushed(const WireTlsConn *c) {
+  return c != NULL && c->wbio != NULL && BIO_wpending(c->wbio) > 0;
+}
+
+/* Sends what the write buffer holds: 0 once it is empty, else -1 with errno (EAGAIN: the
+ * socket is full). */
+static int flush(WireTlsConn *c) {
+  if (!hurray__wire_tls_unflushed(c)) return 0;
+  errno = 0;
+  ERR_clear_error();
+  if (BIO_flush(c->wbio) == 1 && !hurray__wire_tls_unflushed(c)) return 0;
+  if (BIO_should_retry(c->wbio)) {
+    errno = EAGAIN;
+    return -1;
+  }
+  if (errno == 0 || errno == EAGAIN) errno = ECONNRESET;
+  snprintf(c->reason, sizeof c->reason, "%s", strerror(errno));
+  ERR_clear_error();
+  return -1;
+}
+
 int hurray__wire_tls_want(const WireTlsConn *c) {
   return c->read_want;
 }
@@ -301,6 +331,8 @@ bool hurray__wire_tls_pending(const WireTlsConn *c) {
 
 ssize_t hurray__wire_recv(int fd, WireTlsConn *tls, void *buf, size_t len) {
   if (tls == NULL) return recv(fd, buf, len, MSG_DONTWAIT);
+  int flushed = flush(tls); /* what the peer may be waiting for before it answers */
+  if (flushed != 0 && errno != EAGAIN) return -1;
   size_t n = 0;
   ERR_clear_error();
   errno = 0;
@@ -311,6 +343,8 @@ ssize_t hurray__wire_recv(int fd, WireTlsConn *tls, void *buf, size_t len) {
   int code = SSL_get_error(tls->ssl, 0);
   if (code == SSL_ERROR_ZERO_RETURN) return 0; /* close_notify, or EOF (see create) */
   tls->read_want = failed(tls, code);
+  /* nothing to read yet: first the rest of the write buffer must go */
+  if (tls->read_want == WIRE_WANT_READ && flushed != 0) tls->read_want = WIRE_WANT_WRITE;
   return -1;
 }
 
@@ -318,6 +352,10 @@ ssize_t hurray__wire_sendv(int fd, WireTlsConn *tls, const struct iovec *iov, in
   if (tls == NULL) {
     struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
     return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  if (flush(tls) != 0) { /* the buffer is full, or the connection failed */
+    if (errno == EAGAIN) tls->write_want = WIRE_WANT_WRITE;
+    return -1;
   }
   size_t total = 0;
   for (int i = 0; i < n; i++) {
@@ -336,6 +374,7 @@ ssize_t hurray__wire_sendv(int fd, WireTlsConn *tls, const struct iovec *iov, in
     if (total > 0 && want != 0) break; /* what was written counts; the rest comes again */
     return -1;
   }
+  (void)flush(tls); /* what does not go now is flushed by the next call (see unflushed) */
   return (ssize_t)total;
 }
 

@@ -402,6 +402,8 @@ typedef struct WireTls WireTls;
 typedef struct WireTlsConn WireTlsConn;
 
 enum { WIRE_WANT_READ = 1, WIRE_WANT_WRITE = 2 };
+/* A TLS session's write buffer and read buffer, each (counted in the server's memory). */
+#define WIRE_TLS_BUFFER ((size_t)1 << 16)
 
 /* Reads the files `options` names (checked for the side: a server needs certificate_file and
  * key_file, a client takes ca_file and server_name). HURRAY_EIO naming a file that cannot be
@@ -425,6 +427,9 @@ HURRAY_INTERNAL int hurray__wire_tls_handshake(WireTlsConn *conn, bool *done, Hu
  * start of a TLS record), a peer speaking the protocol in plaintext. Its bytes are still in the
  * socket, unread. */
 HURRAY_INTERNAL bool hurray__wire_tls_plaintext(const WireTlsConn *conn);
+/* Whether written bytes wait in the session's write buffer: a write of nothing (sendv with n 0)
+ * or any read sends them when the socket takes them. */
+HURRAY_INTERNAL bool hurray__wire_tls_unflushed(const WireTlsConn *conn);
 /* What the last call that could not go on waits for: WIRE_WANT_READ or WIRE_WANT_WRITE. */
 HURRAY_INTERNAL int hurray__wire_tls_want(const WireTlsConn *conn);
 /* Whether bytes wait inside the session that a read would use without the socket (which may
@@ -435,7 +440,8 @@ HURRAY_INTERNAL bool hurray__wire_tls_pending(const WireTlsConn *conn);
  * SIGPIPE. Like recv / sendmsg: the bytes moved, 0 when the peer has closed (recv), or -1 with
  * errno (EAGAIN: call again once the socket is ready for what hurray__wire_io_want says; EPROTO
  * for a TLS failure, described by hurray__wire_io_error). sendv writes the vector in order and
- * may stop early; with TLS a retry after EAGAIN must pass the same bytes again. */
+ * may stop early; with TLS a retry after EAGAIN must pass the same bytes again, and bytes it
+ * counts may still wait in the session's write buffer (hurray__wire_tls_unflushed). */
 HURRAY_INTERNAL ssize_t hurray__wire_recv(int fd, WireTlsConn *tls, void *buf, size_t len);
 HURRAY_INTERNAL ssize_t hurray__wire_sendv(int fd, WireTlsConn *tls, const struct iovec *iov,
                                            int n);
