@@ -23,6 +23,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "file.h" /* hurray__xxh3 and the hasher, against xxHash's own */
 #include "test_file_helpers.h"
 #include "test_tmpdir.h"
 
@@ -1041,9 +1042,38 @@ static void open_errors_are_clear(void **state) {
   free(im.bytes);
 }
 
+/* The checksum (AVX2 where the CPU has it, SSE2 otherwise) is xxHash's XXH3-64 for every
+ * length, one-shot and streamed in pieces of any size. */
+static void checksums_are_xxh3_whatever_the_cpu(void **state) {
+  (void)state;
+  size_t size = (3u << 20) + 77;
+  uint8_t *bytes = malloc(size);
+  assert_non_null(bytes);
+  for (size_t i = 0; i < size; i++) bytes[i] = (uint8_t)((i * 2654435761u) >> 13);
+  static const size_t kLengths[] = {0, 1, 16, 128, 240, 241, 1024, 1025, 65536 + 3, (3u << 20) + 77};
+  FileHasher *h = hurray__hasher_create();
+  assert_non_null(h);
+  for (size_t k = 0; k < sizeof kLengths / sizeof kLengths[0]; k++) {
+    size_t len = kLengths[k];
+    uint64_t want = XXH3_64bits(bytes, len);
+    assert_int_equal(hurray__xxh3(bytes, len), want);
+    static const size_t kPieces[] = {1, 63, 4096, 1u << 20};
+    for (size_t p = 0; p < sizeof kPieces / sizeof kPieces[0]; p++) {
+      hurray__hasher_reset(h);
+      for (size_t at = 0; at < len; at += kPieces[p]) {
+        hurray__hasher_update(h, bytes + at, len - at < kPieces[p] ? len - at : kPieces[p]);
+      }
+      assert_int_equal(hurray__hasher_digest(h), want);
+    }
+  }
+  hurray__hasher_destroy(h);
+  free(bytes);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(tiny_file_bytes_are_pinned),
+      cmocka_unit_test(checksums_are_xxh3_whatever_the_cpu),
       cmocka_unit_test(every_prefix_fails_cleanly),
       cmocka_unit_test(every_flipped_byte_is_caught),
       cmocka_unit_test(bad_checksums_are_found_by_verify),
