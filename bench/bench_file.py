@@ -145,15 +145,19 @@ def write_raw(path, arrays):
 def child(argv):
     """Wall seconds of running `argv` to completion."""
     t0 = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - t0
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"{argv} failed ({done.returncode}): {done.stderr.decode().strip()}")
+    return elapsed
 
 
 def child_peak_rss(argv):
     """The peak RSS of `argv`'s own process, in MiB: its VmHWM, read every millisecond until it
     exits (the rusage of a child of this process would start from this process's peak, as
     the child's memory was this process's until it called exec)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)  # returns once it called exec
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,  # returns once it called exec
+                            stderr=subprocess.DEVNULL)
     peak = 0
     while proc.poll() is None:
         try:
@@ -334,8 +338,8 @@ def consumers():
     try:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         import jax.numpy as jnp
-        found.append(("JAX jnp.from_dlpack", jnp.from_dlpack,
-                      lambda x: x.unsafe_buffer_pointer()))
+        found.append(("JAX jnp.from_dlpack", lambda t: jnp.from_dlpack(t).block_until_ready(),
+                      lambda x: x.unsafe_buffer_pointer()))  # waited for: JAX copies async
     except ImportError:
         pass
     return found
