@@ -92,12 +92,17 @@ class Table:
             line = f"{t * scale:8.3f}"
             if self.nbytes:
                 line += f"  {self.nbytes / GIB / t:7.2f}"
-            values = [f"{t / self.time_of(r):.2f}" for r in self.refs] + list(extra)
+            values = [ratio(t / self.time_of(r)) for r in self.refs] + list(extra)
             line += "".join(f"  {v:>{w}}" for v, w in zip(values, widths))
             print(f"  {name:{width}} {line}")
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+
+def ratio(x):
+    """Two decimals, or two significant digits below 0.1 (0.00025, not 0.00)."""
+    return f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"
+
 
 def touch(arrays):
     """The same read of every byte for every contender."""
