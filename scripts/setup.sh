@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything Hurray needs to build and test, idempotently: Debian packages (compilers,
 # cmocka, xxhash (and xxhsum, a peer in bench/bench_file.py), zlib, clang for the fuzzers,
-# locales; PoCL, the OpenCL ICD loader, headers and clinfo, so that the device tests run on a real OpenCL device on the CPU), a decimal-comma locale
-# (de_DE.UTF-8, for the tests that numbers are written the same in every locale), and a
+# locales; PoCL, the OpenCL ICD loader, headers and clinfo, so that the device tests run on a
+# real OpenCL device on the CPU), a decimal-comma locale (de_DE.UTF-8, for the tests that
+# numbers are written the same in every locale), and a
 # project-local virtual environment (.venv) with the Python build tools and the real peers the
 # tests exchange tensors with.
 set -euo pipefail
