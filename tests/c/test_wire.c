@@ -138,6 +138,25 @@ static int raw_frame(int fd, WireHeader *h, uint8_t *payload, size_t cap) {
   return h->type;
 }
 
+/* Appends a CLIENT_HELLO of protocol 1 offering only the CPU, with `max_frame`. */
+static void cpu_hello(FileSink *frame, uint32_t max_frame) {
+  WireHello *hello = calloc(1, sizeof *hello);
+  hello->version_major = 1;
+  hello->max_frame = max_frame;
+  const uint8_t cpu = 0;
+  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, frame, E));
+  free(hello);
+}
+
+/* Appends `req` as a TENSOR_REQUEST frame of request id 1. */
+static void request_frame(FileSink *frame, const WireRequest *req) {
+  FileSink payload = {0};
+  OK(hurray__wire_request_encode(req, &payload, E));
+  hurray__wire_frame(frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
+  hurray__sink_reset(&payload);
+}
+
 /* Sends a CLIENT_HELLO listing `tags` (private ones named `names[i]`) and returns the answer's
  * type; an ERROR's code and message go into `error`. */
 static int raw_hello(const char *address, uint16_t major, const uint8_t *tags, const char **names,
@@ -570,16 +589,9 @@ static void interrupted_transfer_resumes(void **state) {
   go(&r);
   /* on the wire: a request with a resume offset gets the stream from there */
   WireRequest req = {.name_len = 1, .name = "x", .resume_offset = (3 << 20) - 10};
-  FileSink payload = {0}, frame = {0};
-  OK(hurray__wire_request_encode(&req, &payload, E));
-  WireHello *hello = calloc(1, sizeof *hello);
-  hello->version_major = 1;
-  hello->max_frame = 1 << 20;
-  const uint8_t cpu = 0;
-  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
-  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
-  free(hello);
-  hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
+  FileSink frame = {0};
+  cpu_hello(&frame, 1 << 20);
+  request_frame(&frame, &req);
   int fd = raw_connect(r.address);
   raw_send(fd, &frame);
   WireHeader h;
@@ -594,7 +606,6 @@ static void interrupted_transfer_resumes(void **state) {
   assert_memory_equal(buf + WIRE_DATA_FIXED,
                       (uint8_t *)want->buffers->buffers[0]->data + (3 << 20) - 10, 10);
   close(fd);
-  hurray__sink_reset(&payload);
   hurray__sink_reset(&frame);
   /* through the client: the connection is cut mid-stream; it reconnects and resumes */
   Proxy p = {.cut_at = 1500000, .connections = 2};
@@ -681,12 +692,7 @@ static void faults_do_not_stall_others(void **state) {
   OK(hurray_client_connect(r.address, NULL, &c, E));
   int big = raw_connect(r.address);
   FileSink frame = {0};
-  WireHello *hello = calloc(1, sizeof *hello);
-  hello->version_major = 1;
-  hello->max_frame = 1 << 16;
-  const uint8_t cpu = 0;
-  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
-  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  cpu_hello(&frame, 1 << 16);
   uint8_t head[WIRE_HEADER_SIZE];
   hurray__wire_header_encode(&(WireHeader){WIRE_LIST, 0, 1, (uint64_t)1 << 40}, head);
   hurray__sink_bytes(&frame, head, sizeof head);
@@ -694,16 +700,13 @@ static void faults_do_not_stall_others(void **state) {
   /* a client that asks for 64 MiB and never reads */
   int stuck = raw_connect(r.address);
   frame.len = 0;
-  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
-  WireRequest req = {.name_len = 3, .name = "big"};
-  FileSink payload = {0};
-  OK(hurray__wire_request_encode(&req, &payload, E));
-  hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
+  cpu_hello(&frame, 1 << 16);
+  request_frame(&frame, &(WireRequest){.name_len = 3, .name = "big"});
   raw_send(stuck, &frame);
   /* a slowloris that said hello, then trickles a frame */
   int dribble = raw_connect(r.address);
   frame.len = 0;
-  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  cpu_hello(&frame, 1 << 16);
   raw_send(dribble, &frame);
   WireHeader h;
   uint8_t buf[1024];
@@ -711,8 +714,6 @@ static void faults_do_not_stall_others(void **state) {
   pthread_t trickler;
   assert_int_equal(pthread_create(&trickler, NULL, trickle, &dribble), 0);
   hurray__sink_reset(&frame);
-  hurray__sink_reset(&payload);
-  free(hello);
   /* meanwhile a well-behaved client is served at once, again and again */
   int64_t t0 = now_ms();
   for (int i = 0; i < 50; i++) {
@@ -771,24 +772,15 @@ static void thousand_clients(void **state) {
   enum { N = 1000 };
   /* 1,000 connections each with its hello and a request in flight before any answer is read:
      the server interleaves all of them on its one loop */
-  FileSink frame = {0}, payload = {0};
-  WireHello *hello = calloc(1, sizeof *hello);
-  hello->version_major = 1;
-  hello->max_frame = 1 << 16;
-  const uint8_t cpu = 0;
-  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
-  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
-  free(hello);
-  WireRequest req = {.name_len = 1, .name = "x"};
-  OK(hurray__wire_request_encode(&req, &payload, E));
-  hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
+  FileSink frame = {0};
+  cpu_hello(&frame, 1 << 16);
+  request_frame(&frame, &(WireRequest){.name_len = 1, .name = "x"});
   int *fds = calloc(N, sizeof *fds);
   for (int i = 0; i < N; i++) {
     fds[i] = raw_connect(r.address);
     raw_send(fds[i], &frame);
   }
   hurray__sink_reset(&frame);
-  hurray__sink_reset(&payload);
   const uint8_t *expected = want->buffers->buffers[0]->data;
   uint8_t *buf = malloc(8192);
   for (int i = 0; i < N; i++) {
@@ -914,14 +906,8 @@ static void secrets_and_read_only(void **state) {
   assert_int_equal(hurray_client_connect(r.address, NULL, &c, &error), HURRAY_EAUTH);
   assert_string_equal(error.message, "the server requires a shared secret and none was given");
   /* a raw client that skips AUTH is refused by the server */
-  WireHello *hello = calloc(1, sizeof *hello);
-  hello->version_major = 1;
-  hello->max_frame = 1 << 16;
-  const uint8_t cpu = 0;
-  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
   FileSink frame = {0};
-  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
-  free(hello);
+  cpu_hello(&frame, 1 << 16);
   hurray__wire_frame(&frame, WIRE_LIST, 0, 1, NULL, 0);
   int fd = raw_connect(r.address);
   raw_send(fd, &frame);
@@ -1223,13 +1209,7 @@ static void tls_pipelined_requests(void **state) {
   WireTlsConn *session = NULL;
   int fd = tls_peer(r.address, &config, &session);
   FileSink frame = {0};
-  WireHello *hello = calloc(1, sizeof *hello);
-  hello->version_major = 1;
-  hello->max_frame = 1 << 16;
-  const uint8_t cpu = 0;
-  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
-  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
-  free(hello);
+  cpu_hello(&frame, 1 << 16);
   for (uint64_t id = 1; id <= 3; id++) hurray__wire_frame(&frame, WIRE_LIST, 0, id, NULL, 0);
   struct iovec iov = {frame.data, frame.len};
   assert_int_equal(hurray__wire_sendv(fd, session, &iov, 1), (ssize_t)frame.len);
@@ -1272,21 +1252,12 @@ static void tls_stalled_peers(void **state) {
   int a = tls_peer(r.address, &config_a, &half);
   assert_int_equal(send(a, "\x17\x03\x03\x40\x00" "0123456789", 15, MSG_NOSIGNAL), 15);
   int b = tls_peer(r.address, &config_b, &stuck);
-  FileSink frame = {0}, payload = {0};
-  WireHello *hello = calloc(1, sizeof *hello);
-  hello->version_major = 1;
-  hello->max_frame = 1 << 16;
-  const uint8_t cpu = 0;
-  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
-  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
-  free(hello);
-  WireRequest req = {.name_len = 3, .name = "big"};
-  OK(hurray__wire_request_encode(&req, &payload, E));
-  hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
+  FileSink frame = {0};
+  cpu_hello(&frame, 1 << 16);
+  request_frame(&frame, &(WireRequest){.name_len = 3, .name = "big"});
   struct iovec iov = {frame.data, frame.len};
   assert_int_equal(hurray__wire_sendv(b, stuck, &iov, 1), (ssize_t)frame.len);
   hurray__sink_reset(&frame);
-  hurray__sink_reset(&payload);
   /* a good client is served at once, again and again */
   HurrayTlsOptions ct = {.ca_file = cert("ca.pem")};
   HurrayClientOptions co = {.tls = &ct};
@@ -1512,16 +1483,9 @@ static void device_tensors_cross(void **state) {
   /* on the wire: a device the tensor is not on, without FALLBACK, names those it is served on
      (a raw request: the reference client refuses cuda itself where libcuda is missing) */
   WireRequest req = {.preferred_device = HURRAY_DEVICE_CUDA, .name_len = 1, .name = "x"};
-  FileSink payload = {0}, frame = {0};
-  OK(hurray__wire_request_encode(&req, &payload, E));
-  WireHello *hello = calloc(1, sizeof *hello);
-  hello->version_major = 1;
-  hello->max_frame = 1 << 20;
-  const uint8_t cpu = 0;
-  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
-  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
-  free(hello);
-  hurray__wire_frame(&frame, WIRE_TENSOR_REQUEST, 0, 1, payload.data, payload.len);
+  FileSink frame = {0};
+  cpu_hello(&frame, 1 << 20);
+  request_frame(&frame, &req);
   int fd = raw_connect(r.address);
   raw_send(fd, &frame);
   WireHeader h;
@@ -1533,7 +1497,6 @@ static void device_tensors_cross(void **state) {
   assert_string_equal(refused.message, "peer: device cuda (0x01) is not served here; tensor 'x' is "
                                        "served on cpu (0x00) and opencl (0x08)");
   close(fd);
-  hurray__sink_reset(&payload);
   hurray__sink_reset(&frame);
   finish(&r);
   hurray_device_queue_destroy(q);
