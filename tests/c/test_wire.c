@@ -847,10 +847,12 @@ static void kill_midway(void *context, uint64_t done, uint64_t total) {
   }
 }
 
-static void killed_server(void **state) {
-  (void)state;
+/* A server (made with `so`) in a child process is killed while the client (`co`) fetches
+ * 256 MiB from it: the client gets a clear error and no tensor. */
+static void fetch_from_killed_server(const HurrayServerOptions *so,
+                                     const HurrayClientOptions *co) {
   HurrayServer *server = NULL;
-  OK(hurray_server_create(NULL, &server, E));
+  OK(hurray_server_create(so, &server, E));
   char address[128];
   OK(hurray_server_address(server, address, sizeof address, E));
   OK(hurray_server_add_tensor(server, "x", bytes_tensor(256 << 20, 7), E));
@@ -862,7 +864,7 @@ static void killed_server(void **state) {
   }
   hurray_server_destroy(server); /* the child has its own copy */
   HurrayClient *c = NULL;
-  OK(hurray_client_connect(address, NULL, &c, E));
+  OK(hurray_client_connect(address, co, &c, E));
   HurrayTensorContext *got = NULL;
   HurrayError error = {0};
   KillAt k = {child, false};
@@ -873,6 +875,11 @@ static void killed_server(void **state) {
   assert_string_equal(error.message, "the server closed the connection");
   hurray_client_destroy(c);
   waitpid(child, NULL, 0);
+}
+
+static void killed_server(void **state) {
+  (void)state;
+  fetch_from_killed_server(NULL, NULL);
 }
 
 /* ---- who gets in -------------------------------------------------------------------------- */
@@ -1297,32 +1304,9 @@ static void tls_faults(void **state) {
   (void)state;
   HurrayTlsOptions st = {.certificate_file = cert("server.pem"), .key_file = cert("server.key")};
   HurrayServerOptions so = {.tls = &st};
-  HurrayServer *server = NULL;
-  OK(hurray_server_create(&so, &server, E));
-  char address[128];
-  OK(hurray_server_address(server, address, sizeof address, E));
-  OK(hurray_server_add_tensor(server, "x", bytes_tensor(256 << 20, 7), E));
-  pid_t child = fork();
-  assert_true(child >= 0);
-  if (child == 0) {
-    hurray_server_run(server, NULL);
-    _exit(0);
-  }
-  hurray_server_destroy(server);
   HurrayTlsOptions ct = {.ca_file = cert("ca.pem")};
   HurrayClientOptions co = {.tls = &ct};
-  HurrayClient *c = NULL;
-  OK(hurray_client_connect(address, &co, &c, E));
-  HurrayTensorContext *got = NULL;
-  HurrayError error = {0};
-  KillAt k = {child, false};
-  HurrayGetOptions o = {.progress = kill_midway, .progress_context = &k};
-  assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_ECONNECTION);
-  assert_true(k.done);
-  assert_null(got);
-  assert_string_equal(error.message, "the server closed the connection");
-  hurray_client_destroy(c);
-  waitpid(child, NULL, 0);
+  fetch_from_killed_server(&so, &co);
   Running r;
   start(&r, &so);
   OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(1 << 20, 2), E));
@@ -1331,7 +1315,10 @@ static void tls_faults(void **state) {
   proxy_start(&p, plain(r.address));
   char through[160];
   snprintf(through, sizeof through, "hurrays://%s", p.address);
+  HurrayClient *c = NULL;
   OK(hurray_client_connect(through, &co, &c, E));
+  HurrayTensorContext *got = NULL;
+  HurrayError error = {0};
   assert_int_equal(hurray_client_get(c, "x", NULL, &got, &error), HURRAY_ECONNECTION);
   assert_null(got);
   assert_string_equal(error.message, "connection lost: decryption failed or bad record mac");
