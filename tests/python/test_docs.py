@@ -125,7 +125,8 @@ def test_page_runs_as_written(page, tmp_path, monkeypatch):
 def test_the_guide_has_the_pages_it_promises():
     names = {page.name for page in GUIDE.glob("*.md")}
     assert {"README.md", "getting-started.md", "saving-and-loading.md", "converting.md",
-            "numpy-pytorch-jax.md", "native-protocol.md", "cli.md", "c.md"} <= names
+            "numpy-pytorch-jax.md", "computing.md", "native-protocol.md", "network.md", "cli.md",
+            "c.md"} <= names
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
