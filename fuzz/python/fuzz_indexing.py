@@ -235,8 +235,8 @@ def _instrument(atheris):
     the first operator call, which is when the extension looks those functions up."""
     import inspect
 
-    from hurray.array_api import _array_object, _engine, _promotion
-    for module in (_array_object, _engine, _promotion, sys.modules[__name__]):
+    from hurray.array_api import _engine, _indexing, _operators, _promotion
+    for module in (_indexing, _operators, _engine, _promotion, sys.modules[__name__]):
         for name, func in list(vars(module).items()):
             if inspect.isfunction(func) and func.__module__ == module.__name__:
                 setattr(module, name, atheris.instrument_func(func))

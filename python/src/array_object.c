@@ -1,11 +1,14 @@
 /* array_object.c -- hurray.Tensor as the array API standard's array object: its protocol slots.
  *
- * The operators, indexing, conversions and mT/T of the standard's array object are
- * implemented in hurray.array_api._array_object, beside the namespace whose promotion rules and
- * engine they share (ADR-052). This file is only the C side of that: each slot of the Tensor
- * type (number protocol, mapping protocol, rich comparison) and each extra method forwards to the
- * Python function of the same dunder name with one vectorcall. The functions are looked up once,
- * on first use, and kept in the module state.
+ * The operators and conversions of the standard's array object are implemented in
+ * hurray.array_api._operators, its indexing, len(), iteration and mT/T in
+ * hurray.array_api._indexing, beside the namespace whose promotion rules and engine they share
+ * (ADR-052, ADR-067). This file is only the C side of that: each slot of the Tensor type
+ * (number protocol, mapping protocol, rich comparison, iteration) and each extra method or
+ * property forwards to the Python function of the same name with one vectorcall. The functions
+ * are looked up once, on first use, and kept in the module state. A binary operator goes
+ * through the dispatch in C (array_dispatch.c) first, which answers it without Python where
+ * that is exactly what the Python operator would do.
  *
  * Binary number slots are called with the Tensor on either side: a Tensor on the left calls
  * __op__(left, right), one on the right only calls __rop__(right, left), as Python's own
@@ -16,66 +19,37 @@
 
 #include <string.h>
 
-#define ARRAY_OPS(X)                                                                             \
-  X(ADD, "__add__") X(RADD, "__radd__") X(IADD, "__iadd__") X(SUB, "__sub__")                    \
-  X(RSUB, "__rsub__") X(ISUB, "__isub__") X(MUL, "__mul__") X(RMUL, "__rmul__")                  \
-  X(IMUL, "__imul__") X(TRUEDIV, "__truediv__") X(RTRUEDIV, "__rtruediv__")                      \
-  X(ITRUEDIV, "__itruediv__") X(FLOORDIV, "__floordiv__") X(RFLOORDIV, "__rfloordiv__")          \
-  X(IFLOORDIV, "__ifloordiv__") X(MOD, "__mod__") X(RMOD, "__rmod__") X(IMOD, "__imod__")        \
-  X(POW, "__pow__") X(RPOW, "__rpow__") X(IPOW, "__ipow__") X(MATMUL, "__matmul__")              \
-  X(RMATMUL, "__rmatmul__") X(IMATMUL, "__imatmul__") X(AND, "__and__") X(RAND, "__rand__")      \
-  X(IAND, "__iand__") X(OR, "__or__") X(ROR, "__ror__") X(IOR, "__ior__") X(XOR, "__xor__")      \
-  X(RXOR, "__rxor__") X(IXOR, "__ixor__") X(LSHIFT, "__lshift__") X(RLSHIFT, "__rlshift__")      \
-  X(ILSHIFT, "__ilshift__") X(RSHIFT, "__rshift__") X(RRSHIFT, "__rrshift__")                    \
-  X(IRSHIFT, "__irshift__") X(NEG, "__neg__") X(POS, "__pos__") X(ABS, "__abs__")                \
-  X(INVERT, "__invert__") X(BOOL, "__bool__") X(INT, "__int__") X(FLOAT, "__float__")            \
-  X(INDEX, "__index__") X(COMPLEX, "__complex__") X(LT, "__lt__") X(LE, "__le__")                \
-  X(EQ, "__eq__") X(NE, "__ne__") X(GT, "__gt__") X(GE, "__ge__") X(GETITEM, "__getitem__")      \
-  X(SETITEM, "__setitem__") X(ITER, "__iter__") X(LEN, "__len__") X(MT, "mT") X(T, "T")
+enum { MODULE_OPERATORS, MODULE_INDEXING, MODULE_COUNT };
+static const char *const kModules[MODULE_COUNT] = {"hurray.array_api._operators",
+                                                   "hurray.array_api._indexing"};
+#define AS_OP(name, module, str) {MODULE_##module, str},
+static const struct {
+  int module;
+  const char *name;
+} kOps[HURRAY_PY_OP_COUNT] = {HURRAY_PY_ARRAY_OPS(AS_OP)};
+#undef AS_OP
 
-#define AS_ENUM(name, str) OP_##name,
-enum { ARRAY_OPS(AS_ENUM) OP_COUNT };
-#undef AS_ENUM
-#define AS_NAME(name, str) str,
-static const char *const kOpNames[OP_COUNT] = {ARRAY_OPS(AS_NAME)};
-#undef AS_NAME
-
-/* The operators' table by name: a tuple of OP_COUNT entries, each the value of
- * the operator's name in `table` (a dict), or None. */
-static PyObject *op_table(PyObject *table) {
-  PyObject *tuple = PyDict_Check(table) ? PyTuple_New(OP_COUNT) : NULL;
-  if (tuple == NULL && !PyErr_Occurred()) {
-    PyErr_SetString(PyExc_SystemError, "hurray.array_api._array_object.UFUNCS is not a dict");
-  }
-  for (int i = 0; tuple != NULL && i < OP_COUNT; i++) {
-    PyObject *ufunc = PyDict_GetItemString(table, kOpNames[i]);
-    PyTuple_SET_ITEM(tuple, i, Py_NewRef(ufunc == NULL ? Py_None : ufunc));
-  }
-  return tuple;
-}
-
-/* The Python implementation of op (borrowed), importing the module on first use, with the
- * ufuncs the dispatch below calls itself (its UFUNCS). */
+/* The Python implementation of op (borrowed), importing its modules on first use, with the
+ * ufuncs the dispatch in C calls itself (array_dispatch.c). */
 static PyObject *array_op(HurrayState *st, int op) {
   if (st->array_ops == NULL) {
-    PyObject *module = PyImport_ImportModule("hurray.array_api._array_object");
-    if (module == NULL) return NULL;
-    PyObject *ops = PyTuple_New(OP_COUNT);
-    for (int i = 0; ops != NULL && i < OP_COUNT; i++) {
-      PyObject *func = PyObject_GetAttrString(module, kOpNames[i]);
+    PyObject *modules[MODULE_COUNT] = {NULL};
+    int imported = 1;
+    for (int m = 0; imported && m < MODULE_COUNT; m++) {
+      imported = (modules[m] = PyImport_ImportModule(kModules[m])) != NULL;
+    }
+    PyObject *ops = imported ? PyTuple_New(HURRAY_PY_OP_COUNT) : NULL;
+    for (int i = 0; ops != NULL && i < HURRAY_PY_OP_COUNT; i++) {
+      PyObject *func = PyObject_GetAttrString(modules[kOps[i].module], kOps[i].name);
       if (func == NULL) Py_CLEAR(ops);
       else PyTuple_SET_ITEM(ops, i, func);
     }
-    PyObject *table = ops == NULL ? NULL : PyObject_GetAttrString(module, "UFUNCS");
-    PyObject *ufuncs = table == NULL ? NULL : op_table(table);
-    Py_XDECREF(table);
-    Py_DECREF(module);
-    if (ufuncs == NULL) {
-      Py_XDECREF(ops);
-      return NULL;
+    if (ops != NULL && hurray__py_array_dispatch_load(st, modules[MODULE_OPERATORS]) < 0) {
+      Py_CLEAR(ops);
     }
+    for (int m = 0; m < MODULE_COUNT; m++) Py_XDECREF(modules[m]);
+    if (ops == NULL) return NULL;
     st->array_ops = ops;
-    st->ufuncs = ufuncs;
   }
   return PyTuple_GET_ITEM(st->array_ops, op);
 }
@@ -89,31 +63,11 @@ static PyObject *call1(PyObject *self, int op) {
   return call(self, op, &self, 1);
 }
 
-/* The dispatch in C: `self` <op> `other` for two tensors of one dtype of the standard, both
- * over the NumPy arrays they were made from (every result of the engine is one), is the
- * operator's ufunc on those arrays and the result wrapped, exactly what the Python operator
- * does for them (_array_object.UFUNCS) without its conversions. NULL without an exception
- * where it does not apply. */
-static PyObject *dispatch(HurrayState *st, int op, PyObject *self, PyObject *other,
-                          int *done) {
-  *done = 0;
-  if (st->ufuncs == NULL || !Py_IS_TYPE(other, st->tensor_type)) return NULL;
-  PyObject *ufunc = PyTuple_GET_ITEM(st->ufuncs, op);
-  HurrayTensorObject *a = (HurrayTensorObject *)self, *b = (HurrayTensorObject *)other;
-  if (ufunc == Py_None || a->ndarray == NULL || b->ndarray == NULL ||
-      a->desc->dtype != b->desc->dtype || hurray_dtype_info(a->desc->dtype)->tier != 1) {
-    return NULL;
-  }
-  PyObject *args[2] = {hurray__py_tensor_source_ndarray(a), hurray__py_tensor_source_ndarray(b)};
-  if (args[0] == NULL || args[1] == NULL) return NULL;
-  *done = 1;
-  PyObject *result = PyObject_Vectorcall(ufunc, args, 2, NULL);
-  return result == NULL ? NULL : hurray__py_wrap_result(st, result);
-}
-
+/* An operation on two operands: through the dispatch in C where it applies, else the Python
+ * function. */
 static PyObject *call2(PyObject *self, int op, PyObject *other) {
   int done = 0;
-  PyObject *result = dispatch(hurray__py_state_of(self), op, self, other, &done);
+  PyObject *result = hurray__py_array_dispatch(hurray__py_state_of(self), op, self, other, &done);
   if (done) return result;
   PyObject *args[2] = {self, other};
   return call(self, op, args, 2);
@@ -128,10 +82,11 @@ static PyObject *binary(PyObject *a, PyObject *b, int slot, void *func, int op, 
 
 #define BINARY(lower, NAME)                                                                      \
   static PyObject *nb_##lower(PyObject *a, PyObject *b) {                                        \
-    return binary(a, b, Py_nb_##lower, (void *)nb_##lower, OP_##NAME, OP_R##NAME);             \
+    return binary(a, b, Py_nb_##lower, (void *)nb_##lower, HURRAY_PY_OP_##NAME,                  \
+                  HURRAY_PY_OP_R##NAME);                                                         \
   }                                                                                              \
   static PyObject *nb_inplace_##lower(PyObject *a, PyObject *b) {                                \
-    return call2(a, OP_I##NAME, b);                                                              \
+    return call2(a, HURRAY_PY_OP_I##NAME, b);                                                    \
   }
 BINARY(add, ADD)
 BINARY(subtract, SUB)
@@ -150,24 +105,24 @@ BINARY(rshift, RSHIFT)
 /* pow(a, b, modulo): the standard has no modulo; Python passes None for a ** b. */
 static PyObject *nb_power(PyObject *a, PyObject *b, PyObject *modulo) {
   if (modulo != Py_None) Py_RETURN_NOTIMPLEMENTED;
-  return binary(a, b, Py_nb_power, (void *)nb_power, OP_POW, OP_RPOW);
+  return binary(a, b, Py_nb_power, (void *)nb_power, HURRAY_PY_OP_POW, HURRAY_PY_OP_RPOW);
 }
 
 static PyObject *nb_inplace_power(PyObject *a, PyObject *b, PyObject *modulo) {
   if (modulo != Py_None) Py_RETURN_NOTIMPLEMENTED;
-  return call2(a, OP_IPOW, b);
+  return call2(a, HURRAY_PY_OP_IPOW, b);
 }
 
-static PyObject *nb_negative(PyObject *a) { return call1(a, OP_NEG); }
-static PyObject *nb_positive(PyObject *a) { return call1(a, OP_POS); }
-static PyObject *nb_absolute(PyObject *a) { return call1(a, OP_ABS); }
-static PyObject *nb_invert(PyObject *a) { return call1(a, OP_INVERT); }
-static PyObject *nb_int(PyObject *a) { return call1(a, OP_INT); }
-static PyObject *nb_float(PyObject *a) { return call1(a, OP_FLOAT); }
-static PyObject *nb_index(PyObject *a) { return call1(a, OP_INDEX); }
+static PyObject *nb_negative(PyObject *a) { return call1(a, HURRAY_PY_OP_NEG); }
+static PyObject *nb_positive(PyObject *a) { return call1(a, HURRAY_PY_OP_POS); }
+static PyObject *nb_absolute(PyObject *a) { return call1(a, HURRAY_PY_OP_ABS); }
+static PyObject *nb_invert(PyObject *a) { return call1(a, HURRAY_PY_OP_INVERT); }
+static PyObject *nb_int(PyObject *a) { return call1(a, HURRAY_PY_OP_INT); }
+static PyObject *nb_float(PyObject *a) { return call1(a, HURRAY_PY_OP_FLOAT); }
+static PyObject *nb_index(PyObject *a) { return call1(a, HURRAY_PY_OP_INDEX); }
 
 static int nb_bool(PyObject *a) {
-  PyObject *result = call1(a, OP_BOOL);
+  PyObject *result = call1(a, HURRAY_PY_OP_BOOL);
   if (result == NULL) return -1;
   int truth = PyObject_IsTrue(result);
   Py_DECREF(result);
@@ -175,17 +130,20 @@ static int nb_bool(PyObject *a) {
 }
 
 static PyObject *richcompare(PyObject *a, PyObject *b, int op) {
-  static const int ops[] = {[Py_LT] = OP_LT, [Py_LE] = OP_LE, [Py_EQ] = OP_EQ,
-                            [Py_NE] = OP_NE, [Py_GT] = OP_GT, [Py_GE] = OP_GE};
+  static const int ops[] = {[Py_LT] = HURRAY_PY_OP_LT, [Py_LE] = HURRAY_PY_OP_LE,
+                            [Py_EQ] = HURRAY_PY_OP_EQ, [Py_NE] = HURRAY_PY_OP_NE,
+                            [Py_GT] = HURRAY_PY_OP_GT, [Py_GE] = HURRAY_PY_OP_GE};
   return call2(a, ops[op], b);
 }
 
-static PyObject *mp_subscript(PyObject *a, PyObject *key) { return call2(a, OP_GETITEM, key); }
+static PyObject *mp_subscript(PyObject *a, PyObject *key) {
+  return call2(a, HURRAY_PY_OP_GETITEM, key);
+}
 
-static PyObject *tp_iter(PyObject *a) { return call1(a, OP_ITER); }
+static PyObject *tp_iter(PyObject *a) { return call1(a, HURRAY_PY_OP_ITER); }
 
 static Py_ssize_t mp_length(PyObject *a) {
-  PyObject *result = call1(a, OP_LEN);
+  PyObject *result = call1(a, HURRAY_PY_OP_LEN);
   if (result == NULL) return -1;
   Py_ssize_t n = PyLong_AsSsize_t(result);
   Py_DECREF(result);
@@ -198,7 +156,7 @@ static int mp_ass_subscript(PyObject *a, PyObject *key, PyObject *value) {
     return -1;
   }
   PyObject *args[3] = {a, key, value};
-  PyObject *result = call(a, OP_SETITEM, args, 3);
+  PyObject *result = call(a, HURRAY_PY_OP_SETITEM, args, 3);
   if (result == NULL) return -1;
   Py_DECREF(result);
   return 0;
@@ -250,7 +208,7 @@ static PyType_Slot array_slots[] = {
 
 static PyObject *tensor_complex(PyObject *op, PyObject *unused) {
   (void)unused;
-  return call1(op, OP_COMPLEX);
+  return call1(op, HURRAY_PY_OP_COMPLEX);
 }
 
 /* bytes(t) copies the buffer export, as before the array object: bytes() would otherwise take a
@@ -270,12 +228,12 @@ static PyMethodDef array_methods[] = {
 
 static PyObject *get_mT(PyObject *op, void *closure) {
   (void)closure;
-  return call1(op, OP_MT);
+  return call1(op, HURRAY_PY_OP_MT);
 }
 
 static PyObject *get_T(PyObject *op, void *closure) {
   (void)closure;
-  return call1(op, OP_T);
+  return call1(op, HURRAY_PY_OP_T);
 }
 
 static PyGetSetDef array_getset[] = {
@@ -296,7 +254,7 @@ static PyType_Spec merged_spec;
 
 /* Appends the NULL-terminated `more` to the NULL-terminated `base` in `out` (capacity `cap`
  * entries, terminator included); -1 when they do not fit. */
-#define MERGE(type, field, out, cap, base, more)                                                        \
+#define MERGE(type, field, out, cap, base, more)                                                 \
   do {                                                                                           \
     size_t n_ = 0;                                                                               \
     for (const type *p_ = (base); p_->field != NULL; p_++) {                                      \

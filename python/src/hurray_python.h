@@ -13,7 +13,9 @@
  *              properties, __array_namespace__, repr and the type
  *   tensor_new.c  the constructors over described memory: Tensor(), from_address, from_parts
  *   tensor_host.c host reads: tobytes(), tolist() and C-order copies
- *   array_object.c  the array API array object's slots, merged into the Tensor type
+ *   array_object.c  the array API array object's slots, merged into the Tensor type, which
+ *              forward to hurray.array_api._operators and _indexing
+ *   array_dispatch.c  the per-call dispatch of the array object's binary operators in C
  *   numpy.c    __array__ and hurray.from_numpy
  *   stream.c   the stream rules of DLPack, shared by __dlpack__ and __hurray__
  *   dlpack.c   __dlpack__, __dlpack_device__ and hurray.from_dlpack
@@ -152,7 +154,7 @@ typedef struct HurrayState {
   PyObject *mode_names[2];       /* "strict", "relaxed" (indexed by HurrayPyMode) */
   int default_mode;              /* HurrayPyMode: set_mode() and HURRAY_MODE */
   PyObject *array_api;           /* the namespace module, imported on first use */
-  PyObject *array_ops;           /* tuple: the array object's Python operators (array_object.c) */
+  PyObject *array_ops;           /* tuple: the array object's Python functions (array_object.c) */
   PyObject *numpy;               /* numpy, imported on first use */
   PyObject *ml_dtypes;           /* ml_dtypes on first use; Py_None when it is not installed */
   PyObject *numpy_dtypes;        /* list: numpy dtype per C table index, or None (lazy) */
@@ -160,7 +162,7 @@ typedef struct HurrayState {
   PyObject *numpy_ndarray;       /* numpy.ndarray, with `numpy` */
   int ndarray_layout;            /* 1: ndarray instances have the layout numpy.c reads (probed) */
   PyObject *numpy_asarray;       /* numpy.asarray, with `numpy` */
-  PyObject *ufuncs;              /* tuple: the ufuncs of the array object's operators (lazy) */
+  PyObject *ufuncs;              /* tuple: the ufuncs of the operators (array_dispatch.c, lazy) */
   PyObject *str_array_namespace; /* interned "__array_namespace__" */
   PyObject *str_dlpack;          /* interned "__dlpack__" */
   PyObject *str_dlpack_device;   /* interned "__dlpack_device__" */
@@ -335,6 +337,53 @@ extern PyType_Spec hurray__py_tensor_spec;
 /* The Tensor core's spec plus the array API array object's slots, methods and properties
  * (array_object.c), in storage of its own; NULL with SystemError if they do not fit. */
 PyType_Spec *hurray__py_array_object_spec(const PyType_Spec *core);
+
+/* The array object's operations: each Python function a slot of the Tensor type forwards to
+ * (array_object.c), as X(NAME, MODULE, name): MODULE says which module of hurray.array_api
+ * defines it (OPERATORS: _operators.py, INDEXING: _indexing.py), `name` is its name there. */
+#define HURRAY_PY_ARRAY_OPS(X)                                                                   \
+  X(ADD, OPERATORS, "__add__") X(RADD, OPERATORS, "__radd__")                                   \
+  X(IADD, OPERATORS, "__iadd__") X(SUB, OPERATORS, "__sub__")                                   \
+  X(RSUB, OPERATORS, "__rsub__") X(ISUB, OPERATORS, "__isub__")                                 \
+  X(MUL, OPERATORS, "__mul__") X(RMUL, OPERATORS, "__rmul__")                                   \
+  X(IMUL, OPERATORS, "__imul__") X(TRUEDIV, OPERATORS, "__truediv__")                           \
+  X(RTRUEDIV, OPERATORS, "__rtruediv__") X(ITRUEDIV, OPERATORS, "__itruediv__")                 \
+  X(FLOORDIV, OPERATORS, "__floordiv__") X(RFLOORDIV, OPERATORS, "__rfloordiv__")               \
+  X(IFLOORDIV, OPERATORS, "__ifloordiv__") X(MOD, OPERATORS, "__mod__")                         \
+  X(RMOD, OPERATORS, "__rmod__") X(IMOD, OPERATORS, "__imod__")                                 \
+  X(POW, OPERATORS, "__pow__") X(RPOW, OPERATORS, "__rpow__")                                   \
+  X(IPOW, OPERATORS, "__ipow__") X(MATMUL, OPERATORS, "__matmul__")                             \
+  X(RMATMUL, OPERATORS, "__rmatmul__") X(IMATMUL, OPERATORS, "__imatmul__")                     \
+  X(AND, OPERATORS, "__and__") X(RAND, OPERATORS, "__rand__")                                   \
+  X(IAND, OPERATORS, "__iand__") X(OR, OPERATORS, "__or__")                                     \
+  X(ROR, OPERATORS, "__ror__") X(IOR, OPERATORS, "__ior__")                                     \
+  X(XOR, OPERATORS, "__xor__") X(RXOR, OPERATORS, "__rxor__")                                   \
+  X(IXOR, OPERATORS, "__ixor__") X(LSHIFT, OPERATORS, "__lshift__")                             \
+  X(RLSHIFT, OPERATORS, "__rlshift__") X(ILSHIFT, OPERATORS, "__ilshift__")                     \
+  X(RSHIFT, OPERATORS, "__rshift__") X(RRSHIFT, OPERATORS, "__rrshift__")                       \
+  X(IRSHIFT, OPERATORS, "__irshift__") X(NEG, OPERATORS, "__neg__")                             \
+  X(POS, OPERATORS, "__pos__") X(ABS, OPERATORS, "__abs__")                                     \
+  X(INVERT, OPERATORS, "__invert__") X(BOOL, OPERATORS, "__bool__")                             \
+  X(INT, OPERATORS, "__int__") X(FLOAT, OPERATORS, "__float__")                                 \
+  X(INDEX, OPERATORS, "__index__") X(COMPLEX, OPERATORS, "__complex__")                         \
+  X(LT, OPERATORS, "__lt__") X(LE, OPERATORS, "__le__") X(EQ, OPERATORS, "__eq__")              \
+  X(NE, OPERATORS, "__ne__") X(GT, OPERATORS, "__gt__") X(GE, OPERATORS, "__ge__")              \
+  X(GETITEM, INDEXING, "__getitem__") X(SETITEM, INDEXING, "__setitem__")                       \
+  X(ITER, INDEXING, "__iter__") X(LEN, INDEXING, "__len__") X(MT, INDEXING, "mT")               \
+  X(T, INDEXING, "T")
+#define HURRAY_PY_AS_OP(name, module, str) HURRAY_PY_OP_##name,
+enum { HURRAY_PY_ARRAY_OPS(HURRAY_PY_AS_OP) HURRAY_PY_OP_COUNT };
+#undef HURRAY_PY_AS_OP
+
+/* array_dispatch.c: the per-call dispatch of binary operators in C (ADR-059). */
+/* Reads the UFUNCS table of hurray.array_api._operators (the module `operators`) into
+ * st->ufuncs; -1 with an exception. */
+int hurray__py_array_dispatch_load(HurrayState *st, PyObject *operators);
+/* `self` <op> `other` computed in C, with *done set, where that is exactly what the Python
+ * operator does; else NULL without an exception and *done 0. Before the table is loaded,
+ * nothing applies. */
+PyObject *hurray__py_array_dispatch(HurrayState *st, int op, PyObject *self, PyObject *other,
+                                    int *done);
 
 /* Owner references: what keeps the memory of a context alive. Two kinds, each with its
  * HurrayOwnerReleaseFn; both releases take the GIL themselves (PyGILState_Ensure), keep any

@@ -9,6 +9,7 @@ import pytest
 
 import hurray
 import hurray.array_api as xp
+from conftest import run_isolated
 
 
 def as_np(t):
@@ -176,3 +177,28 @@ def test_python_scalar_conversions():
     assert [10, 20, 30][xp.asarray(2)] == 30
     assert bool(xp.asarray(True)) is True
     assert bytes(xp.asarray(3, dtype=xp.uint8)) == b"\x03"
+
+
+# ---- without NumPy --------------------------------------------------------------------------
+
+
+def test_hurray_imports_without_numpy_and_the_array_object_names_what_it_needs():
+    # NumPy blocked in a fresh interpreter: the Tensor still stores and reads bytes, and each
+    # of the array object's files (operators, indexing) says on first use that it needs NumPy.
+    out = run_isolated("""
+import sys
+sys.modules["numpy"] = None
+import hurray
+t = hurray.Tensor(bytes(range(8)), hurray.uint8, [2, 4])
+print(t.tolist())
+for name, use in [("operator", lambda: t + t), ("conversion", lambda: bool(t)),
+                  ("indexing", lambda: t[0]), ("mT", lambda: t.mT), ("len", lambda: len(t))]:
+    try:
+        use()
+    except ImportError as error:
+        assert "pip install numpy" in str(error), error
+        print(name, "ImportError")
+""")
+    assert out.splitlines() == ["[[0, 1, 2, 3], [4, 5, 6, 7]]", "operator ImportError",
+                                "conversion ImportError", "indexing ImportError",
+                                "mT ImportError", "len ImportError"]

@@ -17,13 +17,13 @@ import sys as _sys
 import types as _types
 
 from . import _engine, _info, _kernels
-from ._array_object import operands as _operands
 from ._engine import H as _H
 from ._engine import compat as _compat
 from ._engine import forward as _forward
 from ._engine import np as _np
 from ._engine import wrap as _wrap
 from ._info import __array_namespace_info__
+from ._promotion import operands as _operands
 from ._promotion import promote as _promote
 from ._promotion import scalar_result as _scalar_result
 

@@ -145,6 +145,15 @@ def to_np(x):
     return a
 
 
+def check_writable(a):
+    """Raise unless the NumPy view `a` of a tensor may be written (before any write)."""
+    if not a.flags.writeable:
+        raise _hurray.InvalidArgumentError(
+            "this hurray.Tensor is read-only (its memory came from a read-only source, such as "
+            "bytes or a loaded file): write to a copy, hurray.array_api.asarray(x, copy=True)"
+        )
+
+
 def wrap(a):
     """A tensor over a NumPy result (a 0-d array for a NumPy scalar)."""
     if type(a) is not np.ndarray:

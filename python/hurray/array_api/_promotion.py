@@ -11,9 +11,16 @@ Works on NumPy dtypes (the engine's currency). Between two arrays:
 With a Python scalar, the array's dtype wins where the scalar's kind fits it: bool with bool;
 int with integer and floating arrays; float with floating ones; complex with floating ones
 (giving the complex dtype of the same precision).
+
+`operands` applies these rules to the two arguments of a binary function or operator: the one
+place where promotion meets NumPy's kernels, for the namespace's functions and the array
+object's operators alike.
 """
 
-from ._engine import FROM_NP, TIER2_NP, np
+from ._engine import FROM_NP, TIER2_NP, Tensor, np, to_np
+
+#: The Python scalar types that combine with tensors.
+SCALARS = (bool, int, float, complex)
 
 _KIND = {}
 for _d in FROM_NP:
@@ -79,3 +86,33 @@ def scalar_result(dtype, value):
     if type(value) is complex and dtype.kind != "c":
         return _C128 if dtype == np.dtype("float64") else _C64
     return dtype
+
+
+def operands(x1, x2):
+    """The NumPy operands of a binary function or operator: one of them may be a Python
+    scalar; raises TypeError where the standard's promotion has no answer."""
+    if type(x1) is Tensor:
+        a = to_np(x1)
+        if type(x2) is Tensor:
+            b = to_np(x2)
+            if a.dtype is not b.dtype:
+                dt = promote(a.dtype, b.dtype)
+                if a.dtype in TIER2_NP or b.dtype in TIER2_NP:
+                    a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
+            return a, b
+        if type(x2) in SCALARS:
+            return a, _scalar(a.dtype, x2)
+    elif type(x2) is Tensor and type(x1) in SCALARS:
+        b = to_np(x2)
+        return _scalar(b.dtype, x1), b
+    raise TypeError(
+        f"expected hurray.Tensors or a hurray.Tensor and a Python scalar, not "
+        f"{type(x1).__name__} and {type(x2).__name__}"
+    )
+
+
+def _scalar(dtype, value):
+    if dtype in TIER2_NP:
+        return np.asarray(value, dtype=scalar_result(dtype, value))
+    check_scalar(dtype, value)
+    return value

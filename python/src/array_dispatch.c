@@ -1,0 +1,51 @@
+/* array_dispatch.c -- the per-call dispatch of the array object's binary operators in C
+ * (ADR-059).
+ *
+ * `self` <op> `other` for two tensors of one dtype of the standard, both over the NumPy arrays
+ * they were made from (every result of the engine is one), is the operator's ufunc on those
+ * arrays and the result wrapped: exactly what the Python operator does for them
+ * (hurray.array_api._operators) without its conversions and promotion. The ufuncs are that
+ * module's table, UFUNCS, which its operators use too; the operators it does not name (floor
+ * division's corrected kernel, the in-place, unary and conversion ones) and every other pair of
+ * operands go to the Python operator (array_object.c).
+ */
+#include "hurray_python.h"
+
+#define AS_NAME(name, module, str) str,
+static const char *const kOpNames[HURRAY_PY_OP_COUNT] = {HURRAY_PY_ARRAY_OPS(AS_NAME)};
+#undef AS_NAME
+
+int hurray__py_array_dispatch_load(HurrayState *st, PyObject *operators) {
+  PyObject *table = PyObject_GetAttrString(operators, "UFUNCS");
+  if (table == NULL) return -1;
+  /* By operation: the ufunc its name has in `table`, or None. */
+  PyObject *ufuncs = PyDict_Check(table) ? PyTuple_New(HURRAY_PY_OP_COUNT) : NULL;
+  if (ufuncs == NULL && !PyErr_Occurred()) {
+    PyErr_SetString(PyExc_SystemError, "hurray.array_api._operators.UFUNCS is not a dict");
+  }
+  for (int i = 0; ufuncs != NULL && i < HURRAY_PY_OP_COUNT; i++) {
+    PyObject *ufunc = PyDict_GetItemString(table, kOpNames[i]);
+    PyTuple_SET_ITEM(ufuncs, i, Py_NewRef(ufunc == NULL ? Py_None : ufunc));
+  }
+  Py_DECREF(table);
+  if (ufuncs == NULL) return -1;
+  st->ufuncs = ufuncs;
+  return 0;
+}
+
+PyObject *hurray__py_array_dispatch(HurrayState *st, int op, PyObject *self, PyObject *other,
+                                    int *done) {
+  *done = 0;
+  if (st->ufuncs == NULL || !Py_IS_TYPE(other, st->tensor_type)) return NULL;
+  PyObject *ufunc = PyTuple_GET_ITEM(st->ufuncs, op);
+  HurrayTensorObject *a = (HurrayTensorObject *)self, *b = (HurrayTensorObject *)other;
+  if (ufunc == Py_None || a->ndarray == NULL || b->ndarray == NULL ||
+      a->desc->dtype != b->desc->dtype || hurray_dtype_info(a->desc->dtype)->tier != 1) {
+    return NULL;
+  }
+  PyObject *args[2] = {hurray__py_tensor_source_ndarray(a), hurray__py_tensor_source_ndarray(b)};
+  if (args[0] == NULL || args[1] == NULL) return NULL;
+  *done = 1;
+  PyObject *result = PyObject_Vectorcall(ufunc, args, 2, NULL);
+  return result == NULL ? NULL : hurray__py_wrap_result(st, result);
+}
