@@ -1,8 +1,12 @@
 """hurray.array_api and hurray.Tensor as the array object: what the conformance suite does not
 cover -- tensors from files, DLPack and the native protocol (read-only, strided, negative
 strides, byte offsets), views and in-place writes, relaxed-mode Tier 2 arithmetic against
-ml_dtypes, and bad input getting the standard's exception with a message naming the problem.
+ml_dtypes, and bad input getting the standard's exception with a message naming the problem;
+also that docs/impl/array-api.md's promotion tables are the implementation's, and that
+`import hurray` works without NumPy.
 """
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -177,6 +181,37 @@ def test_python_scalar_conversions():
     assert [10, 20, 30][xp.asarray(2)] == 30
     assert bool(xp.asarray(True)) is True
     assert bytes(xp.asarray(3, dtype=xp.uint8)) == b"\x03"
+
+
+# ---- docs/impl/array-api.md's promotion tables ------------------------------------------------
+
+
+def promotion_tables():
+    """{(row dtype, column dtype): cell} of each table of the page's "Type promotion" section
+    whose rows are named in bold."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "impl" / "array-api.md").read_text()
+    section = page.split("## Type promotion", 1)[1].split("\n## ", 1)[0]
+    cells, columns = {}, None
+    for line in section.splitlines():
+        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| |"):
+            columns = row[1:]
+        elif line.startswith("| **"):
+            cells.update({(row[0].strip("*"), c): v for c, v in zip(columns, row[1:])})
+    return cells
+
+
+def test_the_pages_promotion_tables_are_what_result_type_answers():
+    tables = promotion_tables()
+    assert len(tables) == 8 * 8 + 4 * 4
+    for mode in ("strict", "relaxed"):
+        with hurray.mode(mode):
+            for (a, b), want in tables.items():
+                if want == "TypeError":
+                    with pytest.raises(TypeError):
+                        xp.result_type(getattr(xp, a), getattr(xp, b))
+                else:
+                    assert xp.result_type(getattr(xp, a), getattr(xp, b)) == getattr(xp, want)
 
 
 # ---- without NumPy --------------------------------------------------------------------------
