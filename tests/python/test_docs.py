@@ -1,4 +1,5 @@
-"""The user guide (docs/guide/*.md) and the README run as written.
+"""The user guide (docs/guide/*.md), the README and docs/impl/cli.md (whose examples are the
+tool's output) run as written.
 
 Each page's blocks run in the order the page gives them, in one namespace and in a fresh
 temporary directory, as a reader copying them one after the other would: ```python blocks are
@@ -22,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "guide"
-PAGES = sorted(GUIDE.glob("*.md")) + [ROOT / "README.md"]
+PAGES = sorted(GUIDE.glob("*.md")) + [ROOT / "README.md", ROOT / "docs" / "impl" / "cli.md"]
 
 BLOCK = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 RUNNABLE = ("python", "pycon", "console")
