@@ -1113,7 +1113,7 @@ HURRAY_API int hurray_convert(const char *input, const char *output,
  *
  * A server serves named tensors -- from Hurray files (sent from the mapping, never copied in
  * user space) and from tensors registered in memory -- to clients that fetch them whole, by
- * rows or from a resume offset, and, unless it is read-only, accepts uploads. Every tensor
+ * rows, by byte range or from a resume offset, and, unless it is read-only, accepts uploads. Every tensor
  * crosses the wire with its whole descriptor (the file format's tensor record) and an XXH3-64
  * checksum per buffer, which the receiver checks before it hands anything out. The hellos
  * negotiate the protocol version, the frame size and the device tags both peers know: a tag
@@ -1125,7 +1125,7 @@ HURRAY_API int hurray_convert(const char *input, const char *output,
  * ============================================================================================ */
 
 #define HURRAY_WIRE_VERSION_MAJOR 1
-#define HURRAY_WIRE_VERSION_MINOR 0
+#define HURRAY_WIRE_VERSION_MINOR 1
 
 /* TLS (OpenSSL, TLS 1.3; ADR-061): the frames travel unchanged inside a TLS session. A server
  * given certificate_file and key_file accepts only TLS clients (a plaintext client is answered
@@ -1206,10 +1206,16 @@ typedef struct HurrayServerStats {
   uint64_t requests;            /* requests answered (data, list, upload, error) */
   uint64_t buffered_bytes;      /* memory the connections hold now (frames, queues) */
   uint64_t peak_buffered_bytes; /* its maximum since create */
-  uint64_t reserved[4];
+  uint64_t transfers;           /* tensor responses sent in full (every frame written) */
+  uint64_t sent_bytes;          /* tensor bytes sent in DATA frames */
+  uint64_t passed_bytes;        /* tensor bytes handed over as file descriptors (same-host
+                                   path, spec §6.6): a DATA_FD frame counts its buffer's size */
+  uint64_t reserved[1];
 } HurrayServerStats;
 
-/* A snapshot of the counters; thread-safe. */
+/* A snapshot of the counters; thread-safe. Bytes are counted once a frame has been written to
+ * the socket, so sent_bytes + passed_bytes are the stream bytes of the responses so far
+ * (uploads are not counted). */
 HURRAY_API int hurray_server_stats(const HurrayServer *server, HurrayServerStats *out,
                                    HurrayError *error);
 /* Closes the socket and frees everything, releasing the tensors served. Must not be called
@@ -1288,6 +1294,9 @@ HURRAY_API int hurray_client_list(HurrayClient *client, HurrayRemoteTensor **out
                                   uint32_t *count, HurrayError *error);
 
 #define HURRAY_GET_FALLBACK (1u << 0) /* serve from the CPU if the preferred device cannot be */
+/* hurray_client_fetch and _read_file: do not fsync the file and its directory, as
+   HURRAY_FILE_WRITE_NOT_DURABLE (ADR-055); it still appears only whole */
+#define HURRAY_GET_NOT_DURABLE (1u << 1)
 
 typedef struct HurrayGetOptions {
   uint8_t preferred_device; /* HurrayDeviceTag; CPU by default (zeroed options) */
@@ -1335,11 +1344,41 @@ HURRAY_API int hurray_client_get(HurrayClient *client, const char *name,
  * bounded by the frame size whatever the tensor's size, and max_tensor_bytes does not apply.
  * The file appears at `path` only when every byte has arrived and every checksum matched, as
  * with hurray_file_writer_* (a failure leaves any previous file there intact). A file holds
- * host bytes: preferred_device must be CPU (HURRAY_EINVAL). Statuses: those of
- * hurray_client_get, and the writer's (HURRAY_EIO). */
+ * host bytes: preferred_device must be CPU (HURRAY_EINVAL). The file and its directory are
+ * fsynced before the rename unless options->flags has HURRAY_GET_NOT_DURABLE (ADR-055).
+ * Statuses: those of hurray_client_get, and the writer's (HURRAY_EIO). */
 HURRAY_API int hurray_client_fetch(HurrayClient *client, const char *name,
                                    const HurrayGetOptions *options, const char *path,
                                    HurrayError *error);
+/* Reads bytes [start, stop) of tensor `name`'s stream -- its buffers as the server sends them
+ * (compact, spec §6.3), concatenated in order; hurray_client_list's data_bytes is its length --
+ * into `dst`, caller memory of stop - start bytes (NULL when they are equal), in host memory.
+ * Only those bytes cross the wire (a BYTES request, spec §6.2), so a part of a huge tensor is
+ * read without the rest, and several clients on several connections can each read a part of
+ * one tensor into their slice of one destination. Verification: the server sends the range
+ * in DATA frames that each carry a 32-bit XXH3 check of their bytes (protocol 1.1, ADR-064),
+ * and each frame is checked as it arrives; a mismatch is HURRAY_ECHECKSUM naming the byte
+ * range, with the connection closed. The checks prove the bytes arrived as the server read
+ * them; the tensor's per-buffer checksums, which cover whole buffers, are not checked (a
+ * caller that reads every byte of a buffer may hash it against them itself). On a failure
+ * `dst` holds unspecified bytes and must not be used. With options->retries a dropped
+ * connection is resumed after the last checked frame; the tensor must then be the same one
+ * (HURRAY_ESTATE otherwise). options: preferred_device CPU, no rows, HURRAY_GET_FALLBACK
+ * ignored; retries, progress (with the range's byte counts). Statuses: HURRAY_EINVAL (bad
+ * range or options, no such tensor, a range past the stream's end), HURRAY_EUNSUPPORTED (a
+ * server speaking protocol 1.0, whose ranges carry no checks: nothing is sent), and those of
+ * hurray_client_get. */
+HURRAY_API int hurray_client_read(HurrayClient *client, const char *name, uint64_t start,
+                                  uint64_t stop, void *dst, const HurrayGetOptions *options,
+                                  HurrayError *error);
+/* The same into a new file at `path` holding exactly those bytes, streaming (memory use is
+ * bounded by the frame size): the file appears only when every frame has arrived and matched
+ * its check, fsynced with its directory unless options->flags has HURRAY_GET_NOT_DURABLE
+ * (ADR-055); a failure leaves any previous file there intact. Statuses: those of
+ * hurray_client_read, and the writer's (HURRAY_EIO). */
+HURRAY_API int hurray_client_read_file(HurrayClient *client, const char *name, uint64_t start,
+                                       uint64_t stop, const char *path,
+                                       const HurrayGetOptions *options, HurrayError *error);
 /* Uploads a tensor held in CPU memory under `name` (borrowed). Statuses: HURRAY_EDENIED
  * (read-only server), HURRAY_EINVAL (name taken), HURRAY_ELIMIT (too large for the server),
  * HURRAY_EUNSUPPORTED (buffers not on the CPU), and the connection errors. */

@@ -293,6 +293,7 @@ def convert(input: _Path, output: _Path, *, alignment: int | None = None,
             drop_metadata: builtins.bool = False, durable: builtins.bool = True) -> None: ...
 
 _T = TypeVar("_T")
+_W = TypeVar("_W")  # a writable buffer that Client.read fills and returns
 
 @final
 class File(Mapping[str, Tensor]):
@@ -341,6 +342,12 @@ class Client:
             slice: builtins.slice | tuple[int, int] | None = None,
             fallback: builtins.bool = False, retries: int = 0,
             progress: Callable[[int, int], object] | None = None) -> Tensor: ...
+    @overload
+    def read(self, name: str, start: int, stop: int, /, *, out: None = None, retries: int = 0,
+             progress: Callable[[int, int], object] | None = None) -> bytes: ...
+    @overload
+    def read(self, name: str, start: int, stop: int, /, *, out: _W, retries: int = 0,
+             progress: Callable[[int, int], object] | None = None) -> _W: ...
     def put(self, name: str, tensor: Any, /) -> None: ...
     def close(self) -> None: ...
     @property

@@ -248,8 +248,9 @@ const Command kLsCommand = {"ls", "list the tensors a server serves", kLsUsage, 
 /* ---- fetch -------------------------------------------------------------------------------- */
 
 static const char kFetchUsage[] =
-    "usage: hurray fetch [-q] [-o OUT] [--rows START:STOP] [-r N] [-s SECRET_FILE]\n"
-    "                    [-t SECONDS] [--tls-ca FILE] [--tls-server-name NAME] URL NAME\n"
+    "usage: hurray fetch [-q] [-o OUT] [--rows START:STOP | --bytes START:STOP] [-r N]\n"
+    "                    [--no-sync] [-s SECRET_FILE] [-t SECONDS] [--tls-ca FILE]\n"
+    "                    [--tls-server-name NAME] URL NAME\n"
     "\n"
     "Fetches tensor NAME from a server into a new Hurray file, streaming (memory use does\n"
     "not grow with the tensor), with its metadata. Every buffer's checksum is checked as\n"
@@ -257,8 +258,16 @@ static const char kFetchUsage[] =
     "stderr when it is a terminal and the transfer takes more than a moment.\n"
     "\n"
     "options:\n"
-    "  -o, --output OUT         the file to write (default NAME.hurray)\n"
+    "  -o, --output OUT         the file to write (default NAME.hurray, or NAME.bin with\n"
+    "                           --bytes)\n"
     "      --rows START:STOP    only rows [START, STOP) of a dense tensor\n"
+    "      --bytes START:STOP   only bytes [START, STOP) of the tensor's data (its buffers\n"
+    "                           as served, concatenated; `hurray ls` shows their size),\n"
+    "                           written raw to OUT; each frame of them is checked as it\n"
+    "                           arrives (the buffers' checksums need whole buffers)\n"
+    "      --no-sync            do not fsync OUT and its directory: OUT still replaces any\n"
+    "                           previous file only once complete, but a system crash may\n"
+    "                           lose it\n"
     "  -r, --retries N          reconnect and resume up to N times if the connection drops\n"
     "  -s, --secret-file FILE   the shared secret (default: the HURRAY_SECRET variable)\n"
     "  -t, --timeout SECONDS    the longest wait for the server (default 30)\n"
@@ -270,6 +279,23 @@ typedef struct FetchProgress {
   struct timespec start;
   int shown; /* last percentage printed, -1 for none */
 } FetchProgress;
+
+/* START:STOP with 0 <= START < STOP, for --rows and --bytes. */
+static int parse_span(const char *option, const char *text, int64_t *start, int64_t *stop) {
+  char *colon = NULL, *end = NULL;
+  errno = 0;
+  long long a = strtoll(text, &colon, 10);
+  long long b = colon && *colon == ':' ? strtoll(colon + 1, &end, 10) : -1;
+  if (colon == text || *colon != ':' || end == colon + 1 || *end != '\0' || errno != 0 || a < 0 ||
+      b <= a) {
+    cli_error(&kFetchCommand, "--%s must be START:STOP with 0 <= START < STOP, not '%s'", option,
+              text);
+    return EXIT_USAGE;
+  }
+  *start = a;
+  *stop = b;
+  return -1;
+}
 
 /* Shows progress once the transfer has taken half a second. */
 static void fetch_progress(void *context, uint64_t done, uint64_t total) {
@@ -285,11 +311,13 @@ static void fetch_progress(void *context, uint64_t done, uint64_t total) {
 }
 
 static int run_fetch(int argc, char **argv) {
-  bool quiet = false;
-  const char *output = NULL, *rows = NULL, *retries = NULL;
+  bool quiet = false, no_sync = false;
+  const char *output = NULL, *rows = NULL, *bytes = NULL, *retries = NULL;
   ConnectArgs args = {0};
   const CliOption options[] = {{'o', "output", NULL, &output},
                                {0, "rows", NULL, &rows},
+                               {0, "bytes", NULL, &bytes},
+                               {0, "no-sync", &no_sync, NULL},
                                {'r', "retries", NULL, &retries},
                                {'s', "secret-file", NULL, &args.secret_file},
                                {'t', "timeout", NULL, &args.timeout},
@@ -297,24 +325,19 @@ static int run_fetch(int argc, char **argv) {
                                {0, "tls-ca", NULL, &args.tls_ca},
                                {0, "tls-server-name", NULL, &args.tls_server_name}};
   const char *operands[2];
-  int rc = cli_parse_operands(&kFetchCommand, argc, argv, options, 8, operands, 2, "URL and NAME");
+  int rc = cli_parse_operands(&kFetchCommand, argc, argv, options, 10, operands, 2,
+                              "URL and NAME");
   if (rc >= 0) return rc;
   const char *url = operands[0], *name = operands[1];
-  HurrayGetOptions get = {0};
-  if (rows != NULL) {
-    char *colon = NULL, *end = NULL;
-    errno = 0;
-    long long start = strtoll(rows, &colon, 10);
-    long long stop = colon && *colon == ':' ? strtoll(colon + 1, &end, 10) : -1;
-    if (colon == rows || *colon != ':' || end == colon + 1 || *end != '\0' || errno != 0 ||
-        start < 0 || stop <= start) {
-      cli_error(&kFetchCommand, "--rows must be START:STOP with 0 <= START < STOP, not '%s'",
-                rows);
-      return EXIT_USAGE;
-    }
-    get.row_start = start;
-    get.row_stop = stop;
+  HurrayGetOptions get = {.flags = no_sync ? HURRAY_GET_NOT_DURABLE : 0u};
+  int64_t byte_start = 0, byte_stop = 0;
+  if (rows != NULL && bytes != NULL) {
+    cli_error(&kFetchCommand, "--rows and --bytes exclude each other");
+    return EXIT_USAGE;
   }
+  if (rows != NULL) rc = parse_span("rows", rows, &get.row_start, &get.row_stop);
+  if (bytes != NULL) rc = parse_span("bytes", bytes, &byte_start, &byte_stop);
+  if (rc >= 0) return rc;
   if (retries != NULL) {
     double n = 0;
     rc = parse_number(&kFetchCommand, "retries", retries, 1000, &n);
@@ -327,7 +350,7 @@ static int run_fetch(int argc, char **argv) {
       cli_error(&kFetchCommand, "'%s' is not a file name: give -o OUT", name);
       return EXIT_USAGE;
     }
-    snprintf(default_output, sizeof default_output, "%s.hurray", name);
+    snprintf(default_output, sizeof default_output, "%s.%s", name, bytes ? "bin" : "hurray");
     output = default_output;
   }
   HurrayClient *client = NULL;
@@ -341,11 +364,18 @@ static int run_fetch(int argc, char **argv) {
     get.progress_context = &progress;
   }
   HurrayError error = {0};
-  int status = hurray_client_fetch(client, name, &get, output, &error);
+  int status = bytes ? hurray_client_read_file(client, name, (uint64_t)byte_start,
+                                                (uint64_t)byte_stop, output, &get, &error)
+                      : hurray_client_fetch(client, name, &get, output, &error);
   hurray_client_destroy(client);
   if (tty && progress.shown >= 0) cli_progress_clear();
   if (status != HURRAY_OK) return cli_fail(&kFetchCommand, name, status, &error);
-  if (!quiet) printf("fetched %s into %s\n", name, output);
+  if (!quiet && bytes) {
+    printf("fetched bytes [%" PRId64 ", %" PRId64 ") of %s into %s\n", byte_start, byte_stop, name,
+           output);
+  } else if (!quiet) {
+    printf("fetched %s into %s\n", name, output);
+  }
   return EXIT_OK;
 }
 

@@ -477,11 +477,18 @@ typedef struct Transfer {
   WireTensor tensor;
   bool have_tensor;
   const char *path;  /* fetch: the file to write; NULL for get */
+  bool not_durable;  /* fetch: HURRAY_GET_NOT_DURABLE */
   HurrayFileWriter *writer;
   uint32_t begun;    /* fetch: buffers begun in the writer */
   WireSinkFn sink;   /* stream */
   void *sink_context;
   uint8_t *chunk;    /* fetch, stream and get on a device: CLIENT_CHUNK bytes */
+  bool range;        /* read: stream bytes [range_start, range_start + range_len) to range_dst
+                        or, through `chunk`, to range_out; each DATA frame checked on its own
+                        (spec §6.4) */
+  uint8_t *range_dst;
+  FileOutput *range_out;
+  uint64_t range_start, range_len;
   HurrayBufferList *list;
   uint8_t device;            /* the device asked for */
   HurrayDeviceQueue *queue;  /* get on a device: the caller's or `own_queue` */
@@ -530,6 +537,18 @@ static bool same_buffers(const WireTensor *a, const WireTensor *b) {
 static int prepare(Transfer *t, HurrayError *error) {
   const WireTensor *w = &t->tensor;
   int status = HURRAY_OK;
+  if (t->range) { /* into the caller's memory, from the buffer and offset of range_start (a
+                     range past the stream's end is caught by the checks of every frame) */
+    uint64_t at = t->range_start;
+    while (t->buffer < w->nbuffers && at >= w->buffers[t->buffer].desc.byte_size) {
+      at -= w->buffers[t->buffer++].desc.byte_size;
+    }
+    t->offset = t->buffer < w->nbuffers ? at : 0;
+    if (t->range_out == NULL) return HURRAY_OK;
+    t->chunk = malloc(CLIENT_CHUNK);
+    t->hasher = hurray__hasher_create();
+    return t->chunk && t->hasher ? HURRAY_OK : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
   uint32_t alignment = HURRAY_FILE_DEFAULT_ALIGNMENT;
   for (uint32_t i = 0; i < w->nbuffers; i++) {
     const HurrayBufferDesc *d = &w->buffers[i].desc;
@@ -555,7 +574,8 @@ static int prepare(Transfer *t, HurrayError *error) {
     return status;
   }
   if (t->path != NULL || t->sink != NULL) {
-    HurrayFileWriterOptions options = {.alignment = alignment};
+    HurrayFileWriterOptions options = {
+        .alignment = alignment, .flags = t->not_durable ? HURRAY_FILE_WRITE_NOT_DURABLE : 0u};
     t->chunk = malloc(CLIENT_CHUNK);
     if (t->chunk == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
     if (t->sink != NULL) return HURRAY_OK;
@@ -611,7 +631,8 @@ static int receive_header(HurrayClient *c, uint64_t id, Transfer *t, bool *end,
   t->arena = arena;
   t->tensor = tensor;
   t->have_tensor = true;
-  if (tensor.total_bytes > c->max_tensor_bytes && t->path == NULL && t->sink == NULL) {
+  if (tensor.total_bytes > c->max_tensor_bytes && t->path == NULL && t->sink == NULL &&
+      !t->range) {
     return hurray__fail(error, HURRAY_ELIMIT, "tensor of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
                         tensor.total_bytes, c->max_tensor_bytes);
   }
@@ -669,6 +690,47 @@ static int receive_bytes(HurrayClient *c, Transfer *t, uint64_t n, HurrayError *
   return status;
 }
 
+/* read: the `n` bytes of a DATA frame of a BYTES response, into the caller's memory or the
+ * file, counted received only once they match the frame's `check` (spec §6.4); a frame cut
+ * short is taken back out of the file, so that a resumed transfer writes it again. */
+static int receive_range(HurrayClient *c, Transfer *t, uint64_t n, uint32_t check,
+                         HurrayError *error) {
+  uint64_t digest = 0;
+  if (t->range_out == NULL) {
+    uint8_t *dest = t->range_dst + t->received;
+    int status = recv_exact(c, dest, (size_t)n, error);
+    if (status != HURRAY_OK) return status;
+    digest = hurray__xxh3(dest, (size_t)n);
+  } else {
+    hurray__hasher_reset(t->hasher);
+    for (uint64_t left = n; left > 0;) {
+      size_t k = left < CLIENT_CHUNK ? (size_t)left : CLIENT_CHUNK;
+      int status = recv_exact(c, t->chunk, k, error);
+      if (status == HURRAY_OK) {
+        hurray__hasher_update(t->hasher, t->chunk, k);
+        status = hurray__output_write(t->range_out, t->chunk, k, error);
+        if (status != HURRAY_OK) status = broken(c, status); /* the file cannot go on */
+      }
+      if (status != HURRAY_OK) {
+        hurray__output_rewind(t->range_out, t->received);
+        return status;
+      }
+      left -= k;
+    }
+    digest = hurray__hasher_digest(t->hasher);
+  }
+  if ((uint32_t)digest != check) {
+    uint64_t at = t->range_start + t->received;
+    return broken(c, hurray__fail(error, HURRAY_ECHECKSUM,
+                                  "tensor '%s' bytes [%" PRIu64 ", %" PRIu64
+                                  "): checksum mismatch (corrupted in transit)",
+                                  t->tensor.record.name, at, at + n));
+  }
+  t->offset += n;
+  t->received += n;
+  return HURRAY_OK;
+}
+
 /* A DATA_FD frame (spec §6.6): the whole of the next buffer as a descriptor, mapped (or, for
  * fetch and stream, handed on from the mapping) and hashed like received bytes. */
 static int receive_fd(HurrayClient *c, const WireHeader *h, Transfer *t, HurrayError *error) {
@@ -688,6 +750,9 @@ static int receive_fd(HurrayClient *c, const WireHeader *h, Transfer *t, HurrayE
   }
   if (status == HURRAY_OK && t->tensor.device != HURRAY_DEVICE_CPU) {
     status = hurray__fail(error, HURRAY_EPROTOCOL, "a DATA_FD frame for device memory");
+  }
+  if (status == HURRAY_OK && t->range) {
+    status = hurray__fail(error, HURRAY_EPROTOCOL, "a DATA_FD frame in a byte range");
   }
   if (status == HURRAY_OK &&
       (ref.buffer != t->buffer || t->buffer >= t->tensor.nbuffers || t->offset != 0 ||
@@ -742,19 +807,20 @@ static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayG
       skip_empty(t);
       uint32_t buffer = hurray__load_le32(fixed);
       uint64_t offset = hurray__load_le64(fixed + 8), n = h.length - WIRE_DATA_FIXED;
+      uint32_t check = hurray__load_le32(fixed + 4); /* zero but in a range (spec §6.4) */
       if (buffer != t->buffer || offset != t->offset || t->buffer >= t->tensor.nbuffers || n == 0 ||
           n > t->tensor.buffers[t->buffer].desc.byte_size - t->offset ||
-          hurray__load_le32(fixed + 4) != 0) {
+          (t->range ? n > t->range_len - t->received : check != 0)) {
         return broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
                                       "DATA for buffer %" PRIu32 " offset %" PRIu64
                                       " is not the next %" PRIu64 " bytes",
                                       buffer, offset, n));
       }
-      status = receive_bytes(c, t, n, error);
+      status = t->range ? receive_range(c, t, n, check, error) : receive_bytes(c, t, n, error);
       if (status != HURRAY_OK) return status;
     }
     const WireBuffer *b = &t->tensor.buffers[t->buffer];
-    if (t->offset == b->desc.byte_size) {
+    if (!t->range && t->offset == b->desc.byte_size) {
       if (hurray__hasher_digest(t->hasher) != b->checksum) {
         return broken(c, hurray__fail(error, HURRAY_ECHECKSUM,
                                       "tensor '%s' buffer %" PRIu32
@@ -763,7 +829,9 @@ static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayG
       }
       hurray__hasher_reset(t->hasher);
     }
-    if (o->progress) o->progress(o->progress_context, t->received, t->tensor.total_bytes);
+    if (o->progress) {
+      o->progress(o->progress_context, t->received, t->range ? t->range_len : t->tensor.total_bytes);
+    }
     if (h.flags & WIRE_FLAG_END) return HURRAY_OK;
   }
 }
@@ -771,7 +839,7 @@ static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayG
 /* Whether a failed transfer may resume on a new connection. */
 static bool resumable(int status, const Transfer *t) {
   return (status == HURRAY_ECONNECTION || status == HURRAY_ETIMEOUT) && t->have_tensor &&
-         (t->list != NULL || t->chunk != NULL);
+         (t->list != NULL || t->chunk != NULL || t->range);
 }
 
 /* The queue a transfer receives on when it asks for a device other than the CPU: the caller's,
@@ -786,9 +854,9 @@ static int device_queue(const HurrayGetOptions *o, Transfer *t, WireRequest *r,
                         hurray_device_name(o->preferred_device));
   }
   if (o->preferred_device == HURRAY_DEVICE_CPU) return HURRAY_OK;
-  if (t->path != NULL || t->sink != NULL) {
-    return hurray__fail(error, HURRAY_EINVAL, "a file or a stream takes host bytes: ask for cpu, "
-                                              "not %s",
+  if (t->path != NULL || t->sink != NULL || t->range) {
+    return hurray__fail(error, HURRAY_EINVAL, "a file, a stream or a byte range takes host "
+                                              "bytes: ask for cpu, not %s",
                         hurray_device_name(o->preferred_device));
   }
   t->queue = o->queue;
@@ -817,9 +885,17 @@ static int transfer(HurrayClient *c, const char *name, const HurrayGetOptions *o
   if (options != NULL) o = *options;
   WireRequest r = {.preferred_device = o.preferred_device,
                    .flags = (o.flags & HURRAY_GET_FALLBACK) ? WIRE_REQUEST_FALLBACK : 0};
-  if ((o.flags & ~HURRAY_GET_FALLBACK) || !hurray__all_zero(o.reserved, sizeof o.reserved) ||
-      o.reserved0 != 0 || o.row_stop < o.row_start || name == NULL) {
+  uint32_t flags = HURRAY_GET_FALLBACK | (t->path || t->range_out ? HURRAY_GET_NOT_DURABLE : 0u);
+  if ((o.flags & ~flags) || !hurray__all_zero(o.reserved, sizeof o.reserved) ||
+      o.reserved0 != 0 || o.row_stop < o.row_start || name == NULL ||
+      (t->range && (o.row_start != 0 || o.row_stop != 0))) {
     return hurray__fail(error, HURRAY_EINVAL, "invalid get options or name");
+  }
+  if (t->range && c->server->version_minor < 1) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "the server speaks wire protocol 1.%u, whose byte ranges carry no "
+                        "checksum: reading one needs 1.1",
+                        (unsigned)c->server->version_minor);
   }
   if (!t->have_tensor) {
     status = device_queue(&o, t, &r, error);
@@ -829,6 +905,10 @@ static int transfer(HurrayClient *c, const char *name, const HurrayGetOptions *o
     r.range_kind = WIRE_RANGE_ROWS;
     r.start = o.row_start;
     r.stop = o.row_stop;
+  } else if (t->range) {
+    r.range_kind = WIRE_RANGE_BYTES;
+    r.start = (int64_t)t->range_start;
+    r.stop = (int64_t)(t->range_start + t->range_len);
   }
   r.name_len = strlen(name);
   if (r.name_len > HURRAY_MAX_NAME) {
@@ -845,7 +925,7 @@ static int transfer(HurrayClient *c, const char *name, const HurrayGetOptions *o
     if (status == HURRAY_OK && !end) status = receive_data(c, id, t, &o, error);
     if (status == HURRAY_OK) {
       skip_empty(t);
-      if (t->buffer != t->tensor.nbuffers) {
+      if (t->range ? t->received != t->range_len : t->buffer != t->tensor.nbuffers) {
         status = broken(c, hurray__fail(error, HURRAY_EPROTOCOL,
                                         "the response ended before its last byte"));
       }
@@ -875,7 +955,8 @@ int hurray_client_get(HurrayClient *c, const char *name, const HurrayGetOptions 
 int hurray_client_fetch(HurrayClient *c, const char *name, const HurrayGetOptions *options,
                         const char *path, HurrayError *error) {
   if (path == NULL) return hurray__fail(error, HURRAY_EINVAL, "path is NULL");
-  Transfer t = {.path = path};
+  Transfer t = {.path = path,
+                .not_durable = options != NULL && (options->flags & HURRAY_GET_NOT_DURABLE)};
   int status = transfer(c, name, options, &t, error);
   HurrayMetaValue *metadata = NULL;
   if (status == HURRAY_OK) status = begin_buffers(&t, t.tensor.nbuffers, error);
@@ -889,6 +970,42 @@ int hurray_client_fetch(HurrayClient *c, const char *name, const HurrayGetOption
   if (status == HURRAY_OK) status = hurray_file_writer_finish(t.writer, error);
   hurray_meta_destroy(metadata);
   transfer_reset(&t);
+  return status;
+}
+
+int hurray_client_read(HurrayClient *c, const char *name, uint64_t start, uint64_t stop,
+                       void *dst, const HurrayGetOptions *options, HurrayError *error) {
+  if (stop < start || stop > INT64_MAX || (dst == NULL && stop > start)) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "bytes [%" PRIu64 ", %" PRIu64 ") into %s: give 0 <= start <= stop < 2^63 "
+                        "and memory for them",
+                        start, stop, dst ? "memory" : "NULL");
+  }
+  Transfer t = {.range = true, .range_dst = dst, .range_start = start, .range_len = stop - start};
+  int status = transfer(c, name, options, &t, error);
+  transfer_reset(&t);
+  return status;
+}
+
+int hurray_client_read_file(HurrayClient *c, const char *name, uint64_t start, uint64_t stop,
+                            const char *path, const HurrayGetOptions *options,
+                            HurrayError *error) {
+  if (stop < start || stop > INT64_MAX || path == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "bytes [%" PRIu64 ", %" PRIu64 ") into %s: give 0 <= start <= stop < 2^63 "
+                        "and a path",
+                        start, stop, path ? path : "NULL");
+  }
+  int status = usable(c, error);
+  FileOutput out;
+  bool durable = options == NULL || !(options->flags & HURRAY_GET_NOT_DURABLE);
+  if (status == HURRAY_OK) status = hurray__output_open(&out, path, durable, error);
+  if (status != HURRAY_OK) return status;
+  Transfer t = {.range = true, .range_out = &out, .range_start = start, .range_len = stop - start};
+  status = transfer(c, name, options, &t, error);
+  transfer_reset(&t);
+  if (status == HURRAY_OK) status = hurray__output_commit(&out, error);
+  hurray__output_close(&out);
   return status;
 }
 

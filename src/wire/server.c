@@ -70,6 +70,7 @@ typedef struct Conn {
   int64_t frame_start; /* when the frame being read started, 0 between frames */
   uint64_t max_frame;
   bool fd_passing; /* negotiated: buffers may go as DATA_FD (spec §6.6) */
+  uint16_t minor;  /* the negotiated minor version */
   uint8_t client_nonce[WIRE_NONCE_SIZE];
   uint8_t server_nonce[WIRE_NONCE_SIZE];
   /* input */
@@ -85,6 +86,7 @@ typedef struct Conn {
   size_t out_sent;
   WirePlan plan;
   bool sending;
+  bool frame_checks; /* a BYTES response in 1.1: each DATA frame carries its check (spec §6.4) */
   uint64_t request_id;
   uint32_t segment;
   uint64_t segment_sent;
@@ -478,10 +480,12 @@ static void on_hello(HurrayServer *s, Conn *c, const uint8_t *p, size_t len) {
     pthread_mutex_unlock(&s->lock);
     c->fd_passing = (hello->flags & WIRE_CLIENT_FD_PASSING) && s->address.family == AF_UNIX &&
                     c->tls == NULL && !(s->flags & HURRAY_SERVER_NO_FD_PASSING);
+    c->minor = hello->version_minor < WIRE_VERSION_MINOR ? hello->version_minor
+                                                         : WIRE_VERSION_MINOR;
     WireHello *mine = hello; /* reused for the answer */
     memset(mine, 0, sizeof *mine);
     mine->version_major = WIRE_VERSION_MAJOR;
-    mine->version_minor = WIRE_VERSION_MINOR;
+    mine->version_minor = c->minor;
     mine->flags = (s->secret ? WIRE_HELLO_AUTH : 0u) |
                   (s->flags & HURRAY_SERVER_READ_ONLY ? WIRE_HELLO_READ_ONLY : 0u) |
                   (c->fd_passing ? WIRE_HELLO_FD_PASSING : 0u);
@@ -567,12 +571,18 @@ static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, 
                      c->plan.header.data, c->plan.header.len);
   hurray__sink_reset(&c->plan.header);
   c->sending = c->plan.nsegments > 0;
+  c->frame_checks = c->minor >= 1 && r.range_kind == WIRE_RANGE_BYTES;
   c->request_id = id;
   c->segment = 0;
   c->segment_sent = 0;
   c->chunk_left = 0;
   c->data_head_len = 0;
-  if (!c->sending) hurray__wire_plan_reset(&c->plan);
+  if (!c->sending) {
+    hurray__wire_plan_reset(&c->plan);
+    pthread_mutex_lock(&s->lock);
+    s->stats.transfers++; /* a response without data: its header is all of it */
+    pthread_mutex_unlock(&s->lock);
+  }
 }
 
 static void refuse_upload(Conn *c, Upload *u, int code, const char *message) {
@@ -876,6 +886,29 @@ static bool stage_chunk(HurrayServer *s, Conn *c, const WireSegment *g, uint64_t
   return false;
 }
 
+/* The bytes of the next DATA frame of segment `g`: staged, from memory, or zeros. */
+static const uint8_t *frame_bytes(const Conn *c, const WireSegment *g) {
+  return g->device ? c->stage + (c->chunk_size - c->chunk_left)
+         : g->data ? g->data + c->segment_sent
+                   : kZeros; /* gaps: < 64 bytes */
+}
+
+/* A DATA frame's check (spec §6.4): the low 32 bits of the XXH3-64 of its `n` bytes, which
+ * are staged already when they come from device memory. */
+static uint32_t frame_check(const Conn *c, const WireSegment *g, uint64_t n) {
+  const uint8_t *from = g->device ? c->stage : frame_bytes(c, g);
+  return (uint32_t)hurray__xxh3(from, (size_t)n);
+}
+
+/* Counts a frame that is out: its stream bytes, and the response if it was the last. */
+static void count_sent(HurrayServer *s, const WireSegment *g, uint64_t n, bool last) {
+  pthread_mutex_lock(&s->lock);
+  if (g->by_fd) s->stats.passed_bytes += n;
+  else s->stats.sent_bytes += n;
+  if (last) s->stats.transfers++;
+  pthread_mutex_unlock(&s->lock);
+}
+
 /* Writes what the socket takes; returns false once the connection has been closed. */
 static bool conn_write(HurrayServer *s, Conn *c) {
   for (;;) {
@@ -906,7 +939,7 @@ static bool conn_write(HurrayServer *s, Conn *c) {
         WireHeader h = {WIRE_DATA, last ? WIRE_FLAG_END : 0, c->request_id, chunk + WIRE_DATA_FIXED};
         hurray__wire_header_encode(&h, c->data_head);
         hurray__store_le32(f, g->buffer);
-        hurray__store_le32(f + 4, 0);
+        hurray__store_le32(f + 4, c->frame_checks ? frame_check(c, g, chunk) : 0);
         hurray__store_le64(f + 8, g->offset + c->segment_sent);
         c->data_head_len = WIRE_HEADER_SIZE + WIRE_DATA_FIXED;
         c->data_head_sent = 0;
@@ -918,10 +951,7 @@ static bool conn_write(HurrayServer *s, Conn *c) {
                                       c->data_head_len - c->data_head_sent};
       }
       if (c->chunk_left > 0) {
-        const uint8_t *from = g->device ? c->stage + (c->chunk_size - c->chunk_left)
-                              : g->data ? g->data + c->segment_sent
-                                        : kZeros; /* gaps: < 64 bytes */
-        iov[n_iov++] = (struct iovec){(void *)from, (size_t)c->chunk_left};
+        iov[n_iov++] = (struct iovec){(void *)frame_bytes(c, g), (size_t)c->chunk_left};
       }
       if (g->by_fd && c->data_head_sent == 0) attach = g->fd; /* with the frame's first byte */
     } else {
@@ -957,6 +987,8 @@ static bool conn_write(HurrayServer *s, Conn *c) {
     c->segment_sent += g->by_fd && c->data_head_sent == c->data_head_len ? g->len : w;
     if (c->chunk_left == 0 && c->data_head_sent == c->data_head_len) {
       c->data_head_len = 0; /* the frame is out */
+      count_sent(s, g, g->by_fd ? g->len : c->chunk_size,
+                 c->segment_sent == g->len && c->segment + 1 == c->plan.nsegments);
       if (c->segment_sent == g->len) {
         c->segment++;
         c->segment_sent = 0;

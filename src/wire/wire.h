@@ -30,7 +30,7 @@ enum {
   WIRE_MAGIC_SIZE = 4,
   WIRE_HEADER_SIZE = 24, /* magic[4] type[1] flags[1] reserved[2] request_id[8] length[8] */
   WIRE_VERSION_MAJOR = 1,
-  WIRE_VERSION_MINOR = 0,
+  WIRE_VERSION_MINOR = 1, /* 1.1: DATA frames of a BYTES response carry a check */
   WIRE_FLAG_END = 1, /* the last frame of a response or an upload */
   WIRE_NONCE_SIZE = 32,
   WIRE_MAC_SIZE = 32,

@@ -138,7 +138,10 @@ PIN_OFFSET(HurrayServerStats, refused, 16);
 PIN_OFFSET(HurrayServerStats, requests, 24);
 PIN_OFFSET(HurrayServerStats, buffered_bytes, 32);
 PIN_OFFSET(HurrayServerStats, peak_buffered_bytes, 40);
-PIN_OFFSET(HurrayServerStats, reserved, 48);
+PIN_OFFSET(HurrayServerStats, transfers, 48);
+PIN_OFFSET(HurrayServerStats, sent_bytes, 56);
+PIN_OFFSET(HurrayServerStats, passed_bytes, 64);
+PIN_OFFSET(HurrayServerStats, reserved, 72);
 
 PIN_SIZE(HurrayClientOptions, 80);
 PIN_OFFSET(HurrayClientOptions, timeout_ms, 0);
@@ -199,7 +202,7 @@ _Static_assert(HURRAY_FLOAT64_TEXT_SIZE == 32, "float64 text size");
 
 /* Values that are forever. */
 _Static_assert(HURRAY_C_ABI_VERSION == 4, "C ABI version");
-_Static_assert(HURRAY_WIRE_VERSION_MAJOR == 1 && HURRAY_WIRE_VERSION_MINOR == 0,
+_Static_assert(HURRAY_WIRE_VERSION_MAJOR == 1 && HURRAY_WIRE_VERSION_MINOR == 1,
                "wire protocol version (docs/spec/interchange.md)");
 _Static_assert(HURRAY_DESC_SIZE == 16, "descriptor size");
 _Static_assert(HURRAY_MIN_ALIGNMENT == 64, "minimum alignment");

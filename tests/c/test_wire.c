@@ -110,6 +110,19 @@ static void assert_same_buffers(const HurrayTensorContext *a, const HurrayTensor
   }
 }
 
+/* The server's statistics once `n` tensor responses have been sent in full: the client may
+ * have its tensor before the server's loop has counted the frame that carried it. */
+static HurrayServerStats wait_transfers(HurrayServer *server, uint64_t n) {
+  HurrayServerStats stats = {0};
+  for (int i = 0; i < 500; i++) {
+    OK(hurray_server_stats(server, &stats, E));
+    if (stats.transfers >= n) break;
+    usleep(10000);
+  }
+  assert_int_equal(stats.transfers, n);
+  return stats;
+}
+
 /* ---- raw peers ---------------------------------------------------------------------------- */
 
 static int raw_connect(const char *address) {
@@ -425,7 +438,7 @@ static void handshake_refusals(void **state) {
   assert_int_equal(raw_hello(r.address, 2, cpu, NULL, 1, &error), WIRE_ERROR);
   assert_int_equal(error.code, HURRAY_EUNSUPPORTED);
   assert_string_equal(error.message,
-                      "peer: protocol version 2.0 is not supported (this peer speaks 1.0)");
+                      "peer: protocol version 2.0 is not supported (this peer speaks 1.1)");
   /* something that is not a Hurray peer at all */
   int fd = raw_connect(r.address);
   const char http[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -550,6 +563,219 @@ static void proxy_stop(Proxy *p) {
   shutdown(p->listen_fd, SHUT_RDWR);
   pthread_join(p->thread, NULL);
   close(p->listen_fd);
+}
+
+/* The bytes of file `path`, and their count. */
+static uint8_t *file_bytes(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  *len = (size_t)ftell(f);
+  rewind(f);
+  uint8_t *data = malloc(*len + 1);
+  assert_int_equal(fread(data, 1, *len, f), *len);
+  fclose(f);
+  return data;
+}
+
+/* A peer speaking protocol 1.0: answers a CLIENT_HELLO with a 1.0 SERVER_HELLO, then reads
+ * until the client closes, counting the frames after the hello. */
+typedef struct OldServer {
+  int listen_fd;
+  char address[64];
+  int frames;
+  pthread_t thread;
+} OldServer;
+
+static void *old_server_main(void *arg) {
+  OldServer *o = arg;
+  int fd = accept(o->listen_fd, NULL, NULL);
+  WireHeader h;
+  static uint8_t buf[1 << 12];
+  if (fd < 0 || raw_frame(fd, &h, buf, sizeof buf) != WIRE_CLIENT_HELLO) return NULL;
+  WireHello *hello = calloc(1, sizeof *hello);
+  hello->version_major = 1;
+  hello->max_frame = 1 << 16;
+  const uint8_t cpu = 0;
+  FileSink frame = {0};
+  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  OK(hurray__wire_hello_encode(WIRE_SERVER_HELLO, hello, &frame, E));
+  raw_send(fd, &frame);
+  hurray__sink_reset(&frame);
+  free(hello);
+  while (raw_frame(fd, &h, buf, sizeof buf) >= 0 && h.type != WIRE_GOODBYE) o->frames++;
+  close(fd);
+  return NULL;
+}
+
+/* Byte ranges (spec §6.2, §6.4): only the range crosses the wire, in DATA frames that each
+ * carry a check; across buffers, into memory and into a file; corrupted, cut and resumed; the
+ * frames' check on the wire, and its absence on a 1.0 session; a 1.0 server refused. */
+static void byte_ranges(void **state) {
+  (void)state;
+  Running r;
+  HurrayServerOptions so = {.max_frame = 1 << 16}; /* many frames */
+  start(&r, &so);
+  HurrayTensorContext *want = bytes_tensor(3 << 20, 5);
+  const uint8_t *x = want->buffers->buffers[0]->data;
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(3 << 20, 5), E));
+  Sample csr = sample_csr();
+  OK(hurray_server_add_tensor(r.server, "csr", context_of(csr), E));
+  go(&r);
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  uint8_t *got = malloc(3 << 20);
+  OK(hurray_client_read(c, "x", 1000, 2000000, got, NULL, E));
+  assert_memory_equal(got, x + 1000, 2000000 - 1000);
+  OK(hurray_client_read(c, "x", 5, 5, NULL, NULL, E)); /* empty */
+  OK(hurray_client_read(c, "x", 0, 3 << 20, got, NULL, E));
+  assert_memory_equal(got, x, 3 << 20);
+  /* across buffers: the stream is the compact buffers, concatenated */
+  HurrayTensorContext *whole = NULL;
+  OK(hurray_client_get(c, "csr", NULL, &whole, E));
+  uint8_t stream[4096];
+  size_t total = 0;
+  for (uint32_t i = 0; i < whole->buffers->count; i++) {
+    const HurrayBuffer *b = whole->buffers->buffers[i];
+    memcpy(stream + total, b->data, (size_t)b->desc.byte_size);
+    total += (size_t)b->desc.byte_size;
+  }
+  assert_true(whole->buffers->count >= 3);
+  hurray_tensor_context_release(whole);
+  HurrayRemoteTensor *items = NULL;
+  uint32_t count = 0;
+  OK(hurray_client_list(c, &items, &count, E));
+  assert_int_equal(items[1].data_bytes, total);
+  free(items);
+  for (size_t a = 0; a <= total; a += 7) {
+    for (size_t b = a; b <= total; b += 13) {
+      memset(got, 0xee, total);
+      OK(hurray_client_read(c, "csr", a, b, b > a ? got : NULL, NULL, E));
+      if (b > a) assert_memory_equal(got, stream + a, b - a);
+    }
+  }
+  /* refusals */
+  HurrayError error = {0};
+  assert_int_equal(hurray_client_read(c, "x", 10, (3 << 20) + 1, got, NULL, &error),
+                   HURRAY_EINVAL);
+  assert_string_equal(error.message,
+                      "peer: bytes [10, 3145729) are outside tensor 'x' (3145728 bytes)");
+  assert_int_equal(hurray_client_read(c, "x", 10, 9, got, NULL, &error), HURRAY_EINVAL);
+  assert_int_equal(hurray_client_read(c, "x", 0, 9, NULL, NULL, &error), HURRAY_EINVAL);
+  HurrayGetOptions rows = {.row_start = 0, .row_stop = 1};
+  assert_int_equal(hurray_client_read(c, "x", 0, 9, got, &rows, &error), HURRAY_EINVAL);
+  HurrayGetOptions cuda = {.preferred_device = HURRAY_DEVICE_CUDA};
+  assert_int_equal(hurray_client_read(c, "x", 0, 9, got, &cuda, &error), HURRAY_EINVAL);
+  assert_int_equal(hurray_client_read(c, "nope", 0, 9, got, NULL, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message, "peer: no tensor named 'nope'");
+  /* into a file: exactly the range; durable or not, the same bytes */
+  HurrayGetOptions no_sync = {.flags = HURRAY_GET_NOT_DURABLE};
+  for (int k = 0; k < 2; k++) {
+    OK(hurray_client_read_file(c, "x", 10, 3 << 20, path_of("range.bin"), k ? &no_sync : NULL,
+                               E));
+    size_t len = 0;
+    uint8_t *data = file_bytes(path_of("range.bin"), &len);
+    assert_int_equal(len, (3 << 20) - 10);
+    assert_memory_equal(data, x + 10, len);
+    free(data);
+  }
+  assert_int_equal(hurray_client_read_file(c, "x", 10, 9, path_of("bad.bin"), NULL, &error),
+                   HURRAY_EINVAL);
+  assert_int_equal(hurray_client_get(c, "x", &no_sync, &whole, &error), HURRAY_EINVAL);
+  hurray_client_destroy(c);
+  /* a flipped byte fails the frame that carried it; nothing appears at the file's path */
+  for (int k = 0; k < 2; k++) {
+    Proxy p = {.flip_at = 200000, .connections = 1};
+    proxy_start(&p, r.address);
+    OK(hurray_client_connect(p.address, NULL, &c, E));
+    int status = k ? hurray_client_read_file(c, "x", 100, 1 << 20, path_of("flipped.bin"), NULL,
+                                             &error)
+                   : hurray_client_read(c, "x", 100, 1 << 20, got, NULL, &error);
+    assert_int_equal(status, HURRAY_ECHECKSUM);
+    assert_non_null(strstr(error.message, "tensor 'x' bytes ["));
+    assert_non_null(strstr(error.message, "checksum mismatch (corrupted in transit)"));
+    assert_int_equal(access(path_of("flipped.bin"), F_OK), -1);
+    hurray_client_destroy(c);
+    proxy_stop(&p);
+  }
+  /* a cut connection resumes after the last checked frame, into memory and into a file */
+  for (int k = 0; k < 2; k++) {
+    Proxy p = {.cut_at = 1500000, .connections = 2};
+    proxy_start(&p, r.address);
+    OK(hurray_client_connect(p.address, NULL, &c, E));
+    HurrayGetOptions o = {.retries = 1};
+    memset(got, 0, 3 << 20);
+    if (k == 0) {
+      OK(hurray_client_read(c, "x", 7, 3 << 20, got, &o, E));
+      assert_memory_equal(got, x + 7, (3 << 20) - 7);
+    } else {
+      OK(hurray_client_read_file(c, "x", 7, 3 << 20, path_of("resumed.bin"), &o, E));
+      size_t len = 0;
+      uint8_t *data = file_bytes(path_of("resumed.bin"), &len);
+      assert_int_equal(len, (3 << 20) - 7);
+      assert_memory_equal(data, x + 7, len);
+      free(data);
+    }
+    hurray_client_destroy(c);
+    proxy_stop(&p);
+  }
+  /* on the wire: in 1.1 each DATA frame of a range carries the low 32 bits of its XXH3-64; a
+     1.0 session leaves the field zero */
+  for (uint16_t minor = 0; minor < 2; minor++) {
+    WireHello *hello = calloc(1, sizeof *hello);
+    hello->version_major = 1;
+    hello->version_minor = minor;
+    hello->max_frame = 1 << 16;
+    const uint8_t cpu = 0;
+    FileSink frame = {0};
+    OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+    OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+    free(hello);
+    WireRequest req = {.name_len = 1, .name = "x", .range_kind = WIRE_RANGE_BYTES, .start = 3,
+                       .stop = 3 + 100000};
+    request_frame(&frame, &req);
+    int fd = raw_connect(r.address);
+    raw_send(fd, &frame);
+    hurray__sink_reset(&frame);
+    WireHeader h;
+    static uint8_t buf[(1 << 16) + 64];
+    assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
+    assert_int_equal(hurray__load_le16(buf + 2), minor);
+    assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_TENSOR_HEADER);
+    uint64_t at = 3;
+    for (int frames = 0; at < 3 + 100000; frames++) {
+      assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_DATA);
+      uint64_t n = h.length - WIRE_DATA_FIXED;
+      assert_int_equal(hurray__load_le64(buf + 8), at);
+      assert_int_equal(hurray__load_le32(buf + 4),
+                       minor ? (uint32_t)hurray__xxh3(buf + WIRE_DATA_FIXED, (size_t)n) : 0);
+      assert_memory_equal(buf + WIRE_DATA_FIXED, x + at, n);
+      at += n;
+      assert_int_equal(h.flags, at == 3 + 100000 ? WIRE_FLAG_END : 0);
+      assert_true(frames < 3);
+    }
+    close(fd);
+  }
+  /* a server speaking 1.0 cannot check a range: refused before anything is sent */
+  OldServer old = {.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(old.listen_fd, (struct sockaddr *)&in, sizeof in), 0);
+  assert_int_equal(listen(old.listen_fd, 1), 0);
+  socklen_t len = sizeof in;
+  getsockname(old.listen_fd, (struct sockaddr *)&in, &len);
+  snprintf(old.address, sizeof old.address, "127.0.0.1:%u", ntohs(in.sin_port));
+  assert_int_equal(pthread_create(&old.thread, NULL, old_server_main, &old), 0);
+  OK(hurray_client_connect(old.address, NULL, &c, E));
+  assert_int_equal(hurray_client_read(c, "x", 0, 9, got, NULL, &error), HURRAY_EUNSUPPORTED);
+  assert_string_equal(error.message, "the server speaks wire protocol 1.0, whose byte ranges "
+                                     "carry no checksum: reading one needs 1.1");
+  hurray_client_destroy(c);
+  pthread_join(old.thread, NULL);
+  close(old.listen_fd);
+  assert_int_equal(old.frames, 0);
+  free(got);
+  hurray_tensor_context_release(want);
+  finish(&r);
 }
 
 static void flipped_byte_detected(void **state) {
@@ -958,6 +1184,10 @@ static void unix_socket(void **state) {
   OK(hurray_client_get(c, "x", NULL, &got, E));
   assert_same_buffers(got, want);
   hurray_tensor_context_release(got);
+  /* the statistics count a buffer passed as a descriptor by its size */
+  HurrayServerStats stats = wait_transfers(r.server, 1);
+  assert_int_equal(stats.passed_bytes, 5 << 20);
+  assert_int_equal(stats.sent_bytes, 0);
   /* fetch writes the mapped buffer to the file */
   OK(hurray_client_fetch(c, "x", NULL, path_of("fd.hurray"), E));
   HurrayFileReader *reader = NULL;
@@ -977,6 +1207,9 @@ static void unix_socket(void **state) {
   assert_same_buffers(got, want);
   hurray_tensor_context_release(got);
   hurray_client_destroy(c);
+  stats = wait_transfers(r.server, 3);
+  assert_int_equal(stats.passed_bytes, 2 * (5 << 20));
+  assert_int_equal(stats.sent_bytes, 5 << 20);
   hurray_tensor_context_release(want);
   finish(&r);
 }
@@ -1535,6 +1768,7 @@ int main(void) {
       cmocka_unit_test(files_and_rows),
       cmocka_unit_test(handshake_refusals),
       cmocka_unit_test(preferred_device),
+      cmocka_unit_test(byte_ranges),
       cmocka_unit_test(flipped_byte_detected),
       cmocka_unit_test(interrupted_transfer_resumes),
       cmocka_unit_test(device_tensors_refused),

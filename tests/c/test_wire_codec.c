@@ -386,7 +386,7 @@ static void hello_refusals(void **state) {
                      p, sizeof p);
   p[0] = 2; /* a version from the future: refused from its first four bytes */
   expect_hello(p, 4, HURRAY_EUNSUPPORTED,
-               "protocol version 2.0 is not supported (this peer speaks 1.0)");
+               "protocol version 2.0 is not supported (this peer speaks 1.1)");
   p[0] = 1;
   p[56] = 0x42;
   expect_hello(p, len, HURRAY_EDEVICE,

@@ -341,6 +341,27 @@ run 4 fetch "$address" sparse_coo --rows 0:1
 has "rows need a dense tensor"
 run 2 fetch "$address" dense --rows 2:1
 has "--rows must be START:STOP"
+# --bytes: that range of the tensor's data, raw, each frame checked; --no-sync as convert's
+run 0 fetch --help
+has "--bytes START:STOP   only bytes [START, STOP) of the tensor's data"
+has "--no-sync            do not fsync OUT"
+run 0 fetch "$address" dense --bytes 0:24 -o whole.bin
+has "fetched bytes [0, 24) of dense into whole.bin"
+run 0 fetch "$address" dense --bytes 4:20 -o part.bin
+[ "$(wc -c <part.bin)" -eq 16 ] || fail "part.bin is not 16 bytes"
+dd if=whole.bin of=expected.bin bs=1 skip=4 count=16 2>/dev/null
+cmp -s expected.bin part.bin || fail "bytes [4, 20) differ from those of [0, 24)"
+run 0 fetch -q --no-sync "$address" scalar --bytes 0:8
+[ "$(wc -c <scalar.bin)" -eq 8 ] || fail "scalar.bin is not 8 bytes"
+run 2 fetch "$address" dense --bytes 0:25 -o over.bin
+has "bytes [0, 25) are outside tensor 'dense' (24 bytes) (HURRAY_EINVAL)"
+[ ! -e over.bin ] || fail "a refused range left a file"
+run 2 fetch "$address" dense --bytes 3:3
+has "--bytes must be START:STOP with 0 <= START < STOP, not '3:3'"
+run 2 fetch "$address" dense --rows 0:1 --bytes 0:4
+has "--rows and --bytes exclude each other"
+run 0 fetch --no-sync "$address" composite -o nosync_fetch.hurray
+run 0 verify nosync_fetch.hurray
 kill "$server"
 wait "$server" 2>/dev/null
 run 6 ls "$address"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import ml_dtypes
 import numpy as np
@@ -301,6 +302,102 @@ def test_an_interrupted_transfer_resumes(server, retries):
 
 
 # ============================================================================================
+# Byte ranges: Client.read (spec §6.2, §6.4)
+# ============================================================================================
+
+def test_read_byte_ranges_into_bytes_and_caller_memory(server):
+    data = np.random.default_rng(2).integers(0, 255, 3 << 20, dtype=np.uint8)
+    odd = np.arange(40, dtype=np.int32)[::3]  # its stream: the span its elements address
+    coo = LAYOUTS["sparse_coo"]()
+    with hurray.connect(server.address) as c:
+        c.put("x", data)
+        c.put("odd", odd)
+        c.put("coo", coo)
+        sizes = {e["name"]: e["nbytes"] for e in c.list()}
+        assert c.read("x", 1000, 2_000_000) == data[1000:2_000_000].tobytes()
+        assert c.read("x", 5, 5) == b""
+        assert c.read("odd", 0, sizes["odd"]) == np.arange(40, dtype=np.int32).tobytes()
+        # across buffers: the stream is the buffers as served, concatenated
+        t = c.get("coo")
+        stream = b"".join(p.tobytes() for p in t.parts)
+        assert sizes["coo"] == len(stream) and len(t.parts) == 2
+        for a in range(0, len(stream) + 1, 5):
+            assert c.read("coo", a, len(stream)) == stream[a:]
+        buf = bytearray(100)
+        assert c.read("x", 7, 107, out=buf) is buf and bytes(buf) == data[7:107].tobytes()
+        whole = np.zeros(3 << 20, np.uint8)
+        c.read("x", 1 << 20, 2 << 20, out=memoryview(whole)[1 << 20:2 << 20])
+        c.read("x", 0, 1 << 20, out=whole[:1 << 20])
+        assert np.array_equal(whole[:2 << 20], data[:2 << 20]) and not whole[2 << 20:].any()
+        with pytest.raises(hurray.InvalidArgumentError,
+                           match=r"bytes \[0, 3145729\) are outside tensor 'x' \(3145728 bytes\)"):
+            c.read("x", 0, (3 << 20) + 1)
+        with pytest.raises(hurray.InvalidArgumentError, match="need start <= stop"):
+            c.read("x", 9, 8)
+        with pytest.raises(hurray.InvalidArgumentError, match="out holds 100 bytes, not the 99"):
+            c.read("x", 0, 99, out=buf)
+        with pytest.raises(hurray.InvalidArgumentError, match="no tensor named 'y'"):
+            c.read("y", 0, 1)
+        with pytest.raises(BufferError):
+            c.read("x", 0, 3, out=b"abc")  # not writable
+        with pytest.raises(hurray.InvalidArgumentError, match="start"):
+            c.read("x", -1, 3)
+        assert c.read("x", 0, 4) == data[:4].tobytes()  # the connection went on
+
+
+def test_parallel_ranged_reads_into_one_array(server):
+    data = np.random.default_rng(3).integers(0, 255, 8 << 20, dtype=np.uint8)
+    with hurray.connect(server.address) as c:
+        c.put("x", data)
+    whole = np.zeros_like(data)
+    edges = [0, 1_000_003, 3 << 20, 5_555_555, 8 << 20]
+
+    def part(a, b):
+        with hurray.connect(server.address) as c:
+            c.read("x", a, b, out=whole[a:b])
+
+    threads = [threading.Thread(target=part, args=(a, b)) for a, b in zip(edges, edges[1:])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert np.array_equal(whole, data)
+
+
+def test_a_flipped_byte_in_a_range_is_detected(server):
+    data = np.arange(1 << 20, dtype=np.uint8)
+    with hurray.connect(server.address) as c:
+        c.put("x", data)
+    proxy = Proxy(server.address, flip_at=300_000)
+    try:
+        with hurray.connect(proxy.address) as c:
+            with pytest.raises(hurray.ChecksumError,
+                               match=r"tensor 'x' bytes \[\d+, \d+\): checksum mismatch"):
+                c.read("x", 10, 1 << 20)
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_an_interrupted_range_resumes(server, retries):
+    data = np.random.default_rng(4).integers(0, 255, 5 << 20, dtype=np.uint8)
+    with hurray.connect(server.address) as c:
+        c.put("x", data)
+    proxy = Proxy(server.address, cut_at=2_000_000)
+    seen = []
+    try:
+        with hurray.connect(proxy.address) as c:
+            if retries == 0:
+                with pytest.raises(hurray.ConnectionLostError):
+                    c.read("x", 3, 5 << 20)
+            else:
+                got = c.read("x", 3, 5 << 20, retries=1, progress=lambda d, t: seen.append(t))
+                assert got == data[3:].tobytes() and set(seen) == {(5 << 20) - 3}
+    finally:
+        proxy.close()
+
+
+# ============================================================================================
 # Who gets in
 # ============================================================================================
 
@@ -333,7 +430,24 @@ def test_loopback_by_default_unix_sockets_and_bad_addresses(tmp_path):
         hurray.connect(f"unix:{tmp_path / 'nobody'}")
 
 
+def wait_transfers(server, n):
+    """The server's stats once it has counted `n` answers sent (the client may hold its tensor
+    before the server's loop has counted the frame that carried it)."""
+    for _ in range(500):
+        stats = server.stats()
+        if stats["transfers"] >= n:
+            return stats
+        time.sleep(0.01)
+    raise AssertionError(f"{stats['transfers']} transfers, not {n}")
+
+
 def test_server_stats_and_stop(server):
+    with hurray.connect(server.address) as c:
+        c.put("x", np.arange(1000, dtype=np.uint8))
+        c.get("x")
+        c.read("x", 10, 20)
+    stats = wait_transfers(server, 2)
+    assert (stats["transfers"], stats["sent_bytes"], stats["passed_bytes"]) == (2, 1010, 0)
     clients = [hurray.connect(server.address) for _ in range(20)]
     assert server.stats()["connections"] == 20
     for c in clients:
@@ -466,6 +580,10 @@ def test_unix_socket_tensors_come_as_mapped_descriptors(tmp_path):
         assert np.asarray(c.get("odd")).tolist() == odd.tolist()
         assert np.asarray(c.get("empty")).shape == (0, 3)
         assert np.array_equal(np.asarray(c.get("a", slice=(3, 5))), a[3:5])  # rows: DATA
+        # the statistics count what went as a descriptor by its buffer's size
+        stats = wait_transfers(s, 5)
+        assert stats["passed_bytes"] == 2 * a.nbytes + 28 * 2  # odd: the span of its elements
+        assert stats["sent_bytes"] == 2 * 512 * 4
     assert np.asarray(t)[1, 0] == 512  # the mapping outlives the client and the server
     del t, got
     assert mapped("/memfd:hurray:a (deleted)") == []
