@@ -1363,8 +1363,8 @@ HURRAY_API int hurray_client_fetch(HurrayClient *client, const char *name,
  * caller that reads every byte of a buffer may hash it against them itself). On a failure
  * `dst` holds unspecified bytes and must not be used. With options->retries a dropped
  * connection is resumed after the last checked frame; the tensor must then be the same one
- * (HURRAY_ESTATE otherwise). options: preferred_device CPU, no rows, HURRAY_GET_FALLBACK
- * ignored; retries, progress (with the range's byte counts). Statuses: HURRAY_EINVAL (bad
+ * (HURRAY_ESTATE otherwise). options (may be NULL): preferred_device CPU and no rows
+ * (HURRAY_EINVAL otherwise); retries and progress (counting the range's bytes) apply. Statuses: HURRAY_EINVAL (bad
  * range or options, no such tensor, a range past the stream's end), HURRAY_EUNSUPPORTED (a
  * server speaking protocol 1.0, whose ranges carry no checks: nothing is sent), and those of
  * hurray_client_get. */
