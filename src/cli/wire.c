@@ -98,7 +98,8 @@ static const char kServeUsage[] =
     "\n"
     "Serves every tensor of the Hurray FILEs over the wire protocol until interrupted\n"
     "(SIGINT or SIGTERM). Tensors are sent from the files' mappings, never copied. The\n"
-    "address is printed on stdout when the server is ready.\n"
+    "address is printed on stdout when the server is ready, and what it served when it\n"
+    "stops.\n"
     "\n"
     "options:\n"
     "  -a, --address ADDRESS     where to listen (default 127.0.0.1:7700): HOST:PORT with a\n"
@@ -182,6 +183,13 @@ static int run_serve(int argc, char **argv) {
     fflush(stdout);
   }
   status = hurray_server_run(server, &error);
+  HurrayServerStats stats;
+  if (!quiet && hurray_server_stats(server, &stats, NULL) == HURRAY_OK) {
+    char sent[32], passed[32];
+    printf("served %" PRIu64 " tensor%s: %s sent, %s passed as file descriptors\n",
+           stats.transfers, stats.transfers == 1 ? "" : "s", cli_size(stats.sent_bytes, sent),
+           cli_size(stats.passed_bytes, passed));
+  }
   hurray_server_destroy(server);
   return status == HURRAY_OK ? EXIT_OK : cli_fail(&kServeCommand, bound, status, &error);
 }

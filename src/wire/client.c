@@ -2,7 +2,8 @@
  * it, for "hurrays://"), every wait bounded by the client's timeout (poll). Tensor bytes are
  * received straight into the buffers they end up in -- or, for a tensor served on a device,
  * into a 1 MiB host chunk copied to device memory as it fills (ADR-062) -- hashed as they
- * arrive, and handed out only once every buffer's checksum has matched. */
+ * arrive, and handed out only once every buffer's checksum has matched. A byte range goes into
+ * the caller's memory or a file, each DATA frame checked as it arrives (ADR-064). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -973,16 +974,21 @@ int hurray_client_fetch(HurrayClient *c, const char *name, const HurrayGetOption
   return status;
 }
 
+/* read and read_file: bytes [start, stop) a request can name, and somewhere for them. */
+static int check_range(uint64_t start, uint64_t stop, bool placed, HurrayError *error) {
+  if (start <= stop && stop <= INT64_MAX && placed) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_EINVAL,
+                      "bytes [%" PRIu64 ", %" PRIu64 "): give 0 <= start <= stop < 2^63, and "
+                      "memory or a path for them",
+                      start, stop);
+}
+
 int hurray_client_read(HurrayClient *c, const char *name, uint64_t start, uint64_t stop,
                        void *dst, const HurrayGetOptions *options, HurrayError *error) {
-  if (stop < start || stop > INT64_MAX || (dst == NULL && stop > start)) {
-    return hurray__fail(error, HURRAY_EINVAL,
-                        "bytes [%" PRIu64 ", %" PRIu64 ") into %s: give 0 <= start <= stop < 2^63 "
-                        "and memory for them",
-                        start, stop, dst ? "memory" : "NULL");
-  }
+  int status = check_range(start, stop, dst != NULL || stop == start, error);
+  if (status != HURRAY_OK) return status;
   Transfer t = {.range = true, .range_dst = dst, .range_start = start, .range_len = stop - start};
-  int status = transfer(c, name, options, &t, error);
+  status = transfer(c, name, options, &t, error);
   transfer_reset(&t);
   return status;
 }
@@ -990,13 +996,8 @@ int hurray_client_read(HurrayClient *c, const char *name, uint64_t start, uint64
 int hurray_client_read_file(HurrayClient *c, const char *name, uint64_t start, uint64_t stop,
                             const char *path, const HurrayGetOptions *options,
                             HurrayError *error) {
-  if (stop < start || stop > INT64_MAX || path == NULL) {
-    return hurray__fail(error, HURRAY_EINVAL,
-                        "bytes [%" PRIu64 ", %" PRIu64 ") into %s: give 0 <= start <= stop < 2^63 "
-                        "and a path",
-                        start, stop, path ? path : "NULL");
-  }
-  int status = usable(c, error);
+  int status = check_range(start, stop, path != NULL, error);
+  if (status == HURRAY_OK) status = usable(c, error);
   FileOutput out;
   bool durable = options == NULL || !(options->flags & HURRAY_GET_NOT_DURABLE);
   if (status == HURRAY_OK) status = hurray__output_open(&out, path, durable, error);

@@ -364,6 +364,9 @@ run 0 fetch --no-sync "$address" composite -o nosync_fetch.hurray
 run 0 verify nosync_fetch.hurray
 kill "$server"
 wait "$server" 2>/dev/null
+last="serve's summary"
+out=$(cat served.txt)
+has "served 8 tensors: 316 B sent, 0 B passed as file descriptors"
 run 6 ls "$address"
 has "Connection refused (HURRAY_ECONNECTION)"
 printf 's3cret\n' >secret.txt
