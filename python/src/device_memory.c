@@ -1,9 +1,10 @@
 /* device_memory.c -- Tensor.to_device: copies between host and device memory through the
  * device runtimes of hurray-core (ADR-047), as ADR-048 decides.
  *
- * A copy keeps the tensor's descriptor -- layout, parts, children, byte offsets -- and gives it
- * new buffers on the target device: each buffer of the same size, the byte range its arrays
- * span copied (the rest zero), everything READY. The device side runs through one
+ * A copy keeps the tensor's layout, parts, children, shapes and strides, and gives it new
+ * buffers on the target device, each cut to the bytes its arrays span (ADR-066): it starts at
+ * the first of them, rounded down only as far as keeps every array's alignment up to 64 bytes,
+ * and the byte offsets are re-based to it; everything READY. The device side runs through one
  * HurrayDeviceQueue per copy: the caller's own queue when `stream` names one (a cl_command_queue
  * or a CUstream, as an integer), else, reading device memory, a queue in the context that memory
  * belongs to, and, writing it, a queue in the backend's default context of the target device.
@@ -19,11 +20,20 @@
 
 #define HOST_MAX_ALIGNMENT ((uint32_t)256)
 #define HUGE_COPY_BYTES ((uint64_t)4 << 20)
-#define ZERO_GAP_BYTES ((uint64_t)1 << 20)
+#define KEPT_ALIGNMENT ((uint64_t)HURRAY_MIN_ALIGNMENT) /* the array alignment a copy keeps */
 
-/* The hull [lo, hi) of the bytes each buffer's arrays span, over the whole descriptor tree. */
+static const uint8_t kZeros[HURRAY_MIN_ALIGNMENT]; /* a leading gap's bytes, fewer than these */
+
+/* The alignment (a power of two, up to KEPT_ALIGNMENT) of a byte offset in a buffer. */
+static uint64_t offset_alignment(uint64_t offset) {
+  uint64_t low = offset & (~offset + 1);
+  return offset == 0 || low > KEPT_ALIGNMENT ? KEPT_ALIGNMENT : low;
+}
+
+/* Per buffer, over the whole descriptor tree: the hull [lo, hi) of the bytes its arrays span,
+ * and in `align` the largest alignment (up to KEPT_ALIGNMENT) of their byte offsets. */
 static int collect_spans(const HurrayTensorDesc *desc, uint64_t *lo, uint64_t *hi,
-                         HurrayError *error) {
+                         uint64_t *align, HurrayError *error) {
   for (uint32_t i = 0; i < desc->nparts; i++) {
     uint64_t begin = 0, end = 0;
     int status = hurray_array_span(&desc->parts[i], &begin, &end, error);
@@ -32,9 +42,30 @@ static int collect_spans(const HurrayTensorDesc *desc, uint64_t *lo, uint64_t *h
     if (begin == end) continue;
     if (begin < lo[b]) lo[b] = begin;
     if (end > hi[b]) hi[b] = end;
+    uint64_t a = offset_alignment(desc->parts[i].byte_offset);
+    if (a > align[b]) align[b] = a;
   }
   for (uint32_t i = 0; i < desc->nchildren; i++) {
-    int status = collect_spans(&desc->children[i], lo, hi, error);
+    int status = collect_spans(&desc->children[i], lo, hi, align, error);
+    if (status != HURRAY_OK) return status;
+  }
+  return HURRAY_OK;
+}
+
+/* Re-bases every array of a descriptor made by hurray_tensor_desc_clone (one heap block we own,
+ * its arrays writable) onto the copied buffers, which start at byte `first[b]` of the old ones;
+ * an empty array goes to byte offset 0, as files place it. */
+static int rebase_offsets(HurrayTensorDesc *desc, const uint64_t *first, HurrayError *error) {
+  HurrayArray *parts = (HurrayArray *)(uintptr_t)desc->parts;
+  for (uint32_t i = 0; i < desc->nparts; i++) {
+    uint64_t begin = 0, end = 0;
+    int status = hurray_array_span(&parts[i], &begin, &end, error);
+    if (status != HURRAY_OK) return status;
+    parts[i].byte_offset = begin == end ? 0 : parts[i].byte_offset - first[parts[i].buffer];
+  }
+  HurrayTensorDesc *children = (HurrayTensorDesc *)(uintptr_t)desc->children;
+  for (uint32_t i = 0; i < desc->nchildren; i++) {
+    int status = rebase_offsets(&children[i], first, error);
     if (status != HURRAY_OK) return status;
   }
   return HURRAY_OK;
@@ -46,7 +77,8 @@ typedef struct Copy {
   uint8_t tag;             /* the target */
   uint16_t index;
   uintptr_t stream;        /* the caller's queue, or 0 */
-  uint64_t *lo, *hi;       /* per buffer */
+  uint64_t *lo, *hi;       /* per buffer: the bytes the arrays span */
+  uint64_t *first;         /* per buffer: the first byte kept, lo rounded down (ADR-066) */
   HurrayBufferList *to;    /* built here */
   HurrayError error;
 } Copy;
@@ -62,12 +94,18 @@ static int queue_for(const Copy *copy, const HurrayBuffer *device_buffer, int ta
   return hurray_device_queue_create(tag, copy->index, queue, error);
 }
 
+/* A buffer of the copy holds bytes [first, hi) of the source's: `gap` bytes that no array
+ * addresses, written as zeros (fewer than KEPT_ALIGNMENT, so that every array keeps its
+ * alignment), then the `n` bytes [lo, hi) the arrays span. A buffer no array addresses is
+ * empty. */
 static int copy_buffer(Copy *copy, const HurrayBuffer *src, int role) {
   HurrayError *error = &copy->error;
   uint32_t i = copy->to->count;
-  uint64_t size = src->desc.byte_size;
-  uint64_t lo = copy->lo[i] < copy->hi[i] ? copy->lo[i] : 0;
-  uint64_t n = copy->lo[i] < copy->hi[i] ? copy->hi[i] - lo : 0;
+  int spanned = copy->lo[i] < copy->hi[i];
+  uint64_t lo = spanned ? copy->lo[i] : 0;
+  uint64_t gap = spanned ? lo - copy->first[i] : 0;
+  uint64_t n = spanned ? copy->hi[i] - lo : 0;
+  uint64_t size = gap + n;
   int src_cpu = src->desc.device_tag == HURRAY_DEVICE_CPU;
   int dst_cpu = copy->tag == HURRAY_DEVICE_CPU;
   HurrayBuffer *host = NULL; /* the bytes on the host: the result itself when the target is CPU */
@@ -84,22 +122,19 @@ static int copy_buffer(Copy *copy, const HurrayBuffer *src, int role) {
     if (status != HURRAY_OK) return status;
 #ifdef MADV_HUGEPAGE
     if (size >= HUGE_COPY_BYTES) { /* a hint, on the whole pages inside: may be refused */
-      uintptr_t first = ((uintptr_t)host->data + 4095) & ~(uintptr_t)4095;
+      uintptr_t page = ((uintptr_t)host->data + 4095) & ~(uintptr_t)4095;
       uintptr_t end = ((uintptr_t)host->data + (size_t)size) & ~(uintptr_t)4095;
-      if (end > first) (void)madvise((void *)first, end - first, MADV_HUGEPAGE);
+      if (end > page) (void)madvise((void *)page, end - page, MADV_HUGEPAGE);
     }
 #endif
-    if (size > 0) { /* zero what is not copied, after the advice (zeroing faults pages in) */
-      memset(host->data, 0, (size_t)lo);
-      memset(hurray__py_buffer_at(host, lo + n), 0, (size_t)(size - lo - n));
-    }
+    if (gap > 0) memset(host->data, 0, (size_t)gap);
     if (n > 0 && src_cpu) {
-      memcpy(hurray__py_buffer_at(host, lo), hurray__py_buffer_at(src, lo), (size_t)n);
+      memcpy(hurray__py_buffer_at(host, gap), hurray__py_buffer_at(src, lo), (size_t)n);
     } else if (n > 0) {
       HurrayDeviceQueue *queue = NULL;
       status = queue_for(copy, src, src->desc.device_tag, &queue, error);
       if (status == HURRAY_OK) {
-        status = hurray_device_copy_to_host(queue, src, lo, hurray__py_buffer_at(host, lo), n,
+        status = hurray_device_copy_to_host(queue, src, lo, hurray__py_buffer_at(host, gap), n,
                                             error);
       }
       hurray_device_queue_destroy(queue);
@@ -107,7 +142,6 @@ static int copy_buffer(Copy *copy, const HurrayBuffer *src, int role) {
   }
   HurrayBuffer *result = host;
   if (status == HURRAY_OK && !dst_cpu) {
-    const void *bytes = host != NULL ? (const void *)host->data : src->data;
     HurrayDeviceQueue *queue = NULL;
     status = queue_for(copy, NULL, copy->tag, &queue, error);
     if (status == HURRAY_OK && copy->stream != 0 &&
@@ -119,34 +153,18 @@ static int copy_buffer(Copy *copy, const HurrayBuffer *src, int role) {
       status = HURRAY_EDEVICE;
     }
     result = NULL;
-    /* What is not copied is zero: a staging buffer is zero there already, so all of it goes;
-     * from the source itself, the span goes and small gaps are written from zeros, large ones
-     * filled by the allocation. */
-    uint64_t first = host != NULL ? 0 : lo, count = host != NULL ? size : n;
-    uint64_t gap = lo > size - lo - n ? lo : size - lo - n;
-    void *zeros = NULL;
-    if (host == NULL && gap > 0 && gap <= ZERO_GAP_BYTES) zeros = calloc(1, (size_t)gap);
-    if (status == HURRAY_OK) {
-      uint32_t flags = first + count < size && zeros == NULL ? HURRAY_ALLOC_ZERO : 0;
-      status = hurray_device_alloc(queue, size, flags, &result, error);
-    }
-    if (status == HURRAY_OK && zeros != NULL) {
-      status = hurray_device_copy_from_host(queue, result, 0, zeros, lo, error);
+    if (status == HURRAY_OK) status = hurray_device_alloc(queue, size, 0, &result, error);
+    if (status == HURRAY_OK && host != NULL) { /* staged: the zeros and the bytes, at once */
+      status = hurray_device_copy_from_host(queue, result, 0, host->data, size, error);
+    } else if (status == HURRAY_OK) { /* straight from the source, which may not be read there */
+      status = hurray_device_copy_from_host(queue, result, 0, kZeros, gap, error);
       if (status == HURRAY_OK) {
-        status = hurray_device_copy_from_host(queue, result, lo + n, zeros, size - lo - n, error);
+        status = hurray_device_copy_from_host(queue, result, gap, hurray__py_buffer_at(src, lo),
+                                              n, error);
       }
-    }
-    free(zeros);
-    if (status == HURRAY_OK && count > 0) {
-      status = hurray_device_copy_from_host(queue, result, first, (const char *)bytes + first,
-                                            count, error);
     }
     hurray_device_queue_destroy(queue);
     hurray_buffer_destroy(host);
-    if (status != HURRAY_OK) {
-      hurray_buffer_destroy(result);
-      return status;
-    }
   }
   if (status != HURRAY_OK) {
     hurray_buffer_destroy(result);
@@ -199,23 +217,32 @@ PyObject *hurray__py_tensor_to_device(PyObject *op, PyObject *const *args, Py_ss
                               hurray_device_name(d->device_tag), hurray_device_name(copy.tag));
     }
   }
-  copy.lo = PyMem_Calloc(count ? count : 1, 2 * sizeof(uint64_t));
+  copy.lo = PyMem_Calloc(count ? count : 1, 4 * sizeof(uint64_t));
   if (copy.lo == NULL) return PyErr_NoMemory();
   copy.hi = copy.lo + count;
+  copy.first = copy.hi + count;
+  uint64_t *align = copy.first + count;
   for (uint32_t i = 0; i < count; i++) copy.lo[i] = UINT64_MAX;
-  int status = collect_spans(self->desc, copy.lo, copy.hi, &copy.error);
+  HurrayTensorDesc *desc = NULL; /* the copy's: its byte offsets re-based */
+  int status = collect_spans(self->desc, copy.lo, copy.hi, align, &copy.error);
+  for (uint32_t i = 0; status == HURRAY_OK && i < count; i++) {
+    if (copy.lo[i] < copy.hi[i]) copy.first[i] = copy.lo[i] & ~(align[i] - 1);
+  }
+  if (status == HURRAY_OK) status = hurray_tensor_desc_clone(self->desc, &desc, &copy.error);
+  if (status == HURRAY_OK) status = rebase_offsets(desc, copy.first, &copy.error);
   if (status == HURRAY_OK) {
     Py_BEGIN_ALLOW_THREADS;
     status = run_copy(&copy);
     Py_END_ALLOW_THREADS;
   }
   PyMem_Free(copy.lo);
-  if (status != HURRAY_OK) {
-    hurray_buffer_list_destroy(copy.to);
-    return hurray__py_raise_status(st, status, &copy.error);
-  }
   HurrayTensorContext *context = NULL;
-  status = hurray_tensor_context_create(self->desc, copy.to, 0, NULL, NULL, &context, &copy.error);
+  if (status == HURRAY_OK) { /* SINK for copy.to */
+    status = hurray_tensor_context_create(desc, copy.to, 0, NULL, NULL, &context, &copy.error);
+  } else {
+    hurray_buffer_list_destroy(copy.to);
+  }
+  hurray_tensor_desc_destroy(desc);
   if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &copy.error);
   return hurray__py_tensor_adopt(st, context);
 }
@@ -241,9 +268,12 @@ const char hurray__py_tensor_to_device_doc[] =
     "-------\n"
     "Tensor\n"
     "    The tensor itself if every buffer is on `device` already; otherwise a\n"
-    "    new tensor with the same descriptor over new, writable buffers of the\n"
-    "    same sizes on `device`, holding the bytes the tensor's arrays span (the\n"
-    "    rest zero), sync mode 'ready'.\n"
+    "    new tensor of the same values, layout, shapes and strides over new,\n"
+    "    writable buffers on `device`, sync mode 'ready'. Each buffer holds just\n"
+    "    the bytes the tensor's arrays span, from the first of them (rounded\n"
+    "    down as far as keeps each array's alignment up to 64 bytes; those few\n"
+    "    bytes zero), so the byte offsets shrink: a tensor from ``from_numpy``\n"
+    "    lands at byte offset 0 of its device buffer.\n"
     "\n"
     "Raises\n"
     "------\n"

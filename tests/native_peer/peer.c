@@ -104,12 +104,13 @@ typedef enum Kind {
   KIND_SPARSE_CSR,
   KIND_PAGED,
   KIND_COMPOSITE,
+  KIND_MIXED,
   KIND_COUNT
 } Kind;
 
 static const char *const kKindNames[KIND_COUNT] = {
     "dense",      "strided",    "int4",  "per_channel", "block",
-    "sparse_coo", "sparse_csr", "paged", "composite",
+    "sparse_coo", "sparse_csr", "paged", "composite", "mixed",
 };
 
 typedef struct Producer {
@@ -380,6 +381,22 @@ static int build_context(Producer *p, HurrayTensorContext **out, HurrayError *er
                              .nparts = 2,
                              .dtype = HURRAY_DTYPE_FLOAT16};
       break;
+    case KIND_MIXED: { /* per_channel's values (from byte 80) and scales (96) in one buffer */
+      static uint8_t mixed[112];
+      memset(mixed, 0xEE, sizeof mixed); /* the bytes no array addresses */
+      memcpy(mixed + 80, kPerChannelValues, sizeof kPerChannelValues);
+      memcpy(mixed + 96, kPerChannelScales, sizeof kPerChannelScales);
+      ARRAY(0, 0, HURRAY_DTYPE_INT8, shape_4x3, NULL, 80);
+      ARRAY(1, 0, HURRAY_DTYPE_FLOAT32, shape_4, NULL, 96);
+      BYTES(mixed, HURRAY_ROLE_MIXED);
+      t = (HurrayTensorDesc){.layout = HURRAY_LAYOUT_PER_CHANNEL,
+                             .ndim = 2,
+                             .shape = shape_4x3,
+                             .axis = 0,
+                             .nparts = 2,
+                             .dtype = HURRAY_DTYPE_INT8};
+      break;
+    }
     default:
       snprintf(error->message, sizeof error->message, "peer: unknown kind");
       return HURRAY_EINVAL;

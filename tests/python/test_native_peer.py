@@ -17,7 +17,7 @@ import hurray
 import test_native_layouts as layouts
 
 KINDS = ["dense", "strided", "int4", "per_channel", "block", "sparse_coo", "sparse_csr",
-         "paged", "composite"]
+         "paged", "composite", "mixed"]
 ROLES = ["values", "scales", "zero_points", "mins", "indices", "indptr", "pages",
          "page_table", "mixed"]
 LAYOUTS = ["dense", "per_channel", "block", "sparse_coo", "sparse_csr", "paged", "composite"]

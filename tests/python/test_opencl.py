@@ -112,13 +112,50 @@ def test_to_device_both_ways(ctx, queue):
     np.testing.assert_array_equal(host(again.to_device("cpu")), values * 3)
 
 
-def test_to_device_keeps_strides_and_offsets(ctx, queue):
+def test_to_device_keeps_strides_and_cuts_buffers_to_the_arrays(ctx, queue):
+    """A copy's buffer holds the bytes its arrays span (ADR-066): the bytes before NumPy's data,
+    there only to round the buffer's start down to 64 (ADR-008), are not copied."""
     values = np.arange(48, dtype=np.float64).reshape(6, 8)[1:, ::3]  # strided, offset
     source = hurray.from_numpy(values)
     on_device = source.to_device("opencl", stream=queue.int_ptr)
     assert on_device.strides == source.strides
-    assert on_device.byte_offset == source.byte_offset
-    np.testing.assert_array_equal(host(on_device.to_device("cpu")), values)
+    assert on_device.byte_offset == 0
+    assert on_device.buffers[0]["byte_size"] == (4 * 8 + 2 * 3 + 1) * 8  # the span, no more
+    back = on_device.to_device("cpu")
+    assert back.byte_offset == 0 and back.buffers[0]["byte_size"] == (4 * 8 + 2 * 3 + 1) * 8
+    np.testing.assert_array_equal(host(back), values)
+    # negative strides: element 0 is the span's last, its offset keeps its alignment (8)
+    reversed_ = np.arange(100, dtype=np.float64)[::-1]
+    on_device = hurray.from_numpy(reversed_).to_device("opencl", stream=queue.int_ptr)
+    assert on_device.byte_offset == 99 * 8 and on_device.buffers[0]["byte_size"] == 100 * 8
+    np.testing.assert_array_equal(host(on_device.to_device("cpu")), reversed_)
+    # an empty tensor gets an empty buffer
+    empty = hurray.from_numpy(np.zeros((0, 3), np.float32)).to_device("opencl")
+    assert empty.shape == (0, 3) and empty.buffers[0]["byte_size"] == 0
+    assert host(empty.to_device("cpu")).shape == (0, 3)
+
+
+def test_to_device_keeps_each_arrays_alignment_in_a_shared_buffer(ctx, queue, peer_ext):
+    """Two arrays in one buffer, from bytes 80 and 96 (offsets aligned to 16 and 32): the copy
+    starts at byte 64, the first array's byte rounded down to 32, so that each array keeps its
+    address modulo 64; the 16 bytes before it, which no array addresses, are zero."""
+    source = hurray.from_hurray(peer_ext.make("mixed"))
+    reference = hurray.from_hurray(peer_ext.make("per_channel"))
+    assert source.buffers[0]["byte_size"] == 112
+    on_device = source.to_device("opencl", stream=queue.int_ptr)
+    assert on_device.buffers[0]["byte_size"] == 48
+    assert [part.byte_offset for part in on_device.parts] == [16, 32]
+    whole = hurray.Tensor.from_address(on_device.buffer_address, "uint8", [48], device="opencl",
+                                       owner=on_device)
+    assert not read_back(queue, whole, np.empty(48, np.uint8))[:16].any()  # zeros, not 0xEE
+    back = on_device.to_device("cpu")  # from the device: the gap is zeroed on the host
+    assert back.buffers[0]["byte_size"] == 48
+    assert [part.byte_offset for part in back.parts] == [16, 32]
+    for got, want in zip(back.parts, reference.parts):
+        assert got.tobytes() == want.tobytes()
+    whole = hurray.Tensor.from_address(back.buffers[0]["address"], "uint8", [48], device="cpu",
+                                       owner=back)
+    assert not host(whole)[:16].any()
 
 
 def test_to_device_where_the_tensor_is_returns_it(ctx):
