@@ -304,14 +304,25 @@ static int stream_wait(HurrayDeviceQueue *queue, const HurrayBuffer *buffer, Hur
       return check(cu.StreamWaitEvent(queue->queue, (CUevent)buffer->sync_handle, 0),
                    "cuStreamWaitEvent", HURRAY_EIO, error);
     case HURRAY_SYNC_STREAM: {
-      if (buffer->sync_handle == queue->queue) return HURRAY_OK;
-      CUevent event = NULL;
-      int status = check(cu.EventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate",
-                         HURRAY_EIO, error);
-      if (status == HURRAY_OK) {
-        status = check(cu.EventRecord(event, (CUstream)buffer->sync_handle), "cuEventRecord",
-                       HURRAY_EIO, error);
+      CUstream producer = (CUstream)buffer->sync_handle;
+      if (producer == queue->queue) return HURRAY_OK;
+      /* cuEventRecord needs the event and the stream in one context: the event is made with
+       * the producer stream's context current (a default stream, 0x1 or 0x2, is the current
+       * context's: the queue's); cuStreamWaitEvent takes an event of any context. */
+      CUcontext context = queue->context;
+      int status = HURRAY_OK;
+      if (producer != CU_STREAM_LEGACY && producer != CU_STREAM_PER_THREAD) {
+        status = check(cu.StreamGetCtx(producer, &context), "cuStreamGetCtx", HURRAY_EIO, error);
       }
+      if (status == HURRAY_OK) status = push(context, error);
+      if (status != HURRAY_OK) return status;
+      CUevent event = NULL;
+      status = check(cu.EventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate", HURRAY_EIO,
+                     error);
+      if (status == HURRAY_OK) {
+        status = check(cu.EventRecord(event, producer), "cuEventRecord", HURRAY_EIO, error);
+      }
+      pop();
       if (status == HURRAY_OK) {
         status = check(cu.StreamWaitEvent(queue->queue, event, 0), "cuStreamWaitEvent",
                        HURRAY_EIO, error);

@@ -59,6 +59,7 @@ def test_hurray_to_torch_through_dlpack_and_to_device():
     t = hurray.from_numpy(values).to_device("cuda", stream=stream.cuda_stream)
     assert t.device == hurray.Device("cuda", 0)
     assert t.buffers[0]["alignment"] == 256
+    assert t.byte_offset == 0  # the copy starts at the first element (ADR-066)
     y = torch.from_dlpack(t)
     assert y.is_cuda and y.data_ptr() == t.buffer_address
     np.testing.assert_array_equal(y.cpu().numpy(), values)
@@ -78,10 +79,23 @@ def _slow_fill(x, value, stream):
         x.fill_(value)
 
 
+CONSUMERS = {
+    # the producer waits on the host and hands the data over as ready (ADR-054)
+    "from_hurray": lambda t, other: hurray.from_hurray(t).to_device("cpu"),
+    # a queue of the memory's context: the producer's stream itself, or a stream of hurray's
+    # own that waits for the event (cuStreamWaitEvent)
+    "memory": lambda t, other: t.to_device("cpu"),
+    # the consumer's stream, which waits for the producer's event, or for an event recorded on
+    # the producer's stream
+    "stream": lambda t, other: t.to_device("cpu", stream=other.cuda_stream),
+}
+
+
+@pytest.mark.parametrize("consumer", sorted(CONSUMERS))
 @pytest.mark.parametrize("mode", ["stream", "event"])
-def test_the_consumer_waits_on_the_producers_stream_or_event(mode):
+def test_the_consumer_waits_on_the_producers_stream_or_event(mode, consumer):
     x = torch.zeros(1 << 20, dtype=torch.int32, device="cuda")
-    producer = torch.cuda.Stream()
+    producer, other = torch.cuda.Stream(), torch.cuda.Stream()
     for round_ in range(1, 9):
         x.zero_()
         torch.cuda.synchronize()
@@ -96,7 +110,7 @@ def test_the_consumer_waits_on_the_producers_stream_or_event(mode):
                                        sync_mode=mode, sync_handle=handle,
                                        byte_size=x.numel() * 4,
                                        owner=(x, handle if mode == "stream" else event))
-        got = host(hurray.from_hurray(t).to_device("cpu"))  # a stream of hurray's own
+        got = host(CONSUMERS[consumer](t, other))
         assert (got == round_).all(), f"round {round_}: read {np.unique(got)}"
     torch.cuda.synchronize()
 
