@@ -19,7 +19,7 @@ trap 'rm -rf "$scratch"' EXIT
 mkdir "$scratch/no-opencl"
 export OCL_ICD_VENDORS="$scratch/no-opencl"
 
-nvidia-smi -L
+timeout 30 nvidia-smi -L
 for header in zlib.h openssl/hmac.h; do
   echo "#include <$header>" | ${CC:-cc} -E -x c - >/dev/null 2>&1 ||
     { echo "missing C header <$header>: install the zlib / OpenSSL development files"; exit 1; }
