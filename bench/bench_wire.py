@@ -4,16 +4,20 @@ measured in the same run (a benchmark, not a test; docs/impl/wire.md).
     .venv/bin/python bench/bench_wire.py [--mib 1024] [--rounds 3] [--small 2000]
 
 Every figure is the best of --rounds, and each is also given as a ratio:
-  raw TCP    socket.sendall of the same bytes from a server thread, recv_into a new NumPy
-             array on the client (allocated each round, as a fetch allocates the tensor it
-             returns): the ceiling for one stream, no protocol, no checks.
+  raw TCP    the ceiling for one stream, no protocol, no checks: a child process (its own
+             interpreter, so no lock is shared with the receiver) sends the same bytes with one
+             socket.sendall; the receiver makes a new NumPy array each round (as a fetch makes
+             the tensor it returns: new memory, faulted in as the bytes land) and fills it with
+             recv_into(..., MSG_WAITALL), one call for the whole tensor. Neither end sets socket
+             buffer sizes; neither does hurray.
   unix fd    the same-host fast path (spec §6.6): over a Unix-domain socket the server hands
              over the tensor's memory as a descriptor (a sealed memfd for an in-memory tensor,
              the file's own for a served file) and the client maps it, checking its XXH3-64.
              Timed to a usable tensor whose every byte was read once (a sum), against memcpy
              of the bytes into new memory (np.empty + np.copyto, what any copying same-host
              path pays) and the same sum. The memfd's one-time copy, made at the first
-             request, is timed apart.
+             request, is timed apart, against a copy into new memory of the memfd's page size
+             (NumPy's huge-page advice switched off where shmem gets no huge pages).
   unix bytes the same fetch through the Unix socket without fd passing (DATA frames).
   Flight     pyarrow.flight: the same bytes as one uint8 column of a Table, do_get + read_all
              from an in-process FlightServerBase on 127.0.0.1.
@@ -31,6 +35,7 @@ import argparse
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -38,58 +43,69 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
+from numpy._core.multiarray import _get_madvise_hugepage, _set_madvise_hugepage
 
 import hurray
-from timing import best
+
+from timing import best, best_pair
 
 
-def best_pair(fn, ref, rounds):
-    """best() of `fn` and of `ref`, their rounds interleaved."""
-    times_fn, times_ref = [], []
-    for _ in range(rounds):
-        times_fn.append(best(fn, 1))
-        times_ref.append(best(ref, 1))
-    return min(times_fn), min(times_ref)
+def pattern(nbytes):
+    """`nbytes` (a multiple of 8) of the same non-trivial bytes in every process: no shortcut."""
+    return (np.arange(nbytes // 8, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.uint8)
 
 
 def gibps(nbytes, seconds):
     return nbytes / seconds / (1 << 30)
 
 
+def raw_sender(nbytes):
+    """The child of RawTcp: prints its port, then sends the bytes to each connection, until its
+    standard input closes (the parent exited)."""
+    view = memoryview(pattern(nbytes)).cast("B")
+    listener = socket.create_server(("127.0.0.1", 0))
+    print(listener.getsockname()[1], flush=True)
+    threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.sendall(view)
+
+
 class RawTcp:
-    """sendall / recv_into of the same bytes over a new loopback TCP connection per fetch."""
+    """One plain TCP stream of the same bytes per fetch, from a sender in a child process."""
 
-    def __init__(self, data):
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.view = memoryview(data).cast("B")
+    def __init__(self, nbytes):
+        self.nbytes = nbytes
+        self.child = subprocess.Popen([sys.executable, __file__, "--raw-sender", str(nbytes)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.port = int(self.child.stdout.readline())
         self.out = None
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-
-    def serve(self):
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            with conn:
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                conn.sendall(self.view)
 
     def fetch(self):
-        self.out = np.empty(len(self.view), np.uint8)  # new memory each time, as a fetch makes
+        self.out = np.empty(self.nbytes, np.uint8)  # new memory each time, as a fetch makes
         target = memoryview(self.out).cast("B")
         with socket.create_connection(("127.0.0.1", self.port)) as s:
             got = 0
             while got < len(target):
-                n = s.recv_into(target[got:], len(target) - got)
+                n = s.recv_into(target[got:], len(target) - got, socket.MSG_WAITALL)
                 if n == 0:
                     raise RuntimeError("short read")
                 got += n
 
     def close(self):
-        self.listener.close()
+        self.child.stdin.close()
+        self.child.wait()
+
+
+def shmem_huge_pages():
+    """The kernel's transparent huge page setting for shmem, which a memfd's pages follow."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "unknown"
 
 
 def touch(array):
@@ -116,14 +132,18 @@ def main():
     parser.add_argument("--mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--small", type=int, default=2000)
+    parser.add_argument("--raw-sender", type=int, help=argparse.SUPPRESS)  # RawTcp's child
     args = parser.parse_args()
+    if args.raw_sender is not None:
+        return raw_sender(args.raw_sender)
     nbytes = args.mib << 20
-    data = np.arange(nbytes, dtype=np.uint64).astype(np.uint8)  # not zeros: no shortcut
+    data = pattern(nbytes)
     tiny = np.arange(16, dtype=np.float32)
-    print(f"{args.mib} MiB tensor, best of {args.rounds}, loopback only")
+    print(f"{args.mib} MiB tensor, best of {args.rounds}, loopback only, "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
     # ---- TCP: hurray against raw sockets ------------------------------------------------
-    raw = RawTcp(data)
+    raw = RawTcp(nbytes)
     with hurray.serve({"x": data, "tiny": tiny}) as server, hurray.connect(server.address) as c:
         got = np.asarray(c.get("x"))
         assert np.array_equal(got, data)
@@ -134,7 +154,7 @@ def main():
         for _ in range(n):
             c.get("tiny")
         t_small = (time.perf_counter() - t0) / n
-    assert np.array_equal(raw.out[:: 1 << 20], data[:: 1 << 20])
+    assert np.array_equal(raw.out, data)
     raw.close()
     raw.out = None
     print(f"  TCP    hurray fetch  {gibps(nbytes, t_hurray):6.2f} GiB/s")
@@ -147,7 +167,16 @@ def main():
         np.copyto(copy, data)
         return touch(copy)
 
+    def copy_without_huge_pages():
+        advice = _get_madvise_hugepage()
+        _set_madvise_hugepage(False)
+        try:
+            np.copyto(np.empty_like(data), data)
+        finally:
+            _set_madvise_hugepage(advice)
+
     want = touch(data)
+    t_small_pages = best(copy_without_huge_pages, 1)
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/bench.hurray"
         hurray.save(path, {"f": data})
@@ -168,7 +197,9 @@ def main():
                 hurray.connect(server.address, fd_passing=False) as c:
             t_unix = best(lambda: c.get("x"), args.rounds)
     print(f"  unix   fd (memfd)    {t_fd * 1e3:7.1f} ms to a used tensor  "
-          f"(first request, making the memfd: {t_first * 1e3:.1f} ms)")
+          f"(first request, making the memfd: {t_first * 1e3:.1f} ms;")
+    print(f"                       a copy into new memory without huge pages: "
+          f"{t_small_pages * 1e3:.1f} ms; shmem huge pages: {shmem_huge_pages()})")
     print(f"         fd (file)     {t_file * 1e3:7.1f} ms")
     print(f"         memcpy        {t_memcpy * 1e3:7.1f} ms   "
           f"memcpy / fd = {t_memcpy / t_fd:.2f}x (memfd), {t_memcpy / t_file:.2f}x (file) "
