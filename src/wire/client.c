@@ -2,8 +2,9 @@
  * it, for "hurrays://"), every wait bounded by the client's timeout (poll). Tensor bytes are
  * received straight into the buffers they end up in -- or, for a tensor served on a device,
  * into a 1 MiB host chunk copied to device memory as it fills (ADR-062) -- hashed as they
- * arrive, and handed out only once every buffer's checksum has matched. A byte range goes into
- * the caller's memory or a file, each DATA frame checked as it arrives (ADR-064). */
+ * arrive (a large buffer's on a helper thread behind the receive, verify.c), and handed out
+ * only once every buffer's checksum has matched. A byte range goes into the caller's memory or
+ * a file, each DATA frame checked as it arrives (ADR-064). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -495,12 +496,14 @@ typedef struct Transfer {
   HurrayDeviceQueue *queue;  /* get on a device: the caller's or `own_queue` */
   HurrayDeviceQueue *own_queue;
   FileHasher *hasher;
+  WireVerifier verifier; /* get into host memory: the current buffer's hashing */
   uint32_t buffer;
   uint64_t offset;   /* in `buffer` */
   uint64_t received; /* stream bytes */
 } Transfer;
 
 static void transfer_reset(Transfer *t) {
+  hurray__wire_verifier_finish(&t->verifier);
   hurray_file_writer_destroy(t->writer); /* unfinished: nothing appears at the path */
   free(t->chunk);
   hurray_buffer_list_destroy(t->list); /* device memory too: never handed out half-written */
@@ -660,13 +663,21 @@ static void skip_empty(Transfer *t) {
  * received as soon as they are where they go (so a resumed transfer neither skips nor repeats
  * a byte). */
 static int receive_bytes(HurrayClient *c, Transfer *t, uint64_t n, HurrayError *error) {
-  if (t->chunk == NULL) {
-    uint8_t *dest = (uint8_t *)t->list->buffers[t->buffer]->data + t->offset;
-    int status = recv_exact(c, dest, (size_t)n, error);
-    if (status != HURRAY_OK) return status;
-    hurray__hasher_update(t->hasher, dest, (size_t)n);
-    t->offset += n;
-    t->received += n;
+  if (t->chunk == NULL) { /* hashed behind, a step at a time */
+    uint8_t *base = t->list->buffers[t->buffer]->data;
+    if (!t->verifier.running) {
+      hurray__wire_verifier_start(&t->verifier, t->hasher, base, t->offset,
+                                  t->tensor.buffers[t->buffer].desc.byte_size, true);
+    }
+    while (n > 0) {
+      size_t k = n < WIRE_VERIFY_STEP ? (size_t)n : WIRE_VERIFY_STEP;
+      int status = recv_exact(c, base + t->offset, k, error);
+      if (status != HURRAY_OK) return status;
+      t->offset += k;
+      t->received += k;
+      n -= k;
+      hurray__wire_verifier_publish(&t->verifier, t->offset);
+    }
     return HURRAY_OK;
   }
   int status = t->writer ? begin_buffers(t, t->buffer + 1, error) : HURRAY_OK;
@@ -767,7 +778,7 @@ static int receive_fd(HurrayClient *c, const WireHeader *h, Transfer *t, HurrayE
   if (status == HURRAY_OK) status = hurray__wire_map(fd, &ref, &t->tensor.buffers[t->buffer].desc, &b, error);
   if (fd >= 0) close(fd); /* the mapping stays */
   if (status == HURRAY_OK) {
-    hurray__hasher_update(t->hasher, b->data, (size_t)ref.length);
+    hurray__wire_verify_mapped(t->hasher, b->data, ref.length);
     if (t->writer != NULL) {
       status = begin_buffers(t, t->buffer + 1, error);
       if (status == HURRAY_OK) status = hurray_file_writer_write(t->writer, b->data, (size_t)ref.length, error);
@@ -787,8 +798,8 @@ static int receive_fd(HurrayClient *c, const WireHeader *h, Transfer *t, HurrayE
 }
 
 /* Receives DATA (and, negotiated, DATA_FD) frames of request `id` until END. */
-static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayGetOptions *o,
-                        HurrayError *error) {
+static int receive_frames(HurrayClient *c, uint64_t id, Transfer *t, const HurrayGetOptions *o,
+                          HurrayError *error) {
   for (;;) {
     WireHeader h;
     uint8_t fixed[WIRE_DATA_FIXED];
@@ -822,6 +833,7 @@ static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayG
     }
     const WireBuffer *b = &t->tensor.buffers[t->buffer];
     if (!t->range && t->offset == b->desc.byte_size) {
+      hurray__wire_verifier_finish(&t->verifier);
       if (hurray__hasher_digest(t->hasher) != b->checksum) {
         return broken(c, hurray__fail(error, HURRAY_ECHECKSUM,
                                       "tensor '%s' buffer %" PRIu32
@@ -835,6 +847,15 @@ static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayG
     }
     if (h.flags & WIRE_FLAG_END) return HURRAY_OK;
   }
+}
+
+/* receive_frames, and then the hasher holds every byte counted received (a resumed transfer
+ * goes on from there). */
+static int receive_data(HurrayClient *c, uint64_t id, Transfer *t, const HurrayGetOptions *o,
+                        HurrayError *error) {
+  int status = receive_frames(c, id, t, o, error);
+  hurray__wire_verifier_finish(&t->verifier);
+  return status;
 }
 
 /* Whether a failed transfer may resume on a new connection. */

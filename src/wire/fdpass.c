@@ -127,9 +127,6 @@ int hurray__wire_map(int fd, const WireFdRef *ref, const HurrayBufferDesc *desc,
                         "buffer %" PRIu32 ": mmap of the descriptor sent: %s", ref->buffer,
                         strerror(errno));
   }
-#ifdef MADV_POPULATE_READ
-  (void)madvise(base, length, MADV_POPULATE_READ); /* page tables at once, not a fault a page */
-#endif
   int status = hurray_buffer_wrap(base + delta, desc, 0, NULL, 0, unmap, NULL, out, error);
   if (status != HURRAY_OK) munmap(base, length);
   return status;

@@ -7,6 +7,7 @@
  *   tls.c      the byte stream of a connection: the socket, or a TLS session over it (ADR-061)
  *   device.c   segments in device memory: staged to the host in bounded chunks
  *   fdpass.c   the same-host fast path: a served tensor's memfd, and mapping a received fd
+ *   verify.c   a received buffer's XXH3-64, hashed on a helper thread behind the receive
  *   serve.c    what a server serves: a tensor as buffers + record, rows sliced, checksums
  *   server.c   HurrayServer: the epoll event loop
  *   client.c   HurrayClient: blocking calls with timeouts
@@ -14,6 +15,7 @@
 #ifndef HURRAY_WIRE_WIRE_H
 #define HURRAY_WIRE_WIRE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -344,9 +346,51 @@ HURRAY_INTERNAL int hurray__wire_memfd(WireServed *served, HurrayError *error);
 /* Maps the bytes a DATA_FD frame names from `fd` (borrowed) as a buffer described by `desc`,
  * after the checks of spec §6.6: a regular file, long enough, sealed against writing and
  * shrinking if it is a memfd, at an offset the alignment allows. The mapping is private
- * (copy-on-write) and unmapped when the buffer is destroyed. */
+ * (copy-on-write) and unmapped when the buffer is destroyed; its pages are made present by
+ * hurray__wire_verify_mapped. */
 HURRAY_INTERNAL int hurray__wire_map(int fd, const WireFdRef *ref, const HurrayBufferDesc *desc,
                                      HurrayBuffer **out, HurrayError *error);
+
+/* ---- verify.c ----------------------------------------------------------------------------- */
+
+/* The most bytes a client receives (or makes present, for a mapping) before it publishes them
+ * to the verifier. */
+#define WIRE_VERIFY_STEP ((size_t)4 << 20)
+
+/* Hashing one buffer's bytes as they become final, in order: on a helper thread behind the
+ * receiving one, or (a small buffer, one CPU, no thread to be had) on the receiving thread
+ * itself at each publish. Between start and finish only the helper touches `hasher`, and the
+ * bytes published stay untouched. */
+typedef struct WireVerifier {
+  FileHasher *hasher;
+  const uint8_t *base; /* the buffer's first byte */
+  uint64_t size;
+  bool prefault;       /* the helper faults pages in ahead of the mark (new memory) */
+  uint64_t published;  /* bytes [0, published) are final */
+  uint64_t hashed;     /* the helper's mark, under `lock` */
+  bool running;        /* between start and finish */
+  bool threaded;
+  bool closing;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t more;
+} WireVerifier;
+
+/* Begins a buffer of `size` bytes at `base` whose bytes [0, from) `hasher` holds already;
+ * `prefault`: the bytes past the mark are new memory still to be written, whose pages the
+ * helper may fault in ahead of the writer. */
+HURRAY_INTERNAL void hurray__wire_verifier_start(WireVerifier *v, FileHasher *hasher,
+                                                 const uint8_t *base, uint64_t from,
+                                                 uint64_t size, bool prefault);
+/* Bytes [0, upto) are final: they may be hashed. */
+HURRAY_INTERNAL void hurray__wire_verifier_publish(WireVerifier *v, uint64_t upto);
+/* Waits until every published byte is in the hasher and ends the helper; nothing if not
+ * running. */
+HURRAY_INTERNAL void hurray__wire_verifier_finish(WireVerifier *v);
+/* Adds the `len` mapped bytes at `data` to `hasher`, their pages made present a step at a time
+ * while the helper hashes behind. */
+HURRAY_INTERNAL void hurray__wire_verify_mapped(FileHasher *hasher, const uint8_t *data,
+                                                uint64_t len);
 
 /* ---- client.c ----------------------------------------------------------------------------- */
 

@@ -832,6 +832,17 @@ static void flipped_byte_detected(void **state) {
   assert_int_equal(access(path_of("flipped.hurray"), F_OK), -1); /* nothing delivered */
   hurray_client_destroy(c);
   proxy_stop(&q);
+  /* a buffer of 8 MiB and more is hashed on a helper thread behind the receive: the same */
+  OK(hurray_server_add_tensor(r.server, "big", bytes_tensor(12 << 20, 4), E));
+  Proxy b = {.flip_at = 10000000, .connections = 1};
+  proxy_start(&b, r.address);
+  OK(hurray_client_connect(b.address, NULL, &c, E));
+  assert_int_equal(hurray_client_get(c, "big", NULL, &got, &error), HURRAY_ECHECKSUM);
+  assert_null(got);
+  assert_string_equal(error.message,
+                      "tensor 'big' buffer 0: checksum mismatch (corrupted in transit)");
+  hurray_client_destroy(c);
+  proxy_stop(&b);
   finish(&r);
 }
 
@@ -897,6 +908,18 @@ static void interrupted_transfer_resumes(void **state) {
   hurray_file_reader_destroy(reader);
   hurray_client_destroy(c);
   proxy_stop(&f);
+  hurray_tensor_context_release(want);
+  /* a buffer hashed on a helper thread (8 MiB and more) resumes from what it had hashed */
+  want = bytes_tensor(12 << 20, 6);
+  OK(hurray_server_add_tensor(r.server, "big", bytes_tensor(12 << 20, 6), E));
+  Proxy b = {.cut_at = 10000000, .connections = 2};
+  proxy_start(&b, r.address);
+  OK(hurray_client_connect(b.address, NULL, &c, E));
+  OK(hurray_client_get(c, "big", &o, &got, E));
+  assert_same_buffers(got, want);
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  proxy_stop(&b);
   hurray_tensor_context_release(want);
   finish(&r);
 }
@@ -1201,8 +1224,9 @@ static void unix_socket(void **state) {
   Running r;
   start(&r, &so);
   assert_string_equal(r.address, address);
-  HurrayTensorContext *want = bytes_tensor(5 << 20, 8);
-  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(5 << 20, 8), E));
+  /* 12 MiB: the mapped pages are made present while a helper thread hashes behind */
+  HurrayTensorContext *want = bytes_tensor(12 << 20, 8);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(12 << 20, 8), E));
   go(&r);
   HurrayClient *c = NULL;
   OK(hurray_client_connect(address, NULL, &c, E));
@@ -1215,7 +1239,7 @@ static void unix_socket(void **state) {
   hurray_tensor_context_release(got);
   /* the statistics count a buffer passed as a descriptor by its size */
   HurrayServerStats stats = wait_transfers(r.server, 1);
-  assert_int_equal(stats.passed_bytes, 5 << 20);
+  assert_int_equal(stats.passed_bytes, 12 << 20);
   assert_int_equal(stats.sent_bytes, 0);
   /* fetch writes the mapped buffer to the file */
   OK(hurray_client_fetch(c, "x", NULL, path_of("fd.hurray"), E));
@@ -1237,8 +1261,8 @@ static void unix_socket(void **state) {
   hurray_tensor_context_release(got);
   hurray_client_destroy(c);
   stats = wait_transfers(r.server, 3);
-  assert_int_equal(stats.passed_bytes, 2 * (5 << 20));
-  assert_int_equal(stats.sent_bytes, 5 << 20);
+  assert_int_equal(stats.passed_bytes, 2 * (12 << 20));
+  assert_int_equal(stats.sent_bytes, 12 << 20);
   hurray_tensor_context_release(want);
   finish(&r);
 }

@@ -616,14 +616,15 @@ def test_fd_passing_is_negotiated(tmp_path):
             assert np.asarray(c.get("x")).tolist() == x.tolist()
 
 
-def test_a_changed_file_is_caught_by_its_checksum(tmp_path):
+@pytest.mark.parametrize("size", [1 << 16, 12 << 20])  # 12 MiB: hashed on a helper thread
+def test_a_changed_file_is_caught_by_its_checksum(tmp_path, size):
     path = tmp_path / "w.hurray"
-    hurray.save(path, {"w": np.full(1 << 16, 7, np.uint8)})
-    offset = path.read_bytes().index(bytes([7]) * (1 << 16))
+    hurray.save(path, {"w": np.full(size, 7, np.uint8)})
+    offset = path.read_bytes().index(bytes([7]) * size)
     with hurray.serve(str(path), address=f"unix:{tmp_path / 's'}") as s, \
             hurray.connect(s.address) as c:
         with open(path, "r+b") as f:  # written in place, behind the server's back
-            f.seek(offset + 1000)
+            f.seek(offset + size - 1000)
             f.write(b"\x01")
         with pytest.raises(hurray.ChecksumError, match="tensor 'w' buffer 0: checksum mismatch"):
             c.get("w")
