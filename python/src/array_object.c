@@ -236,17 +236,68 @@ static PyObject *get_T(PyObject *op, void *closure) {
   return call1(op, HURRAY_PY_OP_T);
 }
 
+/* ---- what NumPy and PyTorch users reach for -------------------------------------------------- */
+
+/* Methods ndarray and torch.Tensor have and the array object has not: the standard puts them in
+ * the namespace. Each is a property whose getter raises AttributeError naming the route, as
+ * __array_namespace__ hides itself (tensor.c): hasattr() is False, dir() leaves them out, and
+ * the type keeps CPython's generic attribute lookup. The closure is "name\0route". */
+#define HURRAY_PY_ABSENT(X)                                                                     \
+  X("sum", "hurray.array_api.sum(t)") X("prod", "hurray.array_api.prod(t)")                      \
+  X("mean", "hurray.array_api.mean(t)") X("std", "hurray.array_api.std(t)")                      \
+  X("var", "hurray.array_api.var(t)") X("max", "hurray.array_api.max(t)")                        \
+  X("min", "hurray.array_api.min(t)") X("all", "hurray.array_api.all(t)")                        \
+  X("any", "hurray.array_api.any(t)") X("argmax", "hurray.array_api.argmax(t)")                  \
+  X("argmin", "hurray.array_api.argmin(t)") X("cumsum", "hurray.array_api.cumulative_sum(t)")    \
+  X("cumprod", "hurray.array_api.cumulative_prod(t)")                                           \
+  X("reshape", "hurray.array_api.reshape(t, shape)")                                            \
+  X("astype", "hurray.array_api.astype(t, dtype)")                                              \
+  X("transpose", "hurray.array_api.permute_dims(t, axes), or t.mT")                             \
+  X("flatten", "hurray.array_api.reshape(t, (-1,))")                                            \
+  X("ravel", "hurray.array_api.reshape(t, (-1,))")                                              \
+  X("squeeze", "hurray.array_api.squeeze(t, axis)")                                             \
+  X("copy", "hurray.array_api.asarray(t, copy=True)")                                           \
+  X("clip", "hurray.array_api.clip(t, min, max)") X("round", "hurray.array_api.round(t)")       \
+  X("sort", "hurray.array_api.sort(t)") X("argsort", "hurray.array_api.argsort(t)")             \
+  X("nonzero", "hurray.array_api.nonzero(t)") X("conj", "hurray.array_api.conj(t)")             \
+  X("dot", "t @ other, or hurray.array_api.matmul(t, other)")                                   \
+  X("item", "float(t), int(t), bool(t) or t.tolist() on a 0-d tensor")                          \
+  X("numpy", "numpy.asarray(t)") X("cpu", "t.to_device('cpu')")                                 \
+  X("cuda", "t.to_device('cuda')")                                                              \
+  X("to", "t.to_device(device), or hurray.array_api.astype(t, dtype)")
+
+static PyObject *absent(PyObject *op, void *closure) {
+  (void)op;
+  const char *name = closure;
+  PyErr_Format(PyExc_AttributeError,
+               "'hurray.Tensor' object has no attribute '%s': the array API spells it %s", name,
+               name + strlen(name) + 1);
+  return NULL;
+}
+
+#define AS_GETSET(name, route)                                                                   \
+  {name, absent, NULL,                                                                           \
+   PyDoc_STR("A NumPy or PyTorch method the array object has not.\n\nUse " route "."),            \
+   (void *)(name "\0" route)},
 static PyGetSetDef array_getset[] = {
     {"mT", get_mT, NULL,
      PyDoc_STR("The transpose of the last two axes (array API), a view."), NULL},
     {"T", get_T, NULL, PyDoc_STR("The transpose of a 0-d, 1-d or 2-d tensor (array API), a view."),
      NULL},
-    {NULL, NULL, NULL, NULL, NULL},
+    HURRAY_PY_ABSENT(AS_GETSET){NULL, NULL, NULL, NULL, NULL},
 };
+#undef AS_GETSET
+
+int hurray__py_tensor_attribute_absent(PyObject *name) {
+  for (const PyGetSetDef *g = array_getset; g->name != NULL; g++) {
+    if (g->get == absent && PyUnicode_CompareWithASCIIString(name, g->name) == 0) return 1;
+  }
+  return 0;
+}
 
 /* ---- the Tensor type's spec with the array object added -------------------------------------- */
 
-enum { MAX_SLOTS = 96, MAX_METHODS = 64, MAX_GETSET = 64 };
+enum { MAX_SLOTS = 96, MAX_METHODS = 64, MAX_GETSET = 128 };
 static PyType_Slot merged_slots[MAX_SLOTS];
 static PyMethodDef merged_methods[MAX_METHODS];
 static PyGetSetDef merged_getset[MAX_GETSET];

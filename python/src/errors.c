@@ -26,6 +26,9 @@
  *   ├── TimedOutError(HurrayError, builtins.TimeoutError)    HURRAY_ETIMEOUT
  *   └── ConnectionLostError(HurrayError, ConnectionError)    HURRAY_ECONNECTION
  *
+ * and, under InvalidArgumentError, KeyError(InvalidArgumentError, builtins.KeyError): the
+ * HURRAY_EINVAL a server answers for a tensor it does not serve (ADR-069).
+ *
  * UnsupportedError derives from builtins.BufferError (not from hurray.BufferError) because the
  * DLPack and array API contract is that "this array cannot be exported that way" surfaces as
  * BufferError: a generic DLPack caller that catches BufferError to fall back to another path
@@ -126,6 +129,11 @@ static const ExcSpec kExcSpecs[HURRAY_PY_EXC_COUNT] = {
     [HURRAY_PY_EXC_NOT_A_DIRECTORY] = {"hurray.NotADirectoryError", HURRAY_PY_EXC_IO,
                                        &PyExc_NotADirectoryError,
                                        "A component of the path is not a directory."},
+    [HURRAY_PY_EXC_KEY] = {"hurray.KeyError", HURRAY_PY_EXC_INVALID_ARGUMENT, &PyExc_KeyError,
+                           "The server serves no tensor of that name.\n"
+                           "\n"
+                           "An InvalidArgumentError (a ValueError), and a KeyError as a missing\n"
+                           "key of a hurray.File is."},
 };
 
 /* The table: every status of HURRAY_STATUS_LIST maps to exactly one class. A switch over the
@@ -186,8 +194,15 @@ int hurray__py_errors_init(PyObject *module, HurrayState *st) {
         spec->builtin == NULL ? PyTuple_Pack(1, parent) : PyTuple_Pack(2, parent, *spec->builtin);
     if (bases == NULL) return -1;
     PyObject *dict = NULL;
-    if (i == HURRAY_PY_EXC_ERROR) {
-      dict = Py_BuildValue("{sO}", "code", Py_None);
+    if (i == HURRAY_PY_EXC_ERROR || i == HURRAY_PY_EXC_KEY) {
+      /* KeyError's str() is the repr of its argument: a message reads better as it is. */
+      PyObject *str = i == HURRAY_PY_EXC_KEY
+                          ? PyObject_GetAttrString(PyExc_BaseException, "__str__")
+                          : NULL;
+      dict = i == HURRAY_PY_EXC_ERROR ? Py_BuildValue("{sO}", "code", Py_None)
+             : str == NULL            ? NULL
+                                      : Py_BuildValue("{sO}", "__str__", str);
+      Py_XDECREF(str);
       if (dict == NULL) {
         Py_DECREF(bases);
         return -1;
@@ -246,12 +261,17 @@ static HurrayPyExc io_class(int system_errno) {
   }
 }
 
-PyObject *hurray__py_raise_path(HurrayState *st, int status, const HurrayError *error,
-                                PyObject *filename, PyObject *filename2) {
+/* `error`'s message as a str, or the generic message of `status` when it has none. */
+static PyObject *status_message(int status, const HurrayError *error) {
   const char *text =
       error != NULL && error->message[0] != '\0' ? error->message : hurray_status_message(status);
   size_t length = strnlen(text, HURRAY_ERROR_MESSAGE_SIZE);
-  PyObject *message = PyUnicode_DecodeUTF8(text, (Py_ssize_t)length, "replace");
+  return PyUnicode_DecodeUTF8(text, (Py_ssize_t)length, "replace");
+}
+
+PyObject *hurray__py_raise_path(HurrayState *st, int status, const HurrayError *error,
+                                PyObject *filename, PyObject *filename2) {
+  PyObject *message = status_message(status, error);
   int system_errno = error != NULL && status == HURRAY_EIO ? error->system_errno : 0;
   if (system_errno == 0) {
     return raise_message(st, hurray__py_exc_for_status(status), status, message);
@@ -266,6 +286,11 @@ PyObject *hurray__py_raise_path(HurrayState *st, int status, const HurrayError *
 
 PyObject *hurray__py_raise_status(HurrayState *st, int status, const HurrayError *error) {
   return hurray__py_raise_path(st, status, error, NULL, NULL);
+}
+
+PyObject *hurray__py_raise_status_as(HurrayState *st, HurrayPyExc kind, int status,
+                                     const HurrayError *error) {
+  return raise_message(st, kind, status, status_message(status, error));
 }
 
 PyObject *hurray__py_raise_statusf(HurrayState *st, int status, const char *fmt, ...) {

@@ -127,6 +127,8 @@ typedef enum HurrayPyExc {
   HURRAY_PY_EXC_PERMISSION,       /* PermissionError(InputOutputError, builtins.~) */
   HURRAY_PY_EXC_IS_A_DIRECTORY,   /* IsADirectoryError(InputOutputError, builtins.~) */
   HURRAY_PY_EXC_NOT_A_DIRECTORY,  /* NotADirectoryError(InputOutputError, builtins.~) */
+  /* HURRAY_EINVAL "no tensor named ..." from a server (ADR-069): also a builtins.KeyError */
+  HURRAY_PY_EXC_KEY,              /* KeyError(InvalidArgumentError, builtins.KeyError) */
   HURRAY_PY_EXC_COUNT
 } HurrayPyExc;
 
@@ -230,6 +232,9 @@ PyObject *hurray__py_raise_status(HurrayState *st, int status, const HurrayError
  * names (`filename2` may be NULL, as may both). */
 PyObject *hurray__py_raise_path(HurrayState *st, int status, const HurrayError *error,
                                 PyObject *filename, PyObject *filename2);
+/* hurray__py_raise_status as one of the extension's classes, `kind`, rather than the status'. */
+PyObject *hurray__py_raise_status_as(HurrayState *st, HurrayPyExc kind, int status,
+                                     const HurrayError *error);
 /* The same with a formatted message (PyUnicode_FromFormat syntax). */
 PyObject *hurray__py_raise_statusf(HurrayState *st, int status, const char *fmt, ...);
 /* Raises one of the extension's classes with a formatted message; `.code` is None. */
@@ -337,6 +342,9 @@ extern PyType_Spec hurray__py_tensor_spec;
 /* The Tensor core's spec plus the array API array object's slots, methods and properties
  * (array_object.c), in storage of its own; NULL with SystemError if they do not fit. */
 PyType_Spec *hurray__py_array_object_spec(const PyType_Spec *core);
+/* 1 when `name` (a str) is one of the NumPy and PyTorch methods the array object has not,
+ * whose property raises AttributeError naming the array API route (array_object.c). */
+int hurray__py_tensor_attribute_absent(PyObject *name);
 
 /* The array object's operations: each Python function a slot of the Tensor type forwards to
  * (array_object.c), as X(NAME, MODULE, name): MODULE says which module of hurray.array_api
@@ -513,6 +521,9 @@ extern const char hurray__py_tensor_tobytes_doc[];
 PyObject *hurray__py_tensor_tobytes(PyObject *op, PyObject *unused);
 extern const char hurray__py_tensor_tolist_doc[];
 PyObject *hurray__py_tensor_tolist(PyObject *op, PyObject *unused);
+/* Whether tolist() gives `dtype`'s elements as Python scalars: Tier 1, and the whole-byte
+ * Tier 2 floats (float16, bfloat16, the float8 formats, complex32), widened exactly. */
+int hurray__py_dtype_has_scalars(const HurrayDTypeInfo *dtype);
 
 /* ============================================================================================
  * buffer.c: the Python buffer protocol (typed or bytes, ADR-042) and Tensor.bytes_view()

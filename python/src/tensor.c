@@ -390,13 +390,17 @@ int hurray__py_tensor_host_view(HurrayState *st, HurrayTensorObject *self, const
   if (buffer->desc.device_tag != HURRAY_DEVICE_CPU) {
     const char *name = hurray_device_name(buffer->desc.device_tag);
     if (name != NULL) {
-      hurray__py_raise(st, HURRAY_PY_EXC_BUFFER, "%s needs CPU memory; the tensor is on %s:%u",
+      hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
+                       "%s needs CPU memory; the tensor is on %s:%u (to_device('cpu') copies it "
+                       "there)",
                        operation, name, (unsigned)buffer->desc.device_id);
     } else {
       char hex[8];
       snprintf(hex, sizeof hex, "0x%02X", (unsigned)buffer->desc.device_tag);
       hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
-                       "%s needs CPU memory; the tensor is on device tag %s", operation, hex);
+                       "%s needs CPU memory; the tensor is on device tag %s (to_device('cpu') "
+                       "copies it there)",
+                       operation, hex);
     }
     return -1;
   }
@@ -741,12 +745,22 @@ static PyObject *tensor_dir(PyObject *op, PyObject *unused) {
   PyObject *names = PyObject_CallMethod((PyObject *)&PyBaseObject_Type, "__dir__", "O", op);
   if (names == NULL) return NULL;
   int visible = namespace_visible(st, SELF);
-  if (visible == 0) {
-    Py_ssize_t i = PySequence_Index(names, st->str_array_namespace);
-    if (i < 0 || PySequence_DelItem(names, i) < 0) Py_CLEAR(names);
+  if (visible < 0) {
+    Py_DECREF(names);
+    return NULL;
   }
-  if (visible < 0) Py_CLEAR(names);
-  return names;
+  /* Only what hasattr() finds: without the methods the array object has not (array_object.c)
+   * and, where hidden, __array_namespace__. */
+  PyObject *shown = PyList_New(0);
+  Py_ssize_t n = shown == NULL ? 0 : PyList_Size(names);
+  for (Py_ssize_t i = 0; shown != NULL && i < n; i++) {
+    PyObject *name = PyList_GET_ITEM(names, i);
+    int hidden = hurray__py_tensor_attribute_absent(name) ||
+                 (!visible && PyUnicode_Compare(name, st->str_array_namespace) == 0);
+    if (!hidden && PyList_Append(shown, name) < 0) Py_CLEAR(shown);
+  }
+  Py_DECREF(names);
+  return shown;
 }
 
 static const char *const kNamespaceNames[] = {"api_version", NULL};
@@ -857,8 +871,8 @@ static PyObject *tensor_repr(PyObject *op) {
   uint64_t numel = 0;
   PyObject *list = NULL;
   if (SELF->desc->layout == HURRAY_LAYOUT_DENSE && bd->device_tag == HURRAY_DEVICE_CPU &&
-      dtype != NULL && dtype->tier == 1 && tensor_numel(st, SELF, &numel) == 0 &&
-      numel <= REPR_MAX_VALUES) {
+      dtype != NULL && hurray__py_dtype_has_scalars(dtype) &&
+      tensor_numel(st, SELF, &numel) == 0 && numel <= REPR_MAX_VALUES) {
     list = hurray__py_tensor_tolist(op, NULL);
   }
   PyObject *full = NULL;

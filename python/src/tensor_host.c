@@ -6,6 +6,7 @@
  */
 #include "hurray_python.h"
 
+#include <math.h>
 #include <string.h>
 
 #define SELF ((HurrayTensorObject *)op)
@@ -154,7 +155,88 @@ PyObject *hurray__py_tensor_copy(HurrayState *st, HurrayTensorObject *self, cons
   return hurray__py_tensor_wrap(st, buffer, &array, 0, NULL, NULL);
 }
 
-/* One element of a Tier 1 dtype as a Python scalar. */
+/* A whole-byte Tier 2 float format (dtypes.md §3): exponent and mantissa bits, bias, and how
+ * it spells NaN and infinity. */
+typedef enum SpecialValues {
+  IEEE, /* the largest exponent: infinity with a zero mantissa, NaN otherwise */
+  FN,   /* no infinities: the largest exponent and mantissa (S.1...1.1...1) are NaN */
+  FNUZ, /* no infinities, no negative zero: the pattern of -0 is the one NaN */
+  E8M0  /* no sign, no mantissa, no zero: 2^(e - bias); all ones is NaN */
+} SpecialValues;
+
+typedef struct SmallFloat {
+  int exponent_bits, mantissa_bits, bias;
+  SpecialValues special;
+} SmallFloat;
+
+static const SmallFloat *small_float(int code) {
+  static const SmallFloat kFloat16 = {5, 10, 15, IEEE}, kBFloat16 = {8, 7, 127, IEEE},
+                          kE4M3FN = {4, 3, 7, FN}, kE5M2 = {5, 2, 15, IEEE},
+                          kE4M3FNUZ = {4, 3, 8, FNUZ}, kE5M2FNUZ = {5, 2, 16, FNUZ},
+                          kE8M0FNU = {8, 0, 127, E8M0}, kE3M4 = {3, 4, 3, IEEE},
+                          kE4M3 = {4, 3, 7, IEEE}, kE4M3B11FNUZ = {4, 3, 11, FNUZ};
+  switch (code) {
+    case HURRAY_DTYPE_FLOAT16:
+    case HURRAY_DTYPE_COMPLEX32: /* two float16 */
+      return &kFloat16;
+    case HURRAY_DTYPE_BFLOAT16:
+      return &kBFloat16;
+    case HURRAY_DTYPE_FLOAT8_E4M3FN:
+      return &kE4M3FN;
+    case HURRAY_DTYPE_FLOAT8_E5M2:
+      return &kE5M2;
+    case HURRAY_DTYPE_FLOAT8_E4M3FNUZ:
+      return &kE4M3FNUZ;
+    case HURRAY_DTYPE_FLOAT8_E5M2FNUZ:
+      return &kE5M2FNUZ;
+    case HURRAY_DTYPE_FLOAT8_E8M0FNU:
+      return &kE8M0FNU;
+    case HURRAY_DTYPE_FLOAT8_E3M4:
+      return &kE3M4;
+    case HURRAY_DTYPE_FLOAT8_E4M3:
+      return &kE4M3;
+    case HURRAY_DTYPE_FLOAT8_E4M3B11FNUZ:
+      return &kE4M3B11FNUZ;
+    default:
+      return NULL;
+  }
+}
+
+int hurray__py_dtype_has_scalars(const HurrayDTypeInfo *dtype) {
+  return dtype->tier == 1 || small_float(dtype->code) != NULL;
+}
+
+/* The value of `bits`, an element of format `f`, as a double: exact, since every format has
+ * fewer exponent and mantissa bits than binary64. */
+static double small_float_value(const SmallFloat *f, uint32_t bits) {
+  uint32_t mantissa = bits & ((1u << f->mantissa_bits) - 1);
+  uint32_t exponent = (bits >> f->mantissa_bits) & ((1u << f->exponent_bits) - 1);
+  uint32_t top = (1u << f->exponent_bits) - 1;
+  if (f->special == E8M0) return exponent == top ? NAN : ldexp(1.0, (int)exponent - f->bias);
+  uint32_t sign_bit = 1u << (f->exponent_bits + f->mantissa_bits);
+  if ((f->special == IEEE && exponent == top) ||
+      (f->special == FN && exponent == top && mantissa == (1u << f->mantissa_bits) - 1) ||
+      (f->special == FNUZ && bits == sign_bit)) {
+    return f->special == IEEE && mantissa == 0 ? ((bits & sign_bit) ? -INFINITY : INFINITY)
+                                               : NAN;
+  }
+  double value = exponent == 0
+                     ? ldexp((double)mantissa, 1 - f->bias - f->mantissa_bits)
+                     : ldexp((double)((1u << f->mantissa_bits) | mantissa),
+                             (int)exponent - f->bias - f->mantissa_bits);
+  return (bits & sign_bit) ? -value : value;
+}
+
+/* The element of a whole-byte Tier 2 float format at `p` (one or two bytes, native order). */
+static double small_float_at(const SmallFloat *f, const char *p) {
+  if (f->exponent_bits + f->mantissa_bits < 8) return small_float_value(f, (uint8_t)*p);
+  uint16_t bits;
+  memcpy(&bits, p, sizeof bits);
+  return small_float_value(f, bits);
+}
+
+/* One element as a Python scalar: a Tier 1 dtype, or a Tier 2 float format widened (exactly)
+ * to a Python float or complex. */
 static PyObject *scalar_at(const HurrayDTypeInfo *dtype, const char *p) {
 #define READ(T, make)        \
   {                          \
@@ -195,11 +277,18 @@ static PyObject *scalar_at(const HurrayDTypeInfo *dtype, const char *p) {
       memcpy(v, p, sizeof v);
       return PyComplex_FromDoubles(v[0], v[1]);
     }
-    default:
+    case HURRAY_DTYPE_COMPLEX32: {
+      const SmallFloat *f = small_float(dtype->code);
+      return PyComplex_FromDoubles(small_float_at(f, p), small_float_at(f, p + 2));
+    }
+    default: {
+      const SmallFloat *f = small_float(dtype->code);
+      if (f != NULL) return PyFloat_FromDouble(small_float_at(f, p));
       break;
+    }
   }
 #undef READ
-  PyErr_Format(PyExc_SystemError, "scalar_at: dtype %s is not Tier 1", dtype->name);
+  PyErr_Format(PyExc_SystemError, "scalar_at: dtype %s has no Python scalars", dtype->name);
   return NULL;
 }
 
@@ -224,11 +313,12 @@ PyObject *hurray__py_tensor_tolist(PyObject *op, PyObject *unused) {
   HurrayState *st = hurray__py_state_of(op);
   HurrayHostView view;
   if (hurray__py_tensor_host_view(st, SELF, "tolist()", &view) < 0) return NULL;
-  if (view.dtype->tier != 1) {
+  if (!hurray__py_dtype_has_scalars(view.dtype)) {
     return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
-                            "tolist() reads Tier 1 dtypes only; %s is Tier %d (use tobytes(), "
-                            "or NumPy with ml_dtypes)",
-                            view.dtype->name, (int)view.dtype->tier);
+                            "tolist() reads Tier 1 dtypes and whole-byte Tier 2 floats; %s "
+                            "packs %d-bit elements (tobytes() and bytes_view() give the packed "
+                            "bytes)",
+                            view.dtype->name, (int)view.dtype->bits);
   }
   int64_t byte_strides[HURRAY_MAX_NDIM];
   if (host_byte_strides(st, view.array, view.dtype->bits / 8, byte_strides) < 0) return NULL;
@@ -284,13 +374,14 @@ const char hurray__py_tensor_tolist_doc[] =
     "-------\n"
     "list or scalar\n"
     "    Nested lists of bool, int, float or complex; a scalar for a 0-d\n"
-    "    tensor.\n"
+    "    tensor. float16, bfloat16, the float8 formats and complex32 are\n"
+    "    widened to float and complex, exactly.\n"
     "\n"
     "Raises\n"
     "------\n"
     "hurray.UnsupportedError\n"
-    "    A dtype outside Tier 1 (use NumPy with ml_dtypes, or tobytes()),\n"
-    "    or a layout other than dense.\n"
+    "    A packed dtype (int4, float4_e2m1fn, ...: use tobytes()), or a\n"
+    "    layout other than dense.\n"
     "hurray.BufferError\n"
     "    The tensor is not in CPU memory, or its data is not ready.\n"
     "\n"
@@ -300,4 +391,6 @@ const char hurray__py_tensor_tolist_doc[] =
     ">>> hurray.Tensor(struct.pack(\"4i\", 1, 2, 3, 4), hurray.int32, [2, 2]).tolist()\n"
     "[[1, 2], [3, 4]]\n"
     ">>> hurray.Tensor(struct.pack(\"d\", 2.5), hurray.float64, []).tolist()\n"
-    "2.5\n";
+    "2.5\n"
+    ">>> hurray.Tensor(bytes([0x38, 0xC0]), hurray.dtype.float8_e4m3fn, [2]).tolist()\n"
+    "[1.0, -2.0]\n";

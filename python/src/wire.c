@@ -248,6 +248,17 @@ static int transfer_args(HurrayState *st, PyObject *retries_obj, PyObject *progr
   return 0;
 }
 
+/* A failed get or read: the server's answer for a name it does not serve (spec §6.2, "no tensor
+ * named 'NAME'", prefixed "peer: " by the client) is a hurray.KeyError, which is also the
+ * InvalidArgumentError of its status (ADR-069); anything else the class of its status. */
+static PyObject *raise_request_error(HurrayState *st, int status, const HurrayError *error) {
+  static const char kMissing[] = "peer: no tensor named '";
+  if (status == HURRAY_EINVAL && strncmp(error->message, kMissing, sizeof kMissing - 1) == 0) {
+    return hurray__py_raise_status_as(st, HURRAY_PY_EXC_KEY, status, error);
+  }
+  return hurray__py_raise_status(st, status, error);
+}
+
 static const char *const kGetNames[] = {"name",    "device",   "stream", "slice", "fallback",
                                         "retries", "progress", NULL};
 enum { G_NAME, G_DEVICE, G_STREAM, G_SLICE, G_FALLBACK, G_RETRIES, G_PROGRESS, G_COUNT };
@@ -352,7 +363,7 @@ static PyObject *client_get(PyObject *op, PyObject *const *args, Py_ssize_t narg
     hurray__py_error_restore(&progress.error);
     return NULL;
   }
-  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  if (status != HURRAY_OK) return raise_request_error(st, status, &error);
   return hurray__py_tensor_adopt(st, context);
 }
 
@@ -424,7 +435,7 @@ static PyObject *client_read(PyObject *op, PyObject *const *args, Py_ssize_t nar
   }
   if (status != HURRAY_OK) {
     Py_DECREF(result);
-    return hurray__py_raise_status(st, status, &error);
+    return raise_request_error(st, status, &error);
   }
   return result;
 }
@@ -536,6 +547,39 @@ static PyObject *client_get_closed(PyObject *op, void *closure) {
   return PyBool_FromLong(CLIENT_SELF->client == NULL);
 }
 
+/* A client is no mapping: its get() takes transfer options and raises for a missing name, where
+ * Mapping.get returns a default, and each lookup is a round trip. t[name] and `name in client`
+ * say which calls to make instead of CPython's "not subscriptable" / "not iterable". */
+static PyObject *client_subscript(PyObject *op, PyObject *key) {
+  (void)op;
+  return PyErr_Format(PyExc_TypeError,
+                      "a hurray.Client is not a mapping: fetch a tensor with client.get(%R)", key);
+}
+
+static int client_contains(PyObject *op, PyObject *key) {
+  (void)op;
+  PyErr_Format(PyExc_TypeError,
+               "a hurray.Client is not a container: client.list() lists the tensors it serves "
+               "(%R in [e['name'] for e in client.list()]), and client.get(%R) raises "
+               "hurray.KeyError for a name it does not",
+               key, key);
+  return -1;
+}
+
+/* pickle and copy of a Client or a Server: a connection or a running server does not travel;
+ * its address does. */
+static PyObject *not_picklable(PyObject *op, PyObject *unused) {
+  (void)unused;
+  PyObject *address = PyObject_GetAttrString(op, "address");
+  if (address == NULL) return NULL;
+  PyErr_Format(PyExc_TypeError,
+               "cannot pickle a %s: it holds a live connection or server thread; pass its "
+               "address (%R) and call hurray.connect(address) on the other side",
+               Py_TYPE(op)->tp_name, address);
+  Py_DECREF(address);
+  return NULL;
+}
+
 static PyMethodDef client_methods[] = {
     {"list", client_list, METH_NOARGS,
      PyDoc_STR("list($self, /)\n--\n\n"
@@ -595,8 +639,11 @@ static PyMethodDef client_methods[] = {
          "    its layout, dtype (Tier 2 and 3 too), shape, strides, axis, block size and\n"
          "    children are the served ones.\n\n"
          "Raises\n------\n"
+         "hurray.KeyError\n"
+         "    The server serves no tensor of that name (a KeyError, and an\n"
+         "    InvalidArgumentError).\n"
          "hurray.InvalidArgumentError\n"
-         "    No tensor of that name, or rows outside the tensor.\n"
+         "    Rows outside the tensor.\n"
          "hurray.UnsupportedError\n"
          "    The server cannot serve `device`, or its runtime is missing here, and\n"
          "    `fallback` is false.\n"
@@ -644,9 +691,11 @@ static PyMethodDef client_methods[] = {
          "bytes or object\n"
          "    The new ``bytes``, or `out` filled.\n\n"
          "Raises\n------\n"
+         "hurray.KeyError\n"
+         "    The server serves no tensor of that name (a KeyError, and an\n"
+         "    InvalidArgumentError).\n"
          "hurray.InvalidArgumentError\n"
-         "    No tensor of that name, a range outside its data, or `out` of another\n"
-         "    size.\n"
+         "    A range outside its data, or `out` of another size.\n"
          "hurray.UnsupportedError\n"
          "    The server speaks wire protocol 1.0, whose ranges carry no checks.\n"
          "hurray.ChecksumError\n"
@@ -694,6 +743,7 @@ static PyMethodDef client_methods[] = {
                "True\n")},
     {"__enter__", client_enter_ctx, METH_NOARGS, NULL},
     {"__exit__", HURRAY_PY_CFUNC(client_exit_ctx), METH_FASTCALL, NULL},
+    {"__reduce__", not_picklable, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -714,6 +764,8 @@ static PyGetSetDef client_getset[] = {
 static PyType_Slot client_slots[] = {
     {Py_tp_dealloc, client_dealloc},
     {Py_tp_repr, client_repr},
+    {Py_mp_subscript, client_subscript},
+    {Py_sq_contains, client_contains},
     {Py_tp_methods, client_methods},
     {Py_tp_getset, client_getset},
     {Py_tp_doc,
@@ -930,6 +982,7 @@ static PyMethodDef server_methods[] = {
                "0\n")},
     {"__enter__", client_enter_ctx, METH_NOARGS, NULL},
     {"__exit__", HURRAY_PY_CFUNC(server_exit_ctx), METH_FASTCALL, NULL},
+    {"__reduce__", not_picklable, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -976,7 +1029,8 @@ static int serve_add(PyObject *module, HurrayState *st, HurrayServer *server, Py
     status = hurray_server_add_file(server, cpath, &error);
     Py_END_ALLOW_THREADS;
     Py_DECREF(path);
-  } else if (PyMapping_Check(item) && !PySequence_Check(item)) {
+  } else if (PyMapping_Check(item) && !PySequence_Check(item) &&
+             PyObject_HasAttrString(item, "items")) { /* not a Tensor, whose t[...] indexes */
     PyObject *pairs = PyMapping_Items(item);
     if (pairs == NULL) return -1;
     for (Py_ssize_t i = 0; status == HURRAY_OK && i < PyList_GET_SIZE(pairs); i++) {

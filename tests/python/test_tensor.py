@@ -188,18 +188,20 @@ def test_properties_of_a_cpu_tensor():
                        "values=[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]>")
 
 
-def test_repr_does_not_pretend_to_be_python_and_shows_small_tier1_values():
+def test_repr_does_not_pretend_to_be_python_and_shows_small_tensors_values():
     small = hurray.from_numpy(np.arange(6, dtype=np.int16).reshape(3, 2).T)
     assert repr(small) == "<hurray.Tensor shape=(2, 3) dtype=int16 device=cpu:0 " \
                           "values=[[0, 2, 4], [1, 3, 5]]>"
     assert repr(hurray.Tensor(b"\x01", hurray.bool, [])) == \
         "<hurray.Tensor shape=() dtype=bool device=cpu:0 readonly values=True>"
-    # 64 values at most, Tier 1 only: beyond, the descriptor alone
+    # 64 values at most, of dtypes with Python scalars (ADR-069): beyond, the descriptor alone
     assert repr(hurray.from_numpy(np.zeros(64, np.uint8))).endswith("values=" + str([0] * 64) + ">")
     assert repr(hurray.from_numpy(np.zeros(65, np.uint8))) == \
         "<hurray.Tensor shape=(65,) dtype=uint8 device=cpu:0>"
-    assert repr(hurray.Tensor(bytes(4), hurray.dtype.bfloat16, [2])) == \
-        "<hurray.Tensor shape=(2,) dtype=bfloat16 device=cpu:0 readonly>"
+    assert repr(hurray.Tensor(b"\xc0\x3f\x80\xbf", hurray.dtype.bfloat16, [2])) == \
+        "<hurray.Tensor shape=(2,) dtype=bfloat16 device=cpu:0 readonly values=[1.5, -1.0]>"
+    assert repr(hurray.Tensor(b"\x21", hurray.dtype.int4, [2])) == \
+        "<hurray.Tensor shape=(2,) dtype=int4 device=cpu:0 readonly>"
     for t in (small, hurray.Tensor(bytes(4), hurray.dtype.int4, [8])):
         with pytest.raises(SyntaxError):
             eval(repr(t))
@@ -296,8 +298,8 @@ def test_tolist_scalars_of_every_tier1_dtype():
         arr = np.array(values, dtype=name)
         t = hurray.Tensor(arr.tobytes(), name, [2])
         assert t.tolist() == arr.tolist(), name
-    with pytest.raises(hurray.UnsupportedError, match="Tier 1 dtypes only; bfloat16 is Tier 2"):
-        hurray.Tensor(bytes(4), hurray.dtype.bfloat16, [2]).tolist()
+    with pytest.raises(hurray.UnsupportedError, match="float4_e2m1fn packs 4-bit elements"):
+        hurray.Tensor(bytes(1), hurray.dtype.float4_e2m1fn, [2]).tolist()
 
 
 # ---- from_address and devices ------------------------------------------------------------

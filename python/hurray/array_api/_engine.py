@@ -128,7 +128,7 @@ def to_np(x):
         if x.device != CPU:
             raise _hurray.UnsupportedError(
                 f"hurray.array_api computes on CPU tensors only; this one is on {x.device}: "
-                "copy it to the CPU first (DLPack or the device's own library)"
+                "copy it there first with to_device('cpu')"
             ) from None
         dtype = x.dtype
         if dtype is None:

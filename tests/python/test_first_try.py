@@ -1,0 +1,275 @@
+"""What NumPy, PyTorch and dict habits try first on the wire client and server, on Tier 2
+tensors, on the array object and on device tensors: each either does the right thing or raises
+an error that names the right route, and nothing silently reinterprets data (ADR-069)."""
+
+import copy
+import math
+import os
+import pickle
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hurray
+from conftest import peer
+
+EINVAL = hurray._hurray._status_codes()["HURRAY_EINVAL"]
+
+
+@pytest.fixture
+def served():
+    with hurray.serve({"w": np.arange(6, dtype=np.float32).reshape(2, 3)}) as server, \
+            hurray.connect(server.address) as client:
+        yield server, client
+
+
+# ---- the wire client and server ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("call", [lambda c: c.get("missing"), lambda c: c.read("missing", 0, 4)],
+                         ids=["get", "read"])
+def test_a_name_the_server_does_not_serve_is_a_key_error_as_in_a_file(served, call, tmp_path):
+    _, client = served
+    with pytest.raises(KeyError) as info:
+        call(client)
+    error = info.value
+    assert type(error) is hurray.KeyError
+    # what caught it before still does
+    assert isinstance(error, hurray.InvalidArgumentError) and isinstance(error, ValueError)
+    assert error.code == EINVAL
+    assert str(error) == "peer: no tensor named 'missing'"  # the message, not KeyError's repr
+    # as a hurray.File's missing name is
+    hurray.save(tmp_path / "w.hurray", {"w": np.zeros(2)})
+    with hurray.open(tmp_path / "w.hurray") as f, pytest.raises(KeyError):
+        f["missing"]
+
+
+def test_other_invalid_requests_stay_value_errors(served):
+    _, client = served
+    for call, match in [(lambda: client.get("w", slice=slice(1, 9)), "rows"),
+                        (lambda: client.read("w", 0, 25), "bytes"),
+                        (lambda: client.put("w", np.zeros(2)), "w")]:
+        with pytest.raises(hurray.InvalidArgumentError, match=match) as info:
+            call()
+        assert not isinstance(info.value, KeyError)
+
+
+def test_hurray_key_error_stays_out_of_star_imports():
+    assert "KeyError" not in hurray.__all__
+    assert hurray.KeyError.__mro__[1] is hurray.InvalidArgumentError
+    assert issubclass(hurray.KeyError, KeyError)
+
+
+def test_the_client_is_no_mapping_and_says_what_to_call(served):
+    _, client = served
+    with pytest.raises(TypeError, match=r"not a mapping: fetch a tensor with client.get\('w'\)"):
+        client["w"]
+    with pytest.raises(TypeError, match=r"client.list\(\) lists the tensors.*hurray.KeyError"):
+        "w" in client  # noqa: B015
+    assert [entry["name"] for entry in client.list()] == ["w"]  # the route works
+
+
+def test_clients_and_servers_do_not_pickle_and_say_why(served):
+    server, client = served
+    for obj in (client, server):
+        for attempt in (pickle.dumps, copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match=f"cannot pickle a hurray.{type(obj).__name__}: "
+                                                f"it holds a live connection.*'{server.address}'"
+                                                r".*hurray.connect\(address\)"):
+                attempt(obj)
+
+
+def test_closed_clients_and_stopped_servers_say_so():
+    server = hurray.serve({"w": np.zeros(2)})
+    client = hurray.connect(server.address)
+    assert repr(client) == f"<hurray.Client '{server.address}'>"
+    assert repr(server) == f"<hurray.Server '{server.address}'>"
+    client.close()
+    client.close()  # idempotent
+    assert repr(client).endswith("(closed)>")
+    for call in (lambda: client.get("w"), client.list, lambda: client.info):
+        with pytest.raises(hurray.StateError, match="is closed"):
+            call()
+    assert server.stats()["accepted"] == 1  # stats is a method, as the docs show it
+    server.stop()
+    assert repr(server).endswith("(stopped)>")
+    with pytest.raises(hurray.StateError, match="is stopped"):
+        server.stats()
+
+
+def test_serve_takes_what_numpy_pytorch_and_jax_users_hold(tmp_path):
+    torch = peer("torch")
+    jnp = peer("jax.numpy")
+    strided = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
+    transposed = np.arange(12, dtype=np.int16).reshape(3, 4).T
+    tensors = {"torch": torch.arange(4.0), "jax": jnp.arange(3, dtype=jnp.int32),
+               "strided": strided, "transposed": transposed}
+    hurray.save(tmp_path / "a.hurray", {"a": np.ones(2)})
+    hurray.save(tmp_path / "b.hurray", {"b": np.zeros(3, np.uint8)})
+    with hurray.serve([tensors, tmp_path / "a.hurray", str(tmp_path / "b.hurray")]) as server, \
+            hurray.connect(server.address) as client:
+        assert [e["name"] for e in client.list()] == \
+            ["torch", "jax", "strided", "transposed", "a", "b"]
+        assert client.get("torch").tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert client.get("jax").tolist() == [0, 1, 2]
+        assert client.get("strided").tolist() == strided.tolist()  # values, not the base's
+        assert client.get("transposed").tolist() == transposed.tolist()
+        assert client.get("b").dtype == hurray.uint8
+
+
+def test_serve_names_what_it_takes():
+    for wrong in (np.ones(3), [np.ones(3)], hurray.from_numpy(np.ones(3))):
+        with pytest.raises(TypeError, match="mapping of name -> tensor"):
+            hurray.serve(wrong)
+    with pytest.raises(TypeError, match="tensor 'x' is a list; expected a hurray.Tensor"):
+        hurray.serve({"x": [1.0, 2.0]})
+
+
+@pytest.mark.parametrize("tensors", ["/nonexistent/w.hurray", ["/nonexistent/w.hurray"]])
+def test_serving_a_missing_file_is_file_not_found(tensors):
+    with pytest.raises(FileNotFoundError) as info:
+        hurray.serve(tensors)
+    assert isinstance(info.value, hurray.InputOutputError)
+
+
+def test_connecting_where_nothing_listens_or_nothing_answers(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectionError, match=f"cannot connect to 127.0.0.1:{port}: Connection "
+                                              "refused"):
+        hurray.connect(f"127.0.0.1:{port}")
+    with pytest.raises(hurray.InvalidArgumentError, match="expected HOST:PORT"):
+        hurray.connect(f"http://127.0.0.1:{port}")
+    with pytest.raises(TypeError, match="url must be str, not tuple"):
+        hurray.connect(("127.0.0.1", port))
+    with pytest.raises(hurray.InvalidArgumentError, match="positive number of seconds"):
+        hurray.connect(f"127.0.0.1:{port}", timeout=0)
+    with socket.socket() as silent:  # accepts, never answers the hello
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        with pytest.raises(TimeoutError, match="no progress for 300 ms"):
+            hurray.connect("127.0.0.1:%d" % silent.getsockname()[1], timeout=0.3)
+
+
+# ---- Tier 2 values ----------------------------------------------------------------------------
+
+TIER2 = ["float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+         "float8_e5m2fnuz", "float8_e8m0fnu", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz"]
+
+
+@pytest.mark.parametrize("name", TIER2)
+def test_tolist_widens_every_value_of_whole_byte_tier2_floats_exactly(name):
+    ml_dtypes = peer("ml_dtypes")
+    np_dtype = np.dtype(np.float16 if name == "float16" else getattr(ml_dtypes, name))
+    patterns = np.arange(256 ** np_dtype.itemsize, dtype=f"u{np_dtype.itemsize}")
+    got = hurray.Tensor(patterns.tobytes(), name, [patterns.size]).tolist()
+    with np.errstate(invalid="ignore"):
+        want = patterns.view(np_dtype).astype(np.float64).tolist()
+    assert all(type(v) is float for v in got)
+    differ = [(hex(int(p)), g, w) for p, g, w in zip(patterns, got, want)
+              if not (math.isnan(g) and math.isnan(w) or
+                      g == w and math.copysign(1, g) == math.copysign(1, w))]
+    assert differ == []
+
+
+def test_complex32_and_repr_show_tier2_values_but_never_decode_packed_ones():
+    halves = np.array([1, 2, -0.5, np.inf], np.float16).tobytes()
+    assert hurray.Tensor(halves, hurray.dtype.complex32, [2]).tolist() == \
+        [1 + 2j, complex(-0.5, math.inf)]
+    bf16 = hurray.Tensor(b"\xc0\x3f\x80\xbf", hurray.dtype.bfloat16, [2])
+    assert repr(bf16).endswith(" values=[1.5, -1.0]>") and str(bf16) == repr(bf16)
+    assert hurray.Tensor(b"\x38", hurray.dtype.float8_e4m3fn, []).tolist() == 1.0
+    for packed in ("int4", "uint2", "float4_e2m1fn", "float6_e2m3fn"):
+        t = hurray.Tensor(bytes(hurray.dtype(packed).bits // 2), packed, [4])
+        assert "values" not in repr(t)
+        with pytest.raises(hurray.UnsupportedError,
+                           match=fr"{packed} packs \d-bit elements \(tobytes\(\)"):
+            t.tolist()
+
+
+def test_computing_on_bfloat16_still_names_relaxed_mode():
+    zero_d = hurray.Tensor(b"\xc0\x3f", hurray.dtype.bfloat16, [])
+    assert zero_d.tolist() == 1.5
+    with pytest.raises(TypeError, match=r"relaxed mode only \(hurray.set_mode\('relaxed'\)"):
+        float(zero_d)
+    with hurray.mode("relaxed"):
+        assert float(zero_d) == 1.5
+
+
+def test_numpy_without_ml_dtypes_names_it():
+    code = ("import sys; sys.modules['ml_dtypes'] = None\n"
+            "import numpy as np, hurray\n"
+            "t = hurray.Tensor(b'\\xc0\\x3f', 'bfloat16', [1])\n"
+            "assert t.tolist() == [1.5]\n"
+            "try:\n    np.asarray(t)\n"
+            "except hurray.UnsupportedError as e:\n    print(e)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=os.environ)
+    assert run.stdout.strip() == \
+        "bfloat16 has no NumPy dtype without ml_dtypes (pip install ml_dtypes)", run.stderr
+
+
+# ---- NumPy's and PyTorch's methods on the array object -----------------------------------------
+
+ABSENT = set(dir(hurray.Tensor)) - set(dir(hurray.Tensor(b"", "uint8", [0])))
+
+
+def test_numpys_and_pytorchs_methods_name_the_array_api_route():
+    import hurray.array_api as xp
+    assert {"sum", "mean", "reshape", "astype", "transpose", "copy", "item", "numpy", "cpu",
+            "to"} <= ABSENT
+    t = hurray.from_numpy(np.arange(4, dtype=np.float32))
+    for name in ABSENT:
+        assert not hasattr(t, name) and getattr(t, name, None) is None
+        with pytest.raises(AttributeError, match=f"no attribute '{name}': the array API spells "
+                                                 "it ") as info:
+            getattr(t, name)
+        route = str(info.value).split("spells it ", 1)[1]
+        for function in (part.split("(")[0] for part in route.split("hurray.array_api.")[1:]):
+            assert callable(getattr(xp, function)), route  # every route named exists
+    with pytest.raises(AttributeError, match=r"hurray.array_api.sum\(t\)"):
+        t.sum()
+    assert float(xp.sum(t)) == 6.0
+    with pytest.raises(AttributeError, match=r"t.to_device\('cpu'\)"):
+        t.cpu()
+
+
+def test_the_array_objects_own_attributes_are_untouched():
+    t = hurray.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
+    assert (t.shape, t.size, t.ndim, t.T.shape, t.mT.shape) == ((2, 3), 6, 2, (3, 2), (3, 2))
+    assert t.to_device("cpu") is t and "to_device" in dir(t) and "tolist" in dir(t)
+
+
+# ---- device tensors ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def on_opencl():
+    try:
+        return hurray.from_numpy(np.arange(4, dtype=np.float32)).to_device("opencl")
+    except hurray.UnsupportedError as error:
+        if os.environ.get("HURRAY_REQUIRE_OPENCL") == "1":
+            pytest.fail(f"OpenCL is required here: {error}")
+        pytest.skip(f"no OpenCL runtime: {error}")
+
+
+def test_host_reads_of_device_memory_name_the_device_and_to_device(on_opencl):
+    assert repr(on_opencl) == "<hurray.Tensor shape=(4,) dtype=float32 device=opencl:0>"
+    route = r"on opencl:0 \(to_device\('cpu'\) copies it there\)"
+    for read in (np.asarray, lambda t: t.tolist(), lambda t: t.tobytes(), memoryview,
+                 pickle.dumps):
+        with pytest.raises(hurray.BufferError, match=route):
+            read(on_opencl)
+    assert on_opencl.to_device("cpu").tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_array_api_calls_on_device_memory_name_to_device(on_opencl):
+    import hurray.array_api as xp
+    for op in (lambda t: t + 1, lambda t: -t, lambda t: t[0], xp.sum, xp.asarray, list):
+        with pytest.raises(hurray.UnsupportedError,
+                           match=r"on opencl:0: copy it there first with to_device\('cpu'\)"):
+            op(on_opencl)
