@@ -102,7 +102,7 @@ def test_closed_clients_and_stopped_servers_say_so():
 
 def test_serve_takes_what_numpy_pytorch_and_jax_users_hold(tmp_path):
     torch = peer("torch")
-    jnp = peer("jax.numpy")
+    jnp = peer("jax").numpy
     strided = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
     transposed = np.arange(12, dtype=np.int16).reshape(3, 4).T
     tensors = {"torch": torch.arange(4.0), "jax": jnp.arange(3, dtype=jnp.int32),
