@@ -382,9 +382,9 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                  Py_TYPE(a[SV_TENSORS])->tp_name);
     goto done;
   }
-  pairs = PyMapping_Items(a[SV_TENSORS]);
+  pairs = hurray__py_mapping_pairs(a[SV_TENSORS], "save");
   if (pairs == NULL) goto done;
-  n = PyList_GET_SIZE(pairs);
+  n = PyTuple_GET_SIZE(pairs);
   items = PyMem_Calloc((size_t)n + 1, sizeof *items);
   if (items == NULL) {
     PyErr_NoMemory();
@@ -393,7 +393,7 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
   /* Everything that can fail for a Python reason, before the file is begun. */
   for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *pair = PyList_GET_ITEM(pairs, i);
+    PyObject *pair = PyTuple_GET_ITEM(pairs, i);
     PyObject *key = PyTuple_GET_ITEM(pair, 0);
     if (!PyUnicode_Check(key)) {
       PyErr_Format(PyExc_TypeError, "save(): tensor names must be str, not %.200s",
@@ -421,7 +421,7 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     Py_ssize_t matched = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-      PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 0);
+      PyObject *key = PyTuple_GET_ITEM(PyTuple_GET_ITEM(pairs, i), 0);
       PyObject *value = PyDict_GetItemWithError(per_tensor, key);
       if (value == NULL && PyErr_Occurred()) goto done;
       if (value == NULL) continue;
@@ -434,13 +434,14 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
       PyObject *key = NULL, *value = NULL;
       Py_ssize_t pos = 0;
       while (PyDict_Next(per_tensor, &pos, &key, &value)) {
-        int present = PySequence_Contains(a[SV_TENSORS], key); /* `key in tensors` */
-        if (present < 0) goto done;
-        if (!present) {
+        Py_INCREF(key); /* `key in tensors` may run Python code that changes the dict */
+        int present = PySequence_Contains(a[SV_TENSORS], key);
+        if (present == 0) {
           hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
                            "tensor_metadata names %R, which is not one of the tensors", key);
-          goto done;
         }
+        Py_DECREF(key);
+        if (present <= 0) goto done;
       }
     }
   }

@@ -212,6 +212,12 @@ int hurray__py_u64(HurrayState *st, PyObject *obj, const char *what, uint64_t *o
  * then be kept as borrowed references. */
 PyObject *hurray__py_sequence_tuple(PyObject *obj, const char *message);
 
+/* The items of a mapping argument (PyMapping_Items) as a tuple of (key, value) 2-tuples of its
+ * own, or NULL with TypeError naming `fname`. A mapping's items() may be overridden (a dict
+ * subclass) to give anything, or a list it keeps and changes later: every pair is checked, and
+ * stays alive and in place while Python code runs, before one is read. */
+PyObject *hurray__py_mapping_pairs(PyObject *obj, const char *fname);
+
 /* After a failed call of obj.<method>(...) made on a consumer's behalf: an AttributeError from
  * an object that has no such method becomes the TypeError the protocols specify ("`fname`()
  * needs an object with <method>"); any other error is left as it is. Returns NULL. */

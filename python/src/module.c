@@ -136,6 +136,22 @@ PyObject *hurray__py_sequence_tuple(PyObject *obj, const char *message) {
   return tuple;
 }
 
+PyObject *hurray__py_mapping_pairs(PyObject *obj, const char *fname) {
+  PyObject *items = PyMapping_Items(obj);
+  PyObject *pairs = items == NULL ? NULL : PySequence_Tuple(items); /* items() may keep its list */
+  Py_XDECREF(items);
+  for (Py_ssize_t i = 0; pairs != NULL && i < PyTuple_GET_SIZE(pairs); i++) {
+    PyObject *pair = PyTuple_GET_ITEM(pairs, i);
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+      PyErr_Format(PyExc_TypeError,
+                   "%s(): items() of the %.200s gave a %.200s, not a (key, value) pair", fname,
+                   Py_TYPE(obj)->tp_name, Py_TYPE(pair)->tp_name);
+      Py_CLEAR(pairs);
+    }
+  }
+  return pairs;
+}
+
 PyObject *hurray__py_protocol_missing(PyObject *obj, PyObject *method, const char *fname) {
   if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
   HurrayPySavedError saved;

@@ -1031,11 +1031,11 @@ static int serve_add(PyObject *module, HurrayState *st, HurrayServer *server, Py
     Py_DECREF(path);
   } else if (PyMapping_Check(item) && !PySequence_Check(item) &&
              PyObject_HasAttrString(item, "items")) { /* not a Tensor, whose t[...] indexes */
-    PyObject *pairs = PyMapping_Items(item);
+    PyObject *pairs = hurray__py_mapping_pairs(item, "serve");
     if (pairs == NULL) return -1;
-    for (Py_ssize_t i = 0; status == HURRAY_OK && i < PyList_GET_SIZE(pairs); i++) {
-      PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 0);
-      PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 1);
+    for (Py_ssize_t i = 0; status == HURRAY_OK && i < PyTuple_GET_SIZE(pairs); i++) {
+      PyObject *key = PyTuple_GET_ITEM(PyTuple_GET_ITEM(pairs, i), 0);
+      PyObject *value = PyTuple_GET_ITEM(PyTuple_GET_ITEM(pairs, i), 1);
       const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
       if (name == NULL) {
         if (!PyErr_Occurred()) {

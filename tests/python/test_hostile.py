@@ -284,3 +284,82 @@ def test_negative_strides_before_an_opaque_handle_are_refused():
 def test_a_byte_offset_past_the_end_of_an_opaque_handle_is_refused():
     export = fake.Export(0x1234, [4], byte_offset=2**64 - 8, device=(fake.KDL_METAL, 0))
     _refused(export, hurray.LimitError, "byte_offset")
+
+
+# ============================================================================================
+# Mappings whose items() lie (hurray.save, hurray.serve)
+# ============================================================================================
+
+
+@pytest.mark.parametrize("call", ["hurray.save(os.path.join(tempfile.mkdtemp(), 'x.hurray'), m)",
+                                  "hurray.serve(m)"])
+@pytest.mark.parametrize("items", ["[42]", "[('t',)]", "[('t', t, 1)]", "iter([[('t', t)]])"])
+def test_mappings_whose_items_are_not_pairs_are_refused(call, items):
+    # A dict subclass may override items(): save() and serve() read each pair as a 2-tuple.
+    out = run_isolated(f"""
+import os, tempfile
+import hurray
+t = hurray.Tensor(bytes(4), hurray.float32, [1])
+class Lying(dict):
+    def items(self):
+        return {items}
+m = Lying(t=t)
+try:
+    {call}
+except TypeError as e:
+    print("TypeError:", e)
+""")
+    name = call.split("(")[0].split(".")[1]
+    kind = {"[42]": "int", "iter([[('t', t)]])": "list"}.get(items, "tuple")
+    assert out == f"TypeError: {name}(): items() of the Lying gave a {kind}, not a (key, value) pair\n"
+
+
+def test_serve_reads_the_items_it_was_given_while_converting_them():
+    # items() may hand out a list it keeps; converting a value runs Python code (a DLPack
+    # producer's __dlpack__) that may empty that list: the names and tensors read from it must
+    # stay alive and in place.
+    out = run_isolated("""
+import hurray
+import numpy as np
+kept = []
+class Shrinking:
+    def __init__(self):
+        self.array = np.ones(2)
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+    def __dlpack__(self, **kwargs):
+        kept.clear()
+        global filler
+        filler = ["z" * 12 for _ in range(100)]  # reuses the freed names' memory
+        return self.array.__dlpack__(**kwargs)
+class Mapping(dict):
+    def items(self):
+        kept[:] = [("".join(["a"] * 12), Shrinking()), ("".join(["b"] * 12), np.zeros(2))]
+        return kept
+with hurray.serve(Mapping(x=1)) as s, hurray.connect(s.address) as c:
+    print(sorted(e["name"] for e in c.list()))
+""")
+    assert out == "['aaaaaaaaaaaa', 'bbbbbbbbbbbb']\n"
+
+
+def test_save_names_a_tensor_metadata_key_that_the_tensors_lack_even_if_it_is_removed():
+    # `key in tensors` runs the mapping's __contains__, which may drop the key from the
+    # tensor_metadata dict it was read from: the error still names it, from a live object.
+    out = run_isolated("""
+import os, tempfile
+import hurray
+meta = {}
+class Tensors(dict):
+    def __contains__(self, key):
+        meta.clear()
+        global filler
+        filler = ["y" * 12 for _ in range(100)]  # reuses the freed string's memory
+        return False
+meta["".join(["x"] * 12)] = {}
+try:
+    hurray.save(os.path.join(tempfile.mkdtemp(), "x.hurray"),
+                Tensors(t=hurray.Tensor(bytes(4), hurray.float32, [1])), tensor_metadata=meta)
+except hurray.InvalidArgumentError as e:
+    print(e)
+""")
+    assert out == "tensor_metadata names 'xxxxxxxxxxxx', which is not one of the tensors\n"
