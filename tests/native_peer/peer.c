@@ -533,11 +533,44 @@ static PyObject *describe_tensor(const HurrayTensorDesc *t) {
                        "children", children);
 }
 
-static PyObject *describe_buffer(const HurrayBuffer *b, int role) {
+/* The lowest byte of buffer `index` that an array of `t` or of its children addresses;
+ * UINT64_MAX where none does. */
+static uint64_t first_addressed(const HurrayTensorDesc *t, uint32_t index) {
+  uint64_t first = UINT64_MAX;
+  for (uint32_t i = 0; i < t->nparts; i++) {
+    uint64_t begin = 0, end = 0;
+    if (t->parts[i].buffer == index &&
+        hurray_array_span(&t->parts[i], &begin, &end, NULL) == HURRAY_OK && end > begin &&
+        begin < first) {
+      first = begin;
+    }
+  }
+  for (uint32_t i = 0; i < t->nchildren; i++) {
+    uint64_t child = first_addressed(&t->children[i], index);
+    if (child < first) first = child;
+  }
+  return first;
+}
+
+/* A CPU buffer's bytes read as ADR-008 lets a consumer: those before the first byte an array
+ * addresses may be another object's (a producer rounds an unaligned start down), so they are
+ * never read and come back as zeros. */
+static PyObject *buffer_bytes(const HurrayBuffer *b, uint64_t first) {
+  uint64_t size = b->desc.byte_size;
+  uint64_t lead = first < size ? first : size;
+  PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+  if (data == NULL) return NULL;
+  memset(PyBytes_AS_STRING(data), 0, (size_t)lead);
+  if (size > lead) {
+    memcpy(PyBytes_AS_STRING(data) + lead, (const char *)b->data + lead, (size_t)(size - lead));
+  }
+  return data;
+}
+
+static PyObject *describe_buffer(const HurrayBuffer *b, int role, uint64_t first) {
   const HurrayBufferDesc *d = &b->desc;
-  PyObject *data = d->device_tag == HURRAY_DEVICE_CPU
-                       ? PyBytes_FromStringAndSize(b->data, (Py_ssize_t)d->byte_size)
-                       : Py_NewRef(Py_None);
+  PyObject *data =
+      d->device_tag == HURRAY_DEVICE_CPU ? buffer_bytes(b, first) : Py_NewRef(Py_None);
   return Py_BuildValue(
       "{s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:K,s:N,s:N,s:K,s:I,s:N}", "role", role, "device_tag",
       (int)d->device_tag, "memory_class", (int)d->memory_class, "sync_mode", (int)d->sync_mode,
@@ -551,7 +584,8 @@ static PyObject *summarize(const HurrayTensorContext *context) {
   const HurrayBufferList *list = context->buffers;
   PyObject *buffers = PyList_New(0);
   for (uint32_t i = 0; buffers != NULL && i < list->count; i++) {
-    PyObject *buffer = describe_buffer(list->buffers[i], list->roles[i]);
+    PyObject *buffer =
+        describe_buffer(list->buffers[i], list->roles[i], first_addressed(context->tensor, i));
     if (buffer == NULL || PyList_Append(buffers, buffer) < 0) Py_CLEAR(buffers);
     Py_XDECREF(buffer);
   }
