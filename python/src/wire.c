@@ -178,8 +178,10 @@ static PyObject *client_list(PyObject *op, PyObject *unused) {
   for (uint32_t i = 0; result != NULL && i < count; i++) {
     const HurrayRemoteTensor *t = &items[i];
     const char *layout = hurray_layout_name(t->layout);
-    PyObject *dtype = t->dtype == HURRAY_DTYPE_INVALID ? Py_NewRef(Py_None)
-                                                       : hurray__py_dtype_object(st, t->dtype);
+    /* hurray__py_dtype_object lends its singleton: "N" below takes a reference of its own */
+    PyObject *dtype = t->dtype == HURRAY_DTYPE_INVALID
+                          ? Py_NewRef(Py_None)
+                          : Py_XNewRef(hurray__py_dtype_object(st, t->dtype));
     PyObject *shape = dtype == NULL ? NULL : PyTuple_New(t->ndim);
     for (int32_t k = 0; shape != NULL && k < t->ndim; k++) {
       PyObject *extent = PyLong_FromLongLong(t->shape[k]);

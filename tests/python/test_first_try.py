@@ -273,3 +273,15 @@ def test_array_api_calls_on_device_memory_name_to_device(on_opencl):
         with pytest.raises(hurray.UnsupportedError,
                            match=r"on opencl:0: copy it there first with to_device\('cpu'\)"):
             op(on_opencl)
+
+
+def test_listing_keeps_the_dtype_singletons_alive():
+    """Regression: list() gave each entry's dtype away without a reference of its own, so every
+    listing took one reference of a dtype singleton until it was freed while still in use."""
+    with hurray.serve({"w": np.zeros(2, np.float32)}) as server, \
+            hurray.connect(server.address) as client:
+        listed = [client.list()[0]["dtype"] for _ in range(100)]
+        before = sys.getrefcount(hurray.float32)
+        del listed
+        after = sys.getrefcount(hurray.float32)
+        assert after == before - 100  # the list held one each, and gave exactly those back
