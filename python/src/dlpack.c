@@ -9,10 +9,10 @@
  *
  * Producer. One heap block per export holds the managed struct (versioned or legacy), its
  * shape and strides, and a strong reference to the exported Tensor; the deleter drops the
- * reference and frees the block (Python's allocator) with the GIL taken by itself
- * (PyGILState_Ensure), and does nothing once the interpreter is finalising. A capsule
- * destroyed under its original name calls the deleter; one renamed by a consumer ("used_...")
- * does not.
+ * reference and frees the block (Python's allocator) with the GIL, taken by itself
+ * (PyGILState_Ensure) where its caller does not hold it, and does nothing once the interpreter
+ * is finalising. A capsule destroyed under its original name calls the deleter; one renamed by
+ * a consumer ("used_...") does not.
  *
  * Consumer. The capsule is checked completely before it is renamed -- the DLPack tensor by
  * dlpack_check.c, plain C that the fuzz_dlpack target drives too -- so a rejected capsule is
@@ -50,7 +50,7 @@ typedef struct DLExport {
   int64_t dims[];   /* ndim extents, then ndim strides */
 } DLExport;
 
-/* The block is Python's memory (PyMem_Calloc, as NumPy's exports are), freed with the GIL
+/* The block is Python's memory (PyMem_Malloc, as NumPy's exports are), freed with the GIL
  * held; once the interpreter is finalising nothing of Python may be touched: it leaks, with
  * its reference (the process is ending). */
 /* With the GIL held (the exception in flight is the caller's to keep). */
@@ -61,12 +61,12 @@ static void export_release_held(DLExport *export) {
 
 static void export_release(DLExport *export) {
   if (export == NULL || HURRAY_PY_FINALIZING()) return;
-  PyGILState_STATE gil = PyGILState_Ensure();
+  HurrayPyGil gil = hurray__py_gil_ensure();
   HurrayPySavedError saved;
   hurray__py_error_save(&saved);
   export_release_held(export);
   hurray__py_error_restore(&saved);
-  PyGILState_Release(gil);
+  hurray__py_gil_release(gil);
 }
 
 static void legacy_deleter(HurrayDLManagedTensor *self) {
@@ -158,25 +158,23 @@ static int dl_device_arg(HurrayState *st, PyObject *obj, HurrayDLDevice *device)
 }
 
 /* (device_type, device_id) as Python ints. */
-static PyObject *device_tuple(HurrayDLDevice device) {
-  PyObject *type = PyLong_FromLong(device.device_type);
-  PyObject *id = PyLong_FromLong(device.device_id);
+static PyObject *device_tuple(const HurrayDLDevice *device) {
+  PyObject *type = PyLong_FromLong(device->device_type);
+  PyObject *id = PyLong_FromLong(device->device_id);
   PyObject *tuple = type == NULL || id == NULL ? NULL : PyTuple_Pack(2, type, id);
   Py_XDECREF(type);
   Py_XDECREF(id);
   return tuple;
 }
 
-/* The DLPack device of a tensor's values; UnsupportedError where DLPack has none. */
 /* What every "DLPack cannot carry it" error adds: the route that carries it. */
 #define NATIVE_ROUTE \
   "; Hurray-aware consumers take it whole through the native protocol, hurray.from_hurray(t) " \
   "(t.__hurray__())"
 
-static int tensor_dl_device(HurrayState *st, HurrayTensorObject *self, HurrayDLDevice *device) {
-  const HurrayArray *values = hurray__py_tensor_values(st, self);
-  if (values == NULL) return -1;
-  const HurrayBufferDesc *desc = &hurray__py_tensor_buffer(self, values)->desc;
+/* The DLPack device of a buffer (a tensor's values); UnsupportedError where DLPack has none. */
+static int buffer_dl_device(HurrayState *st, const HurrayBuffer *buffer, HurrayDLDevice *device) {
+  const HurrayBufferDesc *desc = &buffer->desc;
   HurrayError error; /* only its message is read, and only on failure */
   error.message[0] = '\0';
   int status =
@@ -193,14 +191,16 @@ static int tensor_dl_device(HurrayState *st, HurrayTensorObject *self, HurrayDLD
   return 0;
 }
 
-/* The capsule over `tensor` (which the export keeps alive). */
-static PyObject *make_capsule(HurrayTensorObject *tensor, HurrayDLDevice device, int versioned,
-                              uint64_t flags) {
+/* The capsule over `tensor`, whose values are of `dtype` (the export keeps it alive). The
+ * device comes by address: its fields were stored one by one, and a load of the whole struct
+ * (passing it by value) would stall on them. */
+static PyObject *make_capsule(HurrayTensorObject *tensor, const HurrayDTypeInfo *dtype,
+                              const HurrayDLDevice *device, int versioned, uint64_t flags) {
   const HurrayArray *values = &tensor->desc->parts[0];
-  const HurrayDTypeInfo *dtype = hurray_dtype_info(values->dtype);
   const HurrayBuffer *buffer = hurray__py_tensor_buffer(tensor, values);
   int32_t ndim = values->ndim;
-  DLExport *export = PyMem_Calloc(1, sizeof(DLExport) + 2 * (size_t)ndim * sizeof(int64_t));
+  /* Not zeroed: every field of the managed struct is set below. */
+  DLExport *export = PyMem_Malloc(sizeof(DLExport) + 2 * (size_t)ndim * sizeof(int64_t));
   if (export == NULL) return PyErr_NoMemory();
   int64_t *shape = export->dims;
   int64_t *strides = export->dims + ndim;
@@ -220,8 +220,8 @@ static PyObject *make_capsule(HurrayTensorObject *tensor, HurrayDLDevice device,
     dl->data = buffer->data; /* may be an opaque handle: only byte_offset may move */
     dl->byte_offset = values->byte_offset;
   }
-  dl->device.device_type = device.device_type;
-  dl->device.device_id = device.device_id;
+  dl->device.device_type = device->device_type;
+  dl->device.device_id = device->device_id;
   dl->ndim = ndim;
   dl->dtype.code = dtype->dlpack_code;
   dl->dtype.bits = dtype->dlpack_bits;
@@ -250,7 +250,9 @@ static PyObject *make_capsule(HurrayTensorObject *tensor, HurrayDLDevice device,
   return capsule;
 }
 
+/* In the order of HURRAY_PY_DL_*, which index the state's interned twins (dlpack_keywords). */
 static const char *const kDLPackNames[] = {"stream", "max_version", "dl_device", "copy", NULL};
+_Static_assert(HURRAY_PY_DL_NAMES <= HURRAY_PY_MAX_KEYWORDS, "HurrayPyKeywords holds them");
 
 const char hurray__py_tensor_dlpack_doc[] =
     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n"
@@ -323,13 +325,18 @@ const char hurray__py_tensor_dlpack_doc[] =
 PyObject *hurray__py_tensor_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames) {
   static const HurrayPyParser parser = {"__dlpack__", kDLPackNames, 0, 0, 0};
-  PyObject *a[4];
-  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
   HurrayState *st = hurray__py_state_of(op);
+  PyObject *a[HURRAY_PY_DL_NAMES];
+  if (hurray__py_parse_keywords(&parser, &st->dlpack_keywords, args, nargs, kwnames, a) < 0) {
+    return NULL;
+  }
   HurrayTensorObject *self = (HurrayTensorObject *)op;
   long long major = 0;
   int copy = -1;
-  if (max_version_arg(st, a[1], &major) < 0 || copy_arg(a[3], &copy) < 0) return NULL;
+  if (max_version_arg(st, a[HURRAY_PY_DL_MAX_VERSION], &major) < 0 ||
+      copy_arg(a[HURRAY_PY_DL_COPY], &copy) < 0) {
+    return NULL;
+  }
   int versioned = major >= 1;
 
   const HurrayArray *values = hurray__py_tensor_values(st, self);
@@ -346,11 +353,13 @@ PyObject *hurray__py_tensor_dlpack(PyObject *op, PyObject *const *args, Py_ssize
                             "integers)" NATIVE_ROUTE,
                             dtype->name, (int)dtype->bits);
   }
+  const HurrayBuffer *buffer = hurray__py_tensor_buffer(self, values);
   HurrayDLDevice device;
-  if (tensor_dl_device(st, self, &device) < 0) return NULL;
-  if (a[2] != NULL && a[2] != Py_None) {
+  if (buffer_dl_device(st, buffer, &device) < 0) return NULL;
+  PyObject *dl_device = a[HURRAY_PY_DL_DL_DEVICE];
+  if (dl_device != NULL && dl_device != Py_None) {
     HurrayDLDevice wanted;
-    if (dl_device_arg(st, a[2], &wanted) < 0) return NULL;
+    if (dl_device_arg(st, dl_device, &wanted) < 0) return NULL;
     if (wanted.device_type != device.device_type || wanted.device_id != device.device_id) {
       if (copy == 0) {
         return hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
@@ -368,8 +377,7 @@ PyObject *hurray__py_tensor_dlpack(PyObject *op, PyObject *const *args, Py_ssize
   }
   /* The bytes must be safe on the consumer's stream (None included: DLPack's legacy default
    * stream), waited for on the host where they are not, see stream.c. */
-  const HurrayBuffer *buffer = hurray__py_tensor_buffer(self, values);
-  if (hurray__py_stream_check(st, a[0], buffer) < 0) return NULL;
+  if (hurray__py_stream_check(st, a[HURRAY_PY_DL_STREAM], buffer) < 0) return NULL;
 
   int readonly = hurray__py_tensor_readonly(self);
   int make_copy = copy == 1;
@@ -383,13 +391,13 @@ PyObject *hurray__py_tensor_dlpack(PyObject *op, PyObject *const *args, Py_ssize
   }
   if (!make_copy) {
     uint64_t flags = readonly ? HURRAY_DL_FLAG_READ_ONLY : 0;
-    return make_capsule(self, device, versioned, flags);
+    return make_capsule(self, dtype, &device, versioned, flags);
   }
   PyObject *copied = hurray__py_tensor_copy(st, self, "__dlpack__ (copying)");
   if (copied == NULL) return NULL;
   HurrayDLDevice cpu = {HURRAY_DL_CPU, 0};
   PyObject *capsule =
-      make_capsule((HurrayTensorObject *)copied, cpu, versioned, HURRAY_DL_FLAG_IS_COPIED);
+      make_capsule((HurrayTensorObject *)copied, dtype, &cpu, versioned, HURRAY_DL_FLAG_IS_COPIED);
   Py_DECREF(copied);
   return capsule;
 }
@@ -424,9 +432,13 @@ const char hurray__py_tensor_dlpack_device_doc[] =
 PyObject *hurray__py_tensor_dlpack_device(PyObject *op, PyObject *unused) {
   (void)unused;
   HurrayState *st = hurray__py_state_of(op);
+  HurrayTensorObject *self = (HurrayTensorObject *)op;
+  const HurrayArray *values = hurray__py_tensor_values(st, self);
   HurrayDLDevice device;
-  if (tensor_dl_device(st, (HurrayTensorObject *)op, &device) < 0) return NULL;
-  return device_tuple(device);
+  if (values == NULL || buffer_dl_device(st, hurray__py_tensor_buffer(self, values), &device) < 0) {
+    return NULL;
+  }
+  return device_tuple(&device);
 }
 
 /* ============================================================================================
@@ -455,9 +467,9 @@ static void call_deleter(void *managed, int versioned) {
 
 static void call_deleter_with_gil(void *managed, int versioned) {
   if (HURRAY_PY_FINALIZING()) return;
-  PyGILState_STATE gil = PyGILState_Ensure();
+  HurrayPyGil gil = hurray__py_gil_ensure();
   call_deleter(managed, versioned);
-  PyGILState_Release(gil);
+  hurray__py_gil_release(gil);
 }
 
 static void import_release_legacy_held(void *managed) {
@@ -519,14 +531,14 @@ static PyObject *call_dlpack(HurrayState *st, PyObject *x, PyObject *dl_device, 
                              int *legacy_call) {
   *legacy_call = 0;
   PyObject *args[4] = {x, st->dl_max_version, NULL, NULL};
-  PyObject *names[3] = {st->str_max_version, NULL, NULL};
+  PyObject *names[3] = {st->dlpack_keywords.names[HURRAY_PY_DL_MAX_VERSION], NULL, NULL};
   Py_ssize_t nkw = 1;
   if (copy >= 0) {
-    names[nkw] = st->str_copy;
+    names[nkw] = st->dlpack_keywords.names[HURRAY_PY_DL_COPY];
     args[1 + nkw++] = copy ? Py_True : Py_False;
   }
   if (dl_device != NULL) {
-    names[nkw] = st->str_dl_device;
+    names[nkw] = st->dlpack_keywords.names[HURRAY_PY_DL_DL_DEVICE];
     args[1 + nkw++] = dl_device;
   }
   PyObject *kwnames = nkw == 1 ? Py_NewRef(st->dl_kwnames) : PyTuple_New(nkw);
@@ -555,7 +567,7 @@ static PyObject *export_from(HurrayState *st, PyObject *x, const HurrayDLDevice 
     Py_XDECREF(current);
     if (status == 0 &&
         (have.device_type != wanted->device_type || have.device_id != wanted->device_id)) {
-      dl_device = device_tuple(*wanted);
+      dl_device = device_tuple(wanted);
       if (dl_device == NULL) status = -1;
     }
     if (status < 0) return NULL;
@@ -672,7 +684,8 @@ static PyObject *from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t
 
   if (PyCapsule_SetName(capsule, used_name) < 0) return hurray__py_drop_and_fail(capsule);
   Py_DECREF(capsule); /* renamed: its destructor leaves the managed tensor to us */
-  PyObject *tensor = hurray__py_tensor_from_memory(
+  /* translate() checked everything hurray_array_span would (dlpack_check.h). */
+  PyObject *tensor = hurray__py_tensor_from_checked(
       st, imported.start, imported.size, &memory, &imported.array, managed,
       versioned ? import_release_versioned : import_release_legacy);
   /* A producer that accepted copy=True made the copy (a versioned capsule also says so). */

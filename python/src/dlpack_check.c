@@ -5,12 +5,20 @@
  * wrap the address space. Where the memory is an address (buffer-protocol.md §2.5) the tensor
  * is re-based on the lowest byte any element touches, so its byte_offset is never negative;
  * on handle-form devices (Metal, WebGPU, OpenCL) the handle stays where it is and no element
- * may precede it. */
+ * may precede it.
+ *
+ * What it accepts, hurray-core's hurray_array_span accepts too, every byte inside
+ * [start, start + size) (extents at most HURRAY_MAX_DIM, at most 2^60 - 1 bytes): the
+ * consumer builds the tensor without running that check again, and fuzz_dlpack asserts it. */
 #include "dlpack_check.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+/* The most bytes an accepted tensor may reach from its start, so that hurray-core's bit
+ * offsets (hurray_array_span) cannot overflow: what the core accepts, and no more. */
+#define MAX_SIZE ((uint64_t)INT64_MAX / 8)
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
@@ -31,21 +39,25 @@ static int check_extents(const HurrayDLTensor *dl, HurrayDLImport *out, uint64_t
                          HurrayError *error) {
   int32_t ndim = dl->ndim;
   *numel = 1;
+  /* The strides are copied in this loop too: a memcpy of a variable size up to 512 bytes is
+   * inlined as `rep movsq`, slow to start for the few bytes of a usual tensor. */
   for (int32_t i = 0; i < ndim; i++) {
     out->shape[i] = dl->shape[i];
+    if (dl->strides != NULL) out->strides[i] = dl->strides[i];
     if (dl->shape[i] < 0) {
       return fail(error, HURRAY_ELAYOUT, "DLPack shape[%d] is %lld", (int)i,
                   (long long)dl->shape[i]);
+    }
+    if (dl->shape[i] > HURRAY_MAX_DIM) {
+      return fail(error, HURRAY_ELIMIT, "DLPack shape[%d] is %lld, over HURRAY_MAX_DIM (2^62)",
+                  (int)i, (long long)dl->shape[i]);
     }
     if (__builtin_mul_overflow(*numel, (uint64_t)dl->shape[i], numel) || *numel > INT64_MAX) {
       /* int64 also bounds the row-major strides of NULL strides, products of extents */
       return fail(error, HURRAY_EOVERFLOW, "DLPack shape has too many elements");
     }
   }
-  if (dl->strides != NULL) { /* NULL from old producers: row-major compact */
-    if (ndim > 0) memcpy(out->strides, dl->strides, (size_t)ndim * sizeof(int64_t));
-    out->array.strides = out->strides;
-  }
+  if (dl->strides != NULL) out->array.strides = out->strides; /* NULL: row-major compact */
   return HURRAY_OK;
 }
 
@@ -56,8 +68,12 @@ static int check_span(const HurrayDLImport *out, const HurrayDTypeInfo *dtype, u
   *lo = *hi = 0;
   if (numel == 0) return HURRAY_OK;
   if (dtype->bits % 8 == 0) {
-    int64_t strides[HURRAY_MAX_NDIM];
-    hurray__py_array_strides(&out->array, strides);
+    int64_t row_major[HURRAY_MAX_NDIM];
+    const int64_t *strides = out->array.strides;
+    if (strides == NULL) {
+      hurray__py_row_major_strides(out->array.ndim, out->shape, row_major);
+      strides = row_major;
+    }
     if (hurray__py_relative_span(out->array.ndim, out->shape, strides, dtype->bits / 8, lo, hi) <
         0) {
       return fail(error, HURRAY_EOVERFLOW, "DLPack strides reach 2^63 bytes or more");
@@ -161,6 +177,12 @@ int hurray__py_dl_check(const HurrayDLTensor *dl, uint64_t flags, HurrayDLImport
   status = check_span(out, dtype, numel, &lo, &hi, error);
   if (status == HURRAY_OK) status = check_place(dl, lo, hi, out, error);
   if (status != HURRAY_OK) return status;
+  if (out->size > MAX_SIZE) {
+    return fail(error, HURRAY_EOVERFLOW,
+                "the DLPack tensor reaches %llu bytes from its start; hurray-core counts bit "
+                "offsets in int64, so at most 2^60 - 1",
+                (unsigned long long)out->size);
+  }
   out->readonly = (flags & HURRAY_DL_FLAG_READ_ONLY) != 0;
   out->copied = (flags & HURRAY_DL_FLAG_IS_COPIED) != 0;
   return HURRAY_OK;

@@ -32,8 +32,10 @@ typedef struct HurrayDLImport {
 /* Checks everything `dl` (with the versioned struct's `flags`, 0 for a legacy capsule) says,
  * reading nothing but its fields and its shape and strides arrays: dimensions, dtype, device,
  * extents and strides with overflow-checked arithmetic, and where the elements lie (never
- * wrapping the address space; on handle-form devices never before the handle). HURRAY_OK and
- * `out` filled, or a status (HURRAY_DL_EBROKEN included) with `error` naming what was wrong. */
+ * wrapping the address space; on handle-form devices never before the handle). What it
+ * accepts, hurray_array_span accepts with every byte in [start, start + size): the consumer
+ * does not check it again. HURRAY_OK and `out` filled, or a status (HURRAY_DL_EBROKEN
+ * included) with `error` naming what was wrong. */
 int hurray__py_dl_check(const HurrayDLTensor *dl, uint64_t flags, HurrayDLImport *out,
                         HurrayError *error);
 

@@ -66,11 +66,14 @@ typedef struct HurrayPySavedError {
 #endif
 } HurrayPySavedError;
 
+/* Usually there is none: 3.11 then fetches and restores nothing (a PyErr_Fetch and a
+ * PyErr_Restore of nothing cost some 50 instructions, on every DLPack release). */
 static inline void hurray__py_error_save(HurrayPySavedError *saved) {
 #if PY_VERSION_HEX >= 0x030C0000
   saved->exc = PyErr_GetRaisedException();
 #else
-  PyErr_Fetch(&saved->type, &saved->value, &saved->traceback);
+  saved->type = saved->value = saved->traceback = NULL;
+  if (PyErr_Occurred()) PyErr_Fetch(&saved->type, &saved->value, &saved->traceback);
 #endif
 }
 
@@ -79,8 +82,42 @@ static inline void hurray__py_error_restore(HurrayPySavedError *saved) {
 #if PY_VERSION_HEX >= 0x030C0000
   PyErr_SetRaisedException(saved->exc);
 #else
-  PyErr_Restore(saved->type, saved->value, saved->traceback);
+  if (saved->type != NULL) PyErr_Restore(saved->type, saved->value, saved->traceback);
 #endif
+}
+
+/* Whether the calling thread holds the GIL, from its thread state alone: cheap, unlike
+ * PyGILState_Ensure/Release, and unlike PyGILState_Check never "yes" for a thread that does not
+ * hold it (on 3.11 it answers 1 to everyone once a subinterpreter exists). On 3.11 the thread
+ * state asked for is the GIL holder's, whichever thread that is, hence the thread id. */
+static inline int hurray__py_gil_held(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyThreadState *tstate = PyThreadState_GetUnchecked();
+#else
+  PyThreadState *tstate = _PyThreadState_UncheckedGet();
+#endif
+  return tstate != NULL && tstate->thread_id == PyThread_get_thread_ident();
+}
+
+/* The GIL for code that may run on any thread, with or without it (owner releases, DLPack
+ * deleters): taken with PyGILState_Ensure only where this thread does not hold it already.
+ * Give the result to hurray__py_gil_release. */
+typedef struct HurrayPyGil {
+  int taken;
+  PyGILState_STATE state;
+} HurrayPyGil;
+
+static inline HurrayPyGil hurray__py_gil_ensure(void) {
+  HurrayPyGil gil = {0, PyGILState_LOCKED};
+  if (!hurray__py_gil_held()) {
+    gil.taken = 1;
+    gil.state = PyGILState_Ensure();
+  }
+  return gil;
+}
+
+static inline void hurray__py_gil_release(HurrayPyGil gil) {
+  if (gil.taken) PyGILState_Release(gil.state);
 }
 
 /* Drops a reference while an error is set, and returns NULL: what a consumer does with a
@@ -140,6 +177,31 @@ typedef enum HurrayPyMode { HURRAY_PY_MODE_STRICT = 0, HURRAY_PY_MODE_RELAXED = 
 
 #define HURRAY_PY_NO_DTYPE 0xFF
 
+/* The keywords of __dlpack__, in its order (dlpack.c), as HurrayState.dlpack_keywords.names
+ * indexes them. */
+enum {
+  HURRAY_PY_DL_STREAM,
+  HURRAY_PY_DL_MAX_VERSION,
+  HURRAY_PY_DL_DL_DEVICE,
+  HURRAY_PY_DL_COPY,
+  HURRAY_PY_DL_NAMES
+};
+
+/* The most parameters a parser given HurrayPyKeywords may have. */
+#define HURRAY_PY_MAX_KEYWORDS 8
+
+/* Keyword matching for a hot entry point, kept in the module state: the parser's names as
+ * interned strings, which keywords passed as those very objects (Python code's, NumPy's and
+ * PyTorch's DLPack calls) match by identity; and the keyword tuple parsed last, with where its
+ * names went -- a C caller passes the same tuple object on every call, which is then not
+ * matched again (hurray__py_parse_keywords). */
+typedef struct HurrayPyKeywords {
+  PyObject *names[HURRAY_PY_MAX_KEYWORDS]; /* interned: names[i] is the parser's names[i] */
+  PyObject *last;         /* the keyword tuple parsed last (a strong reference), or NULL */
+  Py_ssize_t last_nargs;  /* with this many positional arguments */
+  int8_t last_found[HURRAY_PY_MAX_KEYWORDS]; /* the parameter of each of its names */
+} HurrayPyKeywords;
+
 typedef struct HurrayState {
   PyTypeObject *dtype_type;
   PyTypeObject *device_type;
@@ -155,6 +217,12 @@ typedef struct HurrayState {
   PyObject *mode_var;            /* contextvars.ContextVar set by `with hurray.mode(...)` */
   PyObject *mode_names[2];       /* "strict", "relaxed" (indexed by HurrayPyMode) */
   int default_mode;              /* HurrayPyMode: set_mode() and HURRAY_MODE */
+  /* What the buffer handle and descriptor of every Tensor over one CPU buffer start from
+   * (tensor.c). Copied from here, at run time: GCC builds a struct of this size from an
+   * initializer by zeroing it with `rep stos`, whose start-up cost a Tensor's creation would
+   * otherwise pay twice. */
+  HurrayBuffer inline_buffer;
+  HurrayTensorDesc inline_desc;
   PyObject *array_api;           /* the namespace module, imported on first use */
   PyObject *array_ops;           /* tuple: the array object's Python functions (array_object.c) */
   PyObject *numpy;               /* numpy, imported on first use */
@@ -168,9 +236,7 @@ typedef struct HurrayState {
   PyObject *str_array_namespace; /* interned "__array_namespace__" */
   PyObject *str_dlpack;          /* interned "__dlpack__" */
   PyObject *str_dlpack_device;   /* interned "__dlpack_device__" */
-  PyObject *str_max_version;     /* interned keyword names from_dlpack passes */
-  PyObject *str_copy;
-  PyObject *str_dl_device;
+  HurrayPyKeywords dlpack_keywords; /* __dlpack__'s, in HURRAY_PY_DL_* order */
   PyObject *dl_max_version; /* (1, 1): the DLPack version from_dlpack reads */
   PyObject *dl_kwnames;     /* ("max_version",): the keywords of from_dlpack's usual call */
   PyObject *str_hurray;     /* interned "__hurray__" */
@@ -199,10 +265,30 @@ typedef struct HurrayPyParser {
 int hurray__py_parse(const HurrayPyParser *parser, PyObject *const *args, Py_ssize_t nargs,
                      PyObject *kwnames, PyObject **out);
 
+/* hurray__py_parse, with `keywords` (at most HURRAY_PY_MAX_KEYWORDS parameters): a keyword
+ * tuple parsed before with as many positional arguments takes the places found then; any other
+ * is matched by identity with the interned names, then by comparison, and remembered. */
+int hurray__py_parse_keywords(const HurrayPyParser *parser, HurrayPyKeywords *keywords,
+                              PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                              PyObject **out);
+
 /* Integers from Python objects with __index__: TypeError for anything else, and
- * hurray.InvalidArgumentError (a ValueError) naming `what` for a value out of range. */
-int hurray__py_int_in_range(HurrayState *st, PyObject *obj, long long lo, long long hi,
-                            const char *what, long long *out);
+ * hurray.InvalidArgumentError (a ValueError) naming `what` for a value out of range. An int in
+ * range is read in place; everything else takes hurray__py_int_in_range_full. */
+int hurray__py_int_in_range_full(HurrayState *st, PyObject *obj, long long lo, long long hi,
+                                 const char *what, long long *out);
+static inline int hurray__py_int_in_range(HurrayState *st, PyObject *obj, long long lo,
+                                          long long hi, const char *what, long long *out) {
+  if (PyLong_CheckExact(obj)) {
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(obj, &overflow); /* cannot fail */
+    if (overflow == 0 && value >= lo && value <= hi) {
+      *out = value;
+      return 0;
+    }
+  }
+  return hurray__py_int_in_range_full(st, obj, lo, hi, what, out);
+}
 int hurray__py_i64(HurrayState *st, PyObject *obj, const char *what, int64_t *out);
 int hurray__py_u64(HurrayState *st, PyObject *obj, const char *what, uint64_t *out);
 
@@ -274,6 +360,8 @@ typedef struct HurrayDTypeObject {
 extern PyType_Spec hurray__py_dtype_spec;
 /* Creates the singletons, hurray.dtype.<name> and the module-level Tier 1 names. */
 int hurray__py_dtypes_init(PyObject *module, HurrayState *st);
+/* (tensor.c) Fills the state's inline_buffer and inline_desc. */
+void hurray__py_tensor_templates_init(HurrayState *st);
 /* Borrowed singleton of `code`; NULL (no exception set) for a code Hurray does not know. */
 PyObject *hurray__py_dtype_object(HurrayState *st, int code);
 /* A hurray.dtype or its name -> the table entry; NULL with DTypeError/TypeError. */
@@ -443,6 +531,14 @@ typedef struct HurrayPyMemory {
 PyObject *hurray__py_tensor_from_memory(HurrayState *st, void *data, uint64_t size,
                                         const HurrayPyMemory *memory, const HurrayArray *array,
                                         void *owner, HurrayOwnerReleaseFn owner_release);
+
+/* hurray__py_tensor_from_memory for an array its caller has already checked as
+ * hurray_array_span does (shape, dtype, reserved bytes, offsets without overflow), with every
+ * byte it addresses in [data, data + size): from_dlpack, whose import check (dlpack_check.c)
+ * guarantees that. Nothing is checked twice. */
+PyObject *hurray__py_tensor_from_checked(HurrayState *st, void *data, uint64_t size,
+                                         const HurrayPyMemory *memory, const HurrayArray *array,
+                                         void *owner, HurrayOwnerReleaseFn owner_release);
 
 /* A new Tensor owning `context` (SINK: released on failure). The native capsule protocol's
  * consumer ends here too. */

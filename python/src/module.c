@@ -20,25 +20,40 @@ static int keyword_is(PyObject *key, const char *name) {
   return PyUnicode_CompareWithASCIIString(key, name) == 0;
 }
 
-int hurray__py_parse(const HurrayPyParser *parser, PyObject *const *args, Py_ssize_t nargs,
-                     PyObject *kwnames, PyObject **out) {
-  int count = 0;
-  while (parser->names[count] != NULL) out[count++] = NULL;
-  if (nargs > parser->maxpos) {
-    PyErr_Format(PyExc_TypeError, "%s() takes at most %d positional argument%s (%zd given)",
-                 parser->fname, parser->maxpos, parser->maxpos == 1 ? "" : "s", nargs);
-    return -1;
+/* Every required parameter was given: 0, or -1 with TypeError. */
+static int check_required(const HurrayPyParser *parser, PyObject *const *out) {
+  for (int i = 0; i < parser->required; i++) {
+    if (out[i] == NULL) {
+      PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", parser->fname,
+                   parser->names[i]);
+      return -1;
+    }
   }
-  for (Py_ssize_t i = 0; i < nargs; i++) out[i] = args[i];
-  Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+  return 0;
+}
+
+/* The keywords of a call not parsed before, into `out` (the first nargs filled), checked and,
+ * with `keywords`, remembered. Never inlined: its registers and frame would slow down the
+ * usual path (no keywords, or a tuple parsed before) by half. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static int parse_new_keywords(const HurrayPyParser *parser, HurrayPyKeywords *keywords,
+                              int count, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames, PyObject **out) {
+  int8_t found_at[HURRAY_PY_MAX_KEYWORDS];
+  Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
   for (Py_ssize_t k = 0; k < nkw; k++) {
     PyObject *key = PyTuple_GET_ITEM(kwnames, k);
     int found = -1;
-    for (int i = parser->posonly; i < count; i++) {
-      if (keyword_is(key, parser->names[i])) {
+    for (int i = parser->posonly; keywords != NULL && i < count; i++) {
+      if (key == keywords->names[i]) {
         found = i;
         break;
       }
+    }
+    for (int i = parser->posonly; found < 0 && i < count; i++) {
+      if (keyword_is(key, parser->names[i])) found = i;
     }
     if (found < 0) {
       PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", parser->fname,
@@ -51,15 +66,43 @@ int hurray__py_parse(const HurrayPyParser *parser, PyObject *const *args, Py_ssi
       return -1;
     }
     out[found] = args[nargs + k];
+    /* k < count <= HURRAY_PY_MAX_KEYWORDS: each keyword fills a parameter still empty. */
+    if (k < HURRAY_PY_MAX_KEYWORDS) found_at[k] = (int8_t)found;
   }
-  for (int i = 0; i < parser->required; i++) {
-    if (out[i] == NULL) {
-      PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", parser->fname,
-                   parser->names[i]);
-      return -1;
-    }
+  if (check_required(parser, out) < 0) return -1;
+  if (keywords != NULL) {
+    Py_XSETREF(keywords->last, Py_NewRef(kwnames));
+    keywords->last_nargs = nargs;
+    memcpy(keywords->last_found, found_at, (size_t)nkw);
   }
   return 0;
+}
+
+int hurray__py_parse_keywords(const HurrayPyParser *parser, HurrayPyKeywords *keywords,
+                              PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                              PyObject **out) {
+  int count = 0;
+  while (parser->names[count] != NULL) out[count++] = NULL;
+  if (nargs > parser->maxpos) {
+    PyErr_Format(PyExc_TypeError, "%s() takes at most %d positional argument%s (%zd given)",
+                 parser->fname, parser->maxpos, parser->maxpos == 1 ? "" : "s", nargs);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < nargs; i++) out[i] = args[i];
+  if (kwnames == NULL) return check_required(parser, out);
+  if (keywords == NULL || kwnames != keywords->last || nargs != keywords->last_nargs) {
+    return parse_new_keywords(parser, keywords, count, args, nargs, kwnames, out);
+  }
+  /* This very tuple (held, so never another at its address) passed every check before. */
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); k++) {
+    out[keywords->last_found[k]] = args[nargs + k];
+  }
+  return 0;
+}
+
+int hurray__py_parse(const HurrayPyParser *parser, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames, PyObject **out) {
+  return hurray__py_parse_keywords(parser, NULL, args, nargs, kwnames, out);
 }
 
 /* obj.__index__() as a Python int (a new reference), or NULL with TypeError naming `what`. */
@@ -72,8 +115,8 @@ static PyObject *as_index(PyObject *obj, const char *what) {
   return PyNumber_Index(obj);
 }
 
-int hurray__py_int_in_range(HurrayState *st, PyObject *obj, long long lo, long long hi,
-                            const char *what, long long *out) {
+int hurray__py_int_in_range_full(HurrayState *st, PyObject *obj, long long lo, long long hi,
+                                 const char *what, long long *out) {
   PyObject *index = as_index(obj, what);
   if (index == NULL) return -1;
   int overflow = 0;
@@ -208,15 +251,19 @@ static int hurray_exec(PyObject *module) {
   if (intern(&st->str_array_namespace, "__array_namespace__") < 0 ||
       intern(&st->str_dlpack, "__dlpack__") < 0 ||
       intern(&st->str_dlpack_device, "__dlpack_device__") < 0 ||
-      intern(&st->str_max_version, "max_version") < 0 || intern(&st->str_copy, "copy") < 0 ||
-      intern(&st->str_dl_device, "dl_device") < 0 || intern(&st->str_hurray, "__hurray__") < 0) {
+      intern(&st->dlpack_keywords.names[HURRAY_PY_DL_STREAM], "stream") < 0 ||
+      intern(&st->dlpack_keywords.names[HURRAY_PY_DL_MAX_VERSION], "max_version") < 0 ||
+      intern(&st->dlpack_keywords.names[HURRAY_PY_DL_DL_DEVICE], "dl_device") < 0 ||
+      intern(&st->dlpack_keywords.names[HURRAY_PY_DL_COPY], "copy") < 0 ||
+      intern(&st->str_hurray, "__hurray__") < 0) {
     return -1;
   }
   st->dl_max_version = Py_BuildValue("(II)", HURRAY_DL_MAJOR_VERSION, HURRAY_DL_MINOR_VERSION);
   if (st->dl_max_version == NULL) return -1;
-  st->dl_kwnames = PyTuple_Pack(1, st->str_max_version);
+  st->dl_kwnames = PyTuple_Pack(1, st->dlpack_keywords.names[HURRAY_PY_DL_MAX_VERSION]);
   if (st->dl_kwnames == NULL) return -1;
   if (hurray__py_dtypes_init(module, st) < 0 || hurray__py_modes_init(module, st) < 0) return -1;
+  hurray__py_tensor_templates_init(st);
   if (PyModule_AddFunctions(module, hurray__py_error_functions) < 0 ||
       PyModule_AddFunctions(module, hurray__py_mode_functions) < 0 ||
       PyModule_AddFunctions(module, hurray__py_device_functions) < 0 ||
@@ -234,35 +281,37 @@ static int hurray_exec(PyObject *module) {
   return 0;
 }
 
-#define HURRAY_STATE_OBJECTS(X) \
-  X(st->dtype_type)             \
-  X(st->device_type)            \
-  X(st->tensor_type)            \
-  X(st->mode_type)              \
-  X(st->host_span_type)         \
-  X(st->file_type)              \
-  X(st->client_type)            \
-  X(st->server_type)            \
-  X(st->dtypes)                 \
-  X(st->mode_var)               \
-  X(st->mode_names[0])          \
-  X(st->mode_names[1])          \
-  X(st->array_api)              \
-  X(st->array_ops)              \
-  X(st->numpy)                  \
-  X(st->ml_dtypes)              \
-  X(st->numpy_dtypes)           \
-  X(st->numpy_ndarray)          \
-  X(st->numpy_asarray)          \
-  X(st->ufuncs)                 \
-  X(st->str_array_namespace)    \
-  X(st->str_dlpack)             \
-  X(st->str_dlpack_device)      \
-  X(st->str_max_version)        \
-  X(st->str_copy)               \
-  X(st->str_dl_device)          \
-  X(st->dl_max_version)         \
-  X(st->dl_kwnames)             \
+#define HURRAY_STATE_OBJECTS(X)                          \
+  X(st->dtype_type)                                      \
+  X(st->device_type)                                     \
+  X(st->tensor_type)                                     \
+  X(st->mode_type)                                       \
+  X(st->host_span_type)                                  \
+  X(st->file_type)                                       \
+  X(st->client_type)                                     \
+  X(st->server_type)                                     \
+  X(st->dtypes)                                          \
+  X(st->mode_var)                                        \
+  X(st->mode_names[0])                                   \
+  X(st->mode_names[1])                                   \
+  X(st->array_api)                                       \
+  X(st->array_ops)                                       \
+  X(st->numpy)                                           \
+  X(st->ml_dtypes)                                       \
+  X(st->numpy_dtypes)                                    \
+  X(st->numpy_ndarray)                                   \
+  X(st->numpy_asarray)                                   \
+  X(st->ufuncs)                                          \
+  X(st->str_array_namespace)                             \
+  X(st->str_dlpack)                                      \
+  X(st->str_dlpack_device)                               \
+  X(st->dlpack_keywords.names[HURRAY_PY_DL_STREAM])      \
+  X(st->dlpack_keywords.names[HURRAY_PY_DL_MAX_VERSION]) \
+  X(st->dlpack_keywords.names[HURRAY_PY_DL_DL_DEVICE])   \
+  X(st->dlpack_keywords.names[HURRAY_PY_DL_COPY])        \
+  X(st->dlpack_keywords.last)                            \
+  X(st->dl_max_version)                                  \
+  X(st->dl_kwnames)                                      \
   X(st->str_hurray)
 
 static int hurray_traverse(PyObject *module, visitproc visit, void *arg) {

@@ -32,12 +32,12 @@
 
 void hurray__py_owner_release_object(void *object) {
   if (object == NULL || HURRAY_PY_FINALIZING()) return;
-  PyGILState_STATE gil = PyGILState_Ensure();
+  HurrayPyGil gil = hurray__py_gil_ensure();
   HurrayPySavedError saved;
   hurray__py_error_save(&saved);
   Py_DECREF((PyObject *)object);
   hurray__py_error_restore(&saved);
-  PyGILState_Release(gil);
+  hurray__py_gil_release(gil);
 }
 
 void *hurray__py_owner_new_view(Py_buffer *view) {
@@ -64,9 +64,9 @@ void hurray__py_owner_release_view(void *opaque) {
     PyMem_RawFree(view);
     return;
   }
-  PyGILState_STATE gil = PyGILState_Ensure();
+  HurrayPyGil gil = hurray__py_gil_ensure();
   release_view_held(view);
-  PyGILState_Release(gil);
+  hurray__py_gil_release(gil);
 }
 
 static void release_object_held(void *object) {
@@ -106,9 +106,20 @@ static void release_inline(HurrayTensorContext *context) {
   context->release = NULL;
 }
 
+void hurray__py_tensor_templates_init(HurrayState *st) {
+  st->inline_buffer = (HurrayBuffer){
+      .desc = {.alignment = HURRAY_MIN_ALIGNMENT,
+               .device_tag = HURRAY_DEVICE_CPU,
+               .memory_class = HURRAY_MEM_DEVICE,
+               .sync_mode = HURRAY_SYNC_READY},
+  };
+  st->inline_desc = (HurrayTensorDesc){.layout = HURRAY_LAYOUT_DENSE, .nparts = 1};
+}
+
 /* A new Tensor over `size` bytes of CPU memory at `data` (64-byte aligned), addressed by
- * `array` (array->buffer 0, ndim <= HURRAY_PY_INLINE_NDIM), its context in the object's own
- * storage. `memory` is CPU, DEVICE, READY, with no sync handle or peer. SINK for `owner`.
+ * `array` at `byte_offset` instead of its own (array->buffer 0, ndim <= HURRAY_PY_INLINE_NDIM),
+ * its context in the object's own storage. `memory` is CPU, DEVICE, READY, with no sync handle
+ * or peer. SINK for `owner`.
  *
  * The caller validated the array and its place in the buffer (hurray_array_span: shape, dtype,
  * reserved bytes, offsets without overflow, every byte inside): for a dense descriptor made
@@ -116,7 +127,8 @@ static void release_inline(HurrayTensorContext *context) {
  * hurray_buffer_wrap and hurray_tensor_context_create would check, so nothing is checked
  * twice. */
 static PyObject *tensor_inline(HurrayState *st, void *data, uint64_t size,
-                               const HurrayPyMemory *memory, const HurrayArray *array, void *owner,
+                               const HurrayPyMemory *memory, const HurrayArray *array,
+                               uint64_t byte_offset, void *owner,
                                HurrayOwnerReleaseFn owner_release) {
   HurrayTensorObject *self = PyObject_GC_New(HurrayTensorObject, st->tensor_type);
   if (self == NULL) {
@@ -127,35 +139,30 @@ static PyObject *tensor_inline(HurrayState *st, void *data, uint64_t size,
   int32_t ndim = array->ndim;
   int64_t *shape = in->dims;
   int64_t *strides = in->dims + HURRAY_PY_INLINE_NDIM;
-  memcpy(shape, array->shape, (size_t)ndim * sizeof *shape);
-  if (array->strides != NULL) memcpy(strides, array->strides, (size_t)ndim * sizeof *strides);
+  for (int32_t i = 0; i < ndim; i++) { /* at most 4: no memcpy call */
+    shape[i] = array->shape[i];
+    if (array->strides != NULL) strides[i] = array->strides[i];
+  }
   uint32_t flags = memory->readonly ? HURRAY_BUFFER_READ_ONLY : 0;
   in->array = *array;
+  in->array.byte_offset = byte_offset;
   in->array.shape = shape;
   in->array.strides = array->strides == NULL ? NULL : strides;
-  in->buffer = (HurrayBuffer){
-      .data = data,
-      .desc = {.byte_size = size,
-               .alignment = HURRAY_MIN_ALIGNMENT,
-               .device_id = memory->device_id,
-               .peer_device_id = memory->peer_device_id,
-               .device_tag = HURRAY_DEVICE_CPU,
-               .memory_class = HURRAY_MEM_DEVICE,
-               .sync_mode = HURRAY_SYNC_READY},
-      .flags = flags,
-  };
+  in->buffer = st->inline_buffer;
+  in->buffer.data = data;
+  in->buffer.desc.byte_size = size;
+  in->buffer.desc.device_id = memory->device_id;
+  in->buffer.desc.peer_device_id = memory->peer_device_id;
+  in->buffer.flags = flags;
   in->handle = &in->buffer;
   in->role = HURRAY_ROLE_VALUES;
   in->list = (HurrayBufferList){
       .count = 1, .capacity = 1, .buffers = &in->handle, .roles = &in->role};
-  in->desc = (HurrayTensorDesc){
-      .layout = HURRAY_LAYOUT_DENSE,
-      .ndim = ndim,
-      .shape = shape,
-      .parts = &in->array,
-      .nparts = 1,
-      .dtype = array->dtype,
-  };
+  in->desc = st->inline_desc;
+  in->desc.ndim = ndim;
+  in->desc.shape = shape;
+  in->desc.parts = &in->array;
+  in->desc.dtype = array->dtype;
   in->context = (HurrayTensorContext){
       .abi_version = HURRAY_C_ABI_VERSION,
       .flags = flags,
@@ -243,8 +250,6 @@ PyObject *hurray__py_tensor_wrap(HurrayState *st, HurrayBuffer *buffer, const Hu
 PyObject *hurray__py_tensor_from_memory(HurrayState *st, void *data, uint64_t size,
                                         const HurrayPyMemory *memory, const HurrayArray *array,
                                         void *owner, HurrayOwnerReleaseFn owner_release) {
-  HurrayArray values = *array;
-  uintptr_t base = (uintptr_t)data;
   if (hurray__py_address_form(memory->tag)) {
     /* Every byte the array addresses lies in the `size` bytes at `data`: checked before the
      * address is rounded down, since the bytes below `data` are not the caller's to address. */
@@ -262,20 +267,35 @@ PyObject *hurray__py_tensor_from_memory(HurrayState *st, void *data, uint64_t si
       if (owner_release != NULL) owner_release(owner);
       return hurray__py_raise_status(st, status, &error);
     }
+  }
+  return hurray__py_tensor_from_checked(st, data, size, memory, array, owner, owner_release);
+}
+
+PyObject *hurray__py_tensor_from_checked(HurrayState *st, void *data, uint64_t size,
+                                         const HurrayPyMemory *memory, const HurrayArray *array,
+                                         void *owner, HurrayOwnerReleaseFn owner_release) {
+  /* The byte offset apart from the array, whose copy with one field changed would be read
+   * whole just after that store (a stall), were it copied here. */
+  uint64_t byte_offset = array->byte_offset;
+  uintptr_t base = (uintptr_t)data;
+  if (hurray__py_address_form(memory->tag)) {
     uint64_t slack = (uint64_t)(base % HURRAY_MIN_ALIGNMENT);
     base -= (uintptr_t)slack;
     if (__builtin_add_overflow(size, slack, &size) ||
-        __builtin_add_overflow(values.byte_offset, slack, &values.byte_offset)) {
+        __builtin_add_overflow(byte_offset, slack, &byte_offset)) {
       if (owner_release != NULL) owner_release(owner);
       return hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "buffer size overflows 64 bits");
     }
   }
   if (memory->tag == HURRAY_DEVICE_CPU && memory->memory_class == HURRAY_MEM_DEVICE &&
       memory->sync_mode == HURRAY_SYNC_READY && memory->peer_device_id == 0 &&
-      memory->sync_handle == NULL && memory->sync_value == 0 && values.ndim >= 0 &&
-      values.ndim <= HURRAY_PY_INLINE_NDIM) {
-    return tensor_inline(st, (void *)base, size, memory, &values, owner, owner_release);
+      memory->sync_handle == NULL && memory->sync_value == 0 && array->ndim >= 0 &&
+      array->ndim <= HURRAY_PY_INLINE_NDIM) {
+    return tensor_inline(st, (void *)base, size, memory, array, byte_offset, owner,
+                         owner_release);
   }
+  HurrayArray values = *array;
+  values.byte_offset = byte_offset;
   uint32_t flags = memory->readonly ? HURRAY_BUFFER_READ_ONLY : 0;
   HurrayBufferDesc desc = {
       .byte_size = size,

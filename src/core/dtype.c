@@ -73,6 +73,8 @@ enum {
 #define DTYPE_POSITION(name, code, tier, kind, bits, dl_code) POSITION_##code,
 #define DTYPE_INDEX(name, code, tier, kind, bits, dl_code) \
   [HURRAY_DTYPE_##code] = POSITION_##code + 1,
+#define DTYPE_DLPACK_FORM(name, code, tier, kind, bits, dl_code) \
+  (dl_code) == DL_NONE ? NO_DLPACK_FORM : (uint32_t)(dl_code) << 8 | (bits),
 /* clang-format on */
 
 static const HurrayDTypeInfo kDTypes[] = {DTYPE_TABLE(DTYPE_ENTRY)};
@@ -82,12 +84,20 @@ static const HurrayDTypeInfo kDTypes[] = {DTYPE_TABLE(DTYPE_ENTRY)};
 enum { DTYPE_TABLE(DTYPE_POSITION) DTYPE_POSITIONS };
 static const uint8_t kIndex[256] = {DTYPE_TABLE(DTYPE_INDEX)};
 
+/* Each entry's DLPack form as (dl_code << 8 | bits), one lane, in table order: what
+ * hurray_dtype_from_dlpack scans, every capsule a consumer takes. NO_DLPACK_FORM never equals
+ * a form, which fits 16 bits. */
+#define NO_DLPACK_FORM UINT32_MAX
+static const uint32_t kDLPackForms[] = {DTYPE_TABLE(DTYPE_DLPACK_FORM)};
+
 #undef DTYPE_ENTRY
 #undef DTYPE_POSITION
 #undef DTYPE_INDEX
+#undef DTYPE_DLPACK_FORM
 
 #define DTYPE_COUNT (sizeof kDTypes / sizeof kDTypes[0])
 _Static_assert(DTYPE_COUNT == DTYPE_POSITIONS, "one index per entry");
+_Static_assert(sizeof kDLPackForms / sizeof kDLPackForms[0] == DTYPE_COUNT, "one form per entry");
 
 size_t hurray_dtype_count(void) {
   return DTYPE_COUNT;
@@ -127,10 +137,10 @@ int hurray_dtype_from_dlpack(uint8_t dl_code, uint8_t dl_bits, uint16_t dl_lanes
                         "Hurray dtypes have one lane",
                         dl_code, dl_bits, dl_lanes);
   }
+  uint32_t form = (uint32_t)dl_code << 8 | dl_bits;
   for (size_t i = 0; i < DTYPE_COUNT; i++) {
-    const HurrayDTypeInfo *t = &kDTypes[i];
-    if (t->dlpack_lanes == 1 && t->dlpack_code == dl_code && t->dlpack_bits == dl_bits) {
-      *code = t->code;
+    if (kDLPackForms[i] == form) {
+      *code = kDTypes[i].code;
       return HURRAY_OK;
     }
   }

@@ -31,11 +31,18 @@
  *       buffers); the context is released when the Received is, or by Received.release().
  *   released() -> dict
  *       how often each release of this copy ran, over the life of the process.
+ *   run_on_thread(function, argument)
+ *       calls the C function `void function(void *argument)` (both addresses) on a new native
+ *       thread -- one Python never saw: no thread state, no GIL -- and waits for it with the
+ *       GIL released, as a C consumer that releases what it holds on a thread of its own.
+ *       A context's release and a DLPack deleter both take one pointer and return nothing.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -797,6 +804,33 @@ static PyObject *register_device(PyObject *module, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+typedef struct ThreadCall {
+  void (*function)(void *);
+  void *argument;
+} ThreadCall;
+
+static void *thread_call(void *opaque) {
+  ThreadCall *call = opaque;
+  call->function(call->argument);
+  return NULL;
+}
+
+static PyObject *run_on_thread(PyObject *module, PyObject *args) {
+  (void)module;
+  unsigned long long function = 0, argument = 0;
+  if (!PyArg_ParseTuple(args, "KK:run_on_thread", &function, &argument)) return NULL;
+  if (function == 0) return PyErr_Format(PyExc_ValueError, "peer: run_on_thread of NULL");
+  ThreadCall call = {(void (*)(void *))(uintptr_t)function, (void *)(uintptr_t)argument};
+  pthread_t thread;
+  int failed = 0;
+  Py_BEGIN_ALLOW_THREADS;
+  failed = pthread_create(&thread, NULL, thread_call, &call);
+  if (failed == 0) failed = pthread_join(thread, NULL);
+  Py_END_ALLOW_THREADS;
+  if (failed != 0) return PyErr_Format(PyExc_OSError, "peer: pthread: %s", strerror(failed));
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef peer_functions[] = {
     {"make", (PyCFunction)(void (*)(void))make, METH_VARARGS | METH_KEYWORDS,
      PyDoc_STR("make(kind='dense', *, device_tag=0, memory_class=0, sync_mode=0, "
@@ -810,6 +844,9 @@ static PyMethodDef peer_functions[] = {
     {"register_device", register_device, METH_VARARGS,
      PyDoc_STR("register_device(tag, name, /)\n--\n\n"
                "Registers a private tag with this copy of hurray-core.")},
+    {"run_on_thread", run_on_thread, METH_VARARGS,
+     PyDoc_STR("run_on_thread(function, argument, /)\n--\n\n"
+               "Calls void function(void *argument) on a new native thread, and waits.")},
     {NULL, NULL, 0, NULL},
 };
 

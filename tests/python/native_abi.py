@@ -48,6 +48,8 @@ _new = ctypes.PYFUNCTYPE(ctypes.py_object, c_void_p, c_char_p, c_void_p)(("PyCap
 _get_name = ctypes.PYFUNCTYPE(c_char_p, ctypes.py_object)(("PyCapsule_GetName", _api))
 _get_pointer = ctypes.PYFUNCTYPE(c_void_p, ctypes.py_object, c_char_p)(
     ("PyCapsule_GetPointer", _api))
+_set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, c_char_p)(
+    ("PyCapsule_SetName", _api))
 
 
 def name(capsule):
@@ -66,6 +68,17 @@ def context(capsule):
     struct = HurrayTensorContext.from_address(_get_pointer(capsule, CAPSULE))
     struct.capsule = capsule
     return struct
+
+
+def take(capsule):
+    """Takes a capsule's context as a C consumer does, renaming the capsule, and releases
+    nothing: (the context's address, its release function's address), the context the
+    caller's to release."""
+    address = _get_pointer(capsule, CAPSULE)
+    release = HurrayTensorContext.from_address(address).release
+    if _set_name(capsule, USED) != 0:
+        raise RuntimeError("PyCapsule_SetName failed")
+    return address, release
 
 
 def handles(capsule):

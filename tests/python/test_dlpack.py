@@ -287,6 +287,23 @@ def test_argument_checking():
         t.__dlpack__(copy=1)
 
 
+def test_keywords_land_in_their_parameters_whatever_their_order_and_repetition():
+    # __dlpack__ remembers the keyword tuple it parsed last (a caller's is usually the same
+    # object every time): call sites that share names in different orders, taking turns, each
+    # one's values still land where they belong; a bad tuple is never remembered.
+    t = hurray.Tensor(bytearray(16), hurray.float32, [4])
+    names = {"max_version": (1, 0), "copy": True, "stream": None}
+    for _ in range(3):
+        assert managed(t.__dlpack__(max_version=(1, 0), copy=True)).flags == fake.IS_COPIED
+        assert managed(t.__dlpack__(copy=False, max_version=(1, 0))).flags == 0
+        assert fake.capsule_name(t.__dlpack__(max_version=None, copy=True)) == fake.LEGACY
+        assert managed(t.__dlpack__(**names)).flags == fake.IS_COPIED  # a new tuple each time
+        with pytest.raises(TypeError, match="unexpected keyword argument 'strem'"):
+            t.__dlpack__(max_version=(1, 0), strem=None)
+        with pytest.raises(TypeError, match="at most 0 positional"):
+            t.__dlpack__(None, copy=False, max_version=(1, 0))
+
+
 # ---- streams ---------------------------------------------------------------------------
 
 
@@ -351,7 +368,10 @@ def test_a_consumed_capsule_belongs_to_its_consumer():
     assert sys.getrefcount(t) == refs
 
 
-def test_the_producer_deleter_takes_the_gil_itself():
+def consumed_export():
+    """A fresh tensor's DLPack export, taken over as a consumer takes it (the capsule renamed
+    and dropped), so that only its deleter keeps the tensor alive: a weak reference to the
+    tensor, the deleter's address and the managed struct's."""
     t = hurray.Tensor(bytearray(16), hurray.float32, [4])
     probe = weakref.ref(t)
     cap = t.__dlpack__(max_version=(1, 0))
@@ -361,14 +381,31 @@ def test_the_producer_deleter_takes_the_gil_itself():
     del t, cap
     gc.collect()
     assert probe() is not None
+    return probe, ctypes.cast(m.deleter, ctypes.c_void_p).value, address
+
+
+def test_the_producer_deleter_takes_the_gil_itself():
+    probe, deleter, address = consumed_export()
     # ctypes releases the GIL around a foreign call: the deleter runs without it, on
     # another thread, as a C consumer's would.
-    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
-        ctypes.cast(m.deleter, ctypes.c_void_p).value)
-    thread = threading.Thread(target=deleter, args=(address,))
+    thread = threading.Thread(target=ctypes.CFUNCTYPE(None, ctypes.c_void_p)(deleter),
+                              args=(address,))
     thread.start()
     thread.join()
     gc.collect()
+    assert probe() is None
+
+
+def test_the_producer_deleter_on_a_thread_python_never_saw(peer_ext):
+    probe, deleter, address = consumed_export()
+    peer_ext.run_on_thread(deleter, address)  # no thread state there: it must make one
+    gc.collect()
+    assert probe() is None
+
+
+def test_the_producer_deleter_called_with_the_gil_held():
+    probe, deleter, address = consumed_export()
+    ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(deleter)(address)  # keeps the GIL
     assert probe() is None
 
 
@@ -599,6 +636,11 @@ def test_malformed_capsules_and_producers():
     ({"device": (1, 70000)}, hurray.UnsupportedError, "device id 70000"),
     ({"shape": [-1]}, hurray.LayoutError, "shape"),
     ({"ndim": 65}, hurray.LimitError, "65 dimensions"),
+    # What hurray-core would refuse, refused by the import check itself (the tensor is built
+    # without running the core's check again): an extent past HURRAY_MAX_DIM, and memory past
+    # the 2^60 - 1 bytes whose bit offsets fit int64.
+    ({"shape": [2**62 + 1], "code": 1, "bits": 8}, hurray.LimitError, "HURRAY_MAX_DIM"),
+    ({"shape": [2**61], "code": 1, "bits": 8}, hurray.LimitError, r"at most 2\^60 - 1"),
 ])
 def test_malformed_tensors(kwargs, error, match):
     shape = kwargs.pop("shape", [4])

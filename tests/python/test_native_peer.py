@@ -14,6 +14,7 @@ import weakref
 import pytest
 
 import hurray
+import native_abi as abi
 import test_native_layouts as layouts
 
 KINDS = ["dense", "strided", "int4", "per_channel", "block", "sparse_coo", "sparse_csr",
@@ -137,6 +138,18 @@ def test_peer_contexts_released_on_another_thread(peer_ext):
     gc.collect()
     got = counts()
     assert got["buffers_released"] == 60 and got["owners_released"] == 20
+
+
+def test_a_context_released_on_a_thread_python_never_saw(peer_ext):
+    t = hurray.Tensor(bytearray(16), hurray.float32, [4])
+    probe = weakref.ref(t)
+    address, release = abi.take(t.__hurray__())
+    del t
+    gc.collect()
+    assert probe() is not None  # the context's owner holds it
+    peer_ext.run_on_thread(release, address)  # the owner release must make a thread state
+    gc.collect()
+    assert probe() is None
 
 
 class NoSync:
