@@ -8,11 +8,14 @@
  * hurray.UnsupportedError, a builtins.BufferError as DLPack callers expect.
  *
  * Producer. One heap block per export holds the managed struct (versioned or legacy), its
- * shape and strides, and a strong reference to the exported Tensor; the deleter drops the
- * reference and frees the block (Python's allocator) with the GIL, taken by itself
- * (PyGILState_Ensure) where its caller does not hold it, and does nothing once the interpreter
- * is finalising. A capsule destroyed under its original name calls the deleter; one renamed by
- * a consumer ("used_...") does not.
+ * shape and strides, and a strong reference to the exported Tensor. Two holders keep the block:
+ * the capsule and the DLPack owner. The owner's release -- the deleter, or the destructor of a
+ * capsule nobody consumed -- drops the reference, once: a consumer that calls the deleter after
+ * a failed import without renaming the capsule (PyTorch does, for devices it cannot place) does
+ * not make the capsule's destructor drop it again. The block (Python's allocator) is freed when
+ * both holders are gone. Everything runs with the GIL, taken by the deleter itself
+ * (PyGILState_Ensure) where its caller does not hold it; nothing runs once the interpreter is
+ * finalising.
  *
  * Consumer. The capsule is checked completely before it is renamed -- the DLPack tensor by
  * dlpack_check.c, plain C that the fuzz_dlpack target drives too -- so a rejected capsule is
@@ -46,25 +49,33 @@ typedef struct DLExport {
     HurrayDLManagedTensor legacy;
     HurrayDLManagedTensorVersioned versioned;
   } managed;
-  PyObject *tensor; /* the exported Tensor (a copy for copy=True), a strong reference */
+  PyObject *tensor; /* the exported Tensor (a copy for copy=True), a strong reference; NULL once
+                       the owner released it */
+  int holders;      /* 2 (the capsule, the DLPack owner), 1, then the block is freed */
   int64_t dims[];   /* ndim extents, then ndim strides */
 } DLExport;
 
-/* The block is Python's memory (PyMem_Malloc, as NumPy's exports are), freed with the GIL
- * held; once the interpreter is finalising nothing of Python may be touched: it leaks, with
- * its reference (the process is ending). */
 /* With the GIL held (the exception in flight is the caller's to keep). */
-static void export_release_held(DLExport *export) {
-  Py_XDECREF(export->tensor);
-  PyMem_Free(export);
+static void export_drop_holder(DLExport *export) {
+  if (--export->holders == 0) PyMem_Free(export);
 }
 
+/* The DLPack owner's release, with the GIL held: a second release of the same export (a
+ * consumer calling the deleter twice, or the deleter and then the destructor of a capsule it
+ * did not rename) does nothing. */
+static void export_release_owner(DLExport *export) {
+  if (export->tensor == NULL) return;
+  Py_CLEAR(export->tensor);
+  export_drop_holder(export);
+}
+
+/* The deleter: may run on any thread, with or without the GIL. */
 static void export_release(DLExport *export) {
   if (export == NULL || HURRAY_PY_FINALIZING()) return;
   HurrayPyGil gil = hurray__py_gil_ensure();
   HurrayPySavedError saved;
   hurray__py_error_save(&saved);
-  export_release_held(export);
+  export_release_owner(export);
   hurray__py_error_restore(&saved);
   hurray__py_gil_release(gil);
 }
@@ -77,34 +88,29 @@ static void versioned_deleter(HurrayDLManagedTensorVersioned *self) {
   export_release(self->manager_ctx);
 }
 
-/* Capsule destructors: the deleter runs only for a capsule nobody consumed -- ours, whose
- * release runs here directly, as the destructor holds the GIL. The exception in flight, if
- * any, survives (a capsule often dies while one propagates). */
-static void capsule_destructor(PyObject *capsule, const char *name, int versioned) {
-  if (!PyCapsule_IsValid(capsule, name)) return; /* renamed by a consumer: not ours any more */
+/* Capsule destructors (the GIL held): a capsule nobody consumed also releases the owner's
+ * hold; a renamed one ("used_...") only its own. The block is the capsule's context, which
+ * consumers do not touch. The exception in flight, if any, survives (a capsule often dies
+ * while one propagates). */
+static void capsule_destructor(PyObject *capsule, const char *name) {
   HurrayPySavedError saved;
   hurray__py_error_save(&saved);
-  void *managed = PyCapsule_GetPointer(capsule, name);
-  if (managed == NULL) {
+  DLExport *export = PyCapsule_GetContext(capsule);
+  if (export == NULL) {
     PyErr_WriteUnraisable(capsule);
-  } else if (versioned) {
-    HurrayDLManagedTensorVersioned *m = managed;
-    if (m->deleter == versioned_deleter) export_release_held(m->manager_ctx);
-    else if (m->deleter != NULL) m->deleter(m);
   } else {
-    HurrayDLManagedTensor *m = managed;
-    if (m->deleter == legacy_deleter) export_release_held(m->manager_ctx);
-    else if (m->deleter != NULL) m->deleter(m);
+    if (PyCapsule_IsValid(capsule, name)) export_release_owner(export);
+    export_drop_holder(export);
   }
   hurray__py_error_restore(&saved);
 }
 
 static void legacy_capsule_destructor(PyObject *capsule) {
-  capsule_destructor(capsule, HURRAY_DL_CAPSULE_LEGACY, 0);
+  capsule_destructor(capsule, HURRAY_DL_CAPSULE_LEGACY);
 }
 
 static void versioned_capsule_destructor(PyObject *capsule) {
-  capsule_destructor(capsule, HURRAY_DL_CAPSULE_VERSIONED, 1);
+  capsule_destructor(capsule, HURRAY_DL_CAPSULE_VERSIONED);
 }
 
 /* max_version: None -> 0 (legacy), else its major version (>= 0). */
@@ -229,6 +235,7 @@ static PyObject *make_capsule(HurrayTensorObject *tensor, const HurrayDTypeInfo 
   dl->shape = shape;
   dl->strides = strides;
   export->tensor = Py_NewRef((PyObject *)tensor);
+  export->holders = 2;
 
   PyObject *capsule;
   if (versioned) {
@@ -239,13 +246,17 @@ static PyObject *make_capsule(HurrayTensorObject *tensor, const HurrayDTypeInfo 
     m->deleter = versioned_deleter;
     m->flags = flags;
     capsule = PyCapsule_New(m, HURRAY_DL_CAPSULE_VERSIONED, versioned_capsule_destructor);
-    if (capsule == NULL) versioned_deleter(m);
   } else {
     HurrayDLManagedTensor *m = &export->managed.legacy;
     m->manager_ctx = export;
     m->deleter = legacy_deleter;
     capsule = PyCapsule_New(m, HURRAY_DL_CAPSULE_LEGACY, legacy_capsule_destructor);
-    if (capsule == NULL) legacy_deleter(m);
+  }
+  if (capsule == NULL) { /* the capsule's hold never came to be */
+    export->holders = 1;
+    export_release_owner(export);
+  } else {
+    (void)PyCapsule_SetContext(capsule, export); /* fails only for what is not a capsule */
   }
   return capsule;
 }

@@ -368,6 +368,23 @@ def test_a_consumed_capsule_belongs_to_its_consumer():
     assert sys.getrefcount(t) == refs
 
 
+@pytest.mark.parametrize("max_version", [None, (1, 0)], ids=["legacy", "versioned"])
+def test_a_deleter_called_without_renaming_the_capsule_releases_once(max_version):
+    # PyTorch does this when it cannot place a device (OpenCL): it calls the deleter as its
+    # import fails and leaves the capsule under its original name, whose destructor then runs.
+    t = hurray.Tensor(bytearray(16), hurray.float32, [4])
+    refs = sys.getrefcount(t)
+    cap = t.__dlpack__(max_version=max_version)
+    m = managed(cap)
+    deleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(ctypes.cast(m.deleter, ctypes.c_void_p).value)
+    deleter(ctypes.addressof(m))  # the import failed; the capsule keeps its name
+    assert sys.getrefcount(t) == refs
+    del cap, m
+    gc.collect()
+    assert sys.getrefcount(t) == refs
+    assert np.asarray(t).tolist() == [0.0] * 4
+
+
 def consumed_export():
     """A fresh tensor's DLPack export, taken over as a consumer takes it (the capsule renamed
     and dropped), so that only its deleter keeps the tensor alive: a weak reference to the

@@ -4,6 +4,7 @@ on the CPU in CI (scripts/setup.sh installs it), through the device backend of h
 with pyopencl or through Hurray's own copy. Without an OpenCL runtime the tests are skipped,
 except under HURRAY_REQUIRE_OPENCL=1 (scripts/test.sh), where they fail."""
 
+import gc
 import os
 import shutil
 import time
@@ -243,6 +244,19 @@ def test_dlpack_carries_kdlopencl(ctx, queue):
     # NumPy cannot take device memory: it refuses the capsule
     with pytest.raises(RuntimeError, match="Unsupported device"):
         np.from_dlpack(tensor)
+
+
+def test_pytorch_refusing_kdlopencl_leaves_the_tensor_whole(ctx):
+    # PyTorch calls the deleter as its import fails but keeps the capsule's name: the export
+    # must be released once, not again by the capsule (this crashed before).
+    torch = peer("torch")
+    values = np.arange(6, dtype=np.int32)
+    tensor = hurray.from_numpy(values).to_device("opencl")
+    for _ in range(3):
+        with pytest.raises(RuntimeError):
+            torch.from_dlpack(tensor)
+    gc.collect()
+    np.testing.assert_array_equal(host(tensor.to_device("cpu")), values)
 
 
 SLOW_FILL = """
