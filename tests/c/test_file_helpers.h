@@ -33,6 +33,29 @@ static inline void sample_append(HurrayBufferList *list, const void *bytes, size
                "hurray_buffer_list_append");
 }
 
+/* The tensor of the wire spec's golden frames (interchange.md §9): float32 [1, 2] in one
+ * 64-byte-aligned buffer of 8 bytes. */
+static inline HurrayTensorContext *sample_golden_pair(void) {
+  static const int64_t shape[] = {2};
+  static const float values[] = {1.0f, 2.0f};
+  HurrayArray part = {.shape = shape, .ndim = 1, .dtype = HURRAY_DTYPE_FLOAT32};
+  HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = shape,
+                           .parts = &part, .nparts = 1, .dtype = HURRAY_DTYPE_FLOAT32};
+  HurrayError error = {0};
+  HurrayBufferList *list = NULL;
+  HurrayBuffer *buffer = NULL;
+  HurrayTensorContext *context = NULL;
+  sample_check(hurray_buffer_list_create(1, &list, &error), &error, "hurray_buffer_list_create");
+  sample_check(hurray_buffer_alloc(sizeof values, 64, 0, &buffer, &error), &error,
+               "hurray_buffer_alloc");
+  memcpy(buffer->data, values, sizeof values);
+  sample_check(hurray_buffer_list_append(list, buffer, HURRAY_ROLE_VALUES, NULL, &error), &error,
+               "hurray_buffer_list_append");
+  sample_check(hurray_tensor_context_create(&desc, list, 0, NULL, NULL, &context, &error), &error,
+               "hurray_tensor_context_create");
+  return context;
+}
+
 static inline HurrayBufferList *sample_list(void) {
   HurrayBufferList *list = NULL;
   HurrayError error = {0};

@@ -721,19 +721,7 @@ static void byte_ranges(void **state) {
   }
   /* on the wire: in 1.1 each DATA frame of a range carries the low 32 bits of its XXH3-64; a
      1.0 session leaves the field zero. First the golden frame of spec §9.9 */
-  static const int64_t gshape[] = {2};
-  static const float gvalues[] = {1.0f, 2.0f};
-  HurrayArray gpart = {.shape = gshape, .ndim = 1, .dtype = HURRAY_DTYPE_FLOAT32};
-  HurrayTensorDesc gdesc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = gshape,
-                            .parts = &gpart, .nparts = 1, .dtype = HURRAY_DTYPE_FLOAT32};
-  HurrayBufferList *glist = NULL;
-  HurrayBuffer *gb = NULL;
-  HurrayTensorContext *golden = NULL;
-  OK(hurray_buffer_list_create(1, &glist, E));
-  OK(hurray_buffer_alloc(8, 64, 0, &gb, E));
-  memcpy(gb->data, gvalues, 8);
-  OK(hurray_buffer_list_append(glist, gb, HURRAY_ROLE_VALUES, NULL, E));
-  OK(hurray_tensor_context_create(&gdesc, glist, 0, NULL, NULL, &golden, E));
+  HurrayTensorContext *golden = sample_golden_pair();
   OK(hurray_server_add_tensor(r.server, "g", golden, E));
   for (uint16_t minor = 0; minor < 3; minor++) {
     WireHello *hello = calloc(1, sizeof *hello);

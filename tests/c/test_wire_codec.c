@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "test_file_helpers.h"
 #include "test_tmpdir.h"
 #include "wire.h"
 
@@ -169,27 +170,10 @@ static const char kData[] =
     "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
     "00 00 80 3f 00 00 00 40";
 
-static HurrayTensorContext *tiny_tensor(void) {
-  static const int64_t shape[] = {2};
-  static const float values[] = {1.0f, 2.0f};
-  HurrayArray part = {.shape = shape, .ndim = 1, .dtype = HURRAY_DTYPE_FLOAT32};
-  HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = shape,
-                           .parts = &part, .nparts = 1, .dtype = HURRAY_DTYPE_FLOAT32};
-  HurrayBufferList *list = NULL;
-  HurrayBuffer *b = NULL;
-  HurrayTensorContext *ctx = NULL;
-  OK(hurray_buffer_list_create(1, &list, E));
-  OK(hurray_buffer_alloc(8, 64, 0, &b, E));
-  memcpy(b->data, values, 8);
-  OK(hurray_buffer_list_append(list, b, HURRAY_ROLE_VALUES, NULL, E));
-  OK(hurray_tensor_context_create(&desc, list, 0, NULL, NULL, &ctx, E));
-  return ctx;
-}
-
 static void tensor_golden(void **state) {
   (void)state;
   WireServed *served = NULL;
-  OK(hurray__wire_served_create("x", tiny_tensor(), NULL, NULL, 0, &served, E));
+  OK(hurray__wire_served_create("x", sample_golden_pair(), NULL, NULL, 0, &served, E));
   WireRequest r = {.name_len = 1, .name = "x"};
   WirePlan plan;
   OK(hurray__wire_plan(served, &r, &plan, E));
