@@ -93,15 +93,15 @@ static void versioned_deleter(HurrayDLManagedTensorVersioned *self) {
  * consumers do not touch. The exception in flight, if any, survives (a capsule often dies
  * while one propagates). */
 static void capsule_destructor(PyObject *capsule, const char *name) {
-  HurrayPySavedError saved;
-  hurray__py_error_save(&saved);
-  DLExport *export = PyCapsule_GetContext(capsule);
-  if (export == NULL) {
-    PyErr_WriteUnraisable(capsule);
-  } else {
-    if (PyCapsule_IsValid(capsule, name)) export_release_owner(export);
+  DLExport *export = PyCapsule_GetContext(capsule); /* a capsule's: raises nothing */
+  if (!PyCapsule_IsValid(capsule, name)) { /* consumed: the owner's release is the consumer's */
     export_drop_holder(export);
+    return;
   }
+  HurrayPySavedError saved; /* the release may run Python code (the Tensor's finalisation) */
+  hurray__py_error_save(&saved);
+  export_release_owner(export);
+  export_drop_holder(export);
   hurray__py_error_restore(&saved);
 }
 
