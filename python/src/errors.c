@@ -27,7 +27,9 @@
  *   └── ConnectionLostError(HurrayError, ConnectionError)    HURRAY_ECONNECTION
  *
  * and, under InvalidArgumentError, KeyError(InvalidArgumentError, builtins.KeyError): the
- * HURRAY_EINVAL a server answers for a tensor it does not serve (ADR-069).
+ * HURRAY_EINVAL a server answers for a tensor it does not serve (ADR-069); under
+ * ConnectionLostError, ConnectionRefusedError(ConnectionLostError, builtins.~): the
+ * HURRAY_ECONNECTION of a refused connect, errno ECONNREFUSED.
  *
  * UnsupportedError derives from builtins.BufferError (not from hurray.BufferError) because the
  * DLPack and array API contract is that "this array cannot be exported that way" surfaces as
@@ -134,6 +136,13 @@ static const ExcSpec kExcSpecs[HURRAY_PY_EXC_COUNT] = {
                            "\n"
                            "An InvalidArgumentError (a ValueError), and a KeyError as a missing\n"
                            "key of a hurray.File is."},
+    [HURRAY_PY_EXC_CONNECTION_REFUSED] = {"hurray.ConnectionRefusedError",
+                                          HURRAY_PY_EXC_CONNECTION,
+                                          &PyExc_ConnectionRefusedError,
+                                          "Nothing listens at the address (ECONNREFUSED).\n"
+                                          "\n"
+                                          "A ConnectionLostError, and a ConnectionRefusedError as "
+                                          "a socket's is."},
 };
 
 /* The table: every status of HURRAY_STATUS_LIST maps to exactly one class. A switch over the
@@ -272,13 +281,18 @@ static PyObject *status_message(int status, const HurrayError *error) {
 PyObject *hurray__py_raise_path(HurrayState *st, int status, const HurrayError *error,
                                 PyObject *filename, PyObject *filename2) {
   PyObject *message = status_message(status, error);
-  int system_errno = error != NULL && status == HURRAY_EIO ? error->system_errno : 0;
-  if (system_errno == 0) {
+  int system_errno = error != NULL ? error->system_errno : 0;
+  HurrayPyExc kind;
+  if (status == HURRAY_EIO && system_errno != 0) {
+    kind = io_class(system_errno);
+  } else if (status == HURRAY_ECONNECTION && system_errno == ECONNREFUSED) {
+    kind = HURRAY_PY_EXC_CONNECTION_REFUSED;
+  } else {
     return raise_message(st, hurray__py_exc_for_status(status), status, message);
   }
   if (message == NULL) return NULL;
   /* OSError(errno, strerror, filename, winerror, filename2): the attributes Python code reads. */
-  PyObject *exc = PyObject_CallFunction(st->exceptions[io_class(system_errno)], "iNOOO",
+  PyObject *exc = PyObject_CallFunction(st->exceptions[kind], "iNOOO",
                                         system_errno, message, filename ? filename : Py_None,
                                         Py_None, filename2 ? filename2 : Py_None);
   return raise_instance(exc, status);

@@ -166,6 +166,8 @@ typedef enum HurrayPyExc {
   HURRAY_PY_EXC_NOT_A_DIRECTORY,  /* NotADirectoryError(InputOutputError, builtins.~) */
   /* HURRAY_EINVAL "no tensor named ..." from a server (ADR-069): also a builtins.KeyError */
   HURRAY_PY_EXC_KEY,              /* KeyError(InvalidArgumentError, builtins.KeyError) */
+  /* HURRAY_ECONNECTION of a connect the peer's host refused (ECONNREFUSED) */
+  HURRAY_PY_EXC_CONNECTION_REFUSED, /* ConnectionRefusedError(ConnectionLostError, builtins.~) */
   HURRAY_PY_EXC_COUNT
 } HurrayPyExc;
 

@@ -224,8 +224,8 @@ static int open_socket(HurrayClient *c, HurrayError *error) {
   if (connect(c->fd, (struct sockaddr *)c->address.storage, c->address.length) != 0) {
     if (errno != EINPROGRESS && errno != EAGAIN) {
       int e = errno;
-      return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "cannot connect to %s: %s", text,
-                                    strerror(e)));
+      return broken(c, hurray__fail_errno(error, HURRAY_ECONNECTION, e, "cannot connect to %s: %s",
+                                          text, strerror(e)));
     }
     int status = wait_for(c, WIRE_WANT_WRITE, error);
     if (status != HURRAY_OK) return hurray__error_prefix(error, status, "connecting to %s: ", text);
@@ -233,8 +233,8 @@ static int open_socket(HurrayClient *c, HurrayError *error) {
     socklen_t len = sizeof err;
     getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
-      return broken(c, hurray__fail(error, HURRAY_ECONNECTION, "cannot connect to %s: %s", text,
-                                    strerror(err)));
+      return broken(c, hurray__fail_errno(error, HURRAY_ECONNECTION, err,
+                                          "cannot connect to %s: %s", text, strerror(err)));
     }
   }
   if (c->address.family != AF_UNIX) {

@@ -397,6 +397,26 @@ static void files_and_rows(void **state) {
 
 /* ---- handshake ---------------------------------------------------------------------------- */
 
+/* A connect nothing answers is HURRAY_ECONNECTION with its errno, which the Python binding
+ * turns into a ConnectionRefusedError (ADR-069). */
+static void refused_connect_keeps_its_errno(void **state) {
+  (void)state;
+  int s = socket(AF_INET, SOCK_STREAM, 0); /* bound, never listening: connects are refused */
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  assert_int_equal(bind(s, (struct sockaddr *)&a, len), 0);
+  assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
+  char address[64];
+  snprintf(address, sizeof address, "127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+  HurrayError error = {0};
+  HurrayClient *c = NULL;
+  assert_int_equal(hurray_client_connect(address, NULL, &c, &error), HURRAY_ECONNECTION);
+  assert_null(c);
+  assert_int_equal(error.system_errno, ECONNREFUSED);
+  assert_non_null(strstr(error.message, "cannot connect to 127.0.0.1:"));
+  close(s);
+}
+
 static void handshake_refusals(void **state) {
   (void)state;
   Running r;
@@ -1807,6 +1827,7 @@ int main(void) {
       cmocka_unit_test(unaddressed_bytes_are_never_sent),
       cmocka_unit_test(every_dtype_round_trips),
       cmocka_unit_test(files_and_rows),
+      cmocka_unit_test(refused_connect_keeps_its_errno),
       cmocka_unit_test(handshake_refusals),
       cmocka_unit_test(preferred_device),
       cmocka_unit_test(byte_ranges),

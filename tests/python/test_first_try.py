@@ -3,6 +3,7 @@ tensors, on the array object and on device tensors: each either does the right t
 an error that names the right route, and nothing silently reinterprets data (ADR-069)."""
 
 import copy
+import errno
 import math
 import os
 import pickle
@@ -139,9 +140,12 @@ def test_connecting_where_nothing_listens_or_nothing_answers(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(ConnectionError, match=f"cannot connect to 127.0.0.1:{port}: Connection "
-                                              "refused"):
+    with pytest.raises(ConnectionRefusedError, match=f"cannot connect to 127.0.0.1:{port}: "
+                                                     "Connection refused") as info:
         hurray.connect(f"127.0.0.1:{port}")
+    assert type(info.value) is hurray.ConnectionRefusedError
+    assert isinstance(info.value, hurray.ConnectionLostError)  # what it was before
+    assert info.value.errno == errno.ECONNREFUSED
     with pytest.raises(hurray.InvalidArgumentError, match="expected HOST:PORT"):
         hurray.connect(f"http://127.0.0.1:{port}")
     with pytest.raises(TypeError, match="url must be str, not tuple"):
