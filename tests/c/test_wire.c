@@ -110,6 +110,21 @@ static void assert_same_buffers(const HurrayTensorContext *a, const HurrayTensor
   }
 }
 
+/* The Hurray file at `path` (a fetch's) passes verify, and its one tensor holds `want`'s
+ * buffers. */
+static void assert_file_holds(const char *path, const HurrayTensorContext *want) {
+  HurrayError error = {0};
+  HurrayFileReader *reader = NULL;
+  HurrayTensorContext *got = NULL;
+  assert_int_equal(hurray_file_reader_open(path, 0, &reader, &error), HURRAY_OK);
+  assert_int_equal(hurray_file_reader_verify(reader, HURRAY_FILE_WHOLE, NULL, NULL, &error),
+                   HURRAY_OK);
+  assert_int_equal(hurray_file_reader_get(reader, 0, 0, &got, &error), HURRAY_OK);
+  assert_same_buffers(got, want);
+  hurray_tensor_context_release(got);
+  hurray_file_reader_destroy(reader);
+}
+
 /* The server's statistics once `n` tensor responses have been sent in full: the client may
  * have its tensor before the server's loop has counted the frame that carried it. */
 static HurrayServerStats wait_transfers(HurrayServer *server, uint64_t n) {
@@ -907,13 +922,7 @@ static void interrupted_transfer_resumes(void **state) {
   proxy_start(&f, r.address);
   OK(hurray_client_connect(f.address, NULL, &c, E));
   OK(hurray_client_fetch(c, "x", &o, path_of("resumed.hurray"), E));
-  HurrayFileReader *reader = NULL;
-  OK(hurray_file_reader_open(path_of("resumed.hurray"), 0, &reader, E));
-  OK(hurray_file_reader_verify(reader, HURRAY_FILE_WHOLE, NULL, NULL, E));
-  OK(hurray_file_reader_get(reader, 0, 0, &got, E));
-  assert_same_buffers(got, want);
-  hurray_tensor_context_release(got);
-  hurray_file_reader_destroy(reader);
+  assert_file_holds(path_of("resumed.hurray"), want);
   hurray_client_destroy(c);
   proxy_stop(&f);
   hurray_tensor_context_release(want);
@@ -1251,13 +1260,7 @@ static void unix_socket(void **state) {
   assert_int_equal(stats.sent_bytes, 0);
   /* fetch writes the mapped buffer to the file */
   OK(hurray_client_fetch(c, "x", NULL, path_of("fd.hurray"), E));
-  HurrayFileReader *reader = NULL;
-  OK(hurray_file_reader_open(path_of("fd.hurray"), 0, &reader, E));
-  OK(hurray_file_reader_verify(reader, HURRAY_FILE_WHOLE, NULL, NULL, E));
-  OK(hurray_file_reader_get(reader, 0, 0, &got, E));
-  assert_same_buffers(got, want);
-  hurray_tensor_context_release(got);
-  hurray_file_reader_destroy(reader);
+  assert_file_holds(path_of("fd.hurray"), want);
   hurray_client_destroy(c);
   /* a client that does not ask gets bytes */
   HurrayClientOptions co = {.flags = HURRAY_CLIENT_NO_FD_PASSING};
