@@ -113,10 +113,17 @@ static void versioned_capsule_destructor(PyObject *capsule) {
   capsule_destructor(capsule, HURRAY_DL_CAPSULE_VERSIONED);
 }
 
-/* max_version: None -> 0 (legacy), else its major version (>= 0). */
+/* max_version: None -> 0 (legacy), else its major version (>= 0). Consumers pass one constant
+ * tuple on every call (NumPy's, PyTorch's, from_dlpack's own): a tuple of exact ints, which
+ * nothing can change, is remembered with its major version once read (converting its two ints
+ * again was a tenth of an export). */
 static int max_version_arg(HurrayState *st, PyObject *obj, long long *major) {
   *major = 0;
   if (obj == NULL || obj == Py_None) return 0;
+  if (obj == st->dl_max_version_seen) {
+    *major = st->dl_max_major_seen;
+    return 0;
+  }
   if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) {
     PyErr_Format(PyExc_TypeError, "max_version must be a (major, minor) tuple or None, not %R",
                  obj);
@@ -128,6 +135,11 @@ static int max_version_arg(HurrayState *st, PyObject *obj, long long *major) {
       hurray__py_int_in_range(st, PyTuple_GET_ITEM(obj, 1), 0, UINT32_MAX, "max_version minor",
                               &minor) < 0) {
     return -1;
+  }
+  if (PyTuple_CheckExact(obj) && PyLong_CheckExact(PyTuple_GET_ITEM(obj, 0)) &&
+      PyLong_CheckExact(PyTuple_GET_ITEM(obj, 1))) {
+    Py_XSETREF(st->dl_max_version_seen, Py_NewRef(obj));
+    st->dl_max_major_seen = *major;
   }
   return 0;
 }

@@ -240,6 +240,8 @@ typedef struct HurrayState {
   PyObject *str_dlpack_device;   /* interned "__dlpack_device__" */
   HurrayPyKeywords dlpack_keywords; /* __dlpack__'s, in HURRAY_PY_DL_* order */
   PyObject *dl_max_version; /* (1, 1): the DLPack version from_dlpack reads */
+  PyObject *dl_max_version_seen; /* the max_version tuple __dlpack__ read last, or NULL */
+  long long dl_max_major_seen;   /* its major version */
   PyObject *dl_kwnames;     /* ("max_version",): the keywords of from_dlpack's usual call */
   PyObject *str_hurray;     /* interned "__hurray__" */
 } HurrayState;

@@ -311,6 +311,7 @@ static int hurray_exec(PyObject *module) {
   X(st->dlpack_keywords.names[HURRAY_PY_DL_COPY])        \
   X(st->dlpack_keywords.last)                            \
   X(st->dl_max_version)                                  \
+  X(st->dl_max_version_seen)                             \
   X(st->dl_kwnames)                                      \
   X(st->str_hurray)
 

@@ -234,6 +234,10 @@ int hurray_device_to_dlpack(int tag, int memory_class, int32_t *dl_device_type,
   if (dl_device_type == NULL) {
     return hurray__fail(error, HURRAY_EINVAL, "hurray_device_to_dlpack: dl_device_type is NULL");
   }
+  if (tag == HURRAY_DEVICE_CPU && memory_class == HURRAY_MEM_DEVICE) {
+    *dl_device_type = kDLPackDevices[0].dl_device_type; /* the common case, kDLCPU, at once */
+    return HURRAY_OK;
+  }
   if (tag_range(tag) == TAG_PRIVATE) {
     return hurray__fail(error, HURRAY_EUNSUPPORTED,
                         "device tag %s is implementation-private; DLPack has no form for it",

@@ -218,6 +218,32 @@ def test_versioned_and_legacy_capsules():
     assert d.ndim == 2 and list(d.shape[:2]) == [2, 3] and list(d.strides[:2]) == [3, 1]
 
 
+def test_max_version_read_anew_unless_it_cannot_change():
+    """A max_version tuple of plain ints is remembered once read (consumers pass one constant);
+    anything whose value may change between calls is read on every call."""
+    t = hurray.Tensor(bytes(6), hurray.uint8, [2, 3])
+    versioned, legacy = (1, 0), (0, 9)
+    for _ in range(3):  # the same two tuple objects, alternately
+        assert fake.capsule_name(t.__dlpack__(max_version=versioned)) == b"dltensor_versioned"
+        assert fake.capsule_name(t.__dlpack__(max_version=legacy)) == b"dltensor"
+
+    class Flipping:
+        """An __index__ that answers 1, then 0, then 1, ..."""
+
+        calls = 0
+
+        def __index__(self):
+            Flipping.calls += 1
+            return Flipping.calls % 2
+
+    flipping = (Flipping(), 0)
+    names = [fake.capsule_name(t.__dlpack__(max_version=flipping)) for _ in range(4)]
+    assert names == [b"dltensor_versioned", b"dltensor"] * 2
+    with pytest.raises(hurray.InvalidArgumentError, match="max_version major"):
+        t.__dlpack__(max_version=(-1, 0))
+    assert fake.capsule_name(t.__dlpack__(max_version=versioned)) == b"dltensor_versioned"
+
+
 def test_capsule_fields_for_strided_views():
     base = np.arange(20, dtype=np.int64)
     t = hurray.Tensor(base.tobytes(), hurray.int64, [2, 3], strides=[-7, 2], byte_offset=64)
