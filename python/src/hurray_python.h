@@ -539,7 +539,8 @@ PyObject *hurray__py_tensor_from_memory(HurrayState *st, void *data, uint64_t si
 /* hurray__py_tensor_from_memory for an array its caller has already checked as
  * hurray_array_span does (shape, dtype, reserved bytes, offsets without overflow), with every
  * byte it addresses in [data, data + size): from_dlpack, whose import check (dlpack_check.c)
- * guarantees that. Nothing is checked twice. */
+ * guarantees that, and from_numpy for all but extreme arrays (numpy.c, tensor_over). Nothing is
+ * checked twice. */
 PyObject *hurray__py_tensor_from_checked(HurrayState *st, void *data, uint64_t size,
                                          const HurrayPyMemory *memory, const HurrayArray *array,
                                          void *owner, HurrayOwnerReleaseFn owner_release);

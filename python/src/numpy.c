@@ -469,9 +469,11 @@ static PyObject *tensor_over(HurrayState *st, const HurrayDTypeInfo *info, char 
   int64_t itemsize = info->bits / 8;
   HurrayArray array = {.ndim = ndim, .shape = shape, .strides = strides, .dtype = info->code};
   int axis = 0;
+  int extreme = 0; /* an extent past HURRAY_MAX_DIM: the core's check words the error */
   if (ndim > HURRAY_MAX_NDIM) failure = "ndim";
   for (; failure == NULL && axis < ndim; axis++) {
     shape[axis] = dims[axis];
+    extreme |= dims[axis] > HURRAY_MAX_DIM;
     Py_ssize_t step = byte_strides[axis];
     if (step % itemsize == 0) {
       strides[axis] = step / itemsize;
@@ -506,8 +508,16 @@ static PyObject *tensor_over(HurrayState *st, const HurrayDTypeInfo *info, char 
   memory->memory_class = HURRAY_MEM_DEVICE;
   memory->sync_mode = HURRAY_SYNC_READY;
   char *start = (char *)((uintptr_t)buf - (uintptr_t)-lo);
-  return hurray__py_tensor_from_memory(st, start, (uint64_t)(hi - lo), memory, &array, owner,
-                                       owner_release);
+  if (extreme || hi - lo > INT64_MAX / 8) { /* bit offsets near int64's end: checked in full */
+    return hurray__py_tensor_from_memory(st, start, (uint64_t)(hi - lo), memory, &array, owner,
+                                         owner_release);
+  }
+  /* What hurray_array_span checks holds by construction: ndim and extents in range, a mapped
+   * dtype, zero reserved bytes, and every element in [start, start + hi - lo), without overflow
+   * in bytes (hurray__py_relative_span) or in bits (the span is under INT64_MAX / 8). Every
+   * operation of the array API ends here, so it is not checked twice. */
+  return hurray__py_tensor_from_checked(st, start, (uint64_t)(hi - lo), memory, &array, owner,
+                                        owner_release);
 }
 
 /* from_numpy of an ndarray of the probed layout whose dtype is mapped already, reading its

@@ -216,6 +216,21 @@ def test_from_numpy_refuses_strides_that_are_not_whole_elements():
         hurray.from_numpy(unaligned)
 
 
+def test_from_numpy_at_the_limits_of_the_descriptor():
+    """NumPy arrays the descriptor cannot address (an extent past HURRAY_MAX_DIM, bit offsets
+    past int64) get the core's own errors; those just inside its limits are taken."""
+    one = np.zeros(1, np.uint8)
+    assert hurray.from_numpy(np.broadcast_to(one, (2**62,))).shape == (2**62,)
+    with pytest.raises(hurray.LimitError, match=r"shape\[0\] = 4611686018427387905 exceeds "
+                                                r"HURRAY_MAX_DIM"):
+        hurray.from_numpy(np.broadcast_to(one, (2**62 + 1,)))
+    far = np.lib.stride_tricks.as_strided(np.zeros(2, np.uint8), (2,), (2**61,))
+    with pytest.raises(hurray.LimitError, match="element offsets overflow int64"):
+        hurray.from_numpy(far)
+    near = np.lib.stride_tricks.as_strided(np.zeros(2, np.uint8), (2,), (2**59,))
+    assert hurray.from_numpy(near).strides == (2**59,)
+
+
 def test_from_numpy_refuses_byte_swapped_and_foreign_dtypes():
     with pytest.raises(hurray.UnsupportedError, match="byte order or layout differs"):
         hurray.from_numpy(np.zeros(2, ">f4"))
