@@ -162,6 +162,15 @@ static int mp_ass_subscript(PyObject *a, PyObject *key, PyObject *value) {
   return 0;
 }
 
+static int sq_contains(PyObject *a, PyObject *value) {
+  PyObject *args[2] = {a, value};
+  PyObject *result = call(a, HURRAY_PY_OP_CONTAINS, args, 2);
+  if (result == NULL) return -1;
+  int found = PyObject_IsTrue(result);
+  Py_DECREF(result);
+  return found;
+}
+
 static PyType_Slot array_slots[] = {
     {Py_nb_add, nb_add},
     {Py_nb_inplace_add, nb_inplace_add},
@@ -202,6 +211,7 @@ static PyType_Slot array_slots[] = {
     {Py_mp_length, mp_length},
     {Py_tp_iter, tp_iter},
     {Py_mp_ass_subscript, mp_ass_subscript},
+    {Py_sq_contains, sq_contains},
 };
 
 /* ---- methods and properties ----------------------------------------------------------------- */
@@ -209,6 +219,11 @@ static PyType_Slot array_slots[] = {
 static PyObject *tensor_complex(PyObject *op, PyObject *unused) {
   (void)unused;
   return call1(op, HURRAY_PY_OP_COMPLEX);
+}
+
+static PyObject *tensor_format(PyObject *op, PyObject *spec) {
+  PyObject *args[2] = {op, spec};
+  return call(op, HURRAY_PY_OP_FORMAT, args, 2);
 }
 
 /* bytes(t) copies the buffer export, as before the array object: bytes() would otherwise take a
@@ -221,6 +236,9 @@ static PyObject *tensor_bytes(PyObject *op, PyObject *unused) {
 static PyMethodDef array_methods[] = {
     {"__bytes__", tensor_bytes, METH_NOARGS,
      PyDoc_STR("__bytes__($self, /)\n--\n\nThe bytes of the buffer export (memoryview(self)).")},
+    {"__format__", tensor_format, METH_O,
+     PyDoc_STR("__format__($self, format_spec, /)\n--\n\nformat(t, spec): a 0-d tensor's value "
+               "formatted as a Python scalar; '' gives str(t).")},
     {"__complex__", tensor_complex, METH_NOARGS,
      PyDoc_STR("__complex__($self, /)\n--\n\nThe value of a 0-d tensor as a Python complex.")},
     {NULL, NULL, 0, NULL},
@@ -264,7 +282,12 @@ static PyObject *get_T(PyObject *op, void *closure) {
   X("item", "float(t), int(t), bool(t) or t.tolist() on a 0-d tensor")                          \
   X("numpy", "numpy.asarray(t)") X("cpu", "t.to_device('cpu')")                                 \
   X("cuda", "t.to_device('cuda')")                                                              \
-  X("to", "t.to_device(device), or hurray.array_api.astype(t, dtype)")
+  X("to", "t.to_device(device), or hurray.array_api.astype(t, dtype)")                          \
+  X("itemsize", "t.dtype.itemsize (bytes per element; None for packed dtypes)")                \
+  X("element_size", "t.dtype.itemsize (bytes per element; None for packed dtypes)")            \
+  X("numel", "t.size") X("dim", "t.ndim") X("clone", "hurray.array_api.asarray(t, copy=True)") \
+  X("flip", "hurray.array_api.flip(t)")                                                         \
+  X("unsqueeze", "hurray.array_api.expand_dims(t, axis=axis)")
 
 static PyObject *absent(PyObject *op, void *closure) {
   (void)op;

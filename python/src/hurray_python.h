@@ -472,6 +472,7 @@ int hurray__py_tensor_attribute_absent(PyObject *name);
   X(INVERT, OPERATORS, "__invert__") X(BOOL, OPERATORS, "__bool__")                             \
   X(INT, OPERATORS, "__int__") X(FLOAT, OPERATORS, "__float__")                                 \
   X(INDEX, OPERATORS, "__index__") X(COMPLEX, OPERATORS, "__complex__")                         \
+  X(CONTAINS, OPERATORS, "__contains__") X(FORMAT, OPERATORS, "__format__")                     \
   X(LT, OPERATORS, "__lt__") X(LE, OPERATORS, "__le__") X(EQ, OPERATORS, "__eq__")              \
   X(NE, OPERATORS, "__ne__") X(GT, OPERATORS, "__gt__") X(GE, OPERATORS, "__ge__")              \
   X(GETITEM, INDEXING, "__getitem__") X(SETITEM, INDEXING, "__setitem__")                       \

@@ -289,3 +289,51 @@ def test_listing_keeps_the_dtype_singletons_alive():
         del listed
         after = sys.getrefcount(hurray.float32)
         assert after == before - 100  # the list held one each, and gave exactly those back
+
+
+# ---- Python's own protocols on the array object (ADR-071) -------------------------------------
+
+
+def test_in_asks_whether_any_element_equals_the_value_as_numpy_and_pytorch_do():
+    torch = peer("torch")
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = hurray.from_numpy(values)
+    for value in (1.0, 5, 7, -0.0, float("nan")):
+        assert (value in t) == (value in values) == (value in torch.from_numpy(values))
+    assert 2 in hurray.from_numpy(np.array(2)) and 3 not in hurray.from_numpy(np.zeros((0, 3)))
+    assert hurray.from_numpy(np.array([0, 1, 9], np.float32)) in t  # broadcasts, as NumPy's does
+
+
+def test_format_specs_format_a_0d_tensors_value_and_name_tolist_otherwise():
+    assert format(hurray.from_numpy(np.array(1.5, np.float32)), ".2f") == "1.50"
+    assert f"{hurray.from_numpy(np.array(3)):>4}" == "   3"
+    bf16 = hurray.Tensor(b"\xc0\x3f", hurray.dtype.bfloat16, [])
+    assert f"{bf16:.3f}" == "1.500" == f"{np.asarray(bf16)[()]:.3f}"
+    t = hurray.from_numpy(np.arange(4.0))
+    assert f"{t}" == format(t, "") == str(t)
+    with pytest.raises(TypeError, match=r"format spec '\.2f' needs a 0-d tensor, not one of shape "
+                                        r"\(4,\): format each value of t.tolist\(\)"):
+        format(t, ".2f")
+
+
+@pytest.mark.parametrize("convert", [bool, float, int, complex])
+def test_scalar_conversions_of_bigger_tensors_name_the_way_to_one_value(convert):
+    many = hurray.from_numpy(np.arange(6).reshape(2, 3))
+    route = r"hurray.array_api.any\(t\) or hurray.array_api.all\(t\)" if convert is bool else \
+        r"index one element \(t\[0, 0\]\), or t.tolist\(\)"
+    with pytest.raises(TypeError, match=fr"needs a 0-d tensor, not one of shape \(2, 3\): {route}"):
+        convert(many)
+    with pytest.raises(TypeError, match=r"hurray.array_api.reshape\(t, \(\)\) makes this "
+                                        "one-element tensor 0-d"):
+        convert(hurray.from_numpy(np.ones((1, 1), np.int64)))
+    import hurray.array_api as xp
+    assert convert(xp.reshape(hurray.from_numpy(np.ones((1, 1), np.int64)), ())) == convert(1)
+
+
+def test_numpys_itemsize_and_pytorchs_size_methods_name_the_attribute_that_answers():
+    t = hurray.from_numpy(np.zeros((2, 3), np.float32))
+    for name, route in [("itemsize", "t.dtype.itemsize"), ("element_size", "t.dtype.itemsize"),
+                        ("numel", "t.size"), ("dim", "t.ndim")]:
+        with pytest.raises(AttributeError, match=f"no attribute '{name}': .* {route}"):
+            getattr(t, name)
+    assert (t.dtype.itemsize, t.size, t.ndim) == (4, 6, 2)

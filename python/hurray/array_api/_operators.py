@@ -133,7 +133,14 @@ def __invert__(self):
 def _item(self, what):
     a = to_np(self)
     if a.ndim != 0:
-        raise TypeError(f"{what}() needs a 0-d tensor, not one of shape {a.shape}")
+        if a.size == 1:
+            route = "hurray.array_api.reshape(t, ()) makes this one-element tensor 0-d"
+        elif what == "bool":
+            route = "hurray.array_api.any(t) or hurray.array_api.all(t) reduces it to one"
+        else:
+            first = ", ".join("0" * a.ndim)
+            route = f"index one element (t[{first}]), or t.tolist() gives every value"
+        raise TypeError(f"{what}() needs a 0-d tensor, not one of shape {a.shape}: {route}")
     return a[()]
 
 
@@ -153,6 +160,21 @@ def __float__(self):
     if v.dtype.kind == "c":
         raise TypeError("float() of a complex tensor; take real() or imag() first")
     return float(v)
+
+
+def __contains__(self, value):
+    """``value in t``: whether any element equals value, as NumPy and PyTorch answer it."""
+    return bool(np.any(to_np(__eq__(self, value))))
+
+
+def __format__(self, spec):
+    """format(t, spec) formats a 0-d tensor's value, as NumPy and PyTorch do; '' is str(t)."""
+    if not spec:
+        return str(self)
+    if self.ndim != 0:
+        raise TypeError(f"format spec {spec!r} needs a 0-d tensor, not one of shape "
+                        f"{self.shape}: format each value of t.tolist()")
+    return format(self.tolist(), spec)
 
 
 def __complex__(self):
