@@ -6,7 +6,7 @@ import os
 import types
 from collections.abc import (Callable, ItemsView, Iterator, KeysView, Mapping, Sequence,
                              ValuesView)
-from typing import Any, Final, Literal, Protocol, TypedDict, TypeVar, final, overload
+from typing import Any, Final, Literal, NoReturn, Protocol, TypedDict, TypeVar, final, overload
 
 __version__: Final[str]
 C_ABI_VERSION: Final[int]
@@ -323,6 +323,8 @@ class File(Mapping[str, Tensor]):
     def closed(self) -> builtins.bool: ...
     @property
     def path(self) -> _Path: ...
+    def __setitem__(self, name: str, value: object, /) -> NoReturn: ...  # read-only: names save()
+    def __delitem__(self, name: str, /) -> NoReturn: ...
     def __enter__(self) -> File: ...
     def __exit__(self, *args: object) -> Literal[False]: ...
 

@@ -663,6 +663,27 @@ static PyObject *file_subscript(PyObject *op, PyObject *name) {
   return file_get(st, FILE_SELF, FILE_SELF->reader, (uint32_t)index, 0, FILE_SELF->pread);
 }
 
+/* f[name] = value and del f[name]: a File is a view of a file on disk, written only whole. */
+static int file_ass_subscript(PyObject *op, PyObject *name, PyObject *value) {
+  PyErr_Format(PyExc_TypeError,
+               "a hurray.File is read-only: to %s %R, write a new file with "
+               "hurray.save(path, {...}) from the tensors you keep ({**f} holds them all)",
+               value == NULL ? "remove" : "set", name);
+  (void)op;
+  return -1;
+}
+
+/* pickle and copy: what travels is the path, not the open mapping. */
+static PyObject *file_reduce(PyObject *op, PyObject *unused) {
+  (void)unused;
+  PyErr_Format(PyExc_TypeError,
+               "cannot pickle a hurray.File: it holds an open file mapping; pass its path (%R) "
+               "and call hurray.open(path) on the other side, or pickle its tensors "
+               "(f[name], or dict(f))",
+               FILE_SELF->path);
+  return NULL;
+}
+
 static PyObject *file_iter(PyObject *op) {
   PyObject *names = file_names(hurray__py_state_of(op), FILE_SELF);
   return names == NULL ? NULL : PyObject_GetIter(names);
@@ -1091,6 +1112,7 @@ static PyMethodDef file_methods[] = {
                ">>> f.closed, w.tolist()\n"
                "(True, [1.0, 1.0])\n")},
     {"__enter__", file_enter_ctx, METH_NOARGS, NULL},
+    {"__reduce__", file_reduce, METH_NOARGS, NULL},
     {"__exit__", HURRAY_PY_CFUNC(file_exit_ctx), METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -1118,6 +1140,7 @@ static PyType_Slot file_slots[] = {
     {Py_tp_richcompare, file_richcompare},
     {Py_mp_length, file_length},
     {Py_mp_subscript, file_subscript},
+    {Py_mp_ass_subscript, file_ass_subscript},
     {Py_sq_contains, file_contains},
     {Py_tp_methods, file_methods},
     {Py_tp_getset, file_getset},

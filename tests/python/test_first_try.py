@@ -7,6 +7,7 @@ import errno
 import math
 import os
 import pickle
+import re
 import socket
 import subprocess
 import sys
@@ -337,3 +338,34 @@ def test_numpys_itemsize_and_pytorchs_size_methods_name_the_attribute_that_answe
         with pytest.raises(AttributeError, match=f"no attribute '{name}': .* {route}"):
             getattr(t, name)
     assert (t.dtype.itemsize, t.size, t.ndim) == (4, 6, 2)
+
+
+# ---- an open file (ADR-071) -------------------------------------------------------------------
+
+
+def test_an_open_file_does_not_pickle_and_names_its_path_and_hurray_open(tmp_path):
+    path = tmp_path / "w.hurray"
+    hurray.save(path, {"w": np.arange(3, dtype=np.float32)})
+    with hurray.open(path) as f:
+        route = (r"cannot pickle a hurray.File: it holds an open file mapping; pass its path "
+                 fr"\({re.escape(repr(path))}\) and call hurray.open\(path\).*dict\(f\)")
+        for attempt in (pickle.dumps, copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match=route):
+                attempt(f)
+        # the routes named work
+        assert pickle.loads(pickle.dumps(dict(f)))["w"].tolist() == [0.0, 1.0, 2.0]
+        assert list(hurray.open(pickle.loads(pickle.dumps(f.path)))) == ["w"]
+
+
+def test_an_open_file_is_read_only_and_says_how_to_write_one(tmp_path):
+    path = tmp_path / "w.hurray"
+    hurray.save(path, {"w": np.zeros(2), "b": np.ones(2)})
+    with hurray.open(path) as f:
+        with pytest.raises(TypeError, match=r"a hurray.File is read-only: to set 'x', write a new "
+                                            r"file with hurray.save\(path, \{...\}\)"):
+            f["x"] = np.ones(2)
+        with pytest.raises(TypeError, match="read-only: to remove 'b'"):
+            del f["b"]
+        hurray.save(path, {**f, "x": np.ones(2)})  # the route: the old mapping stays valid
+        assert f["w"].tolist() == [0.0, 0.0]
+    assert list(hurray.load(path)) == ["w", "b", "x"]
