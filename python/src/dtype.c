@@ -94,11 +94,49 @@ static const HurrayDTypeInfo *foreign_dtype(HurrayState *st, PyObject *obj) {
   return info;
 }
 
+/* The Hurray name NumPy gives the dtype string `obj` ("f4", "<i8", "double"), as a new str;
+ * NULL without an exception where NumPy is not imported or does not know it. A byte-swapped
+ * one raises, as hurray.dtype(numpy.dtype(">f4")) does. */
+static PyObject *numpy_spelling(HurrayState *st, PyObject *obj) {
+  PyObject *module_name = PyUnicode_FromString("numpy");
+  PyObject *numpy = module_name == NULL ? NULL : PyImport_GetModule(module_name);
+  Py_XDECREF(module_name);
+  if (numpy == NULL) return NULL;
+  PyObject *dtype = PyObject_CallMethod(numpy, "dtype", "O", obj);
+  Py_DECREF(numpy);
+  if (dtype == NULL) {
+    PyErr_Clear(); /* NumPy does not know it either */
+    return NULL;
+  }
+  PyObject *name = numpy_dtype_name(st, dtype);
+  Py_DECREF(dtype);
+  return name;
+}
+
+/* A dtype by name. A name Hurray lacks that NumPy spells a Hurray dtype is refused all the
+ * same (NumPy's "float" is not PyTorch's), with the Hurray name it stands for. */
+static const HurrayDTypeInfo *dtype_string(HurrayState *st, PyObject *obj) {
+  const char *name = PyUnicode_AsUTF8(obj);
+  if (name == NULL) return NULL;
+  uint8_t code = 0;
+  HurrayError error = {0};
+  int status = hurray_dtype_from_name(name, &code, &error);
+  if (status == HURRAY_OK) return hurray_dtype_info(code);
+  PyObject *spelled = numpy_spelling(st, obj);
+  const char *hurray_name = spelled == NULL ? NULL : PyUnicode_AsUTF8(spelled);
+  if (hurray_name != NULL && hurray_dtype_from_name(hurray_name, &code, NULL) == HURRAY_OK) {
+    hurray__py_raise_statusf(st, status, "%s (NumPy's \"%s\" is %s: pass \"%s\")",
+                             error.message, name, hurray_name, hurray_name);
+  } else if (!PyErr_Occurred()) {
+    hurray__py_raise_status(st, status, &error);
+  }
+  Py_XDECREF(spelled);
+  return NULL;
+}
+
 const HurrayDTypeInfo *hurray__py_dtype_arg(HurrayState *st, PyObject *obj) {
   if (Py_IS_TYPE(obj, st->dtype_type)) return ((HurrayDTypeObject *)obj)->info;
-  if (!PyUnicode_Check(obj)) return foreign_dtype(st, obj);
-  const char *name = PyUnicode_AsUTF8(obj);
-  return name == NULL ? NULL : dtype_named(st, name);
+  return PyUnicode_Check(obj) ? dtype_string(st, obj) : foreign_dtype(st, obj);
 }
 
 static const HurrayDTypeInfo *info_of(PyObject *self) {

@@ -369,3 +369,34 @@ def test_an_open_file_is_read_only_and_says_how_to_write_one(tmp_path):
         hurray.save(path, {**f, "x": np.ones(2)})  # the route: the old mapping stays valid
         assert f["w"].tolist() == [0.0, 0.0]
     assert list(hurray.load(path)) == ["w", "b", "x"]
+
+
+# ---- dtypes in every form (ADR-071) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["float32", np.float32, np.dtype("float32"), "torch"])
+def test_the_array_api_namespace_takes_every_form_hurray_dtype_takes(spelling):
+    import hurray.array_api as xp
+    spelling = peer("torch").float32 if spelling == "torch" else spelling
+    assert xp.zeros(2, dtype=spelling).dtype is hurray.float32
+    assert xp.asarray([1, 2], dtype=spelling).tolist() == [1.0, 2.0]
+    assert xp.astype(xp.arange(3), spelling).dtype is hurray.float32
+    assert xp.finfo(spelling).bits == 32 and xp.isdtype(spelling, "real floating")
+    assert xp.result_type(spelling, xp.float64) is xp.float64
+
+
+@pytest.mark.parametrize("numpy_name, hurray_name", [("f4", "float32"), ("<i8", "int64"),
+                                                     ("double", "float64"), ("half", "float16"),
+                                                     ("float", "float64"), ("B", "uint8")])
+def test_numpys_spellings_are_refused_naming_the_hurray_name(numpy_name, hurray_name):
+    assert np.dtype(numpy_name) == np.dtype(hurray_name)  # what NumPy means by it
+    route = fr'no dtype is named "{numpy_name}" \(NumPy\'s "{numpy_name}" is {hurray_name}: ' \
+        fr'pass "{hurray_name}"\)'
+    for call in (hurray.dtype, lambda d: hurray.Tensor(bytes(8), d, [1])):
+        with pytest.raises(hurray.DTypeError, match=route):
+            call(numpy_name)
+    assert hurray.dtype(np.dtype(numpy_name)) is hurray.dtype(hurray_name)  # NumPy's dtype: taken
+    with pytest.raises(hurray.UnsupportedError, match="byte-swapped"):
+        hurray.dtype(">f4")
+    with pytest.raises(hurray.DTypeError, match='^no dtype is named "flaot32"$'):
+        hurray.dtype("flaot32")

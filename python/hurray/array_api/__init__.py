@@ -134,11 +134,11 @@ def from_dlpack(x, /, *, device=None, copy=None):
 # ---- data type functions --------------------------------------------------------------------
 
 def _np_of(x):
-    if isinstance(x, _engine._hurray.dtype):
-        return _engine.np_dtype(x)
     if type(x) is _engine.Tensor:
         return _engine.to_np(x).dtype
-    raise TypeError(f"expected a hurray.Tensor or a dtype, not {type(x).__name__}")
+    if x is None:
+        raise TypeError("expected a hurray.Tensor or a dtype, not None")
+    return _engine.np_dtype(x)
 
 
 def result_type(*arrays_and_dtypes):
@@ -179,8 +179,7 @@ _KINDS = {
 
 def isdtype(dtype, kind):
     """Whether `dtype` is of `kind`: a dtype, a kind name, or a tuple of them (array API)."""
-    if not isinstance(dtype, _engine._hurray.dtype):
-        raise TypeError(f"isdtype: expected a dtype, not {type(dtype).__name__}")
+    dtype = _engine._hurray.dtype(dtype)
     if type(kind) is tuple:
         return _builtins.any(isdtype(dtype, k) for k in kind)
     if isinstance(kind, _engine._hurray.dtype):

@@ -80,20 +80,21 @@ def admit(npdtype):
 
 
 def np_dtype(dtype):
-    """The NumPy dtype for a hurray dtype given to a namespace function (None stays None)."""
+    """The NumPy dtype for a dtype given to a namespace function (None stays None): a
+    hurray.dtype, or any form hurray.dtype() takes (a name, a NumPy or PyTorch dtype)."""
     if dtype is None:
         return None
+    if not isinstance(dtype, _hurray.dtype):
+        dtype = _hurray.dtype(dtype)
     try:
         n = TO_NP[dtype]
-    except (KeyError, TypeError):
-        if isinstance(dtype, _hurray.dtype):
-            if dtype.tier == 1 or _get_mode() == "relaxed":
-                raise TypeError(
-                    f"{dtype.name} has no arithmetic in hurray.array_api: it is a storage "
-                    "format only (ADR-053)"
-                ) from None
-            raise mode_error(dtype.name) from None
-        raise TypeError(f"dtype must be a hurray.array_api dtype, not {dtype!r}") from None
+    except KeyError:
+        if dtype.tier == 1 or _get_mode() == "relaxed":
+            raise TypeError(
+                f"{dtype.name} has no arithmetic in hurray.array_api: it is a storage "
+                "format only (ADR-053)"
+            ) from None
+        raise mode_error(dtype.name) from None
     if n not in TIER1_NP and _get_mode() != "relaxed":
         raise mode_error(dtype.name)
     return n
