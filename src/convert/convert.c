@@ -223,6 +223,14 @@ static int open_npz(ConvSource *s, HurrayError *error) {
     const ZipMember *m = &s->zip.members[i];
     ConvArray *a = &s->arrays[i];
     *a = (ConvArray){.name = m->name, .name_len = m->name_len - 4, .index = i};
+    if (m->name_len >= 8 && strcmp(m->name + m->name_len - 8, "data.pkl") == 0) {
+      status = hurray__fail(error, HURRAY_EUNSUPPORTED,
+                            "not a .npz but a PyTorch checkpoint (torch.save's zip, member "
+                            "'%.64s'): load it with torch.load and save its tensors with "
+                            "hurray.save",
+                            m->name);
+      break;
+    }
     if (m->name_len < 5 || strcasecmp(m->name + m->name_len - 4, ".npy") != 0) {
       status = hurray__fail(error, HURRAY_EUNSUPPORTED,
                             "member '%.64s' is not a .npy array (a .npz holds NAME.npy members)",

@@ -150,6 +150,37 @@ static int build_index(View *v, FileSink *index, HurrayError *error) {
   return status;
 }
 
+/* The error for a file none of the readers reads: what its first bytes say it is, where they
+ * name a format people save tensors in, with the way from there to a Hurray file. */
+static int unknown_format(const FileSource *file, HurrayError *error) {
+  static const char kPickle[] =
+      "a Python pickle (pickle.dump, or torch.save's legacy format): load it with pickle.load "
+      "or torch.load and save its tensors with hurray.save";
+  static const struct {
+    const char *magic;
+    size_t len;
+    const char *what;
+  } kKnown[] = {
+      {"\x89HDF\r\n\x1a\n", 8,
+       "an HDF5 file: read it with h5py and save its arrays with hurray.save"},
+      {"GGUF", 4, "a GGUF file: read it with the gguf package and save its tensors with "
+                  "hurray.save"},
+      {"\x80\x02", 2, kPickle}, {"\x80\x03", 2, kPickle}, {"\x80\x04", 2, kPickle},
+      {"\x80\x05", 2, kPickle},
+  };
+  const uint8_t *b = hurray__source_bytes(file);
+  uint64_t size = hurray__source_size(file);
+  for (size_t i = 0; i < sizeof kKnown / sizeof *kKnown; i++) {
+    if (size >= kKnown[i].len && memcmp(b, kKnown[i].magic, kKnown[i].len) == 0) {
+      return hurray__fail(error, HURRAY_EFORMAT,
+                          "not a Hurray file: its first bytes are those of %s", kKnown[i].what);
+    }
+  }
+  return hurray__fail(error, HURRAY_EFORMAT,
+                      "not a Hurray file (bad magic), nor safetensors, .npy or .npz by its "
+                      "first bytes");
+}
+
 int hurray__view_open(const char *path, uint32_t flags, HurrayFileReader **out,
                       HurrayError *error) {
   View *v = calloc(1, sizeof *v);
@@ -162,9 +193,7 @@ int hurray__view_open(const char *path, uint32_t flags, HurrayFileReader **out,
   if (status == HURRAY_OK) status = hurray__source_map(file, HURRAY_MIN_ALIGNMENT, error);
   if (status == HURRAY_OK &&
       (hurray__sniff(file, &format, NULL) != HURRAY_OK || format == HURRAY_FORMAT_HURRAY)) {
-    status = hurray__fail(error, HURRAY_EFORMAT,
-                          "not a Hurray file (bad magic), nor safetensors, .npy or .npz by its "
-                          "first bytes");
+    status = unknown_format(file, error);
   }
   if (status == HURRAY_OK && format == HURRAY_FORMAT_NPY) {
     status = hurray__stem_name(path, &v->names, &name, error);

@@ -81,7 +81,7 @@ for command in info verify; do
   run 5 $command missing.hurray
   has "missing.hurray: No such file or directory (HURRAY_EIO)"
   run 3 $command not_hurray.txt
-  has "not a Hurray file (bad magic) (HURRAY_EFORMAT)"
+  has "not a Hurray file (bad magic), nor safetensors, .npy or .npz by its first bytes (HURRAY_EFORMAT)"
   run 2 $command --bogus good.hurray
   run 0 $command --help
 done
@@ -177,7 +177,7 @@ has "tensor 'per_channel'"
 run 3 verify truncated.hurray
 has "truncated"
 run 3 info not_hurray.txt
-has "not a Hurray file (bad magic) (HURRAY_EFORMAT)"
+has "not a Hurray file (bad magic), nor safetensors, .npy or .npz by its first bytes (HURRAY_EFORMAT)"
 run 5 info missing.hurray
 has "missing.hurray: No such file or directory"
 run 5 verify .
@@ -225,6 +225,13 @@ has "scalar: dense float64 []"
 run 0 convert --quiet dense.hurray dense.npz
 [ -z "$out" ] || fail "--quiet printed something"
 run 0 convert dense.npz back2.hurray
+# info and verify of a file `convert` reads name the conversion
+for foreign in dense.safetensors dense.npz; do
+  for command in info verify; do
+    run 3 $command $foreign
+    has "hurray $command: $foreign: not a Hurray file but ${foreign#dense.}: \`hurray convert $foreign OUT.hurray\` makes one (HURRAY_EFORMAT)"
+  done
+done
 run 2 convert dense.hurray dense.npy
 has "holds 5 tensors: choose one by name"
 run 0 convert --name=strided dense.hurray strided.npy

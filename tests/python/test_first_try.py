@@ -400,3 +400,43 @@ def test_numpys_spellings_are_refused_naming_the_hurray_name(numpy_name, hurray_
         hurray.dtype(">f4")
     with pytest.raises(hurray.DTypeError, match='^no dtype is named "flaot32"$'):
         hurray.dtype("flaot32")
+
+
+# ---- files of other formats, loaded by mistake (ADR-071) --------------------------------------
+
+
+def test_a_pytorch_checkpoint_names_torch_load_and_hurray_save(tmp_path):
+    torch = peer("torch")
+    state = {"w": torch.ones(2)}
+    torch.save(state, tmp_path / "zip.pt")
+    torch.save(state, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    with open(tmp_path / "model.pkl", "wb") as f:
+        pickle.dump({"w": np.ones(2)}, f)
+    route = "load it with torch.load and save its tensors with hurray.save"
+    with pytest.raises(hurray.UnsupportedError,
+                       match=r"not a .npz but a PyTorch checkpoint \(torch.save's zip, member "
+                             fr"'zip/data.pkl'\): {route}"):
+        hurray.load(tmp_path / "zip.pt")
+    for pickled in ("legacy.pt", "model.pkl"):
+        with pytest.raises(hurray.FormatError, match="not a Hurray file: its first bytes are those "
+                                                     r"of a Python pickle \(pickle.dump, or "
+                                                     "torch.save's legacy format\\): load it with "
+                                                     "pickle.load or torch.load"):
+            hurray.open(tmp_path / pickled)
+    # the route named works
+    hurray.save(tmp_path / "w.hurray", torch.load(tmp_path / "zip.pt"))
+    assert hurray.load(tmp_path / "w.hurray")["w"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("signature, route", [
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file: read it with h5py"),  # HDF5's format signature
+    (b"GGUF\x03\x00\x00\x00", "a GGUF file: read it with the gguf package")])
+def test_hdf5_and_gguf_files_are_named_by_their_signature(tmp_path, signature, route):
+    path = tmp_path / "weights"
+    path.write_bytes(signature + bytes(120))
+    with pytest.raises(hurray.FormatError, match=f"its first bytes are those of {route}"):
+        hurray.load(path)
+    (tmp_path / "notes.txt").write_text("not tensors")
+    with pytest.raises(hurray.FormatError, match=r"^not a Hurray file \(bad magic\), nor "
+                                                 "safetensors, .npy or .npz by its first bytes$"):
+        hurray.load(tmp_path / "notes.txt")
