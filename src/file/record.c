@@ -70,11 +70,24 @@ static bool same_dims(const int64_t *a, const int64_t *b, int32_t ndim) {
   return ndim == 0 || memcmp(a, b, (size_t)ndim * sizeof *a) == 0;
 }
 
+/* Whether `strides` are the row-major contiguous ones of `shape`, which NULL strides mean. */
+static bool row_major(const int64_t *shape, const int64_t *strides, int32_t ndim) {
+  int64_t step = 1;
+  for (int32_t k = ndim - 1; k >= 0; k--) {
+    if (strides[k] != step) return false;
+    if (k > 0 && hurray__mul_i64(step, shape[k], &step)) return false;
+  }
+  return true;
+}
+
 static int encode_part(Encoder *e, const HurrayTensorDesc *node, const HurrayArray *part) {
   int status = check_rank(part->ndim, part->shape, "part", e->error);
   if (status != HURRAY_OK) return status;
   uint64_t offset = e->rebase ? e->rebase(e->rebase_context, part) : part->byte_offset;
-  bool has_strides = part->strides != NULL && part->ndim > 0; /* 0-d: nothing to store */
+  /* 0-d: nothing to store. The compact form stores strides only when they differ from the
+   * default (spec §6.3), so a contiguous array costs the same however its producer spelled it. */
+  bool has_strides = part->strides != NULL && part->ndim > 0 &&
+                     !(e->compact && row_major(part->shape, part->strides, part->ndim));
   if (!e->compact) {
     hurray__sink_u8(e->out, part->dtype);
     hurray__sink_u8(e->out, (uint8_t)part->ndim);
@@ -445,8 +458,12 @@ static int decode_node(Decoder *d, HurrayTensorDesc *t, int depth) {
 /* The compact record's buffer entries (spec §6). */
 static int take_buffers(Decoder *d, unsigned offset_shift, FileRecord *record) {
   uint64_t count = 0;
-  int status = take_uint(d, HURRAY_MAX_BUFFERS, "buffer count", &count);
+  int status = hurray__take_varint(&d->cursor, &count, d->error);
   if (status != HURRAY_OK) return status;
+  if (count > HURRAY_MAX_BUFFERS) { /* a limit of spec §8, like a node's parts and children */
+    return hurray__fail(d->error, HURRAY_ELIMIT, "%" PRIu64 " buffers exceed the limit (%u)",
+                        count, HURRAY_MAX_BUFFERS);
+  }
   enum { MIN_ENTRY = 1 + 1 + 1 + 8 }; /* role, offset, size, checksum */
   if (count > d->cursor.left / MIN_ENTRY) {
     return hurray__fail(d->error, HURRAY_EFORMAT,

@@ -115,8 +115,9 @@ static void image_write(Image im, const char *path) {
   fclose(f);
 }
 
-/* The tiny file of the spec's example: "x", dense float32 [2] = {1, 2}, alignment 64. */
-static Image tiny_image(void) {
+/* The tiny file of the spec's example: "x", dense float32 [2] = {1, 2}, alignment 64, its part
+ * described with `strides` (NULL: row-major contiguous) from `byte_offset`. */
+static Image tiny_image_strided(const int64_t *strides, uint64_t byte_offset) {
   const char *path = path_of("tiny.hurray");
   HurrayFileWriter *w = NULL;
   OK(hurray_file_writer_create(path, NULL, &w, E));
@@ -124,7 +125,7 @@ static Image tiny_image(void) {
   const float values[] = {1.0f, 2.0f};
   HurrayBufferList *list = sample_list();
   sample_append(list, values, sizeof values, HURRAY_ROLE_VALUES);
-  const HurrayArray part = SAMPLE_ARRAY(HURRAY_DTYPE_FLOAT32, 1, shape, NULL, 0, 0);
+  const HurrayArray part = SAMPLE_ARRAY(HURRAY_DTYPE_FLOAT32, 1, shape, strides, byte_offset, 0);
   const HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE,
                                  .ndim = 1,
                                  .shape = shape,
@@ -136,6 +137,10 @@ static Image tiny_image(void) {
   OK(hurray_file_writer_finish(w, E));
   hurray_file_writer_destroy(w);
   return image_read(path);
+}
+
+static Image tiny_image(void) {
+  return tiny_image_strided(NULL, 0);
 }
 
 /* Samples `first..first+count-1` with optional file metadata. */
@@ -310,6 +315,24 @@ static void tiny_file_bytes_are_pinned(void **state) {
   assert_int_equal(XXH3_64bits(kTinyFile + TINY_INDEX, TINY_CHUNKS - TINY_INDEX),
                    load64(kTinyFile + TINY_CHUNKS));
   assert_int_equal(XXH3_64bits(kTinyFile + TINY_CHUNKS, 8), load64(kTinyFile + 40));
+  free(im.bytes);
+}
+
+/* Spec §6.3: a writer stores strides only when they differ from the row-major default, so a
+ * contiguous array spelled with explicit strides (as NumPy and DLPack producers spell it) is
+ * written byte for byte as with NULL strides. Strides that differ are stored. */
+static void row_major_strides_are_not_stored(void **state) {
+  (void)state;
+  static const int64_t row_major[] = {1}, reversed[] = {-1};
+  Image im = tiny_image_strided(row_major, 0);
+  assert_int_equal(im.size, sizeof kTinyFile);
+  assert_memory_equal(im.bytes, kTinyFile, sizeof kTinyFile);
+  free(im.bytes);
+  im = tiny_image_strided(reversed, 4); /* {2, 1} */
+  assert_int_equal(im.size, sizeof kTinyFile + 2);
+  assert_int_equal(im.bytes[TINY_PART], 0x11); /* strides and a byte offset */
+  assert_int_equal(im.bytes[TINY_PART + 1], 4); /* byte_offset 4 */
+  assert_int_equal(im.bytes[TINY_PART + 2], 1); /* zigzag(-1) */
   free(im.bytes);
 }
 
@@ -885,6 +908,8 @@ static void record_violations_are_named(void **state) {
   expect_patched(TINY_RECORD + 1, "\x00", 1, HURRAY_EFORMAT, "contains NUL");
   expect_patched(TINY_RECORD + 2, "\x01", 1, HURRAY_EFORMAT, "truncated"); /* metadata */
   expect_patched(TINY_RECORD + 3, "\x02", 1, HURRAY_EFORMAT, "2 buffers cannot fit");
+  /* a limit of §8 (65537 buffers), checked before the bytes they would need */
+  expect_patched(TINY_RECORD + 3, "\x81\x80\x04", 3, HURRAY_ELIMIT, "65537 buffers exceed");
   expect_patched(TINY_NODE + 2, "\x41", 1, HURRAY_ELIMIT, "ndim 65");
   expect_patched(TINY_NODE + 3, "\x04", 1, HURRAY_ELIMIT, "4 parts");
   expect_patched(TINY_NODE + 3, "\x02", 1, HURRAY_EFORMAT, "truncated");
@@ -1073,6 +1098,7 @@ static void checksums_are_xxh3_whatever_the_cpu(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(tiny_file_bytes_are_pinned),
+      cmocka_unit_test(row_major_strides_are_not_stored),
       cmocka_unit_test(checksums_are_xxh3_whatever_the_cpu),
       cmocka_unit_test(every_prefix_fails_cleanly),
       cmocka_unit_test(every_flipped_byte_is_caught),
