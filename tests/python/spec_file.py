@@ -346,6 +346,8 @@ class SpecArray:
         bytes
             ``ceil(size * bits / 8)`` bytes.
         """
+        if 0 in self.shape:
+            return b""
         data = np.frombuffer(buffers[self.buffer].data, dtype=np.uint8)
         bits = self.bits
         where = self.element_bits()
@@ -799,9 +801,9 @@ def _validate_array(part, buffers):
     part.dtype = name
     if part.byte_offset > INT64_MAX // 8:
         raise SpecFileError("EOVERFLOW", f"byte_offset {part.byte_offset}")
-    strides = part.strides if part.strides is not None else part.row_major_strides()
-    if 0 in part.shape:
+    if 0 in part.shape:  # addresses nothing; its row-major strides are not computed
         return
+    strides = part.strides if part.strides is not None else part.row_major_strides()
     low = high = 0
     for extent, stride in zip(part.shape, strides):
         reach = _i64((extent - 1) * stride, "an array's reach")

@@ -586,6 +586,19 @@ def test_both_readers_accept_what_the_spec_allows(path, make):
     assert loaded["b"].tobytes() == b"xyz"
 
 
+@pytest.mark.parametrize("shape", [[0, 1 << 62, 1 << 62], [1, 0, 1 << 62, 1 << 62]])
+def test_an_empty_array_has_no_row_major_strides_to_overflow(path, shape):
+    """buffer-protocol.md §8.2: the row-major strides of an empty array are not computed,
+    so a shape whose strides would not fit in 64 bits is still a valid empty tensor."""
+    data = with_node(bytes([0, 10, len(shape), 1, 0]) + b"".join(map(V, shape)) + b"\0")
+    spec = spec_file.read(data)
+    assert spec.tensors["a"].node.parts[0].tobytes(spec.tensors["a"].buffers) == b""
+    path.write_bytes(data)
+    with hurray.open(path) as f:
+        assert f["a"].shape == tuple(shape) and f["a"].tobytes() == b""
+        f.verify()
+
+
 def test_the_spec_writer_and_reader_agree_on_padding_and_empty_buffers():
     """An empty buffer still has an aligned offset (§4); the index starts at the first
     multiple of 8 after the last buffer; every buffer is at a multiple of A."""
