@@ -402,6 +402,15 @@ def overlapping_tensors():
     return patched(INDEX + 32, "<Q", 16, data=spec_file.replace_record(BASE, 1, b))
 
 
+def corrupt_last_chunk():
+    """A byte of the last of several index chunks flipped (the checksums left as they were)."""
+    data = spec_file.write({f"t{i}": ("uint8", (1,), bytes([i % 256])) for i in range(600)})
+    index_offset, index_length = struct.unpack_from("<QQ", data, 24)
+    assert index_length > 4096
+    at = index_offset + index_length - 2
+    return patched(at, "<B", data[at] ^ 1, data=data, sealed=False)
+
+
 REFUSED = {
     # §9 rows 1-9: open
     "bad magic": (lambda: b"\x89HRZ" + BASE[4:], "EFORMAT"),
@@ -425,6 +434,7 @@ REFUSED = {
     "chunk table checksum": (lambda: patched(-1, "<B", BASE[-1] ^ 1, sealed=False),
                              "ECHECKSUM"),
     "index header chunk": (lambda: patched(INDEX + 40, "<B", 1, sealed=False), "ECHECKSUM"),
+    "a later index chunk": (corrupt_last_chunk, "ECHECKSUM"),
     "tensor_count over 2^20": (lambda: patched(INDEX, "<I", (1 << 20) + 1), "ELIMIT"),
     "buffer_count over 2^24": (lambda: patched(INDEX + 4, "<I", (1 << 24) + 1), "ELIMIT"),
     "bucket_bits 21": (lambda: patched(INDEX + 8, "<I", 21), "ELIMIT"),
@@ -551,6 +561,8 @@ def test_both_readers_refuse_what_the_spec_refuses(path, make, status):
 
 
 ACCEPTED = {
+    # §5.5: a chunk larger than the writer's choice
+    "chunks of 2^13": lambda: patched(13, "<B", 13),
     # §1: a varint's redundant zero groups, within 10 bytes
     "non-minimal varint": lambda: with_node(DENSE[:5] + b"\x82\x80\x80\x00" + b"\0"),
     # §6.2, §6.3: a bit set for a field at its default value
