@@ -37,6 +37,7 @@ array([[0., 1., 2.],
 """
 
 import builtins as _builtins
+import importlib as _importlib
 
 from hurray import _hurray
 from hurray._hurray import (  # noqa: F401  (re-exports)
@@ -149,3 +150,32 @@ __all__ = [name for name in [
 ] if not hasattr(_builtins, name)]
 del _tier1
 del _builtins
+
+# What NumPy, PyTorch and safetensors users reach for at the top level (ADR-071). A name the
+# array API namespace has is named there; these are the others.
+_MAKE = ("hurray.array_api.asarray(data) copies a list or a scalar into a tensor; "
+         "hurray.from_numpy(a) and hurray.from_dlpack(x) wrap an array without copying")
+_ROUTES = {
+    "tensor": _MAKE, "array": _MAKE, "asarray": _MAKE, "as_tensor": _MAKE,
+    "from_torch": "hurray.from_dlpack(x) takes a PyTorch tensor without copying",
+    "from_jax": "hurray.from_dlpack(x) takes a JAX array without copying",
+    "save_file": "hurray.save(path, tensors) writes them (the path first, where safetensors' "
+                 "save_file takes the tensors first)",
+    "load_file": "hurray.load(path) reads a Hurray, safetensors, .npy or .npz file",
+    "safe_open": "hurray.open(path) opens a file lazily, as a read-only mapping",
+}
+
+
+def __getattr__(name):
+    """AttributeError naming the route for what NumPy, PyTorch and safetensors users try."""
+    route = _ROUTES.get(name)
+    if route is None and not name.startswith("_") and name != "array_api":  # not imported yet
+        try:
+            array_api = _importlib.import_module("hurray.array_api")
+        except ImportError:  # NumPy absent: the namespace is not there to name
+            array_api = None
+        if name in getattr(array_api, "__all__", ()):
+            route = f"the array API namespace has it: hurray.array_api.{name}"
+    if route is None:
+        raise AttributeError(f"module 'hurray' has no attribute {name!r}")
+    raise AttributeError(f"module 'hurray' has no attribute {name!r}: {route}")

@@ -367,6 +367,13 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
   }
   int durable = a[SV_DURABLE] == NULL ? 1 : PyObject_IsTrue(a[SV_DURABLE]);
   if (durable < 0) return NULL;
+  if (PyMapping_Check(a[SV_PATH]) && !PySequence_Check(a[SV_PATH])) { /* safetensors' order */
+    PyErr_Format(PyExc_TypeError,
+                 "save(path, tensors) takes the path first, not a %.200s (safetensors' save_file "
+                 "takes the tensors first)",
+                 Py_TYPE(a[SV_PATH])->tp_name);
+    return NULL;
+  }
   if (!PyUnicode_FSConverter(a[SV_PATH], &path)) return NULL;
   int format = HURRAY_FORMAT_HURRAY;
   if (hurray_format_from_path(PyBytes_AS_STRING(path), &format, NULL) == HURRAY_OK &&

@@ -152,7 +152,20 @@ static PyObject *tensor_make(HurrayState *st, PyObject *data, PyObject *dtype_ob
                                        hurray__py_owner_release_view);
 }
 
+/* Tensor(data) alone, as torch.Tensor(data) is called: the data are raw bytes here, so the
+ * dtype and shape are needed; an array or a list has its own ways in. */
+static PyObject *data_alone(PyObject *data) {
+  return PyErr_Format(PyExc_TypeError,
+                      "Tensor(data, dtype, shape) wraps raw memory and needs its dtype and shape; "
+                      "for a %.200s, hurray.from_numpy(a) and hurray.from_dlpack(x) wrap an array "
+                      "without copying, hurray.array_api.asarray(data) copies a list or scalar",
+                      Py_TYPE(data)->tp_name);
+}
+
 PyObject *hurray__py_tensor_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  if (PyTuple_GET_SIZE(args) == 1 && (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0)) {
+    return data_alone(PyTuple_GET_ITEM(args, 0));
+  }
   PyObject *a[5] = {NULL, NULL, NULL, NULL, NULL};
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|OO:Tensor", (char **)kTensorNames, &a[0],
                                    &a[1], &a[2], &a[3], &a[4])) {
@@ -165,6 +178,7 @@ PyObject *hurray__py_tensor_vectorcall(PyObject *type, PyObject *const *args, si
                                        PyObject *kwnames) {
   static const HurrayPyParser parser = {"Tensor", kTensorNames, 0, 5, 3};
   PyObject *a[5];
+  if (PyVectorcall_NARGS(nargsf) == 1 && kwnames == NULL) return data_alone(args[0]);
   if (hurray__py_parse(&parser, args, PyVectorcall_NARGS(nargsf), kwnames, a) < 0) return NULL;
   return tensor_make(hurray__py_state_of_type((PyTypeObject *)type), a[0], a[1], a[2], a[3],
                      a[4]);

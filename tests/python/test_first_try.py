@@ -440,3 +440,50 @@ def test_hdf5_and_gguf_files_are_named_by_their_signature(tmp_path, signature, r
     with pytest.raises(hurray.FormatError, match=r"^not a Hurray file \(bad magic\), nor "
                                                  "safetensors, .npy or .npz by its first bytes$"):
         hurray.load(tmp_path / "notes.txt")
+
+
+# ---- the constructors other libraries have (ADR-071) ------------------------------------------
+
+
+@pytest.mark.parametrize("name, route", [
+    ("tensor", r"hurray.array_api.asarray\(data\) copies a list or a scalar into a tensor; "
+               r"hurray.from_numpy\(a\) and hurray.from_dlpack\(x\) wrap an array"),
+    ("asarray", r"hurray.array_api.asarray\(data\)"),
+    ("from_torch", r"hurray.from_dlpack\(x\) takes a PyTorch tensor without copying"),
+    ("save_file", r"hurray.save\(path, tensors\) writes them \(the path first"),
+    ("load_file", r"hurray.load\(path\)"), ("safe_open", r"hurray.open\(path\)"),
+    ("zeros", "the array API namespace has it: hurray.array_api.zeros"),
+    ("linspace", "the array API namespace has it: hurray.array_api.linspace")])
+def test_top_level_names_of_numpy_pytorch_and_safetensors_name_hurrays(name, route):
+    with pytest.raises(AttributeError, match=f"^module 'hurray' has no attribute '{name}': {route}"):
+        getattr(hurray, name)
+    assert not hasattr(hurray, name) and name not in dir(hurray)
+
+
+def test_other_missing_top_level_names_stay_plain_attribute_errors():
+    for name in ("nonexistent", "_private", "__wrapped__"):
+        with pytest.raises(AttributeError, match=f"^module 'hurray' has no attribute '{name}'$"):
+            getattr(hurray, name)
+    import hurray.array_api as xp  # the submodule imports as before
+    assert hurray.array_api is xp
+
+
+@pytest.mark.parametrize("data", [np.ones(3), [1.0, 2.0], "torch"])
+def test_tensor_of_data_alone_names_from_numpy_from_dlpack_and_asarray(data):
+    data = peer("torch").ones(3) if isinstance(data, str) else data
+    with pytest.raises(TypeError, match=r"Tensor\(data, dtype, shape\) wraps raw memory and needs "
+                                        fr"its dtype and shape; for a \S*{type(data).__name__},"
+                                        r".*hurray.from_numpy\(a\) and hurray.from_dlpack\(x\).*"
+                                        r"hurray.array_api.asarray\(data\)"):
+        hurray.Tensor(data)
+    import hurray.array_api as xp
+    assert xp.asarray(data).tolist() == list(map(float, data))
+
+
+def test_save_with_safetensors_argument_order_names_the_order(tmp_path):
+    tensors = {"w": np.ones(2)}
+    with pytest.raises(TypeError, match=r"save\(path, tensors\) takes the path first, not a dict "
+                                        r"\(safetensors' save_file takes the tensors first\)"):
+        hurray.save(tensors, tmp_path / "w.hurray")
+    assert list(tmp_path.iterdir()) == []
+    hurray.save(tmp_path / "w.hurray", tensors)
