@@ -1203,10 +1203,30 @@ int hurray__py_file_register(PyTypeObject *file_type) {
 
 static const char *const kOpenNames[] = {"path", "mmap", "writable", NULL};
 
+/* open(path, framework="pt") and load(path, device="cuda"), as safetensors and torch.load take
+ * them: the tensors are in CPU memory, for whichever library takes them. -1 with TypeError. */
+static int refuse_placement(const char *fname, PyObject *kwnames) {
+  static const char *const kNames[] = {"device", "map_location", "framework"};
+  for (Py_ssize_t i = 0; kwnames != NULL && i < PyTuple_GET_SIZE(kwnames); i++) {
+    for (size_t k = 0; k < sizeof kNames / sizeof *kNames; k++) {
+      if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), kNames[k]) == 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() takes no %s: its tensors are in CPU memory, for every library "
+                     "(numpy.asarray(t), torch.from_dlpack(t)); t.to_device(device) copies one "
+                     "to a device",
+                     fname, kNames[k]);
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
 static PyObject *open_file(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames) {
   static const HurrayPyParser parser = {"open", kOpenNames, 0, 1, 1};
   PyObject *a[3];
+  if (refuse_placement("open", kwnames) < 0) return NULL;
   if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
   HurrayState *st = PyModule_GetState(module);
   int mmap = a[1] == NULL ? 1 : PyObject_IsTrue(a[1]);
@@ -1236,6 +1256,7 @@ static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *kwnames) {
   static const HurrayPyParser parser = {"load", kLoadNames, 0, 1, 1};
   PyObject *a[4];
+  if (refuse_placement("load", kwnames) < 0) return NULL;
   if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
   HurrayState *st = PyModule_GetState(module);
   int mmap = a[1] == NULL ? 1 : PyObject_IsTrue(a[1]);

@@ -487,3 +487,16 @@ def test_save_with_safetensors_argument_order_names_the_order(tmp_path):
         hurray.save(tensors, tmp_path / "w.hurray")
     assert list(tmp_path.iterdir()) == []
     hurray.save(tmp_path / "w.hurray", tensors)
+
+
+@pytest.mark.parametrize("call, keyword", [(hurray.load, "device"), (hurray.load, "map_location"),
+                                           (hurray.open, "framework"), (hurray.open, "device")])
+def test_placement_keywords_of_safetensors_and_torch_load_name_to_device(tmp_path, call, keyword):
+    path = tmp_path / "w.hurray"
+    hurray.save(path, {"w": np.ones(2)})
+    with pytest.raises(TypeError, match=fr"{call.__name__}\(\) takes no {keyword}: its tensors are "
+                                        r"in CPU memory, for every library .*"
+                                        r"t.to_device\(device\) copies one to a device"):
+        call(path, **{keyword: "cpu"})
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        call(path, bogus=1)
