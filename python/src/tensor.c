@@ -17,6 +17,7 @@
  */
 #include "hurray_python.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "structmember.h" /* PyMemberDef's T_PYSSIZET and READONLY on CPython 3.11 */
@@ -847,9 +848,53 @@ static PyObject *get_array_namespace(PyObject *op, void *closure) {
  * ============================================================================================ */
 
 /* The repr is not a constructor call, and does not pretend to be one: <hurray.Tensor ...>,
- * with the values (as tolist() gives them) of a small Tier 1 tensor in CPU memory, as NumPy
- * and PyTorch show theirs, and the fields that differ from the defaults. */
+ * with the values (as tolist() gives them, float32 ones in their fewest digits) of a small
+ * tensor in CPU memory, as NumPy and PyTorch show theirs, and the fields that differ from the
+ * defaults. */
 #define REPR_MAX_VALUES 64
+
+/* The double with the fewest significant digits that is the same float32 as `v` (0.1 for the
+ * float32 nearest 0.1, whose exact value tolist() gives), so that its repr shows the float32
+ * as NumPy does, in *out; -1 with an exception. Not finite: `v` itself. */
+static int shortest_float32(double v, double *out) {
+  *out = v;
+  if (!isfinite(v)) return 0;
+  for (int digits = 1; digits <= 9; digits++) { /* 9 digits tell every float32 apart */
+    char *text = PyOS_double_to_string(v, 'g', digits, 0, NULL);
+    if (text == NULL) return -1;
+    double shorter = PyOS_string_to_double(text, NULL, NULL);
+    PyMem_Free(text);
+    if (shorter == -1.0 && PyErr_Occurred()) return -1;
+    if ((float)shorter == (float)v) {
+      *out = shorter;
+      return 0;
+    }
+  }
+  return 0;
+}
+
+/* The values of tolist() of a float32 or complex64 tensor, each shortened (in place where a
+ * list); a new reference, NULL with an exception. */
+static PyObject *shortest_values(PyObject *values) {
+  if (PyList_Check(values)) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+      PyObject *item = shortest_values(PyList_GET_ITEM(values, i));
+      if (item == NULL) return NULL;
+      PyList_SetItem(values, i, item); /* steals item, drops the old one */
+    }
+    return Py_NewRef(values);
+  }
+  double real = 0, imag = 0;
+  if (PyComplex_Check(values)) {
+    if (shortest_float32(PyComplex_RealAsDouble(values), &real) < 0 ||
+        shortest_float32(PyComplex_ImagAsDouble(values), &imag) < 0) {
+      return NULL;
+    }
+    return PyComplex_FromDoubles(real, imag);
+  }
+  if (shortest_float32(PyFloat_AS_DOUBLE(values), &real) < 0) return NULL;
+  return PyFloat_FromDouble(real);
+}
 
 static PyObject *tensor_repr(PyObject *op) {
   HurrayState *st = hurray__py_state_of(op);
@@ -894,6 +939,12 @@ static PyObject *tensor_repr(PyObject *op) {
       dtype != NULL && hurray__py_dtype_has_scalars(dtype) &&
       tensor_numel(st, SELF, &numel) == 0 && numel <= REPR_MAX_VALUES) {
     list = hurray__py_tensor_tolist(op, NULL);
+    if (list != NULL && (dtype->code == HURRAY_DTYPE_FLOAT32 ||
+                         dtype->code == HURRAY_DTYPE_COMPLEX64)) {
+      PyObject *shorter = shortest_values(list);
+      Py_DECREF(list);
+      list = shorter;
+    }
   }
   PyObject *full = NULL;
   if (PyErr_Occurred()) {

@@ -2,6 +2,7 @@
 tensors, on the array object and on device tensors: each either does the right thing or raises
 an error that names the right route, and nothing silently reinterprets data (ADR-069)."""
 
+import ast
 import copy
 import errno
 import math
@@ -500,3 +501,25 @@ def test_placement_keywords_of_safetensors_and_torch_load_name_to_device(tmp_pat
         call(path, **{keyword: "cpu"})
     with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         call(path, bogus=1)
+
+
+# ---- float32 values as NumPy shows them (ADR-071) ---------------------------------------------
+
+
+def _shown(t):
+    return ast.literal_eval(repr(t).split(" values=", 1)[1][:-1])
+
+
+def test_repr_shows_float32_values_in_their_fewest_digits_as_numpy_does():
+    values = np.array([0.1, 1 / 3, 1e-30, -0.0, 3.4028235e38, 1.4e-45, 16777217, 2.5], np.float32)
+    shown = _shown(hurray.from_numpy(values))
+    assert shown == [float(str(v)) for v in values]  # NumPy's shortest digits
+    assert repr(hurray.from_numpy(np.array([0.1 + 0.2j], np.complex64))).endswith("[(0.1+0.2j)]>")
+    assert repr(hurray.from_numpy(np.array([0.1]))).endswith("values=[0.1]>")  # float64 as ever
+    # every float32 reads back exactly from what is shown, and tolist() still gives exact values
+    bits = np.random.default_rng(0).integers(0, 2 ** 32, 64, dtype=np.uint64).astype(np.uint32)
+    finite = bits.view(np.float32)[np.isfinite(bits.view(np.float32))]
+    t = hurray.from_numpy(finite)
+    assert np.array_equal(np.array(_shown(t), np.float32).view(np.uint32), finite.view(np.uint32))
+    assert t.tolist() == finite.astype(np.float64).tolist()
+    assert "nan, inf, -inf" in repr(hurray.from_numpy(np.array([np.nan, np.inf, -np.inf], "f4")))
