@@ -284,9 +284,19 @@ static PyObject *meta_to_py(const HurrayMetaValue *value) {
  * hurray.save
  * ============================================================================================ */
 
+/* Whether `obj` is an instance of `module`.`type_name`; -1 with an exception. */
+static int is_instance_of(PyObject *module, const char *type_name, PyObject *obj) {
+  PyObject *type = PyObject_GetAttrString(module, type_name);
+  if (type == NULL) return -1;
+  int is = PyObject_IsInstance(obj, type);
+  Py_DECREF(type);
+  return is;
+}
+
 /* `obj` as a hurray.Tensor (a new reference), without copying: a Tensor as it is, a NumPy
- * array through from_numpy (which keeps read-only arrays and ml_dtypes' types), any other
- * DLPack producer (PyTorch, JAX, ...) through from_dlpack. */
+ * array through from_numpy (which keeps read-only arrays and ml_dtypes' types), a NumPy scalar
+ * as its 0-d array (a copy of its one value), any other DLPack producer (PyTorch, JAX, ...)
+ * through from_dlpack. */
 PyObject *hurray__py_as_any_tensor(PyObject *module, HurrayState *st, PyObject *obj,
                                    PyObject *name, const char *operation) {
   if (Py_IS_TYPE(obj, st->tensor_type)) return Py_NewRef(obj);
@@ -296,19 +306,24 @@ PyObject *hurray__py_as_any_tensor(PyObject *module, HurrayState *st, PyObject *
   Py_DECREF(numpy_name);
   if (numpy == NULL && PyErr_Occurred()) return NULL;
   if (numpy != NULL) {
-    PyObject *ndarray = PyObject_GetAttrString(numpy, "ndarray");
+    int is_array = is_instance_of(numpy, "ndarray", obj);
+    int is_scalar = is_array == 0 ? is_instance_of(numpy, "generic", obj) : 0;
+    PyObject *tensor = NULL;
+    if (is_array == 1) {
+      tensor = PyObject_CallMethod(module, "from_numpy", "O", obj);
+    } else if (is_scalar == 1) { /* np.float32(1), a state dict's np.int64 step: its 0-d array */
+      PyObject *array = PyObject_CallMethod(numpy, "asarray", "O", obj);
+      tensor = array == NULL ? NULL : PyObject_CallMethod(module, "from_numpy", "O", array);
+      Py_XDECREF(array);
+    }
     Py_DECREF(numpy);
-    if (ndarray == NULL) return NULL;
-    int is_array = PyObject_IsInstance(obj, ndarray);
-    Py_DECREF(ndarray);
-    if (is_array < 0) return NULL;
-    if (is_array) return PyObject_CallMethod(module, "from_numpy", "O", obj);
+    if (is_array != 0 || is_scalar != 0) return tensor;
   }
   if (PyObject_HasAttr(obj, st->str_dlpack))
     return PyObject_CallMethod(module, "from_dlpack", "O", obj);
   return PyErr_Format(PyExc_TypeError,
                       "%s(): tensor %R is a %.200s; expected a hurray.Tensor, a NumPy array "
-                      "or a DLPack producer",
+                      "or scalar, or a DLPack producer",
                       operation, name, Py_TYPE(obj)->tp_name);
 }
 

@@ -674,10 +674,25 @@ static PyObject *get_buffers(PyObject *op, void *c) {
 
 static PyObject *get_array_namespace(PyObject *op, void *closure); /* with the namespace */
 
+/* t.shape = ... and t.dtype = ..., which NumPy takes as a reshape and a reinterpretation of the
+ * bytes in place: a tensor's description does not change, and the error names the view that
+ * has the new one. The closure is "name\0route". */
+static int set_fixed(PyObject *op, PyObject *value, void *closure) {
+  (void)op;
+  (void)value;
+  const char *name = closure;
+  PyErr_Format(PyExc_AttributeError, "a hurray.Tensor's %s is fixed: %s", name,
+               name + strlen(name) + 1);
+  return -1;
+}
+
 static PyGetSetDef tensor_getset[] = {
-    {"shape", get_shape, NULL, PyDoc_STR("The logical shape, a tuple of ints."), NULL},
+    {"shape", get_shape, set_fixed, PyDoc_STR("The logical shape, a tuple of ints."),
+     (void *)"shape\0hurray.array_api.reshape(t, shape) gives a tensor of another shape"},
     {"ndim", get_ndim, NULL, PyDoc_STR("The number of dimensions."), NULL},
-    {"dtype", get_dtype, NULL, PyDoc_STR("The element dtype (a hurray.dtype)."), NULL},
+    {"dtype", get_dtype, set_fixed, PyDoc_STR("The element dtype (a hurray.dtype)."),
+     (void *)"dtype\0hurray.array_api.astype(t, dtype) converts the values; "
+             "hurray.Tensor(t.bytes_view(), dtype, shape) reads the same bytes as another dtype"},
     {"size", get_size, NULL, PyDoc_STR("The number of elements."), NULL},
     {"nbytes", get_nbytes, NULL,
      PyDoc_STR("Bytes of `size` packed elements: ceil(size * dtype.bits / 8)."), NULL},

@@ -523,3 +523,30 @@ def test_repr_shows_float32_values_in_their_fewest_digits_as_numpy_does():
     assert np.array_equal(np.array(_shown(t), np.float32).view(np.uint32), finite.view(np.uint32))
     assert t.tolist() == finite.astype(np.float64).tolist()
     assert "nan, inf, -inf" in repr(hurray.from_numpy(np.array([np.nan, np.inf, -np.inf], "f4")))
+
+
+def test_numpy_scalars_save_as_0d_tensors_python_numbers_are_refused(tmp_path):
+    path = tmp_path / "state.hurray"
+    state = {"step": np.int64(5), "lr": np.float32(0.1), "flag": np.bool_(True)}
+    hurray.save(path, state)
+    loaded = hurray.load(path)
+    for name, value in state.items():
+        assert loaded[name].shape == () and loaded[name].dtype == hurray.dtype(value.dtype)
+        assert np.asarray(loaded[name])[()] == value
+    with pytest.raises(TypeError, match="tensor 'lr' is a float; expected a hurray.Tensor, a NumPy "
+                                        "array or scalar, or a DLPack producer"):
+        hurray.save(path, {"lr": 0.1})  # float32 or float64? Python does not say
+    with pytest.raises(hurray.UnsupportedError, match="has no Hurray dtype"):
+        hurray.save(path, {"name": np.str_("w")})
+    assert list(hurray.load(path)) == list(state)  # the refused saves left the file as it was
+
+
+@pytest.mark.parametrize("name, value, route", [
+    ("shape", (2, 3), r"hurray.array_api.reshape\(t, shape\)"),
+    ("dtype", hurray.int64, r"hurray.array_api.astype\(t, dtype\) converts the values; "
+                            r"hurray.Tensor\(t.bytes_view\(\), dtype, shape\) reads the same bytes")])
+def test_assigning_shape_or_dtype_names_the_view_that_has_it(name, value, route):
+    t = hurray.from_numpy(np.arange(6.0))
+    with pytest.raises(AttributeError, match=f"a hurray.Tensor's {name} is fixed: {route}"):
+        setattr(t, name, value)
+    assert (t.shape, t.dtype) == ((6,), hurray.float64)
