@@ -1,25 +1,25 @@
 /* buffer.c -- the Python buffer protocol of hurray.Tensor and its explicit byte view (ADR-042).
  *
- * Consumers of the buffer protocol come in two kinds, and the PyBUF_FORMAT flag tells them
- * apart (every consumer that interprets elements must ask for the format; one that does not
- * reads unsigned bytes, PEP 3118):
+ * The buffer protocol is typed (ADR-072). A consumer that asks for the format (PyBUF_FORMAT) --
+ * memoryview(t), NumPy (np.asarray, np.array: a memoryview first), bytes(t), bytearray(t) --
+ * gets the tensor's own dtype, shape and byte strides (any sign), for the dtypes PEP 3118 can
+ * spell: Tier 1 and float16. The others -- bfloat16, the float8/6/4 types, complex32, the
+ * packed sub-byte integers -- have no format, and are refused with hurray.BufferError naming
+ * the routes that keep the dtype, never read as uint8. NumPy takes such a refusal as "no
+ * buffer" and goes on to __array__, which gives bfloat16 and the float8 types through ml_dtypes.
  *
- *   typed   memoryview(t), NumPy (np.asarray, np.array: a memoryview first), bytes(t),
- *           bytearray(t). They get the tensor's own dtype, shape and byte strides (any sign),
- *           for the dtypes PEP 3118 can spell: Tier 1 and float16. The others -- bfloat16,
- *           the float8/6/4 types, complex32, the packed sub-byte integers -- have no format,
- *           and are refused with hurray.BufferError naming the routes that keep the dtype,
- *           never read as uint8. NumPy takes such a refusal as "no buffer" and goes on to
- *           __array__, which gives bfloat16 and the float8 types through ml_dtypes.
- *   bytes   hashlib, file.write, socket.send, zlib, torch.frombuffer (PyBUF_SIMPLE or
- *           PyBUF_WRITABLE). They get the bytes the tensor addresses, one dimension, for every
- *           dtype, C-contiguous tensors only -- exactly the bytes tobytes() returns.
+ * A consumer that asks for no format reads plain bytes (PEP 3118). hashlib and file.write
+ * treat them as bytes, but torch.asarray groups them by its default dtype (float32): a
+ * tensor's numbers silently became others. Such requests are refused with hurray.BufferError
+ * naming the routes: t.bytes_view() for the bytes, torch.as_tensor or torch.from_dlpack,
+ * np.asarray.
  *
- * Tensor.bytes_view() is the explicit byte view: a memoryview of format "B" over those bytes.
+ * Tensor.bytes_view() is the explicit byte view: a memoryview of format "B" over the bytes
+ * tobytes() returns, for every dtype, C-contiguous tensors only.
  *
  * A packed sub-byte tensor with an odd element count shares its last byte with bits that
- * belong to no element. A byte consumer must see them zero (tobytes() zeroes them); memory that
- * holds other bits there is exported as a read-only zero-padded copy, never written.
+ * belong to no element. The byte view must show them zero (tobytes() zeroes them); memory that
+ * holds other bits there is viewed through a read-only zero-padded copy, never written.
  */
 #include "hurray_python.h"
 
@@ -198,42 +198,20 @@ static int typed_export(HurrayState *st, HurrayTensorObject *self, Py_buffer *vi
   return 0;
 }
 
-/* A byte export: the bytes tobytes() returns, one dimension, format "B" when asked. */
-static int byte_export(HurrayState *st, HurrayTensorObject *self, Py_buffer *view, int flags) {
-  HurrayHostView host;
-  PyObject *copy = NULL;
-  if (byte_span(st, self, "the buffer protocol", &host, &copy) < 0) return -1;
-  if (refuse_read_only(st, &host, flags) < 0) {
-    Py_XDECREF(copy);
-    return -1;
-  }
-  if (copy != NULL) {
-    int status = -1;
-    if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE) {
-      hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
-                       "the last byte of this %s tensor holds non-zero bits past its last "
-                       "element: byte consumers get a zero-padded copy, which cannot be written",
-                       host.dtype->name);
-    } else {
-      status = PyObject_GetBuffer(copy, view, flags); /* the copy is the exporter */
-    }
-    Py_DECREF(copy);
-    return status;
-  }
-  if (PyBuffer_FillInfo(view, (PyObject *)self, hurray__py_buffer_at(host.buffer, host.begin),
-                        (Py_ssize_t)(host.end - host.begin), host.readonly, flags) < 0) {
-    return -1;
-  }
-  self->exports++;
-  return 0;
-}
-
 int hurray__py_tensor_getbuffer(PyObject *op, Py_buffer *view, int flags) {
   HurrayState *st = hurray__py_state_of(op);
   HurrayTensorObject *self = (HurrayTensorObject *)op;
   view->obj = NULL;
-  return (flags & PyBUF_FORMAT) == PyBUF_FORMAT ? typed_export(st, self, view, flags)
-                                                : byte_export(st, self, view, flags);
+  if ((flags & PyBUF_FORMAT) != PyBUF_FORMAT) {
+    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
+                     "a hurray.Tensor's buffer is typed, and this consumer asked for plain "
+                     "bytes, which torch.asarray would read as numbers of its default dtype: "
+                     "pass t.bytes_view() for the bytes (hashlib, file.write, socket.send, "
+                     "readinto); torch.as_tensor(t) or torch.from_dlpack(t), and "
+                     "np.asarray(t), keep the dtype");
+    return -1;
+  }
+  return typed_export(st, self, view, flags);
 }
 
 void hurray__py_tensor_releasebuffer(PyObject *op, Py_buffer *view) {
@@ -248,10 +226,12 @@ const char hurray__py_tensor_bytes_view_doc[] =
     "\n"
     "Return a zero-copy memoryview of the tensor's bytes: format 'B', 1-D.\n"
     "\n"
-    "The explicit byte view, for every dtype (bfloat16, float8, packed int4\n"
-    "... included): the same bytes as `tobytes()`, which `hashlib`,\n"
-    "`file.write` and `socket.send` also get from the tensor itself.\n"
-    "`memoryview(t)` and `np.asarray(t)` read the elements typed instead.\n"
+    "The byte view, for every dtype (bfloat16, float8, packed int4 ...\n"
+    "included): the same bytes as `tobytes()`, for `hashlib`, `file.write`,\n"
+    "`socket.send` and `readinto`. The tensor itself exports its elements\n"
+    "typed only (`memoryview(t)`, `np.asarray(t)`): a consumer asking it for\n"
+    "plain bytes is refused, since `torch.asarray` would read them as numbers\n"
+    "of its default dtype.\n"
     "\n"
     "Returns\n"
     "-------\n"

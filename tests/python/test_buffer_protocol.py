@@ -1,6 +1,8 @@
-"""The Python buffer protocol (ADR-042): typed for consumers that ask for a format, bytes for
-those that do not, never a dtype read as another. Every dtype and layout against the real
-consumers: memoryview, NumPy, PyTorch, JAX, hashlib, files and sockets."""
+"""The Python buffer protocol (ADR-042, ADR-072): typed for consumers that ask for a format,
+refused to those that ask for plain bytes (torch.asarray would read them as its default
+dtype), bytes through t.bytes_view(); never a dtype read as another. Every dtype and
+layout against the real consumers: memoryview, NumPy, PyTorch, JAX, hashlib, files and
+sockets."""
 
 import builtins
 import ctypes
@@ -182,16 +184,14 @@ def test_writes_go_through_and_read_only_is_kept():
     assert memoryview(ro).readonly and ro.bytes_view().readonly
     assert not np.asarray(ro).flags.writeable
     with pytest.raises(hurray.BufferError, match="read-only") as info:
-        get_buffer(ro, PYBUF_WRITABLE)
-    assert isinstance(info.value, builtins.BufferError)
-    with pytest.raises(hurray.BufferError, match="read-only"):
         get_buffer(ro, PYBUF_WRITABLE | PYBUF_FORMAT)
+    assert isinstance(info.value, builtins.BufferError)
 
 
 def test_device_memory_is_refused():
     t = hurray.Tensor.from_address(0x1000, hurray.float32, [4], device=("cuda", 0),
                                    memory_class="host")
-    for consume in (memoryview, hashlib.sha256, lambda t: t.bytes_view()):
+    for consume in (memoryview, lambda t: t.bytes_view()):
         with pytest.raises(hurray.BufferError, match="needs CPU memory; the tensor is on cuda:0"):
             consume(t)
 
@@ -214,42 +214,56 @@ def test_an_export_keeps_the_tensor_alive():
 # ============================================================================================
 
 
+PLAIN_BYTES = "buffer is typed, and this consumer asked for plain bytes"
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_byte_consumers_get_the_bytes_of_every_dtype(dtype, tmp_path):
+def test_plain_byte_requests_are_refused_naming_bytes_view(dtype, tmp_path):
+    # ADR-072: a consumer that asks for no format reads plain bytes; hashlib would hash them
+    # right, but torch.asarray groups them by its default dtype. Each is refused with the
+    # routes, and the same consumers given t.bytes_view() get the bytes.
     nbytes = 16
     data = bytearray(range(1, nbytes + 1))
     t = hurray.Tensor(data, dtype, [nbytes * 8 // dtype.bits])
-    assert hashlib.sha256(t).digest() == hashlib.sha256(data).digest()
-    assert get_buffer(t, PYBUF_SIMPLE) == (None, 1)
-    assert get_buffer(t, PYBUF_WRITABLE) == (None, 1)
-    with open(tmp_path / "t.bin", "wb") as f:
-        assert f.write(t) == nbytes
-    assert (tmp_path / "t.bin").read_bytes() == data
-    a, b = socket.socketpair()
-    with a, b:
-        assert a.send(t) == nbytes
-        assert b.recv(64) == data
+    for flags in (PYBUF_SIMPLE, PYBUF_WRITABLE):
+        with pytest.raises(hurray.BufferError, match=PLAIN_BYTES) as info:
+            get_buffer(t, flags)
+        assert isinstance(info.value, builtins.BufferError)
+    with pytest.raises(hurray.BufferError, match=r"pass t\.bytes_view\(\) for the bytes"):
+        hashlib.sha256(t)
     view = t.bytes_view()
     assert (view.format, view.itemsize, view.shape) == ("B", 1, (nbytes,))
     assert bytes(view) == t.tobytes() == data
+    assert hashlib.sha256(view).digest() == hashlib.sha256(data).digest()
+    with open(tmp_path / "t.bin", "wb") as f:
+        with pytest.raises(hurray.BufferError, match=PLAIN_BYTES):
+            f.write(t)
+        assert f.write(view) == nbytes
+    assert (tmp_path / "t.bin").read_bytes() == data
+    with open(tmp_path / "t.bin", "rb") as f:
+        target = hurray.Tensor(bytearray(nbytes), dtype, t.shape)
+        assert f.readinto(target.bytes_view()) == nbytes
+    assert target.tobytes() == data
+    a, b = socket.socketpair()
+    with a, b:
+        assert a.send(view) == nbytes
+        assert b.recv(64) == data
 
 
 def test_only_the_addressed_bytes_are_exported():
     data = bytes(range(40))
     t = hurray.Tensor(data, hurray.uint8, [8], strides=[1], byte_offset=5)
     assert bytes(t.bytes_view()) == bytes(memoryview(t)) == data[5:13]
-    assert hashlib.sha256(t).digest() == hashlib.sha256(data[5:13]).digest()
+    assert hashlib.sha256(t.bytes_view()).digest() == hashlib.sha256(data[5:13]).digest()
 
 
 @pytest.mark.parametrize("shape,strides", [([3], [2]), ([2, 2], [1, 2]), ([3], [-1])])
-def test_byte_consumers_of_non_contiguous_tensors_are_refused(shape, strides):
+def test_the_byte_view_of_non_contiguous_tensors_is_refused(shape, strides):
     offset = 8 if strides[0] < 0 else 0
     t = hurray.Tensor(bytes(24), hurray.float32, shape, strides=strides, byte_offset=offset)
-    for consume in (hashlib.sha256, lambda t: t.bytes_view()):
-        with pytest.raises(hurray.BufferError, match="C-contiguous tensors only; tobytes()") \
-                as info:
-            consume(t)
-        assert isinstance(info.value, builtins.BufferError)
+    with pytest.raises(hurray.BufferError, match="C-contiguous tensors only; tobytes()") as info:
+        t.bytes_view()
+    assert isinstance(info.value, builtins.BufferError)
     assert bytes(t) == t.tobytes()  # typed consumers take strides
 
 
@@ -263,10 +277,8 @@ def test_odd_packed_tensors_read_their_pad_bits_as_zero(dtype):
     expected = t.tobytes()
     assert expected[:-1] == raw[:-1] and expected[-1] == 0xFF & ((1 << tail) - 1)
     assert bytes(t.bytes_view()) == expected
-    assert hashlib.sha256(t).digest() == hashlib.sha256(expected).digest()
-    assert t.bytes_view().readonly  # a zero-padded copy
-    with pytest.raises(hurray.BufferError, match="zero-padded copy, which cannot be written"):
-        get_buffer(hurray.Tensor(bytearray(raw), dtype, [count]), PYBUF_WRITABLE)
+    assert t.bytes_view().readonly  # a zero-padded copy, even over writable memory
+    assert hurray.Tensor(bytearray(raw), dtype, [count]).bytes_view().readonly
     clean = hurray.Tensor(bytearray(expected), dtype, [count])  # pad bits already zero
     assert not clean.bytes_view().readonly
     assert bytes(clean.bytes_view()) == expected
@@ -307,14 +319,17 @@ def test_torch_reads_every_dtype_and_layout_typed(dtype, layout):
         assert raw.numpy().tobytes() == view.tobytes()
 
 
-def test_torch_asarray_reads_the_buffer_protocol_as_bytes():
+def test_torch_asarray_never_reads_another_dtype():
     # PyTorch 2.13's torch.asarray asks an object's buffer before its __dlpack__, without a
-    # format, and groups the bytes by its default dtype (torch.frombuffer): no exporter can
-    # steer that. ADR-042 names torch.from_dlpack / torch.as_tensor for typed tensors.
+    # format, and groups the bytes by its default dtype: silently other numbers (ADR-042). The
+    # plain-bytes request is now refused (ADR-072); PyTorch replaces the refusal with its own
+    # error, and the routes keep the dtype.
     t = hurray.from_numpy(np.arange(4, dtype=np.int64))
-    assert torch.asarray(t).dtype == torch.get_default_dtype()
-    assert torch.asarray(t).numel() == 8
-    assert torch.as_tensor(t).tolist() == [0, 1, 2, 3]
+    with pytest.raises(RuntimeError, match="could not retrieve buffer"):
+        torch.asarray(t)
+    assert torch.as_tensor(t).tolist() == torch.from_dlpack(t).tolist() == [0, 1, 2, 3]
+    # np.frombuffer reinterprets whatever it is given, by design: here, explicitly, the bytes.
+    assert np.frombuffer(t.bytes_view(), np.int64).tolist() == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
