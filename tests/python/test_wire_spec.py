@@ -1,0 +1,441 @@
+"""docs/spec/interchange.md is precise enough for a second implementation.
+
+spec_wire.py is a client written from the spec alone. Here it meets hurray's own server (on TCP
+loopback and on a Unix socket): what it lists and fetches -- every dtype, 0-d, empty and strided
+sources, every layout with all its buffers, rows and byte ranges -- equals what was served, byte
+for byte; its frames for the golden examples of §9 are the spec's bytes, read from the spec
+itself; and the protocol violations the spec says a server must answer with ERROR get exactly
+the code it names, with the connection left as §7.2 says."""
+
+import re
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+
+import hurray
+from conftest import peer
+from test_native_layouts import LAYOUTS
+
+np = peer("numpy")
+peer("xxhash")
+import spec_file  # noqa: E402  (needs xxhash)
+import spec_wire as w  # noqa: E402
+
+SPEC = Path(__file__).resolve().parents[2] / "docs" / "spec" / "interchange.md"
+
+DENSE = {
+    "f32": lambda: np.arange(6, dtype=np.float32).reshape(2, 3),
+    "i64_0d": lambda: np.array(-7, dtype=np.int64),
+    "empty": lambda: np.zeros((0, 4), dtype=np.float32),
+    "u8": lambda: np.arange(200, dtype=np.uint8),
+    "bool": lambda: np.array([True, False, True]),
+    "f16": lambda: np.linspace(-1, 1, 10).astype(np.float16),
+    "c128": lambda: (np.arange(4) + 1j).astype(np.complex128),
+    "cols": lambda: np.arange(24, dtype=np.int32).reshape(4, 6)[:, ::2],
+    "transposed": lambda: np.arange(12, dtype=np.float64).reshape(3, 4).T,
+    "reversed": lambda: np.arange(5, dtype=np.int16)[::-1],
+}
+
+
+@pytest.fixture(scope="module", params=["tcp", "unix"])
+def server(request, tmp_path_factory):
+    tensors = {name: make() for name, make in DENSE.items()}
+    tensors.update({f"layout_{name}": make() for name, make in LAYOUTS.items()})
+    address = None
+    if request.param == "unix":
+        address = f"unix:{tmp_path_factory.mktemp('sock') / 's.sock'}"
+    with hurray.serve(tensors, address=address) as s:
+        yield s
+
+
+def client(server, **kwargs):
+    return w.Client(server.address, **kwargs)
+
+
+# ============================================================================================
+# Values
+# ============================================================================================
+
+
+def test_list_describes_what_is_served(server):
+    with client(server) as c:
+        entries = {e["name"]: e for e in c.list()}
+        c.goodbye()
+    assert set(entries) == set(DENSE) | {f"layout_{n}" for n in LAYOUTS}
+    for name, make in DENSE.items():
+        a = make()
+        e = entries[name]
+        assert (e["layout"], e["shape"], e["buffers"]) == ("dense", a.shape, 1)
+        assert e["dtype"] == spec_file.DTYPE_CODES[a.dtype.name]
+        assert e["data_bytes"] == span(a)  # the compact form (§6.3)
+    for name, make in LAYOUTS.items():
+        t, e = make(), entries[f"layout_{name}"]
+        assert (e["layout"], e["shape"]) == (t.layout, t.shape)
+
+
+def span(a):
+    """The bytes an array addresses, from its lowest element to its highest (§6.3)."""
+    if a.size == 0:
+        return 0
+    reach = [(n - 1) * s for n, s in zip(a.shape, a.strides)]
+    return sum(r for r in reach if r > 0) - sum(r for r in reach if r < 0) + a.itemsize
+
+
+@pytest.mark.parametrize("name", sorted(DENSE))
+def test_dense_values_byte_for_byte(server, name):
+    a = DENSE[name]()
+    with client(server) as c:
+        t = c.get(name)
+    part = t.node.parts[0]
+    assert (t.name, t.node.layout, t.node.shape) == (name, "dense", a.shape)
+    assert part.to_numpy(t.buffers).tobytes() == np.ascontiguousarray(a).tobytes()
+    # The descriptor is the served one but for byte offsets (§6.3).
+    src = hurray.from_numpy(a).parts[0]
+    assert part.strides in (None, src.strides)
+
+
+def describe(node, buffers):
+    return (node.layout, node.dtype, node.shape, node.axis, node.block_size, node.coalesced,
+            [(p.dtype, p.shape, p.tobytes(buffers)) for p in node.parts],
+            {n: describe(child, buffers) for n, child in node.children.items()})
+
+
+def describe_served(t):
+    return (t.layout, None if t.layout == "composite" else t.dtype.name, t.shape, t.axis,
+            t.block_size, t.coalesced, [(p.dtype.name, p.shape, p.tobytes()) for p in t.parts],
+            {n: describe_served(child) for n, child in t.children.items()})
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_every_layout_with_all_its_buffers(server, layout):
+    with client(server) as c:
+        got = c.get(f"layout_{layout}")
+    assert describe(got.node, got.buffers) == describe_served(LAYOUTS[layout]())
+
+
+def test_rows_and_bytes(server):
+    a = np.arange(200, dtype=np.uint8)
+    m = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with client(server) as c:
+        rows = c.get("f32", w.ROWS, 1, 2)
+        assert rows.node.shape == (1, 3)
+        assert rows.node.parts[0].to_numpy(rows.buffers).tobytes() == m[1:2].tobytes()
+        empty = c.get("f32", w.ROWS, 1, 1)
+        assert empty.node.shape == (0, 3) and all(b.size == 0 for b in empty.buffers)
+        assert c.get("u8", w.BYTES, 3, 150) == a.tobytes()[3:150]
+        assert c.get("f32", w.BYTES, 0, 24) == m.tobytes()
+        assert c.get("f32", w.BYTES, 5, 5) == b""
+        c.goodbye()
+
+
+def test_small_frames_split_the_stream(server):
+    """max_frame at its floor (2^16): a 256 KiB tensor arrives in several DATA frames, each
+    checked; a BYTES range across them carries one check per frame."""
+    big = np.arange(1 << 16, dtype=np.float32)
+    with hurray.serve({"big": big}, address=None) as s, client(s, max_frame=1 << 16) as c:
+        assert c.max_frame == 1 << 16
+        t = c.get("big")
+        assert t.buffers[0].data == big.tobytes()
+        assert c.get("big", w.BYTES, 100, 200_000) == big.tobytes()[100:200_000]
+
+
+def test_a_1_0_session_has_no_frame_checks(server):
+    with client(server, version=(1, 0)) as c:
+        assert c.version == (1, 0)
+        # spec_wire refuses a non-zero check outside a 1.1 BYTES response (§6.4).
+        assert c.get("u8", w.BYTES, 0, 10) == bytes(range(10))
+
+
+def test_minor_versions_of_the_future_are_answered_with_the_servers(server):
+    with client(server, version=(1, 9)) as c:
+        assert c.version == w.VERSION
+        c.goodbye()
+
+
+def test_the_device_rule(server):
+    with client(server) as c:
+        with pytest.raises(w.PeerError) as e:
+            c.get("f32", device=1)
+        assert e.value.code == w.CODES["EUNSUPPORTED"] and e.value.request_id == 1
+        t = c.get("f32", device=1, flags=w.FALLBACK)  # served on the CPU instead
+        assert t.buffers[0].data == DENSE["f32"]().tobytes()
+        c.goodbye()
+
+
+def test_shared_secret():
+    data = np.arange(3, dtype=np.int32)
+    with hurray.serve({"s": data}, secret="s3cret") as s:
+        with w.Client(s.address, secret=b"s3cret") as c:
+            assert c.hello["flags"] & w.S_AUTH
+            assert c.get("s").buffers[0].data == data.tobytes()
+            c.goodbye()
+        with pytest.raises(w.PeerError) as e:
+            w.Client(s.address, secret=b"wrong")
+        assert (e.value.status, e.value.request_id) == ("EAUTH", 0)
+        with pytest.raises(w.SpecWireError) as e:
+            w.Client(s.address)  # no secret: fails setup without sending AUTH (§4.3)
+        assert e.value.status == "EAUTH"
+        with raw(s) as sock:  # a request instead of AUTH
+            assert recv(sock)[0] == w.SERVER_HELLO
+            sock.sendall(w.frame(w.LIST, 1))
+            assert_closing_error(sock, "EAUTH")
+
+
+# ============================================================================================
+# Golden examples (§9), read from the spec
+# ============================================================================================
+
+
+def golden():
+    """{heading number: [frame bytes, ...]} from the hex dumps of §9."""
+    text = SPEC.read_text(encoding="utf-8").split("## 9. Golden examples")[1]
+    text = text.split("## 10.")[0]
+    out = {}
+    for section in re.split(r"^### ", text, flags=re.M)[1:]:
+        number = section.split()[0]
+        frames = []
+        for block in re.findall(r"```\n(.*?)```", section, flags=re.S):
+            for line in block.splitlines():
+                m = re.match(r"([0-9a-f]{4})  (.*)", line)
+                if not m:
+                    continue
+                if m.group(1) == "0000":
+                    frames.append(bytearray())
+                assert int(m.group(1), 16) == len(frames[-1]), (number, line)
+                frames[-1] += hex_tokens(m.group(2))
+        out[number] = [bytes(f) for f in frames]
+    return out
+
+
+def hex_tokens(text):
+    """The bytes of a dump line: two-digit hex, `xx × n` repeats, `a b … z` counts up; the
+    comment after them is ignored."""
+    out = bytearray()
+    tokens = text.split()
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "×":
+            out += out[-1:] * (int(tokens[i + 1]) - 1)
+            i += 2
+        elif tok == "…":
+            out += bytes(range(out[-1] + 1, int(tokens[i + 1], 16)))
+            i += 1
+        elif re.fullmatch(r"[0-9a-f]{2}", tok):
+            out.append(int(tok, 16))
+            i += 1
+        else:
+            break
+    return bytes(out)
+
+
+GOLDEN = golden()
+
+
+def test_golden_frames_have_their_stated_lengths():
+    assert set(GOLDEN) == {f"9.{i}" for i in range(1, 10)}
+    for number, frames in GOLDEN.items():
+        for f in frames:
+            assert struct.unpack_from("<Q", f, 16)[0] == len(f) - 24, number
+
+
+def test_golden_hellos():
+    assert w.frame(w.CLIENT_HELLO, 0, w.hello((1, 0), 0, 4 << 20)) == GOLDEN["9.1"][0]
+    sh = w.frame(w.SERVER_HELLO, 0, w.hello((1, 0), w.S_AUTH, 1 << 20, bytes(range(32)),
+                                            [(0, b""), (0xF3, b"npu_x")]))
+    assert sh == GOLDEN["9.2"][0]
+    with pytest.raises(w.SpecWireError, match=r"private device tag 0xf3 \('npu_x'\) is not "
+                       "registered here") as e:
+        w.parse_hello(sh[24:])
+    assert e.value.status == "EDEVICE"
+
+
+def test_golden_auth():
+    cn, sn = b"\xaa" * 32, bytes(range(32))
+    assert w.frame(w.AUTH, 0, w.mac(b"s3cret", cn, sn, "client")) == GOLDEN["9.3"][0]
+    ok = ("2f 23 f5 0d c3 96 f7 dd 08 84 6f ac e7 a1 fe 4a e5 8c 65 96 d7 ba f0 04 f9 a4 a7 b6 "
+          "b4 19 fa 0e")
+    assert f"`{ok}`" in SPEC.read_text(encoding="utf-8")
+    assert w.mac(b"s3cret", cn, sn, "server") == bytes.fromhex(ok)
+
+
+def test_golden_requests_errors_goodbye():
+    assert w.frame(w.TENSOR_REQUEST, 7, w.tensor_request("x", 1, w.ROWS, 1, 2, 0, w.FALLBACK)) \
+        == GOLDEN["9.4"][0]
+    error, goodbye = GOLDEN["9.6"]
+    assert w.frame(w.ERROR, 7, w.error(1, "no tensor 'y'")) == error
+    assert w.frame(w.GOODBYE) == goodbye
+    e = w.parse_error(error[24:], 7)
+    assert (e.status, e.message) == ("EINVAL", "no tensor 'y'")
+
+
+def test_golden_tensor_header_and_data_decode():
+    header, data = GOLDEN["9.5"]
+    device, total, resume, entries, record = w.parse_tensor_header(header[24:])
+    assert (device, total, resume, len(entries)) == (0, 8, 0, 1)
+    desc, checksum, role = entries[0]
+    assert (desc["alignment"], desc["size"], role) == (64, 8, 0)
+    assert checksum == spec_file.xxh3(data[40:])
+    buffers = [spec_file.SpecBuffer("values", 0, 8, checksum, data[40:])]
+    name, node, metadata = w.decode_record(record, buffers)
+    assert (name, node.layout, node.dtype, node.shape, metadata) == ("x", "dense", "float32",
+                                                                    (2,), {})
+    assert node.parts[0].to_numpy(buffers).tolist() == [1.0, 2.0]
+    assert data[:24] == w.frame(w.DATA, 7, bytes(24), flags=w.END)[:24]
+    # 9.9: the same tensor's bytes [1, 5) in a 1.1 session, with the frame's check.
+    (checked,) = GOLDEN["9.9"]
+    chunk = data[40:][1:5]
+    check = spec_file.xxh3(chunk) & 0xFFFFFFFF
+    assert w.frame(w.DATA, 7, struct.pack("<IIQ", 0, check, 1) + chunk, w.END) == checked
+
+
+def test_golden_list_result_decodes():
+    (frame,) = GOLDEN["9.7"]
+    assert frame[:24] == w.frame(w.LIST_RESULT, 3, bytes(56), w.END)[:24]
+    assert w.parse_list_result(frame[24:]) == [
+        {"name": "w", "layout": "dense", "dtype": 10, "buffers": 1, "data_bytes": 24,
+         "shape": (2, 3)}]
+
+
+def test_the_server_sends_golden_bytes():
+    """The real server's LIST_RESULT and TENSOR_HEADER + DATA for the tensors of §9.7 and §9.5
+    are the spec's bytes (and its 9.9 DATA for bytes [1, 5) but for the request id)."""
+    with hurray.serve({"w": np.zeros((2, 3), np.float32)}) as s, raw(s) as sock:
+        recv(sock)
+        sock.sendall(w.frame(w.LIST, 3))
+        assert frame_of(recv(sock)) == GOLDEN["9.7"][0]
+    x = hurray.Tensor(struct.pack("<2f", 1.0, 2.0), hurray.dtype.float32, [2])  # NULL strides
+    with hurray.serve({"x": x}) as s, raw(s) as sock:
+        recv(sock)
+        sock.sendall(w.frame(w.TENSOR_REQUEST, 7, w.tensor_request("x")))
+        assert [frame_of(recv(sock)), frame_of(recv(sock))] == GOLDEN["9.5"]
+        sock.sendall(w.frame(w.TENSOR_REQUEST, 8, w.tensor_request("x", range_=w.BYTES,
+                                                                   start=1, stop=5)))
+        recv(sock)
+        assert frame_of(recv(sock)) == GOLDEN["9.9"][0].replace(b"\x07", b"\x08", 1)
+
+
+def frame_of(parts):
+    type_, flags, rid, payload = parts
+    return w.frame(type_, rid, payload, flags)
+
+
+# ============================================================================================
+# Violations (§2, §3, §4, §5, §6.2, §7.2)
+# ============================================================================================
+
+
+class raw:
+    """A bare socket to `server`, its CLIENT_HELLO sent (or `hello` in its place)."""
+
+    def __init__(self, server, hello=None):
+        family, where = ((socket.AF_UNIX, server.address[5:])
+                         if server.address.startswith("unix:")
+                         else (socket.AF_INET, tuple(server.address.rsplit(":", 1))))
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(where if family == socket.AF_UNIX else (where[0], int(where[1])))
+        self.sock.sendall(w.frame(w.CLIENT_HELLO, 0, w.hello()) if hello is None else hello)
+
+    def __enter__(self):
+        return self.sock
+
+    def __exit__(self, *exc):
+        self.sock.close()
+
+
+def recv(sock):
+    c = w.Client.__new__(w.Client)
+    c.sock, c.max_frame = sock, 1 << 20
+    return c.recv_frame()
+
+
+def assert_closing_error(sock, status, message=None):
+    """§7.2: an ERROR with request id 0, and then the connection is closed."""
+    type_, _, rid, payload = recv(sock)
+    assert (type_, rid) == (w.ERROR, 0)
+    e = w.parse_error(payload, rid)
+    assert e.status == status, e.message
+    if message is not None:  # the spec's message, which may go on to name more
+        assert e.message.startswith(message), e.message
+    assert sock.recv(1) == b""
+    return e
+
+
+@pytest.fixture
+def one():
+    with hurray.serve({"t": np.arange(4, dtype=np.float32)}) as s:
+        yield s
+
+
+def test_unknown_frame_type(one):
+    with raw(one) as sock:
+        recv(sock)
+        sock.sendall(w.HEADER.pack(w.MAGIC, 0x60, 0, 0, 1, 0))
+        e = assert_closing_error(sock, "EPROTOCOL")
+        assert "0x60" in e.message
+
+
+def test_major_version_of_the_future(one):
+    hello = w.frame(w.CLIENT_HELLO, 0, w.hello((2, 0)))
+    with raw(one, hello) as sock:
+        assert_closing_error(sock, "EUNSUPPORTED", "protocol version 2.0 is not supported "
+                             "(this peer speaks 1.1)")
+
+
+def test_oversized_frame_is_refused_from_its_header(one):
+    with raw(one) as sock:
+        recv(sock)
+        sock.sendall(w.HEADER.pack(w.MAGIC, w.LIST, 0, 0, 1, (1 << 16) + 1))  # no payload
+        assert_closing_error(sock, "ELIMIT")
+
+
+def test_unknown_tensor_name_answers_the_request_and_goes_on(one):
+    with w.Client(one.address) as c:
+        with pytest.raises(w.PeerError) as e:
+            c.get("y")
+        assert (e.value.status, e.value.request_id, e.value.message) == (
+            "EINVAL", 1, "no tensor named 'y'")
+        assert [x["name"] for x in c.list()] == ["t"]
+        c.goodbye()
+
+
+@pytest.mark.parametrize("bad", ["before_hello", "id_0", "end_on_list", "reserved",
+                                 "magic"])
+def test_malformed_frames_end_the_connection(one, bad):
+    hello = w.frame(w.CLIENT_HELLO, 0, w.hello())
+    if bad == "before_hello":
+        with raw(one, w.frame(w.LIST, 1)) as sock:
+            assert_closing_error(sock, "EPROTOCOL", "expected CLIENT_HELLO")
+        return
+    frame = {"id_0": w.frame(w.LIST, 0), "end_on_list": w.frame(w.LIST, 1, flags=w.END),
+             "reserved": w.HEADER.pack(w.MAGIC, w.LIST, 0, 1, 1, 0),
+             "magic": w.HEADER.pack(b"GET ", w.LIST, 0, 0, 1, 0)}[bad]
+    with raw(one, hello) as sock:
+        recv(sock)
+        sock.sendall(frame)
+        assert_closing_error(sock, "EPROTOCOL")
+
+
+def test_a_reserved_device_tag_fails_setup(one):
+    hello = w.frame(w.CLIENT_HELLO, 0, w.hello(devices=[(0, b""), (0x42, b"")]))
+    with raw(one, hello) as sock:
+        assert_closing_error(sock, "EDEVICE", "device tag 0x42 is reserved (0x09..0xef): not "
+                             "in this protocol version")
+
+
+def test_request_errors_keep_the_connection(one):
+    with w.Client(one.address) as c:
+        for kwargs, status, message in [
+                ({"range_": w.ROWS, "start": 1, "stop": 9}, "EINVAL",
+                 "rows [1, 9) are outside tensor 't' (4 rows)"),
+                ({"range_": w.BYTES, "start": 0, "stop": 17}, "EINVAL",
+                 "bytes [0, 17) are outside tensor 't' (16 bytes)")]:
+            with pytest.raises(w.PeerError) as e:
+                c.get("t", **kwargs)
+            assert (e.value.status, e.value.message) == (status, message)
+            assert e.value.request_id == c.next_id - 1
+        assert c.get("t").buffers[0].data == np.arange(4, dtype=np.float32).tobytes()
+        c.goodbye()
