@@ -683,6 +683,18 @@ static void on_put(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_t 
 static void dispatch(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_t *p) {
   size_t len = (size_t)h->length;
   char message[128];
+  /* Id 0 belongs to the connection's own frames, and GOODBYE is empty (interchange.md §2.3). */
+  if ((h->type == WIRE_CLIENT_HELLO || h->type == WIRE_AUTH || h->type == WIRE_GOODBYE) &&
+      h->request_id != 0) {
+    snprintf(message, sizeof message, "%s carries request id %" PRIu64 ", not 0",
+             hurray__wire_type_name(h->type), h->request_id);
+    conn_fail(c, HURRAY_EPROTOCOL, message);
+    return;
+  }
+  if (h->type == WIRE_GOODBYE && len != 0) {
+    conn_fail(c, HURRAY_EPROTOCOL, "GOODBYE has a payload");
+    return;
+  }
   if (h->type == WIRE_GOODBYE) {
     hurray__wire_frame(&c->out, WIRE_GOODBYE, 0, 0, NULL, 0);
     c->phase = PHASE_CLOSING;

@@ -439,3 +439,41 @@ def test_request_errors_keep_the_connection(one):
             assert e.value.request_id == c.next_id - 1
         assert c.get("t").buffers[0].data == np.arange(4, dtype=np.float32).tobytes()
         c.goodbye()
+
+
+def test_a_hello_with_a_request_id_is_refused(one):
+    """§2.3: id 0 belongs to the connection's own frames (once accepted with any id)."""
+    with raw(one, w.frame(w.CLIENT_HELLO, 5, w.hello())) as sock:
+        assert_closing_error(sock, "EPROTOCOL", "CLIENT_HELLO carries request id 5")
+
+
+@pytest.mark.parametrize("frame", [w.frame(w.GOODBYE, 3), w.frame(w.GOODBYE, 0, b"x")],
+                         ids=["id", "payload"])
+def test_a_goodbye_with_a_request_id_or_payload_is_refused(one, frame):
+    """§2.1, §2.3: GOODBYE carries id 0 and nothing (once answered with GOODBYE)."""
+    with raw(one) as sock:
+        recv(sock)
+        sock.sendall(frame)
+        assert_closing_error(sock, "EPROTOCOL")
+
+
+def test_data_before_the_hellos_is_over_its_limit_of_0(one):
+    """§2.4: before the hellos, a DATA frame with a payload is refused from its header."""
+    with raw(one, w.HEADER.pack(w.MAGIC, w.DATA, 0, 0, 1, 1 << 20)) as sock:
+        assert_closing_error(sock, "ELIMIT")
+
+
+@pytest.mark.parametrize("payload", [
+    w.tensor_request("t", range_=3), w.tensor_request("t", flags=2),
+    w.tensor_request("t", start=1), w.tensor_request("t") + b"\0",
+    w.tensor_request("t")[:6] + b"\1\0" + w.tensor_request("t")[8:]],
+    ids=["range", "flags", "whole_start", "trailing", "reserved"])
+def test_a_malformed_request_payload_is_a_request_error(one, payload):
+    """§6.2: its header kept the stream in step, so the connection goes on."""
+    with w.Client(one.address) as c:
+        c.send(w.frame(w.TENSOR_REQUEST, c.request_id(), payload))
+        with pytest.raises(w.PeerError) as e:
+            c._expect(1, w.TENSOR_HEADER)
+        assert (e.value.status, e.value.request_id) == ("EPROTOCOL", 1)
+        assert [x["name"] for x in c.list()] == ["t"]
+        c.goodbye()
