@@ -464,8 +464,14 @@ class Client:
             if flags & END:
                 return entries
 
-    def get(self, name, range_=WHOLE, start=0, stop=0, device=0, flags=0):
+    def get(self, name, range_=WHOLE, start=0, stop=0, device=0, flags=0, received=b""):
         """TENSOR_REQUEST (§6.2) and its answer (§6.3, §6.4).
+
+        Parameters
+        ----------
+        received : bytes
+            Resume (§6.4): the stream bytes an earlier attempt received (from `start` for
+            BYTES); the request asks for the rest and the checksums cover both.
 
         Returns
         -------
@@ -475,10 +481,10 @@ class Client:
         """
         rid = self.request_id()
         self.send(frame(TENSOR_REQUEST, rid, tensor_request(name, device, range_, start, stop,
-                                                            0, flags)))
+                                                            len(received), flags)))
         type_, hflags, payload = self._expect(rid, TENSOR_HEADER)
         dev, total, resume, entries, record = parse_tensor_header(payload)
-        if resume != 0:
+        if resume != len(received):
             _refuse("EPROTOCOL", "resume_offset is not the request's")
         buffers = [SpecBuffer(ROLES[role], 0, d["size"], checksum, b"")
                    for d, checksum, role in entries]
@@ -487,14 +493,17 @@ class Client:
         except SpecFileError as e:
             raise SpecWireError(e.status, str(e)) from None
         first, last = (start, stop) if range_ == BYTES else (0, total)
-        # The stream (§6.4): (buffer, offset within it) of every stream byte still expected.
-        runs, at = [], 0
+        # The stream (§6.4): (buffer, offset within it) of every stream byte still expected,
+        # and the bytes each buffer already holds from an earlier attempt.
+        runs, data, at = [], [], 0
         for i, b in enumerate(buffers):
             lo, hi = max(first, at), min(last, at + b.size)
-            if lo < hi:
+            earlier = max(0, min(hi, first + len(received)) - lo)
+            data.append(bytearray(received[lo - first:lo - first + earlier]) if lo < hi
+                        else bytearray())
+            if lo + earlier < hi:
                 runs.append((i, lo - at, hi - lo))
             at += b.size
-        data = [bytearray() for _ in buffers]
         done = bool(hflags & END)
         if done != (not runs):
             _refuse("EPROTOCOL", "END on the TENSOR_HEADER does not match the stream")

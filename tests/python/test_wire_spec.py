@@ -477,3 +477,51 @@ def test_a_malformed_request_payload_is_a_request_error(one, payload):
         assert (e.value.status, e.value.request_id) == ("EPROTOCOL", 1)
         assert [x["name"] for x in c.list()] == ["t"]
         c.goodbye()
+
+
+def test_resume_covers_both_attempts_with_the_checksums(server):
+    """§6.4: a request with resume_offset n gets the same header and the stream from n."""
+    with client(server) as c:
+        whole = c.get("layout_per_channel")
+        stream = b"".join(b.data for b in whole.buffers)
+        assert len(whole.buffers) == 3
+        for n in (0, 1, whole.buffers[0].size, whole.buffers[0].size + 1, len(stream)):
+            again = c.get("layout_per_channel", received=stream[:n])
+            assert [b.data for b in again.buffers] == [b.data for b in whole.buffers]
+        with pytest.raises(w.SpecWireError) as e:  # an earlier attempt that received other bytes
+            c.get("layout_per_channel", received=bytes(5))
+        assert e.value.status == "ECHECKSUM"
+        u8 = np.arange(200, dtype=np.uint8).tobytes()
+        assert c.get("u8", w.BYTES, 10, 150, received=u8[10:60]) == u8[10:150]
+
+
+def test_a_long_list_is_split_into_frames_of_at_most_64_kib():
+    names = [f"{i:04d}" + "n" * 200 for i in range(600)]
+    with hurray.serve({n: np.zeros(1, np.int8) for n in names}) as s, raw(s) as sock:
+        recv(sock)
+        sock.sendall(w.frame(w.LIST, 1))
+        entries, frames = [], 0
+        while True:
+            type_, flags, rid, payload = recv(sock)
+            assert (type_, rid) == (w.LIST_RESULT, 1) and len(payload) <= 1 << 16
+            entries += w.parse_list_result(payload)
+            frames += 1
+            if flags & w.END:
+                break
+    assert frames > 1 and sorted(e["name"] for e in entries) == names
+
+
+def test_authentication_refusals_name_the_reason():
+    with hurray.serve({"s": np.zeros(1)}, secret="s3cret") as s:
+        with pytest.raises(w.PeerError) as e:
+            w.Client(s.address, secret=b"wrong")
+        assert e.value.message.startswith("authentication failed: wrong secret")
+        with raw(s) as sock:
+            recv(sock)
+            sock.sendall(w.frame(w.TENSOR_REQUEST, 1, w.tensor_request("s")))
+            assert_closing_error(sock, "EAUTH",
+                                 "authentication required: this server needs a shared secret")
+    with hurray.serve({"s": np.zeros(1)}) as s:  # §4.3: a secret meets a server without one
+        with pytest.raises(w.SpecWireError) as e:
+            w.Client(s.address, secret=b"s3cret")
+        assert e.value.status == "EAUTH"
