@@ -5,17 +5,21 @@ It exists to show that the normative spec is precise enough for a second impleme
 tests in test_wire_spec.py run it against hurray's own server and compare what it receives with
 what was served, byte for byte, and its frames with the spec's golden examples (§9). It uses
 only the standard library (sockets, struct, hmac), NumPy (through spec_file's arrays) and the
-``xxhash`` package (XXH3-64); the tensor records of Appendix A are decoded here, into
+``xxhash`` package (XXH3-64); DATA_FD descriptors (§6.6) arrive by SCM_RIGHTS and are
+checked and mapped as §6.6 says; the tensor records of Appendix A are decoded here, into
 spec_file's nodes, and checked with spec_file's validator. It shares no code with hurray.
 
 Every refusal is a :class:`SpecWireError` whose ``status`` is the ``HURRAY_*`` status the spec
 names; an ERROR frame from the server is a :class:`PeerError` carrying its code and message.
 """
 
+import fcntl
 import hashlib
 import hmac
+import mmap
 import os
 import socket
+import stat
 import struct
 
 from spec_file import (_Cursor, SpecArray, SpecBuffer, SpecFileError, SpecNode, SpecTensor,
@@ -47,10 +51,6 @@ FALLBACK = 0x1
 STATUS = {1: "EINVAL", 2: "ENOMEM", 4: "ELIMIT", 6: "EDEVICE", 13: "EUNSUPPORTED",
           17: "ECHECKSUM", 18: "EPROTOCOL", 19: "EAUTH", 20: "EDENIED", 21: "ETIMEOUT"}
 CODES = {name: code for code, name in STATUS.items()}
-
-# §5: the named tags.
-DEVICES = ["cpu", "cuda", "rocm", "metal", "vulkan", "webgpu", "hexagon", "level_zero",
-           "opencl"]
 
 SMALL_LIMIT = 1 << 16   # §2.4: every frame but DATA, TENSOR_HEADER and PUT
 HEADER_LIMIT = 1 << 26  # TENSOR_HEADER and PUT
@@ -357,9 +357,12 @@ class Client:
         The (major, minor) version to offer.
     max_frame : int
         The largest DATA payload (less its 16-byte fixed part) to accept.
+    fd_passing : bool
+        On a Unix socket, ask for DATA_FD (§6.6).
     """
 
-    def __init__(self, address, secret=None, version=VERSION, max_frame=4 << 20):
+    def __init__(self, address, secret=None, version=VERSION, max_frame=4 << 20,
+                 fd_passing=False):
         if address.startswith("unix:"):
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.sock.connect(address[5:])
@@ -367,26 +370,45 @@ class Client:
             host, port = address.removeprefix("hurray://").rsplit(":", 1)
             self.sock = socket.create_connection((host, int(port)))
         self.sock.settimeout(10)
-        self.next_id = 1
+        self.next_id, self.fds, self.fd_frames = 1, [], 0
+        self.fd_passing = fd_passing and address.startswith("unix:")
         try:
             self._setup(secret, version, max_frame)
         except BaseException:
             self.sock.close()
             raise
 
+    @classmethod
+    def over(cls, sock, max_frame=1 << 20):
+        """A client on `sock` whose setup its caller does by hand (frame by frame)."""
+        c = cls.__new__(cls)
+        c.sock, c.max_frame, c.fds, c.fd_frames, c.next_id = sock, max_frame, [], 0, 1
+        return c
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
+        self._close_fds()
         self.sock.close()
+
+    def _close_fds(self):
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
 
     def send(self, data):
         self.sock.sendall(data)
 
     def _exact(self, n):
         out = bytearray()
+        space = socket.CMSG_SPACE(struct.calcsize("i"))
         while len(out) < n:
-            chunk = self.sock.recv(min(n - len(out), 1 << 20))
+            chunk, ancillary, _, _ = self.sock.recvmsg(min(n - len(out), 1 << 20), space)
+            for level, kind, raw in ancillary:  # SCM_RIGHTS: kept for the frame to claim
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    usable = len(raw) - len(raw) % 4
+                    self.fds += struct.unpack(f"{usable // 4}i", raw[:usable])
             if not chunk:
                 raise SpecWireError("ECONNECTION", "the connection closed")
             out += chunk
@@ -402,6 +424,9 @@ class Client:
     def recv_frame(self):
         """The next frame as (type, flags, request_id, payload), its header checked (§2)."""
         magic, type_, flags, reserved, request_id, length = HEADER.unpack(self._exact(24))
+        if self.fds and type_ != DATA_FD or len(self.fds) > 1:
+            self._close_fds()  # §6.6 check 1: one descriptor, with a DATA_FD frame only
+            _refuse("EPROTOCOL", f"a file descriptor with frame type {type_:#04x}")
         if magic != MAGIC:
             _refuse("EPROTOCOL", "bad magic")
         if type_ not in TYPES:
@@ -409,6 +434,7 @@ class Client:
         if reserved or flags & ~END or (flags & END and type_ not in END_TYPES):
             _refuse("EPROTOCOL", "reserved flags or bytes")
         limit = {DATA: getattr(self, "max_frame", 0) + 16, TENSOR_HEADER: HEADER_LIMIT,
+                 DATA_FD: 24 if getattr(self, "fd_granted", False) else 0,
                  PUT: HEADER_LIMIT}.get(type_, SMALL_LIMIT)
         if length > limit:
             _refuse("ELIMIT", f"frame type {type_:#04x} of {length} bytes (limit {limit})")
@@ -424,7 +450,8 @@ class Client:
 
     def _setup(self, secret, version, max_frame):
         client_nonce = os.urandom(32) if secret is not None else bytes(32)
-        self.send(frame(CLIENT_HELLO, 0, hello(version, 0, max_frame, client_nonce)))
+        flags = C_FD_PASSING if self.fd_passing else 0
+        self.send(frame(CLIENT_HELLO, 0, hello(version, flags, max_frame, client_nonce)))
         _, _, payload = self._expect(0, SERVER_HELLO)
         h = parse_hello(payload)
         if h["version"][0] != version[0]:
@@ -435,8 +462,9 @@ class Client:
             _refuse("EPROTOCOL", "the server's max_frame exceeds the offer")
         if h["flags"] & ~(S_AUTH | S_READ_ONLY | S_FD_PASSING):
             _refuse("EPROTOCOL", "reserved SERVER_HELLO flags")
-        if h["flags"] & S_FD_PASSING:
+        if h["flags"] & S_FD_PASSING and not self.fd_passing:
             _refuse("EPROTOCOL", "FD_PASSING granted but not asked for")
+        self.fd_granted = bool(h["flags"] & S_FD_PASSING)
         self.hello, self.version, self.max_frame = h, h["version"], h["max_frame"]
         if h["flags"] & S_AUTH:
             if secret is None:
@@ -509,7 +537,18 @@ class Client:
             _refuse("EPROTOCOL", "END on the TENSOR_HEADER does not match the stream")
         expect = 0
         while not done:
-            _, fflags, payload = self._expect(rid, DATA)
+            type_, fflags, payload = self._expect(rid, DATA, DATA_FD)
+            if type_ == DATA_FD:
+                if range_ != WHOLE or received or dev != 0 or expect >= len(runs):
+                    self._close_fds()
+                    _refuse("EPROTOCOL", "DATA_FD where §6.6 allows none")
+                i = runs[expect][0]
+                data[i] = bytearray(self._mapped(payload, i, buffers[i], entries[i][0]))
+                expect += 1
+                done = bool(fflags & END)
+                if done != (expect == len(runs)):
+                    _refuse("EPROTOCOL", "END does not end the stream")
+                continue
             if len(payload) < 17:
                 _refuse("EPROTOCOL", "DATA is truncated")
             buffer, check, offset = struct.unpack_from("<IIQ", payload)
@@ -538,6 +577,39 @@ class Client:
             if xxh3(b.data) != b.checksum:
                 _refuse("ECHECKSUM", f"tensor '{tname}' buffer {i}: checksum mismatch")
         return SpecTensor(tname, buffers, node, metadata)
+
+    def _mapped(self, payload, i, buffer, desc):
+        """The bytes of a DATA_FD frame for buffer `i`, after the checks of §6.6."""
+        if not self.fds:
+            _refuse("EPROTOCOL", f"buffer {i}: DATA_FD without its descriptor")
+        (fd,) = self.fds
+        self.fds = []
+        try:
+            if len(payload) != 24:
+                _refuse("EPROTOCOL", f"buffer {i}: DATA_FD of {len(payload)} bytes")
+            number, kind, offset, length = struct.unpack("<IB3xQQ", payload)
+            _zero(payload[5:8], f"buffer {i}: DATA_FD")
+            if number != i or length != buffer.size or kind > 1:
+                _refuse("EPROTOCOL", f"buffer {i}: DATA_FD names buffer {number}, kind {kind}, "
+                        f"{length} bytes")
+            if offset + length >= 1 << 63:
+                _refuse("EPROTOCOL", f"buffer {i}: file_offset + length overflows")
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size < offset + length:
+                _refuse("EPROTOCOL", f"buffer {i}: not a regular file of the bytes it names")
+            if kind == 1:
+                seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+                if ~seals & (fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK):
+                    _refuse("EPROTOCOL", f"buffer {i}: the memfd is not sealed")
+            if desc["alignment"] > mmap.PAGESIZE or offset % desc["alignment"]:
+                _refuse("EPROTOCOL", f"buffer {i}: file_offset {offset} breaks the alignment")
+            page = offset - offset % mmap.PAGESIZE
+            with mmap.mmap(fd, offset + length - page, mmap.MAP_PRIVATE,
+                           mmap.PROT_READ | mmap.PROT_WRITE, offset=page) as m:
+                self.fd_frames += 1
+                return m[offset - page:]
+        finally:
+            os.close(fd)
 
     def goodbye(self):
         """GOODBYE (§7.3): the server answers GOODBYE and closes."""

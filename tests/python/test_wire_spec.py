@@ -2,8 +2,8 @@
 
 spec_wire.py is a client written from the spec alone. Here it meets hurray's own server (on TCP
 loopback and on a Unix socket): what it lists and fetches -- every dtype, 0-d, empty and strided
-sources, every layout with all its buffers, rows and byte ranges -- equals what was served, byte
-for byte; its frames for the golden examples of §9 are the spec's bytes, read from the spec
+sources, every layout with all its buffers, rows, byte ranges, resumed requests and the
+same-host descriptors of §6.6 -- equals what was served, byte for byte; its frames for the golden examples of §9 are the spec's bytes, read from the spec
 itself; and the protocol violations the spec says a server must answer with ERROR get exactly
 the code it names, with the connection left as §7.2 says."""
 
@@ -130,11 +130,11 @@ def test_rows_and_bytes(server):
         c.goodbye()
 
 
-def test_small_frames_split_the_stream(server):
+def test_small_frames_split_the_stream():
     """max_frame at its floor (2^16): a 256 KiB tensor arrives in several DATA frames, each
     checked; a BYTES range across them carries one check per frame."""
     big = np.arange(1 << 16, dtype=np.float32)
-    with hurray.serve({"big": big}, address=None) as s, client(s, max_frame=1 << 16) as c:
+    with hurray.serve({"big": big}) as s, client(s, max_frame=1 << 16) as c:
         assert c.max_frame == 1 << 16
         t = c.get("big")
         assert t.buffers[0].data == big.tobytes()
@@ -347,9 +347,7 @@ class raw:
 
 
 def recv(sock):
-    c = w.Client.__new__(w.Client)
-    c.sock, c.max_frame = sock, 1 << 20
-    return c.recv_frame()
+    return w.Client.over(sock).recv_frame()
 
 
 def assert_closing_error(sock, status, message=None):
@@ -525,3 +523,24 @@ def test_authentication_refusals_name_the_reason():
         with pytest.raises(w.SpecWireError) as e:
             w.Client(s.address, secret=b"s3cret")
         assert e.value.status == "EAUTH"
+
+
+def test_same_host_descriptors(tmp_path):
+    """§6.6: on a Unix socket a client that asks gets DATA_FD frames (a sealed memfd for
+    tensors in memory, the file for a served file), which carry the same bytes."""
+    tensors = {name: make() for name, make in DENSE.items()}
+    path = tmp_path / "m.hurray"
+    hurray.save(str(path), {"f": np.arange(1000, dtype=np.float64)})
+    for served in (tensors, str(path)):
+        with hurray.serve(served, address=f"unix:{tmp_path / 's.sock'}") as s:
+            with w.Client(s.address, fd_passing=True) as c:
+                assert c.hello["flags"] & w.S_FD_PASSING
+                for name in [e["name"] for e in c.list()]:
+                    t = c.get(name)
+                    want = (np.arange(1000, dtype=np.float64) if name == "f"
+                            else np.ascontiguousarray(tensors[name]))
+                    assert t.node.parts[0].to_numpy(t.buffers).tobytes() == want.tobytes()
+                assert c.fd_frames > 0
+                c.goodbye()
+        with hurray.serve(served) as s, w.Client(s.address, fd_passing=True) as c:
+            assert not c.hello["flags"] & w.S_FD_PASSING  # never on TCP
