@@ -47,9 +47,12 @@ S_AUTH, S_READ_ONLY, S_FD_PASSING = 0x1, 0x2, 0x4
 WHOLE, ROWS, BYTES = 0, 1, 2
 FALLBACK = 0x1
 
-# §7.1: the codes a peer sends.
+# §7.1: the codes a peer sends, and the validation statuses a refused PUT is sent as they are
+# (their values are hurray.h's HurrayStatus, §1).
 STATUS = {1: "EINVAL", 2: "ENOMEM", 4: "ELIMIT", 6: "EDEVICE", 13: "EUNSUPPORTED",
-          17: "ECHECKSUM", 18: "EPROTOCOL", 19: "EAUTH", 20: "EDENIED", 21: "ETIMEOUT"}
+          17: "ECHECKSUM", 18: "EPROTOCOL", 19: "EAUTH", 20: "EDENIED", 21: "ETIMEOUT",
+          3: "EOVERFLOW", 5: "EDTYPE", 7: "EMEMCLASS", 8: "ESYNC", 9: "EALIGN", 10: "ELAYOUT",
+          11: "EBOUNDS", 14: "EFORMAT"}
 CODES = {name: code for code, name in STATUS.items()}
 
 SMALL_LIMIT = 1 << 16   # §2.4: every frame but DATA, TENSOR_HEADER and PUT
@@ -121,6 +124,22 @@ def error(code, message):
     """An ERROR payload (§7.1)."""
     raw = message.encode("utf-8")
     return struct.pack("<IHH", code, len(raw), 0) + raw
+
+
+def dense_header(name, dtype, shape, data, device=0, resume=0, checksum=None):
+    """A TENSOR_HEADER or PUT payload (§6.3) for a DENSE row-major tensor of one CPU buffer of
+    `data` (its Appendix A record without strides or metadata); `checksum` overrides the
+    buffer's XXH3-64."""
+    raw = name.encode("utf-8")
+    ndim = len(shape)
+    extents = struct.pack(f"<{ndim}q", *shape)
+    record = (struct.pack("<HHI", len(raw), 0, 0) + raw + bytes(pad8(len(raw)) - len(raw))
+              + struct.pack("<BBBBIiIq", 0, dtype, ndim, 1, 0, 0, 0, 0) + extents
+              + struct.pack("<BBBBIQ", dtype, ndim, 0, 0, 0, 0) + extents)
+    descriptor = struct.pack("<BBBBHHQ", device, 0, 0, 6, 0, 0, len(data))
+    entry = descriptor + struct.pack("<QB7x", xxh3(data) if checksum is None else checksum, 0)
+    return struct.pack("<B3xIQQII", device, 1, len(data), resume, len(record), 0) + entry + \
+        record
 
 
 def mac(secret, client_nonce, server_nonce, side):
@@ -611,6 +630,18 @@ class Client:
         finally:
             os.close(fd)
 
+    def put(self, header, data, frame_size=1 << 16):
+        """PUT (§6.7): the header, then `data` in DATA frames; returns the answer (PUT_OK's
+        request id, or raises the PeerError)."""
+        rid = self.request_id()
+        self.send(frame(PUT, rid, header, END if not data else 0))
+        for at in range(0, len(data), frame_size):
+            chunk = data[at:at + frame_size]
+            last = at + frame_size >= len(data)
+            self.send(frame(DATA, rid, struct.pack("<IIQ", 0, 0, at) + chunk, END if last else 0))
+        self._expect(rid, PUT_OK)
+        return rid
+
     def goodbye(self):
         """GOODBYE (§7.3): the server answers GOODBYE and closes."""
         self.send(frame(GOODBYE))
@@ -622,4 +653,5 @@ class Client:
 
 
 __all__ = ["Client", "SpecWireError", "PeerError", "frame", "hello", "tensor_request", "error",
+           "dense_header",
            "mac", "parse_hello", "parse_list_result", "parse_tensor_header", "decode_record"]

@@ -544,3 +544,38 @@ def test_same_host_descriptors(tmp_path):
                 c.goodbye()
         with hurray.serve(served) as s, w.Client(s.address, fd_passing=True) as c:
             assert not c.hello["flags"] & w.S_FD_PASSING  # never on TCP
+
+
+def test_golden_tensor_header_encodes():
+    header, data = GOLDEN["9.5"]
+    assert w.frame(w.TENSOR_HEADER, 7, w.dense_header("x", 10, (2,), data[40:])) == header
+
+
+def test_uploads_and_their_refusals():
+    """§6.7: a PUT is served once PUT_OK; each refusal is an ERROR with the request's id after
+    which the server discards the upload's DATA up to END, and the connection goes on."""
+    a = np.arange(50_000, dtype=np.float32)
+    data = a.tobytes()
+    with hurray.serve({"t": np.zeros(1)}, max_upload_bytes=100_000) as s, \
+            w.Client(s.address) as c:
+        c.put(w.dense_header("up", 10, (20_000,), data[:80_000]), data[:80_000])
+        assert c.get("up").buffers[0].data == data[:80_000]
+        refusals = [
+            (w.dense_header("up", 10, (2,), data[:8]), data[:8], "EINVAL"),
+            (w.dense_header("big", 10, a.shape, data), data, "ELIMIT"),
+            (w.dense_header("r", 10, (2,), data[:8], resume=4), data[:8], "EUNSUPPORTED"),
+            (w.dense_header("c", 10, (2,), data[:8], checksum=1), data[:8], "ECHECKSUM"),
+            (w.dense_header("b", 10, (3,), data[:8]), data[:8], "EBOUNDS"),  # sent as it is
+            (w.dense_header("d", 99, (2,), data[:8]), data[:8], "EDTYPE")]
+        for header, body, status in refusals:
+            with pytest.raises(w.PeerError) as e:
+                c.put(header, body)
+            assert (e.value.status, e.value.request_id) == (status, c.next_id - 1)
+            assert {x["name"] for x in c.list()} == {"t", "up"}  # nothing left behind
+        c.goodbye()
+    with hurray.serve({"t": np.zeros(1)}, read_only=True) as s, w.Client(s.address) as c:
+        assert c.hello["flags"] & w.S_READ_ONLY
+        with pytest.raises(w.PeerError) as e:
+            c.put(w.dense_header("up", 10, (2,), data[:8]), data[:8])
+        assert e.value.message == "this server is read-only: uploads are refused"
+        assert [x["name"] for x in c.list()] == ["t"]
