@@ -531,6 +531,7 @@ class Client:
                                                             len(received), flags)))
         type_, hflags, payload = self._expect(rid, TENSOR_HEADER)
         dev, total, resume, entries, record = parse_tensor_header(payload)
+        self.header = (dev, total, resume, entries)  # the last response's, for its caller
         if resume != len(received):
             _refuse("EPROTOCOL", "resume_offset is not the request's")
         buffers = [SpecBuffer(ROLES[role], 0, d["size"], checksum, b"")

@@ -579,3 +579,25 @@ def test_uploads_and_their_refusals():
             c.put(w.dense_header("up", 10, (2,), data[:8]), data[:8])
         assert e.value.message == "this server is read-only: uploads are refused"
         assert [x["name"] for x in c.list()] == ["t"]
+
+
+def test_rows_of_a_strided_source_keep_its_strides(server):
+    """§6.3: ROWS is one buffer of exactly the bytes the rows address (alignment 64), strides
+    kept and the byte offset re-based onto it."""
+    cols = DENSE["cols"]()
+    with client(server) as c:
+        t = c.get("cols", w.ROWS, 1, 3)
+        (desc, _, _), = c.header[3]
+    (part,) = t.node.parts
+    assert (part.shape, part.strides, part.byte_offset) == ((2, 3), (6, 2), 0)
+    assert [b.size for b in t.buffers] == [(6 + 2 * 2 + 1) * 4]
+    assert part.to_numpy(t.buffers).tobytes() == np.ascontiguousarray(cols[1:3]).tobytes()
+    assert desc["alignment"] == 64
+
+
+def test_an_oversized_request_is_refused_from_its_header(one):
+    with raw(one) as sock:
+        recv(sock)
+        sock.sendall(w.HEADER.pack(w.MAGIC, w.TENSOR_REQUEST, 0, 0, 1, (1 << 16) + 1))
+        e = assert_closing_error(sock, "ELIMIT")
+        assert "65537" in e.message and "65536" in e.message  # §2.4: the length and the limit
