@@ -5,11 +5,13 @@ loopback and on a Unix socket): what it lists and fetches -- every dtype, 0-d, e
 sources, every layout with all its buffers, rows, byte ranges, resumed requests and the
 same-host descriptors of §6.6 -- equals what was served, byte for byte; its frames for the golden examples of §9 are the spec's bytes, read from the spec
 itself; and the protocol violations the spec says a server must answer with ERROR get exactly
-the code it names, with the connection left as §7.2 says."""
+the code it names, with the connection left as §7.2 says. In the other direction, hurray's client
+meets a server built from the spec's frames and refuses what the spec says a client refuses."""
 
 import re
 import socket
 import struct
+import threading
 from pathlib import Path
 
 import pytest
@@ -601,3 +603,96 @@ def test_an_oversized_request_is_refused_from_its_header(one):
         sock.sendall(w.HEADER.pack(w.MAGIC, w.TENSOR_REQUEST, 0, 0, 1, (1 << 16) + 1))
         e = assert_closing_error(sock, "ELIMIT")
         assert "65537" in e.message and "65536" in e.message  # §2.4: the length and the limit
+
+
+# ============================================================================================
+# hurray's client against a server written from the spec (§4.2, §5, §6.4, §6.6)
+# ============================================================================================
+
+
+class fake_server:
+    """A one-connection server on loopback that reads the CLIENT_HELLO, answers `hello` and
+    then answers each request with `answer(request_id)` (bytes), frame by frame from the spec."""
+
+    def __init__(self, hello, answer=None):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.hello, self.answer, self.client_hello = hello, answer, None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        sock, _ = self.listener.accept()
+        with sock:
+            peer = w.Client.over(sock)
+            self.client_hello = w.parse_hello(peer.recv_frame()[3], "CLIENT_HELLO")
+            sock.sendall(self.hello(self.client_hello))
+            try:
+                while True:
+                    type_, _, rid, _ = peer.recv_frame()
+                    if type_ == w.GOODBYE or self.answer is None:
+                        return
+                    sock.sendall(self.answer(rid))
+            except (w.SpecWireError, OSError):
+                return
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.listener.close()
+        self.thread.join(10)
+
+
+def server_hello(version=w.VERSION, flags=0, max_frame=None, devices=((0, b""),), rid=0):
+    def make(client_hello):
+        mf = client_hello["max_frame"] if max_frame is None else max_frame
+        return w.frame(w.SERVER_HELLO, rid, w.hello(version, flags, mf, bytes(32), devices))
+    return make
+
+
+@pytest.mark.parametrize("hello, raises, code", [
+    (server_hello(version=(1, 2)), hurray.WireError, 18),
+    (server_hello(version=(2, 0)), hurray.UnsupportedError, 13),
+    (server_hello(max_frame=1 << 30), hurray.WireError, 18),
+    (server_hello(flags=w.S_FD_PASSING), hurray.WireError, 18),
+    (server_hello(devices=[(0, b""), (0xF3, b"npu_x")]), hurray.DescriptorError, 6),
+    (server_hello(devices=[(0, b""), (0x42, b"")]), hurray.DescriptorError, 6),
+    (server_hello(rid=5), hurray.WireError, 18),
+    (server_hello(flags=w.S_AUTH), hurray.AuthenticationError, 19),
+], ids=["minor", "major", "max_frame", "fd_on_tcp", "private", "reserved", "id", "auth"])
+def test_the_client_refuses_the_hellos_the_spec_refuses(hello, raises, code):
+    with fake_server(hello) as s:
+        with pytest.raises(raises) as e:
+            hurray.connect(s.address)
+        assert e.value.code == code
+
+
+def answer_x(data=b"\x00\x00\x80?\x00\x00\x00@", check=0, start=0):
+    """9.5's TENSOR_HEADER for [1.0, 2.0] and one DATA frame of `data` from stream byte
+    `start` (a BYTES response when `start` or `check` is given)."""
+    good = b"\x00\x00\x80?\x00\x00\x00@"
+    return lambda rid: (
+        w.frame(w.TENSOR_HEADER, rid, w.dense_header("x", 10, (2,), good)) +
+        w.frame(w.DATA, rid, struct.pack("<IIQ", 0, check, start) + data, w.END))
+
+
+def test_the_client_checks_what_the_spec_says_it_checks():
+    with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
+        assert np.asarray(c.get("x")).tolist() == [1.0, 2.0]  # the golden tensor itself
+    with fake_server(server_hello(), answer_x(b"\x00\x00\x80?\x00\x00\x01@")) as s, \
+            hurray.connect(s.address) as c:
+        with pytest.raises(hurray.ChecksumError):  # §6.4: a corrupted byte is not delivered
+            c.get("x")
+    with fake_server(server_hello(), answer_x(check=1)) as s, hurray.connect(s.address) as c:
+        with pytest.raises(hurray.WireError):  # a check outside a 1.1 BYTES response
+            c.get("x")
+    chunk = b"\x00\x80?\x00"
+    good = spec_file.xxh3(chunk) & 0xFFFFFFFF
+    with fake_server(server_hello(), answer_x(chunk, good, 1)) as s, \
+            hurray.connect(s.address) as c:
+        assert bytes(c.read("x", 1, 5)) == chunk  # 9.9
+    with fake_server(server_hello(), answer_x(chunk, good ^ 1, 1)) as s, \
+            hurray.connect(s.address) as c:
+        with pytest.raises(hurray.ChecksumError):
+            c.read("x", 1, 5)
