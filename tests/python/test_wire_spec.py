@@ -161,6 +161,8 @@ def test_the_device_rule(server):
         with pytest.raises(w.PeerError) as e:
             c.get("f32", device=1)
         assert e.value.code == w.CODES["EUNSUPPORTED"] and e.value.request_id == 1
+        assert e.value.message == ("device cuda (0x01) is not served here; this server serves "
+                                   "cpu (0x00)")
         t = c.get("f32", device=1, flags=w.FALLBACK)  # served on the CPU instead
         assert t.buffers[0].data == DENSE["f32"]().tobytes()
         c.goodbye()
