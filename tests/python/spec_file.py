@@ -68,8 +68,8 @@ COALESCED = 1
 M_BOOL, M_INT64, M_FLOAT64, M_STRING, M_LIST, M_MAP = 1, 2, 3, 4, 5, 6
 
 
-class SpecFileError(ValueError):
-    """A file that file-format.md says a reader must refuse.
+class SpecError(ValueError):
+    """Something a spec under docs/spec/ says an implementation must refuse.
 
     Parameters
     ----------
@@ -82,6 +82,10 @@ class SpecFileError(ValueError):
     def __init__(self, status, message):
         super().__init__(f"HURRAY_{status}: {message}")
         self.status = status
+
+
+class SpecFileError(SpecError):
+    """A file that file-format.md says a reader must refuse (see :class:`SpecError`)."""
 
 
 def xxh3(data):

@@ -22,8 +22,9 @@ import socket
 import stat
 import struct
 
-from spec_file import (_Cursor, SpecArray, SpecBuffer, SpecFileError, SpecNode, SpecTensor,
-                       LAYOUTS, ROLES, _decode_metadata, _extent, _name, _validate, pad8, xxh3)
+from spec_file import (_Cursor, SpecArray, SpecBuffer, SpecError, SpecFileError, SpecNode,
+                       SpecTensor, LAYOUTS, ROLES, _decode_metadata, _extent, _name, _validate,
+                       pad8, xxh3)
 
 MAGIC = b"\x89HRW"
 HEADER = struct.Struct("<4sBBHQQ")  # §2: magic, type, flags, reserved, request_id, length
@@ -60,20 +61,8 @@ HEADER_LIMIT = 1 << 26  # TENSOR_HEADER and PUT
 MAX_BUFFERS = 65536
 
 
-class SpecWireError(ValueError):
-    """Something interchange.md says a client must refuse.
-
-    Parameters
-    ----------
-    status : str
-        The status the spec names, without its ``HURRAY_`` prefix.
-    message : str
-        What was wrong.
-    """
-
-    def __init__(self, status, message):
-        super().__init__(f"HURRAY_{status}: {message}")
-        self.status = status
+class SpecWireError(SpecError):
+    """Something interchange.md says a client must refuse (see :class:`spec_file.SpecError`)."""
 
 
 class PeerError(SpecWireError):
