@@ -47,7 +47,9 @@ for target in fuzz/python/fuzz_*.py; do
   rm -rf "$work"
 done
 
-echo "== array API conformance: ../shared/array-api-tests on hurray.array_api (2025.12, 2024.12; strict, relaxed)"
+echo "== array API conformance: array-api-tests on hurray.array_api (2025.12, 2024.12; strict, relaxed)"
+# The suite is not part of the clone: ../shared/array-api-tests or HURRAY_ARRAY_API_TESTS=DIR.
+# Without it this stage prints how to run it and passes, except under CI=true, where it fails.
 scripts/array-api-tests.sh
 
 echo "== Python tests under AddressSanitizer + UndefinedBehaviorSanitizer"
