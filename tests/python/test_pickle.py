@@ -90,6 +90,16 @@ def test_protocol_5_passes_every_buffer_out_of_band_without_a_copy():
     assert descriptor(back) == expected
 
 
+def test_multiprocessing_pickles_the_bytes_in_band():
+    """What getting-started.md says of multiprocessing: its pickler has no buffer_callback,
+    so a tensor's bytes are copied into the pickle (no out-of-band route to promise)."""
+    from multiprocessing.reduction import ForkingPickler
+    t = hurray.Tensor(bytes(4 << 20), hurray.float32, [1 << 20])
+    data = bytes(ForkingPickler.dumps(t))
+    assert 4 << 20 < len(data) < (4 << 20) + 512
+    assert pickle.loads(data).tobytes() == t.tobytes()
+
+
 def test_read_only_is_kept_whatever_the_bytes_arrive_as():
     ro = hurray.Tensor(bytes(range(8)), hurray.uint8, [8])
     rw = hurray.Tensor(bytearray(range(8)), hurray.uint8, [8])
