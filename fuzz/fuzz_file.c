@@ -25,7 +25,7 @@
 static volatile uint8_t g_sink; /* keeps the reads of tensor bytes */
 
 static void walk_metadata(const HurrayMetaValue *v) {
-  if (v->type == HURRAY_META_STRING) {
+  if (v->type == HURRAY_META_STRING || v->type == HURRAY_META_INTEGER) {
     for (uint32_t i = 0; i <= v->count; i++) g_sink ^= (uint8_t)v->as.string[i]; /* and NUL */
   }
   if (v->type == HURRAY_META_LIST || v->type == HURRAY_META_MAP) {

@@ -717,7 +717,8 @@ HURRAY_API int hurray_device_wait(HurrayDeviceQueue *queue, const HurrayBuffer *
 
 #define HURRAY_FILE_HEADER_SIZE 64
 #define HURRAY_FILE_VERSION_MAJOR 2 /* the format version this library writes and reads */
-#define HURRAY_FILE_VERSION_MINOR 0
+#define HURRAY_FILE_VERSION_MINOR 1 /* the highest minor read; 2.1 adds NULL and INTEGER
+                                       metadata, and a writer writes 2.0 unless a file uses them */
 #define HURRAY_FILE_DEFAULT_ALIGNMENT 64u
 #define HURRAY_FILE_MAX_ALIGNMENT (1u << 21) /* 2 MiB: a huge page */
 #define HURRAY_FILE_MAX_TENSORS (1u << 20)
@@ -732,11 +733,14 @@ typedef enum HurrayMetaType {
   HURRAY_META_FLOAT64 = 3,
   HURRAY_META_STRING = 4, /* UTF-8 */
   HURRAY_META_LIST = 5,   /* values of any types */
-  HURRAY_META_MAP = 6     /* unique UTF-8 keys of 1..HURRAY_MAX_NAME bytes -> values */
+  HURRAY_META_MAP = 6,    /* unique UTF-8 keys of 1..HURRAY_MAX_NAME bytes -> values */
+  HURRAY_META_NULL = 7,   /* no value (JSON's null, Python's None); file format 2.1 */
+  HURRAY_META_INTEGER = 8 /* an integer outside int64, as decimal text; file format 2.1 */
 } HurrayMetaType;
 
 #define HURRAY_META_MAX_DEPTH 16         /* levels of nesting; the root map is level 1 */
 #define HURRAY_META_MAX_BYTES (1u << 24) /* encoded bytes of one metadata map, 16 MiB */
+#define HURRAY_META_MAX_DIGITS 1024      /* bytes of an INTEGER's text, its sign included */
 
 /* One metadata value; a tree of them is metadata. Writers build trees in their own storage
  * (the structs are plain data, like HurrayTensorDesc); readers return trees they allocated.
@@ -744,19 +748,24 @@ typedef enum HurrayMetaType {
 typedef struct HurrayMetaValue {
   uint8_t type;        /* HurrayMetaType */
   uint8_t reserved[3]; /* zero */
-  uint32_t count;      /* STRING: bytes (excluding any NUL); LIST, MAP: items; else 0 */
+  uint32_t count;      /* STRING, INTEGER: bytes (excluding any NUL); LIST, MAP: items;
+                          else 0 */
   union {
     uint8_t boolean; /* BOOL: 0 or 1 */
     int64_t int64;
     double float64;
-    const char *string; /* STRING: `count` bytes; trees from a reader add a NUL after them */
+    const char *string; /* STRING: `count` bytes; trees from a reader add a NUL after them.
+                           INTEGER: `count` bytes of canonical decimal text ("-"? then digits,
+                           no leading zero) of a value outside int64, which is written as
+                           INT64 (HURRAY_EINVAL otherwise); NULL carries nothing */
     const struct HurrayMetaValue *items; /* LIST, MAP: `count` values */
   } as;
   const char *const *keys; /* MAP: `count` NUL-terminated keys (readers give them sorted by
                               bytes); NULL otherwise */
 } HurrayMetaValue;
 
-/* "bool", "int64", "float64", "string", "list", "map"; NULL for an unknown type. */
+/* "bool", "int64", "float64", "string", "list", "map", "null", "integer"; NULL for an
+ * unknown type. */
 HURRAY_API const char *hurray_meta_type_name(int type);
 
 /* Room for any text hurray_format_float64 writes, its NUL included. */

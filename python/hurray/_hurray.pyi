@@ -281,7 +281,7 @@ def from_hurray(obj: _SupportsHurray, /) -> Tensor: ...
 def _array_api_admits(dtype: _DType, /) -> builtins.bool: ...
 
 _Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
-_Meta = builtins.bool | int | float | str | list[_Meta] | tuple[_Meta, ...] | dict[str, _Meta]
+_Meta = None | builtins.bool | int | float | str | list[_Meta] | tuple[_Meta, ...] | dict[str, _Meta]
 
 def save(path: _Path, tensors: Mapping[str, Any], metadata: dict[str, _Meta] | None = None, *,
          alignment: int = 64, tensor_metadata: dict[str, dict[str, _Meta]] | None = None,

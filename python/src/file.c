@@ -24,6 +24,7 @@
  */
 #include "hurray_python.h"
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -81,11 +82,70 @@ static const char *arena_utf8(HurrayState *st, Arena *arena, PyObject *text, int
   return copy;
 }
 
-static int meta_from_py(HurrayState *st, Arena *arena, PyObject *obj, int depth,
+/* Where a metadata value stands in the argument, for errors: "metadata config.layers[2]".
+ * The root (the argument's name, and for tensor_metadata the tensor's name) and one step a
+ * level: a map key or a list index. Levels are bounded by HURRAY_META_MAX_DEPTH. */
+typedef struct MetaPath {
+  const char *root;
+  PyObject *root_key; /* tensor_metadata's tensor name, or NULL */
+  int depth;
+  struct {
+    PyObject *key; /* borrowed; NULL for a list index */
+    Py_ssize_t index;
+  } steps[HURRAY_META_MAX_DEPTH + 1];
+} MetaPath;
+
+/* The path as text, "metadata at config.layers[2]": keys that are identifiers as "key" (".key"
+ * after the first step), others as "['key']", indices as "[2]". */
+static PyObject *meta_path_text(const MetaPath *path) {
+  PyObject *text = path->root_key ? PyUnicode_FromFormat("%s[%R]", path->root, path->root_key)
+                                  : PyUnicode_FromString(path->root);
+  for (int i = 0; text != NULL && i < path->depth; i++) {
+    PyObject *key = path->steps[i].key, *step;
+    if (key == NULL) { /* never the first step: the root is a dict */
+      step = PyUnicode_FromFormat("[%zd]", path->steps[i].index);
+    } else if (PyUnicode_Check(key) && PyUnicode_IsIdentifier(key)) {
+      step = PyUnicode_FromFormat(i == 0 ? " at %U" : ".%U", key);
+    } else if (i == 0) {
+      step = PyUnicode_FromFormat(" at [%R]", key);
+    } else {
+      step = PyUnicode_FromFormat("[%R]", key);
+    }
+    if (step == NULL) Py_CLEAR(text);
+    else PyUnicode_AppendAndDel(&text, step);
+  }
+  return text;
+}
+
+/* Raises `exception` ("metadata at config.layers[2]: <message>"); returns -1. */
+static int meta_refuse(const MetaPath *path, PyObject *exception, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  PyObject *message = PyUnicode_FromFormatV(fmt, args);
+  va_end(args);
+  PyObject *where = message ? meta_path_text(path) : NULL;
+  if (where != NULL) PyErr_Format(exception, "%U: %U", where, message);
+  Py_XDECREF(where);
+  Py_XDECREF(message);
+  return -1;
+}
+
+static int meta_from_py(HurrayState *st, Arena *arena, PyObject *obj, MetaPath *path,
                         HurrayMetaValue *out);
 
+/* Converts `value` as the next step of `path`. */
+static int meta_step(HurrayState *st, Arena *arena, PyObject *value, PyObject *key,
+                     Py_ssize_t index, MetaPath *path, HurrayMetaValue *out) {
+  path->steps[path->depth].key = key;
+  path->steps[path->depth].index = index;
+  path->depth++;
+  int result = meta_from_py(st, arena, value, path, out);
+  path->depth--;
+  return result;
+}
+
 /* A dict into a MAP (keys: str). */
-static int meta_map_from_py(HurrayState *st, Arena *arena, PyObject *dict, int depth,
+static int meta_map_from_py(HurrayState *st, Arena *arena, PyObject *dict, MetaPath *path,
                             HurrayMetaValue *out) {
   /* Iterate a snapshot: converting a value may run Python code (a foreign number's __index__
    * or __float__), and a dict mutated during PyDict_Next is undefined. */
@@ -109,12 +169,12 @@ static int meta_map_from_py(HurrayState *st, Arena *arena, PyObject *dict, int d
     PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 0);
     PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 1);
     if (!PyUnicode_Check(key)) {
-      PyErr_Format(PyExc_TypeError, "metadata keys must be str, not %.200s", Py_TYPE(key)->tp_name);
-      result = -1;
+      result = meta_refuse(path, PyExc_TypeError, "metadata keys must be str, not %.200s (%R)",
+                           Py_TYPE(key)->tp_name, key);
       break;
     }
     keys[i] = arena_utf8(st, arena, key, 0, "metadata key", NULL);
-    if (keys[i] == NULL || meta_from_py(st, arena, value, depth + 1, &items[i]) < 0) {
+    if (keys[i] == NULL || meta_step(st, arena, value, key, 0, path, &items[i]) < 0) {
       result = -1;
       break;
     }
@@ -127,19 +187,15 @@ static int meta_map_from_py(HurrayState *st, Arena *arena, PyObject *dict, int d
   return 0;
 }
 
-/* Whether `obj` is a numpy.bool_ (1) or not (0), without importing NumPy: if it is not
- * imported, nothing is a NumPy scalar. -1 with an exception set. */
-static int is_numpy_bool(PyObject *obj) {
-  if (PyBool_Check(obj) || PyLong_Check(obj) || PyFloat_Check(obj) || PyUnicode_Check(obj) ||
-      PyDict_Check(obj) || PyList_Check(obj) || PyTuple_Check(obj)) {
-    return 0;
-  }
-  PyObject *name = PyUnicode_FromString("numpy");
-  if (name == NULL) return -1;
-  PyObject *numpy = PyImport_GetModule(name); /* NULL, no error, when not imported */
-  Py_DECREF(name);
+/* Whether `obj` is an instance of numpy.`name` (1) or not (0), without importing NumPy: if it
+ * is not imported, nothing is a NumPy object. -1 with an exception set. */
+static int is_numpy(PyObject *obj, const char *name) {
+  PyObject *module_name = PyUnicode_FromString("numpy");
+  if (module_name == NULL) return -1;
+  PyObject *numpy = PyImport_GetModule(module_name); /* NULL, no error, when not imported */
+  Py_DECREF(module_name);
   if (numpy == NULL) return PyErr_Occurred() ? -1 : 0;
-  PyObject *type = PyObject_GetAttrString(numpy, "bool_");
+  PyObject *type = PyObject_GetAttrString(numpy, name);
   Py_DECREF(numpy);
   if (type == NULL) return -1;
   int result = PyType_Check(type) && PyObject_TypeCheck(obj, (PyTypeObject *)type);
@@ -147,16 +203,52 @@ static int is_numpy_bool(PyObject *obj) {
   return result;
 }
 
-static int meta_from_py(HurrayState *st, Arena *arena, PyObject *obj, int depth,
+/* An int outside int64 as an INTEGER: its canonical decimal text. */
+static int meta_big_integer(HurrayState *st, Arena *arena, PyObject *index,
+                            const MetaPath *path, HurrayMetaValue *out) {
+  PyObject *limit_error = st->exceptions[HURRAY_PY_EXC_LIMIT];
+  PyObject *text = PyObject_Str(index); /* an exact int: Python's canonical decimal digits */
+  if (text == NULL) {
+    if (!PyErr_ExceptionMatches(PyExc_ValueError)) return -1;
+    PyErr_Clear(); /* past sys.get_int_max_str_digits() */
+    return meta_refuse(path, limit_error, "metadata integers have at most %d digits",
+                       HURRAY_META_MAX_DIGITS);
+  }
+  Py_ssize_t size = 0;
+  const char *digits = PyUnicode_AsUTF8AndSize(text, &size);
+  int result = -1;
+  if (digits != NULL && size > HURRAY_META_MAX_DIGITS) {
+    meta_refuse(path, limit_error, "an integer of %zd digits; metadata integers have at most %d",
+                size, HURRAY_META_MAX_DIGITS);
+  } else if (digits != NULL) {
+    char *copy = arena_alloc(arena, (size_t)size + 1);
+    if (copy != NULL) {
+      memcpy(copy, digits, (size_t)size + 1);
+      *out = (HurrayMetaValue){.type = HURRAY_META_INTEGER, .count = (uint32_t)size};
+      out->as.string = copy;
+      result = 0;
+    }
+  }
+  Py_DECREF(text);
+  return result;
+}
+
+static int meta_from_py(HurrayState *st, Arena *arena, PyObject *obj, MetaPath *path,
                         HurrayMetaValue *out) {
   memset(out, 0, sizeof *out);
-  if (depth > HURRAY_META_MAX_DEPTH) {
-    hurray__py_raise_statusf(st, HURRAY_ELIMIT,
-                             "metadata nests deeper than HURRAY_META_MAX_DEPTH (%d) levels",
-                             HURRAY_META_MAX_DEPTH);
-    return -1;
+  if (path->depth + 1 > HURRAY_META_MAX_DEPTH) {
+    return meta_refuse(path, st->exceptions[HURRAY_PY_EXC_LIMIT],
+                       "metadata nests deeper than HURRAY_META_MAX_DEPTH (%d) levels",
+                       HURRAY_META_MAX_DEPTH);
   }
-  int numpy_bool = is_numpy_bool(obj);
+  if (obj == Py_None) {
+    out->type = HURRAY_META_NULL;
+    return 0;
+  }
+  int builtin = PyBool_Check(obj) || PyLong_Check(obj) || PyFloat_Check(obj) ||
+                 PyUnicode_Check(obj) || PyDict_Check(obj) || PyList_Check(obj) ||
+                 PyTuple_Check(obj);
+  int numpy_bool = builtin ? 0 : is_numpy(obj, "bool_");
   if (numpy_bool < 0) return -1;
   if (PyBool_Check(obj) || numpy_bool) { /* numpy.bool_ stays a bool, not 1.0 */
     int truth = PyObject_IsTrue(obj);
@@ -170,28 +262,41 @@ static int meta_from_py(HurrayState *st, Arena *arena, PyObject *obj, int depth,
     out->as.float64 = PyFloat_AS_DOUBLE(obj);
     return 0;
   }
-  if (PyLong_Check(obj) || PyIndex_Check(obj)) { /* int, and NumPy's integers */
+  /* Arrays and tensors, even 0-d and 1-element ones, answer __index__ or __float__: only
+   * Python's and NumPy's scalars are numbers here, so that an array never becomes one number by
+   * accident. */
+  int array = builtin ? 0 : is_numpy(obj, "ndarray");
+  if (array < 0) return -1;
+  if (array) {
+    return meta_refuse(path, PyExc_TypeError,
+                       "a numpy.ndarray is not a metadata value (save it as a tensor, or "
+                       "convert it with .tolist(), or .item() for one element)");
+  }
+  int numpy_integer = builtin ? 0 : is_numpy(obj, "integer");
+  if (numpy_integer < 0) return -1;
+  if (PyLong_Check(obj) || numpy_integer) {
     PyObject *index = PyNumber_Index(obj);
     if (index == NULL) return -1;
     int overflow = 0;
     long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
-    if (value == -1 && PyErr_Occurred()) return -1;
-    if (overflow != 0) {
-      hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
-                       "metadata integer %R does not fit in int64", obj);
-      return -1;
+    int result = 0;
+    if (value == -1 && PyErr_Occurred()) {
+      result = -1;
+    } else if (overflow != 0) {
+      result = meta_big_integer(st, arena, index, path, out);
+    } else {
+      out->type = HURRAY_META_INT64;
+      out->as.int64 = (int64_t)value;
     }
-    out->type = HURRAY_META_INT64;
-    out->as.int64 = (int64_t)value;
-    return 0;
+    Py_DECREF(index);
+    return result;
   }
   if (PyUnicode_Check(obj)) {
     out->type = HURRAY_META_STRING;
     out->as.string = arena_utf8(st, arena, obj, 1, "metadata string", &out->count);
     return out->as.string == NULL ? -1 : 0;
   }
-  if (PyDict_Check(obj)) return meta_map_from_py(st, arena, obj, depth, out);
+  if (PyDict_Check(obj)) return meta_map_from_py(st, arena, obj, path, out);
   if (PyList_Check(obj) || PyTuple_Check(obj)) {
     PyObject *seq = PySequence_Tuple(obj); /* a snapshot, as for dicts */
     if (seq == NULL) return -1;
@@ -204,7 +309,7 @@ static int meta_from_py(HurrayState *st, Arena *arena, PyObject *obj, int depth,
     }
     int result = items == NULL ? -1 : 0;
     for (Py_ssize_t i = 0; result == 0 && i < n; i++) {
-      result = meta_from_py(st, arena, PyTuple_GET_ITEM(seq, i), depth + 1, &items[i]);
+      result = meta_step(st, arena, PyTuple_GET_ITEM(seq, i), NULL, i, path, &items[i]);
     }
     Py_DECREF(seq);
     if (result < 0) return -1;
@@ -213,31 +318,34 @@ static int meta_from_py(HurrayState *st, Arena *arena, PyObject *obj, int depth,
     out->as.items = items;
     return 0;
   }
-  if (PyObject_HasAttrString(obj, "__float__")) { /* NumPy's float16 and float32 scalars */
+  int numpy_float = is_numpy(obj, "floating");
+  if (numpy_float < 0) return -1;
+  if (numpy_float) { /* NumPy's float16 and float32 scalars (float64 is a float) */
     double value = PyFloat_AsDouble(obj);
     if (value == -1.0 && PyErr_Occurred()) return -1;
     out->type = HURRAY_META_FLOAT64;
     out->as.float64 = value;
     return 0;
   }
-  PyErr_Format(PyExc_TypeError,
-               "metadata values are bool, int, float, str, list, tuple or dict, not %.200s",
-               Py_TYPE(obj)->tp_name);
-  return -1;
+  return meta_refuse(path, PyExc_TypeError,
+                     "metadata values are None, bool, int, float, str, list, tuple or dict "
+                     "(and NumPy's scalars), not %.200s",
+                     Py_TYPE(obj)->tp_name);
 }
 
-/* The root of a metadata argument: None (no tree: *out NULL) or a dict. */
+/* The root of a metadata argument: None (no tree: *out NULL) or a dict. `what` names the
+ * argument in errors, with `key` (a tensor's name) after it when not NULL. */
 static int meta_root(HurrayState *st, Arena *arena, PyObject *obj, const char *what,
-                     const HurrayMetaValue **out) {
+                     PyObject *key, const HurrayMetaValue **out) {
   *out = NULL;
   if (obj == NULL || obj == Py_None) return 0;
+  MetaPath path = {.root = what, .root_key = key};
   if (!PyDict_Check(obj)) {
-    PyErr_Format(PyExc_TypeError, "%s must be a dict or None, not %.200s", what,
-                 Py_TYPE(obj)->tp_name);
-    return -1;
+    return meta_refuse(&path, PyExc_TypeError, "must be a dict or None, not %.200s",
+                       Py_TYPE(obj)->tp_name);
   }
   HurrayMetaValue *root = arena_alloc(arena, sizeof *root);
-  if (root == NULL || meta_from_py(st, arena, obj, 1, root) < 0) return -1;
+  if (root == NULL || meta_from_py(st, arena, obj, &path, root) < 0) return -1;
   *out = root;
   return 0;
 }
@@ -254,6 +362,10 @@ static PyObject *meta_to_py(const HurrayMetaValue *value) {
       return PyFloat_FromDouble(value->as.float64);
     case HURRAY_META_STRING:
       return PyUnicode_DecodeUTF8(value->as.string, (Py_ssize_t)value->count, "strict");
+    case HURRAY_META_NULL:
+      Py_RETURN_NONE;
+    case HURRAY_META_INTEGER: /* canonical decimal text of at most HURRAY_META_MAX_DIGITS */
+      return PyLong_FromString(value->as.string, NULL, 10);
     case HURRAY_META_LIST: {
       PyObject *list = PyList_New((Py_ssize_t)value->count);
       for (uint32_t i = 0; list != NULL && i < value->count; i++) {
@@ -433,7 +545,7 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (hurray__py_tensor_live(st, (HurrayTensorObject *)items[i].tensor) < 0) goto done;
   }
   const HurrayMetaValue *file_metadata = NULL;
-  if (meta_root(st, &arena, a[SV_METADATA], "metadata", &file_metadata) < 0) goto done;
+  if (meta_root(st, &arena, a[SV_METADATA], "metadata", NULL, &file_metadata) < 0) goto done;
   PyObject *per_tensor = a[SV_TENSOR_METADATA];
   if (per_tensor != NULL && per_tensor != Py_None) {
     if (!PyDict_Check(per_tensor)) {
@@ -448,7 +560,7 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
       if (value == NULL && PyErr_Occurred()) goto done;
       if (value == NULL) continue;
       matched++;
-      if (meta_root(st, &arena, value, "tensor_metadata values", &items[i].metadata) < 0) {
+      if (meta_root(st, &arena, value, "tensor_metadata", key, &items[i].metadata) < 0) {
         goto done;
       }
     }
@@ -1397,8 +1509,10 @@ PyMethodDef hurray__py_file_functions[] = {
          "    a NumPy array, or any DLPack producer (a CPU torch.Tensor, a JAX\n"
          "    array). Only CPU memory can be saved.\n"
          "metadata : dict, optional\n"
-         "    The file's metadata: str keys to bool, int (int64), float, str,\n"
-         "    list, tuple or dict, nested up to 16 levels.\n"
+         "    The file's metadata: str keys to None, bool, int (exact, up to 1024\n"
+         "    digits), float, str, list, tuple or dict, and NumPy's scalars,\n"
+         "    nested up to 16 levels: every JSON value. Anything else raises\n"
+         "    TypeError naming where it stands (\"metadata at config.layers[2]\").\n"
          "alignment : int, optional\n"
          "    Where every buffer starts in the file, and so in memory once\n"
          "    mapped: a power of two from 64 to 2 MiB (4096 suits O_DIRECT).\n"

@@ -54,6 +54,12 @@ static void print_value(const HurrayMetaValue *v) {
     case HURRAY_META_STRING:
       print_escaped(v->as.string, v->count, true);
       break;
+    case HURRAY_META_NULL:
+      fputs("null", stdout);
+      break;
+    case HURRAY_META_INTEGER: /* canonical decimal text, checked by the reader */
+      fwrite(v->as.string, 1, v->count, stdout);
+      break;
     default: { /* LIST, MAP */
       bool map = v->type == HURRAY_META_MAP;
       putchar(map ? '{' : '[');

@@ -526,6 +526,12 @@ static void sink_meta_json(FileSink *out, const HurrayMetaValue *v) {
     case HURRAY_META_STRING:
       sink_string(out, v->as.string, v->count);
       break;
+    case HURRAY_META_NULL:
+      sink_text(out, "null");
+      break;
+    case HURRAY_META_INTEGER: /* canonical decimal text: a JSON number as it stands */
+      hurray__sink_bytes(out, v->as.string, v->count);
+      break;
     default: { /* LIST, MAP */
       bool map = v->type == HURRAY_META_MAP;
       hurray__sink_u8(out, map ? '{' : '[');

@@ -137,7 +137,8 @@ static int build_index(View *v, FileSink *index, HurrayError *error) {
   int status = tensors != NULL ? describe_arrays(v, &records, tensors, &data_bytes, error)
                                : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   if (status == HURRAY_OK) {
-    status = hurray__meta_encode(v->source.metadata, &metadata, error);
+    uint16_t minor = 0; /* a source's metadata is strings: version 2.0's */
+    status = hurray__meta_encode(v->source.metadata, &metadata, &minor, error);
     if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
   }
   if (status == HURRAY_OK) {

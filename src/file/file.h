@@ -165,9 +165,11 @@ HURRAY_INTERNAL void hurray__hasher_destroy(FileHasher *h);
 /* ---- meta.c ------------------------------------------------------------------------------- */
 
 /* Encodes a caller's metadata MAP (or NULL) into `out`, keys sorted; an empty map encodes as
- * no bytes. HURRAY_EINVAL for a malformed tree, HURRAY_ELIMIT past the depth or size limits. */
+ * no bytes. `*minor` is the file format minor version the encoded values need (1 where they
+ * hold a NULL or INTEGER, else 0). HURRAY_EINVAL for a malformed tree, HURRAY_ELIMIT past the
+ * depth or size limits. */
 HURRAY_INTERNAL int hurray__meta_encode(const HurrayMetaValue *root, FileSink *out,
-                                        HurrayError *error);
+                                        uint16_t *minor, HurrayError *error);
 /* Validates an encoded metadata block from a file (spec §7); `len` 0 is the empty map. With
  * `arena`, also decodes it into `*out` (allocated in the arena); without, only validates. */
 HURRAY_INTERNAL int hurray__meta_decode(const uint8_t *bytes, size_t len, FileArena *arena,

@@ -1,5 +1,5 @@
-/* meta.c -- typed metadata (spec §7): a map of string, int64, float64, bool, list and map
- * values. Encoding writes map keys sorted by bytes, so a decoder proves keys unique in one
+/* meta.c -- typed metadata (spec §7): a map of string, int64, float64, bool, list, map, null
+ * and integer values. Encoding writes map keys sorted by bytes, so a decoder proves keys unique in one
  * linear pass; decoding checks every count against the bytes that remain before allocating. */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +24,10 @@ const char *hurray_meta_type_name(int type) {
       return "list";
     case HURRAY_META_MAP:
       return "map";
+    case HURRAY_META_NULL:
+      return "null";
+    case HURRAY_META_INTEGER:
+      return "integer";
     default:
       return NULL;
   }
@@ -58,6 +62,28 @@ size_t hurray_format_float64(double value, char out[HURRAY_FLOAT64_TEXT_SIZE]) {
   return n;
 }
 
+/* ---- integers outside int64 -------------------------------------------------------------- */
+
+/* Whether `len` bytes at `text` are an INTEGER's canonical text: an optional '-', then 1 to
+ * HURRAY_META_MAX_DIGITS digits in all without a leading zero, of a value outside int64 (whose
+ * values are INT64's). */
+static bool integer_text_valid(const char *text, size_t len) {
+  bool negative = len > 0 && text[0] == '-';
+  const char *digits = text + negative;
+  size_t n = len - negative;
+  if (len > HURRAY_META_MAX_DIGITS || n == 0 || digits[0] == '0') return false;
+  for (size_t i = 0; i < n; i++) {
+    if (digits[i] < '0' || digits[i] > '9') return false;
+  }
+  /* int64 spans -9223372036854775808 .. 9223372036854775807: 19 digits at most. */
+  static const char kLimit[] = "9223372036854775807";
+  size_t limit_len = sizeof kLimit - 1;
+  if (n != limit_len) return n > limit_len;
+  int order = memcmp(digits, kLimit, limit_len); /* the same length: compares as numbers */
+  return negative ? order > 0 && memcmp(digits, "9223372036854775808", limit_len) != 0
+                  : order > 0;
+}
+
 /* ---- encoding a caller's tree ------------------------------------------------------------- */
 
 typedef struct SortedKey {
@@ -71,9 +97,18 @@ static int compare_keys(const void *a, const void *b) {
   return hurray__compare_bytes(x->key, x->len, y->key, y->len);
 }
 
-static int encode_value(const HurrayMetaValue *v, int depth, FileSink *out, HurrayError *error);
+/* What encoding a tree found: the file format minor version its values need. */
+typedef struct Encoder {
+  FileSink *out;
+  uint16_t minor;
+  HurrayError *error;
+} Encoder;
 
-static int encode_map(const HurrayMetaValue *v, int depth, FileSink *out, HurrayError *error) {
+static int encode_value(const HurrayMetaValue *v, int depth, Encoder *e);
+
+static int encode_map(const HurrayMetaValue *v, int depth, Encoder *e) {
+  FileSink *out = e->out;
+  HurrayError *error = e->error;
   if (v->count > 0 && (v->keys == NULL || v->as.items == NULL)) {
     return hurray__fail(error, HURRAY_EINVAL, "metadata map of %u entries has NULL %s", v->count,
                         v->keys == NULL ? "keys" : "items");
@@ -97,7 +132,7 @@ static int encode_map(const HurrayMetaValue *v, int depth, FileSink *out, Hurray
     }
     hurray__sink_u16(out, (uint16_t)sorted[i].len);
     hurray__sink_bytes(out, sorted[i].key, sorted[i].len);
-    status = encode_value(&v->as.items[sorted[i].item], depth + 1, out, error);
+    status = encode_value(&v->as.items[sorted[i].item], depth + 1, e);
     if (status != HURRAY_OK) {
       hurray__error_prefix(error, status, "metadata key '%s': ", sorted[i].key);
     }
@@ -106,7 +141,9 @@ static int encode_map(const HurrayMetaValue *v, int depth, FileSink *out, Hurray
   return status;
 }
 
-static int encode_value(const HurrayMetaValue *v, int depth, FileSink *out, HurrayError *error) {
+static int encode_value(const HurrayMetaValue *v, int depth, Encoder *e) {
+  FileSink *out = e->out;
+  HurrayError *error = e->error;
   if (v->reserved[0] | v->reserved[1] | v->reserved[2]) {
     return hurray__fail(error, HURRAY_EINVAL, "metadata value has nonzero reserved bytes");
   }
@@ -145,6 +182,24 @@ static int encode_value(const HurrayMetaValue *v, int depth, FileSink *out, Hurr
       hurray__sink_u32(out, v->count);
       hurray__sink_bytes(out, v->as.string, v->count);
       break;
+    case HURRAY_META_NULL:
+      hurray__sink_u8(out, HURRAY_META_NULL);
+      hurray__sink_u8(out, 0); /* reserved: every value is at least two bytes (spec §7) */
+      e->minor = 1;
+      break;
+    case HURRAY_META_INTEGER:
+      if (v->as.string == NULL || !integer_text_valid(v->as.string, v->count)) {
+        return hurray__fail(error, HURRAY_EINVAL,
+                            "metadata integer '%.*s' is not the decimal text of an integer "
+                            "outside int64 (of at most %d bytes; int64 values are INT64)",
+                            v->as.string ? (int)(v->count < 64 ? v->count : 64) : 0,
+                            v->as.string ? v->as.string : "", HURRAY_META_MAX_DIGITS);
+      }
+      hurray__sink_u8(out, HURRAY_META_INTEGER);
+      hurray__sink_u32(out, v->count);
+      hurray__sink_bytes(out, v->as.string, v->count);
+      e->minor = 1;
+      break;
     case HURRAY_META_LIST:
     case HURRAY_META_MAP:
       if (depth >= HURRAY_META_MAX_DEPTH) {
@@ -152,7 +207,7 @@ static int encode_value(const HurrayMetaValue *v, int depth, FileSink *out, Hurr
                             HURRAY_META_MAX_DEPTH);
       }
       if (v->type == HURRAY_META_MAP) {
-        status = encode_map(v, depth, out, error);
+        status = encode_map(v, depth, e);
         break;
       }
       if (v->count > 0 && v->as.items == NULL) {
@@ -161,7 +216,7 @@ static int encode_value(const HurrayMetaValue *v, int depth, FileSink *out, Hurr
       hurray__sink_u8(out, HURRAY_META_LIST);
       hurray__sink_u32(out, v->count);
       for (uint32_t i = 0; i < v->count && status == HURRAY_OK; i++) {
-        status = encode_value(&v->as.items[i], depth + 1, out, error);
+        status = encode_value(&v->as.items[i], depth + 1, e);
       }
       break;
     default:
@@ -177,16 +232,20 @@ static int encode_value(const HurrayMetaValue *v, int depth, FileSink *out, Hurr
   return status;
 }
 
-int hurray__meta_encode(const HurrayMetaValue *root, FileSink *out, HurrayError *error) {
+int hurray__meta_encode(const HurrayMetaValue *root, FileSink *out, uint16_t *minor,
+                        HurrayError *error) {
   hurray__sink_reset(out);
+  *minor = 0;
   if (root == NULL) return HURRAY_OK;
   if (root->type != HURRAY_META_MAP) {
     return hurray__fail(
         error, HURRAY_EINVAL, "metadata must be a map, not %s",
         hurray_meta_type_name(root->type) ? hurray_meta_type_name(root->type) : "an unknown type");
   }
-  int status = encode_value(root, 0, out, error);
+  Encoder e = {.out = out, .error = error};
+  int status = encode_value(root, 0, &e);
   if (status != HURRAY_OK || root->count == 0) hurray__sink_reset(out); /* {} is no bytes */
+  if (status == HURRAY_OK) *minor = e.minor;
   return status;
 }
 
@@ -293,12 +352,27 @@ static int decode_value(Decoder *d, int depth, HurrayMetaValue *out) {
                sizeof bits);
       }
       return status;
-    case HURRAY_META_STRING: {
+    case HURRAY_META_NULL:
+      status = hurray__take(&d->cursor, 1, &p, d->error);
+      if (status == HURRAY_OK && p[0] != 0) {
+        status = hurray__fail(d->error, HURRAY_EFORMAT,
+                              "metadata null has reserved byte %u, not 0", p[0]);
+      }
+      return status;
+    case HURRAY_META_STRING:
+    case HURRAY_META_INTEGER: {
       uint32_t len = 0;
       status = take_u32(d, &len);
       if (status == HURRAY_OK) status = hurray__take(&d->cursor, len, &p, d->error);
-      if (status == HURRAY_OK && !hurray__utf8_valid(p, len)) {
+      if (status == HURRAY_OK && type == HURRAY_META_STRING && !hurray__utf8_valid(p, len)) {
         status = hurray__fail(d->error, HURRAY_EFORMAT, "metadata string is not valid UTF-8");
+      }
+      if (status == HURRAY_OK && type == HURRAY_META_INTEGER &&
+          !integer_text_valid((const char *)p, len)) {
+        status = hurray__fail(d->error, HURRAY_EFORMAT,
+                              "metadata integer of %u bytes is not the canonical decimal text "
+                              "of an integer outside int64 (at most %d bytes)",
+                              len, HURRAY_META_MAX_DIGITS);
       }
       if (status != HURRAY_OK) return status;
       out->count = len;

@@ -39,6 +39,9 @@ struct HurrayFileWriter {
   uint32_t name_slots;
   uint64_t records_bytes; /* sum of record_len */
   FileSink metadata;      /* the file's, encoded */
+  /* The format minor version that the committed records' and the file's metadata need: a
+   * file is written as the lowest version whose features it uses (spec §3). */
+  uint16_t records_minor, metadata_minor;
   /* the open tensor */
   char *open_name;
   size_t open_name_len;
@@ -355,9 +358,11 @@ int hurray_file_writer_end_tensor(HurrayFileWriter *writer, const HurrayTensorDe
   int status = check_state(writer, IN_TENSOR_OK, "hurray_file_writer_end_tensor", error);
   if (status != HURRAY_OK) return status;
   FileSink encoded = {0};
-  status = hurray__meta_encode(metadata, &encoded, error);
+  uint16_t minor = 0;
+  status = hurray__meta_encode(metadata, &encoded, &minor, error);
   if (status == HURRAY_OK) status = commit_tensor(writer, tensor, NULL, NULL, &encoded, error);
   if (status != HURRAY_OK) discard_tensor(writer);
+  if (status == HURRAY_OK && minor > writer->records_minor) writer->records_minor = minor;
   hurray__sink_reset(&encoded);
   return status;
 }
@@ -404,8 +409,9 @@ int hurray_file_writer_add(HurrayFileWriter *writer, const char *name,
   }
   FileRuns plan = {0};
   FileSink encoded = {0};
+  uint16_t minor = 0;
   if (status == HURRAY_OK) status = hurray__runs_make(&plan, tensor, error);
-  if (status == HURRAY_OK) status = hurray__meta_encode(metadata, &encoded, error);
+  if (status == HURRAY_OK) status = hurray__meta_encode(metadata, &encoded, &minor, error);
   if (status == HURRAY_OK) status = open_tensor(writer, name, error);
   bool opened = status == HURRAY_OK;
   for (uint32_t i = 0; opened && i < buffers->count && status == HURRAY_OK; i++) {
@@ -415,6 +421,7 @@ int hurray_file_writer_add(HurrayFileWriter *writer, const char *name,
     status = commit_tensor(writer, tensor, hurray__runs_rebase, &plan, &encoded, error);
   }
   if (opened && status != HURRAY_OK) discard_tensor(writer);
+  if (status == HURRAY_OK && minor > writer->records_minor) writer->records_minor = minor;
   hurray__runs_free(&plan);
   hurray__sink_reset(&encoded);
   return status;
@@ -427,7 +434,8 @@ int hurray_file_writer_set_metadata(HurrayFileWriter *writer, const HurrayMetaVa
   int status =
       check_state(writer, IDLE_OK | IN_TENSOR_OK, "hurray_file_writer_set_metadata", error);
   FileSink encoded = {0};
-  if (status == HURRAY_OK) status = hurray__meta_encode(metadata, &encoded, error);
+  uint16_t minor = 0;
+  if (status == HURRAY_OK) status = hurray__meta_encode(metadata, &encoded, &minor, error);
   if (status == HURRAY_OK) {
     status = check_index_limit(writer->tensor_count, writer->records_bytes, encoded.len, error);
   }
@@ -437,6 +445,7 @@ int hurray_file_writer_set_metadata(HurrayFileWriter *writer, const HurrayMetaVa
   }
   hurray__sink_reset(&writer->metadata);
   writer->metadata = encoded;
+  writer->metadata_minor = minor;
   return HURRAY_OK;
 }
 
@@ -497,7 +506,8 @@ int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error) {
   uint8_t h[HURRAY_FILE_HEADER_SIZE] = {0};
   memcpy(h, FILE_MAGIC, FILE_MAGIC_SIZE);
   hurray__store_le16(h + HDR_VERSION_MAJOR, HURRAY_FILE_VERSION_MAJOR);
-  hurray__store_le16(h + HDR_VERSION_MINOR, HURRAY_FILE_VERSION_MINOR);
+  hurray__store_le16(h + HDR_VERSION_MINOR,
+                     w->records_minor > w->metadata_minor ? w->records_minor : w->metadata_minor);
   h[HDR_ALIGNMENT_LOG2] = (uint8_t)__builtin_ctz(w->alignment);
   hurray__store_le64(h + HDR_FILE_SIZE, file_size);
   hurray__store_le64(h + HDR_INDEX_OFFSET, index_offset);

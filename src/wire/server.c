@@ -214,7 +214,8 @@ static int served_from_file(const HurrayFileReader *reader, uint32_t index, int 
   HurrayMetaValue *meta = NULL;
   FileSink encoded = {0};
   if (status == HURRAY_OK) status = hurray_file_reader_metadata(reader, index, &meta, error);
-  if (status == HURRAY_OK) status = hurray__meta_encode(meta, &encoded, error);
+  uint16_t minor = 0; /* the wire carries any value the file holds */
+  if (status == HURRAY_OK) status = hurray__meta_encode(meta, &encoded, &minor, error);
   HurrayTensorContext *context = NULL;
   if (status == HURRAY_OK) status = hurray_file_reader_get(reader, index, 0, &context, error);
   if (status == HURRAY_OK) {

@@ -73,7 +73,8 @@ PIN_OFFSET(HurrayFileTensorInfo, data_bytes, 16);
 PIN_OFFSET(HurrayFileTensorInfo, reserved2, 24);
 #endif
 _Static_assert(HURRAY_META_BOOL == 1 && HURRAY_META_INT64 == 2 && HURRAY_META_FLOAT64 == 3 &&
-                   HURRAY_META_STRING == 4 && HURRAY_META_LIST == 5 && HURRAY_META_MAP == 6,
+                   HURRAY_META_STRING == 4 && HURRAY_META_LIST == 5 && HURRAY_META_MAP == 6 &&
+                   HURRAY_META_NULL == 7 && HURRAY_META_INTEGER == 8,
                "metadata type codes are stored in files");
 _Static_assert(HURRAY_FILE_HEADER_SIZE == 64 && HURRAY_FILE_VERSION_MAJOR == 2,
                "the header and the format version");
@@ -441,11 +442,11 @@ static void header_violations_are_named(void **state) {
   im = image_copy(tiny); /* format 1.0 is refused, by name (ADR-056) */
   im.bytes[8] = 1;
   expect_refused(im, HURRAY_EUNSUPPORTED, "unsupported file format version 1.0 (this reader "
-                                          "reads 2.0 to 2.0)");
+                                          "reads 2.0 to 2.1)");
 
   im = image_copy(tiny);
-  im.bytes[10] = 1; /* a newer minor than this reader */
-  expect_refused(im, HURRAY_EUNSUPPORTED, "version 2.1");
+  im.bytes[10] = 2; /* a newer minor than this reader */
+  expect_refused(im, HURRAY_EUNSUPPORTED, "version 2.2");
 
   im = image_copy(tiny);
   im.bytes[50] = 1;

@@ -441,6 +441,93 @@ static void metadata_round_trips(void **state) {
   hurray_file_reader_destroy(r);
 }
 
+/* Writes one dense tensor with `tensor_meta` and file metadata `file_meta`; returns the
+ * file's version_minor, read back. */
+static uint16_t minor_written(const char *path, const HurrayMetaValue *file_meta,
+                              const HurrayMetaValue *tensor_meta) {
+  HurrayFileWriter *w = NULL;
+  OK(hurray_file_writer_create(path, NULL, &w, E));
+  Sample s = sample_dense();
+  OK(hurray_file_writer_add(w, "t", &s.desc, s.list, tensor_meta, E));
+  sample_free(&s);
+  OK(hurray_file_writer_set_metadata(w, file_meta, E));
+  OK(hurray_file_writer_finish(w, E));
+  hurray_file_writer_destroy(w);
+  HurrayFileReader *r = open_as(path, PREAD);
+  HurrayFileInfo info;
+  OK(hurray_file_reader_info(r, &info, E));
+  hurray_file_reader_destroy(r);
+  assert_int_equal(info.version_major, 2);
+  return info.version_minor;
+}
+
+/* Format 2.1 (spec §3, §7): NULL and INTEGER values round trip, and only a file that holds
+ * them is written as 2.1. */
+static void null_and_big_integers_make_a_2_1_file(void **state) {
+  (void)state;
+  const char *path = path_of("meta21.hurray");
+  static const char kBig[] = "18446744073709551617", kLow[] = "-9223372036854775809";
+  HurrayMetaValue list[3] = {{.type = HURRAY_META_NULL},
+                             {.type = HURRAY_META_INTEGER, .count = sizeof kBig - 1},
+                             {.type = HURRAY_META_INTEGER, .count = sizeof kLow - 1}};
+  list[1].as.string = kBig;
+  list[2].as.string = kLow;
+  static const char *const keys[] = {"values"};
+  HurrayMetaValue root = {.type = HURRAY_META_MAP, .count = 1, .keys = keys};
+  HurrayMetaValue holder = {.type = HURRAY_META_LIST, .count = 3};
+  holder.as.items = list;
+  root.as.items = &holder;
+  assert_int_equal(minor_written(path, &root, NULL), 1);
+  assert_int_equal(minor_written(path, NULL, &root), 1); /* a tensor's metadata counts too */
+
+  HurrayFileReader *r = open_as(path, PREAD);
+  HurrayMetaValue *m = NULL;
+  OK(hurray_file_reader_metadata(r, 0, &m, E));
+  const HurrayMetaValue *got = m->as.items[0].as.items;
+  assert_int_equal(got[0].type, HURRAY_META_NULL);
+  assert_int_equal(got[1].type, HURRAY_META_INTEGER);
+  assert_int_equal(got[1].count, sizeof kBig - 1);
+  assert_string_equal(got[1].as.string, kBig);
+  assert_string_equal(got[2].as.string, kLow);
+  assert_string_equal(hurray_meta_type_name(HURRAY_META_NULL), "null");
+  assert_string_equal(hurray_meta_type_name(HURRAY_META_INTEGER), "integer");
+  hurray_meta_destroy(m);
+  hurray_file_reader_destroy(r);
+
+  /* Without them, 2.0: int64's extremes stay INT64. */
+  HurrayMetaValue extreme = {.type = HURRAY_META_INT64};
+  extreme.as.int64 = INT64_MIN;
+  root.as.items = &extreme;
+  assert_int_equal(minor_written(path, &root, &root), 0);
+
+  /* INTEGER text that is not canonical, or lies inside int64, is refused (and names it). */
+  static const char *const bad[] = {"", "-", "-0", "0", "012345678901234567890", "12",
+                                    "9223372036854775807", "-9223372036854775808",
+                                    "+9223372036854775808", "1e30", "99999999999999999999 "};
+  HurrayFileWriter *w = NULL;
+  OK(hurray_file_writer_create(path_of("bad-integer.hurray"), NULL, &w, E));
+  HurrayMetaValue integer = {.type = HURRAY_META_INTEGER};
+  root.as.items = &integer;
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    integer.as.string = bad[i];
+    integer.count = (uint32_t)strlen(bad[i]);
+    HurrayError error = {0};
+    assert_int_equal(hurray_file_writer_set_metadata(w, &root, &error), HURRAY_EINVAL);
+    assert_non_null(strstr(error.message, "metadata key 'values': metadata integer"));
+  }
+  char digits[HURRAY_META_MAX_DIGITS + 2];
+  memset(digits, '9', sizeof digits);
+  integer.as.string = digits;
+  integer.count = HURRAY_META_MAX_DIGITS;
+  OK(hurray_file_writer_set_metadata(w, &root, E));
+  integer.count = HURRAY_META_MAX_DIGITS + 1;
+  assert_int_equal(hurray_file_writer_set_metadata(w, &root, NULL), HURRAY_EINVAL);
+  integer.as.string = NULL;
+  integer.count = 0;
+  assert_int_equal(hurray_file_writer_set_metadata(w, &root, NULL), HURRAY_EINVAL);
+  hurray_file_writer_destroy(w);
+}
+
 static void bad_metadata_is_refused_by_the_writer(void **state) {
   (void)state;
   HurrayFileWriter *w = NULL;
@@ -568,6 +655,7 @@ int main(void) {
       cmocka_unit_test(writable_views_write_private_copies),
       cmocka_unit_test(rows_are_read_alone),
       cmocka_unit_test(metadata_round_trips),
+      cmocka_unit_test(null_and_big_integers_make_a_2_1_file),
       cmocka_unit_test(bad_metadata_is_refused_by_the_writer),
       cmocka_unit_test(many_tensors_are_found_by_name),
       cmocka_unit_test(verification_reports_progress),

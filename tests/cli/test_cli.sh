@@ -10,6 +10,7 @@ make_files=$2
 dir=$3
 python=${4:-}
 make_certs=$(cd "$(dirname "$0")/../tls" && pwd)/make_certs.sh
+corpus=$(cd "$(dirname "$0")/../../fuzz/corpus/file" && pwd)
 rm -rf "$dir" && mkdir -p "$dir" && "$make_files" "$dir" || exit 1
 cd "$dir" || exit 1
 
@@ -44,7 +45,7 @@ has "6  the network or the peer refused"
 run 0 -h
 has "usage: hurray [--version] [--help] COMMAND"
 run 0 --version
-has "file format 2.0"
+has "file format 2.1"
 has "C ABI 4"
 run 2 --nope
 has "hurray: unknown option '--nope'"
@@ -113,6 +114,15 @@ has "  buffer 1: scales, 16 B at offset "
 has ", xxh3 "
 run 0 info --pread -- good.hurray
 has "12 tensors"
+# format 2.1: null and integers outside int64 print as JSON's null and exact digits
+run 0 info "$corpus/metadata_2_1.hurray"
+has "Hurray file 2.1, 1 tensor"
+has 'metadata: {"big": 18446744073709551616, "l": [null, {"x": null}], "low": -9223372036854775809, "n": null}'
+has 'metadata: {"pad": null, "seed": -1000000000000000000000000000000}'
+run 0 info --json "$corpus/metadata_2_1.hurray"
+has '"format_version": [2, 1]'
+has '"metadata": {"pad": null, "seed": -1000000000000000000000000000000}'
+run 0 convert --metadata-json --drop-metadata "$corpus/metadata_2_1.hurray" meta21.safetensors
 run 0 info good.hurray -bp # options after the operand, bundled
 has "  buffer 1: scales, 16 B at offset "
 run 0 info --buf good.hurray # an unambiguous prefix

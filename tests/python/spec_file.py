@@ -20,7 +20,7 @@ import numpy as np
 import xxhash
 
 MAGIC = b"\x89HRY\r\n\x1a\n"
-VERSION = (2, 0)
+VERSION = (2, 1)
 HEADER_SIZE = 64
 INDEX_HEADER_SIZE = 64
 INDEX_LIMIT = 1 << 28
@@ -65,7 +65,9 @@ ROLES = ["values", "scales", "zero_points", "mins", "indices", "indptr", "pages"
 COALESCED = 1
 
 # Metadata value types (file-format.md §7).
-M_BOOL, M_INT64, M_FLOAT64, M_STRING, M_LIST, M_MAP = 1, 2, 3, 4, 5, 6
+M_BOOL, M_INT64, M_FLOAT64, M_STRING, M_LIST, M_MAP, M_NULL, M_INTEGER = 1, 2, 3, 4, 5, 6, 7, 8
+MAX_INTEGER_TEXT = 1024
+INT64 = range(-(1 << 63), 1 << 63)
 
 
 class SpecError(ValueError):
@@ -230,6 +232,18 @@ def _decode_value(c, level):
             return raw.decode("utf-8")
         except UnicodeDecodeError:
             raise SpecFileError("EFORMAT", f"a string of {c.what} is not UTF-8") from None
+    if kind == M_NULL:
+        if c.u8() != 0:
+            raise SpecFileError("EFORMAT", f"a null of {c.what} has a nonzero byte")
+        return None
+    if kind == M_INTEGER:
+        raw = c.take(c.u32())
+        digits = raw[1:] if raw[:1] == b"-" else raw
+        if (not 1 <= len(raw) <= MAX_INTEGER_TEXT or not digits or not digits.isdigit()
+                or not digits.isascii() or digits[:1] == b"0" or int(raw) in INT64):
+            raise SpecFileError("EFORMAT", f"an integer of {c.what} is not canonical text of "
+                                "one outside int64")
+        return int(raw)
     if kind in (M_LIST, M_MAP):
         if level > MAX_METADATA_DEPTH:
             raise SpecFileError("ELIMIT", f"{c.what} nests deeper than 16 levels")
@@ -253,6 +267,18 @@ def _decode_value(c, level):
     raise SpecFileError("EFORMAT", f"unknown metadata type {kind} in {c.what}")
 
 
+def metadata_minor(value):
+    """The version_minor that metadata needs (§3): 1 when it holds a null or an integer outside
+    int64, else 0."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)
+                         and value not in INT64):
+        return 1
+    if isinstance(value, (list, tuple, dict)):
+        items = value.values() if isinstance(value, dict) else value
+        return max((metadata_minor(item) for item in items), default=0)
+    return 0
+
+
 def encode_metadata(value):
     """The metadata block (§7) of a dict: b"" for an empty one."""
     if not value:
@@ -263,8 +289,14 @@ def encode_metadata(value):
 
 
 def _encode_value(out, value):
-    if isinstance(value, bool):
+    if value is None:
+        out += bytes([M_NULL, 0])
+    elif isinstance(value, bool):
         out += bytes([M_BOOL, int(value)])
+    elif isinstance(value, int) and value not in INT64:
+        raw = str(value).encode("ascii")
+        out.append(M_INTEGER)
+        out += struct.pack("<I", len(raw)) + raw
     elif isinstance(value, int):
         out.append(M_INT64)
         out += struct.pack("<q", value)
@@ -940,7 +972,9 @@ def write(tensors, metadata=None, alignment=64, tensor_metadata=None):
     chunks = b"".join(struct.pack("<Q", xxh3(index[i:i + chunk]))
                       for i in range(0, len(index), chunk))
     out += chunks
-    header = MAGIC + struct.pack("<HHBBHQQQQQ", *VERSION, alignment.bit_length() - 1,
+    minor = max([metadata_minor(metadata or {})]
+                + [metadata_minor(m) for m in (tensor_metadata or {}).values()])
+    header = MAGIC + struct.pack("<HHBBHQQQQQ", VERSION[0], minor, alignment.bit_length() - 1,
                                  chunk_log2, 0, len(out), index_offset, len(index),
                                  xxh3(chunks), 0)
     out[:HEADER_SIZE] = header + struct.pack("<Q", xxh3(header))

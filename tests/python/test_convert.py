@@ -118,6 +118,19 @@ def test_safetensors_metadata_is_refused_or_written_as_json(tmp_path):
     assert "n" not in (safetensors_metadata(out) or {})
 
 
+def test_null_and_big_integers_become_exact_json_in_safetensors(tmp_path):
+    """Format 2.1's values as JSON text: null, and an integer's exact digits (a float64 would
+    round 2**64 + 1)."""
+    src, out = tmp_path / "m.hurray", tmp_path / "m.safetensors"
+    hurray.save(src, {"a": np.ones(2, np.float32)}, {"n": None, "big": 2 ** 64 + 1,
+                                                     "l": [None, -(2 ** 70)]})
+    hurray.convert(src, out, metadata_as_json=True)
+    meta = safetensors_metadata(out)
+    assert meta == {"n": "null", "big": "18446744073709551617",
+                    "l": "[null,-1180591620717411303424]"}
+    assert json.loads(meta["big"]) == 2 ** 64 + 1
+
+
 def test_per_tensor_metadata_has_no_place_in_safetensors(tmp_path):
     src, out = metadata_source(tmp_path, per_tensor=True), tmp_path / "m.safetensors"
     with pytest.raises(hurray.UnsupportedError, match="'a'"):

@@ -181,6 +181,19 @@ METADATA = {
     "config": {"hidden": 8, "act": "gelu", "rope": {"theta": 10000.0, "scaling": None is None}},
     "empty_map": {}, "empty_list": [],
 }
+# What format 2.1 adds (spec §7): null, and integers outside int64, exactly.
+METADATA_2_1 = {
+    "pad_token_id": None, "seed": 2 ** 64 + 1, "low": -(2 ** 63) - 1,
+    "digits": int("9" * 1024), "negative_digits": -int("9" * 1023),
+    "config": {"layers": [None, {"rope_scaling": None}], "vocab": 50257},
+}
+
+
+def version_of(path):
+    """The (major, minor) version of a file's header (spec §3)."""
+    with open(path, "rb") as f:
+        header = f.read(12)
+    return int.from_bytes(header[8:10], "little"), int.from_bytes(header[10:12], "little")
 
 
 def test_metadata_of_every_type_round_trips(path):
@@ -195,24 +208,68 @@ def test_metadata_of_every_type_round_trips(path):
 
 
 def test_tuples_and_numpy_scalars_are_accepted(path):
-    hurray.save(path, {"a": u8(b"a")}, {"t": (1, 2), "i": np.int32(7), "f": np.float32(0.5)})
+    hurray.save(path, {"a": u8(b"a")}, {"t": (1, 2), "i": np.int32(7), "f": np.float32(0.5),
+                                         "u": np.uint64(2 ** 64 - 1), "b": np.bool_(False),
+                                         "s": np.str_("text")})
     with hurray.open(path) as f:
-        assert f.metadata == {"t": [1, 2], "i": 7, "f": 0.5}
+        assert f.metadata == {"t": [1, 2], "i": 7, "f": 0.5, "u": 2 ** 64 - 1, "b": False,
+                              "s": "text"}
+        assert type(f.metadata["b"]) is bool
 
 
-@pytest.mark.parametrize("bad, error", [
-    ({"x": None}, TypeError),
-    ({"x": b"bytes"}, TypeError),
-    ({1: "int key"}, TypeError),
-    ({"x": 2 ** 64}, hurray.InvalidArgumentError),
-    ({"": 1}, hurray.InvalidArgumentError),
-    ({"k\0": 1}, hurray.InvalidArgumentError),
-    ("not a dict", TypeError),
+def test_null_and_big_integers_round_trip_in_a_2_1_file(path):
+    hurray.save(path, {"w": u8(b"abc")}, METADATA_2_1, tensor_metadata={"w": {"bias": None}})
+    assert version_of(path) == (2, 1)
+    with hurray.open(path) as f:
+        assert f.metadata == METADATA_2_1
+        assert f.tensor_metadata("w") == {"bias": None}
+
+
+@pytest.mark.parametrize("metadata, tensor_metadata", [
+    (METADATA, None), (None, {"w": {"x": 2 ** 63 - 1}}), ({"x": -(2 ** 63)}, None)])
+def test_files_without_what_2_1_adds_stay_2_0(path, metadata, tensor_metadata):
+    """A writer writes the lowest version whose features the file uses (spec §3), so readers
+    of 2.0 keep reading every file that needs nothing newer."""
+    hurray.save(path, {"w": u8(b"abc")}, metadata, tensor_metadata=tensor_metadata)
+    assert version_of(path) == (2, 0)
+
+
+def test_a_config_dict_round_trips_as_metadata(path):
+    """What a transformers config.to_dict() holds: None, nested dicts and lists, floats."""
+    config = {"architectures": ["GPT2LMHeadModel"], "n_embd": 8, "bos_token_id": 50256,
+              "pad_token_id": None, "task_specific_params": {"text-generation": {
+                  "do_sample": True, "max_length": 50}}, "layer_norm_epsilon": 1e-05,
+              "torch_dtype": None, "id2label": {"0": "LABEL_0"}, "rope_scaling": None}
+    hurray.save(path, {"w": u8(b"abc")}, {"config": config})
+    assert hurray.open(path).metadata == {"config": config}
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    ({"x": b"bytes"}, TypeError, "metadata at x: metadata values are None, bool, int, float, "
+                                 "str, list, tuple or dict (and NumPy's scalars), not bytes"),
+    ({1: "int key"}, TypeError, "metadata: metadata keys must be str, not int (1)"),
+    ({"config": {"layers": [1, 2, np.arange(3)]}}, TypeError,
+     "metadata at config.layers[2]: a numpy.ndarray is not a metadata value"),
+    ({"config": {"x y": {"z": object()}}}, TypeError, "metadata at config['x y'].z: "),
+    ({"c": {"n": np.array(3)}}, TypeError, "metadata at c.n: a numpy.ndarray"),
+    ({"x": int("9" * 1025)}, hurray.LimitError,
+     "metadata at x: an integer of 1025 digits; metadata integers have at most 1024"),
+    ({"": 1}, hurray.InvalidArgumentError, None),
+    ({"k\0": 1}, hurray.InvalidArgumentError, None),
+    ("not a dict", TypeError, "metadata: must be a dict or None, not str"),
 ])
-def test_bad_metadata_is_refused_and_nothing_is_written(path, bad, error):
-    with pytest.raises(error):
+def test_bad_metadata_is_refused_naming_where_and_nothing_is_written(path, bad, error, message):
+    with pytest.raises(error) as raised:
         hurray.save(path, {"a": u8(b"a")}, bad)
+    if message is not None:
+        assert str(raised.value).startswith(message), str(raised.value)
     assert not path.exists() and os.listdir(path.parent) == []
+
+
+def test_bad_tensor_metadata_names_the_tensor_and_the_path(path):
+    with pytest.raises(TypeError, match=r"^tensor_metadata\['w'\] at q\[0\]: .*not object"):
+        hurray.save(path, {"w": u8(b"a")}, tensor_metadata={"w": {"q": [object()]}})
+    assert not path.exists()
 
 
 def test_too_deep_metadata_is_a_limit_error(path):

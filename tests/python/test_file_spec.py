@@ -233,6 +233,13 @@ WRITES = {
                                                      "tensor_metadata": {"w": {"k": [1.5]}}}),
     "empty_metadata": ({"w": np.arange(3, dtype=np.int8)}, {"metadata": {},
                                                            "tensor_metadata": {"w": {}}}),
+    # §3, §7: version 2.1 where, and only where, a null or an integer outside int64 is written
+    "metadata_2_1": ({"w": np.arange(3, dtype=np.int8)}, {
+        "metadata": {"n": None, "big": 2 ** 64, "small": -(2 ** 63) - 1, "edge": 2 ** 63 - 1,
+                     "digits": -int("9" * 1023), "list": [None, {"x": None}]},
+        "tensor_metadata": {"w": {"k": [1.5]}}}),
+    "tensor_metadata_2_1": ({"w": np.arange(3, dtype=np.int8), "v": np.ones(2, np.uint8)},
+                            {"tensor_metadata": {"v": {"pad": None}}}),
     "many": ({f"t{i}": np.full(2, i, np.float32) for i in range(1500)}, {}),
 }
 
@@ -417,7 +424,7 @@ REFUSED = {
     "another format": (lambda: b"PK\x03\x04", "EFORMAT"),
     "a prefix of the magic": (lambda: BASE[:5], "EFORMAT"),
     "truncated header": (lambda: BASE[:40], "EFORMAT"),
-    "version 2.1": (lambda: patched(10, "<H", 1), "EUNSUPPORTED"),
+    "version 2.2": (lambda: patched(10, "<H", 2), "EUNSUPPORTED"),
     "version 1.0": (lambda: patched(8, "<H", 1), "EUNSUPPORTED"),
     "header checksum": (lambda: patched(56, "<B", BASE[56] ^ 1, sealed=False), "ECHECKSUM"),
     "reserved header bytes": (lambda: patched(14, "<H", 1), "EFORMAT"),
@@ -510,8 +517,16 @@ REFUSED = {
                               "ELAYOUT"),
     # §7: metadata
     "metadata not a map": (lambda: with_record(metadata=b"\x02" + bytes(8)), "EFORMAT"),
-    "unknown metadata type": (lambda: with_record(metadata=meta_map(meta_entry(b"k", b"\x07"))),
+    "unknown metadata type": (lambda: with_record(metadata=meta_map(meta_entry(b"k", b"\x09"))),
                               "EFORMAT"),
+    "null with a nonzero byte": (lambda: with_record(metadata=meta_map(meta_entry(b"k",
+                                                                                 b"\x07\x01"))),
+                                 "EFORMAT"),
+    **{f"integer {text!r}": (lambda text=text: with_record(metadata=meta_map(meta_entry(
+        b"k", b"\x08" + struct.pack("<I", len(text)) + text))), "EFORMAT")
+       for text in (b"", b"-", b"-0", b"0", b"007" + b"9" * 20, b"12", b"9223372036854775807",
+                    b"-9223372036854775808", b"+9223372036854775808", b"1e30",
+                    b"9" * 1025, "\u0661".encode() * 20)},
     "bool 2": (lambda: with_record(metadata=meta_map(meta_entry(b"k", b"\x01\x02"))),
                "EFORMAT"),
     "keys out of order": (lambda: with_record(metadata=meta_map(
@@ -579,6 +594,12 @@ ACCEPTED = {
         meta_entry(b"k", b"\x04\x01\0\0\0\0"))),
     "metadata nested 16 levels": lambda: with_record(metadata=meta_map(meta_entry(
         b"k", b"\x05\x01\0\0\0" * 14 + b"\x05\0\0\0\0"))),
+    # §3, §7: null and integer in a file labelled 2.0 (2.1's types are accepted there too)
+    "null in a 2.0 file": lambda: with_record(metadata=meta_map(meta_entry(b"k", b"\x07\0"))),
+    **{f"integer {text[:24]!r} in a 2.0 file": (lambda text=text: with_record(
+        metadata=meta_map(meta_entry(b"k", b"\x08" + struct.pack("<I", len(text)) + text))))
+       for text in (b"9223372036854775808", b"-9223372036854775809", b"9" * 1024,
+                    b"-" + b"9" * 1023)},
     # §6.4: children nested 8 deep
     "children nested 8 deep": lambda: with_node(nested(8)),
 }
