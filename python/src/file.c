@@ -405,10 +405,32 @@ static int is_instance_of(PyObject *module, const char *type_name, PyObject *obj
   return is;
 }
 
+/* A torch.Tensor that requires grad (a model's parameters) as `*out`, its detach(): the same
+ * storage without the autograd graph, which PyTorch's DLPack export refuses to carry. NULL
+ * for anything else; -1 with an exception. Never imports torch. */
+static int detached_torch_tensor(PyObject *obj, PyObject **out) {
+  *out = NULL;
+  PyObject *torch_name = PyUnicode_FromString("torch");
+  if (torch_name == NULL) return -1;
+  PyObject *torch = PyImport_GetModule(torch_name);
+  Py_DECREF(torch_name);
+  if (torch == NULL) return PyErr_Occurred() ? -1 : 0;
+  int is_tensor = is_instance_of(torch, "Tensor", obj);
+  Py_DECREF(torch);
+  if (is_tensor <= 0) return is_tensor;
+  PyObject *requires_grad = PyObject_GetAttrString(obj, "requires_grad");
+  int needs = requires_grad == NULL ? -1 : PyObject_IsTrue(requires_grad);
+  Py_XDECREF(requires_grad);
+  if (needs <= 0) return needs;
+  *out = PyObject_CallMethod(obj, "detach", NULL);
+  return *out == NULL ? -1 : 0;
+}
+
 /* `obj` as a hurray.Tensor (a new reference), without copying: a Tensor as it is, a NumPy
  * array through from_numpy (which keeps read-only arrays and ml_dtypes' types), a NumPy scalar
- * as its 0-d array (a copy of its one value), any other DLPack producer (PyTorch, JAX, ...)
- * through from_dlpack. */
+ * as its 0-d array (a copy of its one value), a torch.Tensor that requires grad through its
+ * detach() (the same storage), any other DLPack producer (PyTorch, JAX, ...) through
+ * from_dlpack. */
 PyObject *hurray__py_as_any_tensor(PyObject *module, HurrayState *st, PyObject *obj,
                                    PyObject *name, const char *operation) {
   if (Py_IS_TYPE(obj, st->tensor_type)) return Py_NewRef(obj);
@@ -430,6 +452,13 @@ PyObject *hurray__py_as_any_tensor(PyObject *module, HurrayState *st, PyObject *
     }
     Py_DECREF(numpy);
     if (is_array != 0 || is_scalar != 0) return tensor;
+  }
+  PyObject *detached = NULL;
+  if (detached_torch_tensor(obj, &detached) < 0) return NULL;
+  if (detached != NULL) {
+    PyObject *tensor = PyObject_CallMethod(module, "from_dlpack", "O", detached);
+    Py_DECREF(detached);
+    return tensor;
   }
   if (PyObject_HasAttr(obj, st->str_dlpack))
     return PyObject_CallMethod(module, "from_dlpack", "O", obj);

@@ -622,6 +622,22 @@ def test_saving_numpy_arrays_and_torch_tensors_directly(path):
         assert torch.equal(torch.from_dlpack(loaded[name]), arrays[name])
 
 
+def test_a_models_parameters_are_saved_as_they_are(path):
+    """dict(model.named_parameters()) holds tensors that require grad, which PyTorch will not
+    export through DLPack: save detaches them (the same storage, no copy) and leaves the model
+    as it was; load_state_dict takes them back."""
+    torch = peer("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    hurray.save(path, dict(model.named_parameters()))
+    assert all(p.requires_grad for p in model.parameters())
+    twin = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    loaded = hurray.load(path)
+    twin.load_state_dict({k: torch.from_dlpack(v) for k, v in loaded.items()})
+    x = torch.randn(2, 4)
+    assert torch.equal(twin(x), model(x))
+
+
 def test_save_refuses_what_it_cannot_take(path):
     with pytest.raises(TypeError):
         hurray.save(path, [u8(b"a")])
