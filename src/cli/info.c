@@ -93,6 +93,14 @@ static int print_metadata(const HurrayFileReader *r, uint32_t index, const char 
   return EXIT_OK;
 }
 
+/* The file's HurrayFormat: a Hurray file keeps an XXH3-64 checksum of every buffer, a .npz a
+ * CRC-32 of every member, safetensors and .npy none. */
+static int format_of(const HurrayFileReader *r) {
+  HurrayFileInfo info;
+  hurray_file_reader_info(r, &info, NULL);
+  return info.format;
+}
+
 /* ---- text, for people ---------------------------------------------------------------------- */
 
 /* "per_channel int4 [4, 8] axis 0", "sparse_coo float32 [4, 5] nnz 3 coalesced", ... */
@@ -150,9 +158,18 @@ static int print_tensor(const HurrayFileReader *r, uint32_t index, const HurrayF
     HurrayError error = {0};
     int status = hurray_file_reader_buffer_info(r, index, k, &bi, &error);
     if (status != HURRAY_OK) return cli_fail(&kInfoCommand, ti->name, status, &error);
-    printf("  buffer %" PRIu32 ": %s, %s at offset %" PRIu64 ", xxh3 %016" PRIx64 "\n", k,
-           hurray_buffer_role_name(bi.role), cli_size(bi.desc.byte_size, size), bi.offset,
-           bi.checksum);
+    printf("  buffer %" PRIu32 ": %s, %s at offset %" PRIu64, k, hurray_buffer_role_name(bi.role),
+           cli_size(bi.desc.byte_size, size), bi.offset);
+    switch (format_of(r)) {
+      case HURRAY_FORMAT_HURRAY:
+        printf(", xxh3 %016" PRIx64 "\n", bi.checksum);
+        break;
+      case HURRAY_FORMAT_NPZ:
+        puts(", checked by its member's CRC-32");
+        break;
+      default:
+        puts(", no checksum in this format");
+    }
   }
   return print_metadata(r, index, "  ", false);
 }
@@ -160,11 +177,19 @@ static int print_tensor(const HurrayFileReader *r, uint32_t index, const HurrayF
 static void print_file(const char *path, const HurrayFileInfo *info) {
   char data[32], index[32];
   print_escaped(path, strlen(path), false);
-  printf(": Hurray file %u.%u, %" PRIu32 " tensor%s, %s of data in %" PRIu32
-         " buffer%s, alignment %" PRIu32 ", index %s\n",
-         info->version_major, info->version_minor, info->tensor_count,
+  if (info->format == HURRAY_FORMAT_HURRAY) {
+    printf(": Hurray file %u.%u, ", info->version_major, info->version_minor);
+  } else { /* what the one loader reads of it: no version, alignment or index of its own */
+    printf(": %s file, ", hurray_format_name(info->format));
+  }
+  printf("%" PRIu32 " tensor%s, %s of data in %" PRIu32 " buffer%s", info->tensor_count,
          info->tensor_count == 1 ? "" : "s", cli_size(info->data_bytes, data), info->buffer_count,
-         info->buffer_count == 1 ? "" : "s", info->alignment, cli_size(info->index_length, index));
+         info->buffer_count == 1 ? "" : "s");
+  if (info->format == HURRAY_FORMAT_HURRAY) {
+    printf(", alignment %" PRIu32 ", index %s", info->alignment,
+           cli_size(info->index_length, index));
+  }
+  putchar('\n');
 }
 
 /* ---- JSON, for programs (docs/impl/cli.md) -------------------------------------------------- */
@@ -220,9 +245,13 @@ static int json_tensor(const HurrayFileReader *r, uint32_t index, const HurrayFi
     int status = hurray_file_reader_buffer_info(r, index, k, &bi, &error);
     if (status != HURRAY_OK) return cli_fail(&kInfoCommand, ti->name, status, &error);
     printf("%s{\"role\": \"%s\", \"byte_size\": %" PRIu64 ", \"offset\": %" PRIu64
-           ", \"xxh3\": \"%016" PRIx64 "\"}",
-           k > 0 ? ", " : "", hurray_buffer_role_name(bi.role), bi.desc.byte_size, bi.offset,
-           bi.checksum);
+           ", \"xxh3\": ",
+           k > 0 ? ", " : "", hurray_buffer_role_name(bi.role), bi.desc.byte_size, bi.offset);
+    if (format_of(r) == HURRAY_FORMAT_HURRAY) {
+      printf("\"%016" PRIx64 "\"}", bi.checksum);
+    } else {
+      fputs("null}", stdout);
+    }
   }
   fputs("], ", stdout);
   int rc = print_metadata(r, index, "", true);
@@ -233,6 +262,7 @@ static int json_tensor(const HurrayFileReader *r, uint32_t index, const HurrayFi
 static void json_file(const char *path, const HurrayFileInfo *info) {
   fputs("{\"path\": ", stdout);
   print_escaped(path, strlen(path), true);
+  printf(", \"format\": \"%s\"", hurray_format_name(info->format));
   printf(", \"format_version\": [%u, %u], \"file_size\": %" PRIu64 ", \"alignment\": %" PRIu32
          ", \"tensor_count\": %" PRIu32 ", \"buffer_count\": %" PRIu32 ", \"data_bytes\": %" PRIu64
          ", \"index_offset\": %" PRIu64 ", \"index_length\": %" PRIu64 ", ",

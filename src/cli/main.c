@@ -206,30 +206,16 @@ void cli_progress_clear(void) {
   fputs("\r\033[K", stderr);
 }
 
-/* A file that is not a Hurray file: read as one of the formats `hurray convert` reads, it is
- * named with the conversion; else the reader's error names what it is not (or, for a zip that
- * is no .npz, what it is). */
-static int not_hurray(const Command *command, const char *path) {
-  HurrayFileReader *reader = NULL;
-  HurrayError error = {0};
-  int status = hurray_file_reader_open(path, HURRAY_FILE_OPEN_FOREIGN, &reader, &error);
-  if (status != HURRAY_OK) return cli_fail(command, path, status, &error);
-  HurrayFileInfo info;
-  hurray_file_reader_info(reader, &info, NULL);
-  hurray_file_reader_destroy(reader);
-  cli_error(command, "%s: not a Hurray file but %s: `hurray convert %s OUT.hurray` makes one (%s)",
-            path, hurray_format_name(info.format), path, hurray_status_name(HURRAY_EFORMAT));
-  return cli_exit_status(HURRAY_EFORMAT);
-}
-
 HurrayFileReader *cli_open(const Command *command, const char *path, bool use_pread, int *rc) {
   HurrayFileReader *reader = NULL;
   HurrayError error = {0};
-  int status =
-      hurray_file_reader_open(path, use_pread ? HURRAY_FILE_OPEN_PREAD : 0, &reader, &error);
-  if (status == HURRAY_EFORMAT) {
-    *rc = not_hurray(command, path);
-    return NULL;
+  uint32_t flags = use_pread ? HURRAY_FILE_OPEN_PREAD : 0;
+  int status = hurray_file_reader_open(path, flags, &reader, &error);
+  if (status == HURRAY_EFORMAT) { /* not a Hurray file: one of the formats the loader reads? */
+    HurrayError foreign = {0};
+    status = hurray_file_reader_open(path, flags | HURRAY_FILE_OPEN_FOREIGN, &reader, &foreign);
+    /* Neither: the foreign reader's error says what the file is, if it can tell. */
+    if (status != HURRAY_OK) error = foreign;
   }
   if (status != HURRAY_OK) {
     *rc = cli_fail(command, path, status, &error);

@@ -131,7 +131,7 @@ run 0 info bad_checksum.hurray # the index is intact; data is not read
 run 0 info empty.hurray
 has "0 tensors, 0 B of data in 0 buffers"
 run 0 info --json good.hurray
-has '"path": "good.hurray", "format_version": [2, 0]'
+has '"path": "good.hurray", "format": "hurray", "format_version": [2, 0]'
 has '"metadata": {"layers": 12, "model": "test", "quantised": true, "scale": 0.5, "tags": ["a", "b"]}'
 lacks "$(printf '\033')"
 run 0 info -j empty.hurray
@@ -235,13 +235,40 @@ has "scalar: dense float64 []"
 run 0 convert --quiet dense.hurray dense.npz
 [ -z "$out" ] || fail "--quiet printed something"
 run 0 convert dense.npz back2.hurray
-# info and verify of a file `convert` reads name the conversion
-for foreign in dense.safetensors dense.npz; do
-  for command in info verify; do
-    run 3 $command $foreign
-    has "hurray $command: $foreign: not a Hurray file but ${foreign#dense.}: \`hurray convert $foreign OUT.hurray\` makes one (HURRAY_EFORMAT)"
-  done
-done
+# info and verify read every format the loader reads, and say what each can be checked for
+run 0 info dense.safetensors
+has "dense.safetensors: safetensors file, 5 tensors"
+has "dense: dense float32 [2, 3], 24 B in 1 buffer"
+lacks "alignment"
+run 0 info -b dense.safetensors
+has "no checksum in this format"
+run 0 info --json dense.npz
+has '"format": "npz", "format_version": [0, 0]'
+has '"xxh3": null'
+run 0 info -b dense.npz
+has "checked by its member's CRC-32"
+run 0 verify dense.safetensors
+has "dense.safetensors: ok, a safetensors file keeps no checksums: its header and where its 5 tensors lie were checked, its data cannot be"
+run 0 verify -q dense.safetensors
+[ -z "$out" ] || fail "--quiet printed something"
+run 0 verify dense.npz
+has "dense.npz: ok, 5 tensors"
+has "verified against the members' CRC-32"
+cp dense.npz bad.npz
+# a byte of the first member's data (after its 30-byte local header, name and .npy header)
+"$python" - <<'PY' 2>/dev/null || printf 'x' | dd of=bad.npz bs=1 seek=200 conv=notrunc 2>/dev/null
+import zipfile
+with zipfile.ZipFile("bad.npz") as z:
+    info = z.infolist()[0]
+at = info.header_offset + 30 + len(info.filename) + len(info.extra) + info.file_size - 1
+with open("bad.npz", "r+b") as f:
+    f.seek(at)
+    b = f.read(1)
+    f.seek(at)
+    f.write(bytes([b[0] ^ 0xFF]))
+PY
+run 1 verify bad.npz
+has "FAILED"
 run 2 convert dense.hurray dense.npy
 has "holds 5 tensors: choose one by name"
 run 0 convert --name=strided dense.hurray strided.npy
