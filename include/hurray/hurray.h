@@ -1140,7 +1140,10 @@ HURRAY_API int hurray_convert(const char *input, const char *output,
  * given certificate_file and key_file accepts only TLS clients (a plaintext client is answered
  * with an ERROR frame saying so, HURRAY_EPROTOCOL); a client uses TLS exactly when its address
  * is "hurrays://HOST:PORT", and always verifies the server's certificate chain and name. The
- * paths are read by create / connect and not kept. Fields a side does not use must be NULL. */
+ * paths are read by create / connect and not kept. Fields a side does not use must be NULL.
+ * OpenSSL 3 is not linked: the first TLS use of a process loads libcrypto.so.3 and libssl.so.3
+ * (ADR-073); where they cannot be loaded, create / connect fail with HURRAY_EUNSUPPORTED naming
+ * the library and the loader's reason. */
 typedef struct HurrayTlsOptions {
   const char *certificate_file; /* server: its certificate chain (PEM), the leaf first */
   const char *key_file;         /* server: the leaf's private key (PEM, not encrypted) */
@@ -1184,7 +1187,8 @@ typedef struct HurrayServerOptions {
 /* Creates a server and binds its listening socket (so hurray_server_address knows the port);
  * it serves nothing until hurray_server_run. `options` may be NULL for the defaults. Statuses:
  * HURRAY_EINVAL (bad options or address), HURRAY_EIO (the system refused to bind, or a TLS
- * certificate or key that cannot be read or do not match, named). */
+ * certificate or key that cannot be read or do not match, named), HURRAY_EUNSUPPORTED (TLS
+ * options where OpenSSL 3 cannot be loaded, named). */
 HURRAY_API int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
                                     HurrayError *error);
 /* The bound address, as clients connect to it ("127.0.0.1:40123", "[::1]:7", "unix:/p", or
@@ -1262,7 +1266,7 @@ typedef struct HurrayClientOptions {
 
 /* Connects, exchanges hellos and authenticates. Statuses: HURRAY_EINVAL (address, options),
  * HURRAY_ECONNECTION (refused or closed), HURRAY_ETIMEOUT, HURRAY_EUNSUPPORTED (protocol
- * version), HURRAY_EDEVICE (a device tag one side does not know, named), HURRAY_EAUTH
+ * version; for hurrays://, OpenSSL 3 that cannot be loaded), HURRAY_EDEVICE (a device tag one side does not know, named), HURRAY_EAUTH
  * (wrong or missing secret; over TLS also a server certificate that is not trusted or not
  * for the name), HURRAY_EDENIED (connection limit), HURRAY_EPROTOCOL (also a TLS handshake
  * that failed, naming OpenSSL's reason, and TLS against a plaintext server or back), HURRAY_EIO

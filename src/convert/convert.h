@@ -218,6 +218,10 @@ HURRAY_INTERNAL int hurray__zip_peek(const uint8_t *bytes, const ZipMember *memb
 /* Sizes at or above this use ZIP64 fields when writing: 0xFFFFFFFF, lowered only by tests. */
 HURRAY_INTERNAL extern uint64_t hurray__zip64_threshold;
 
+/* The CRC-32 of zip (and zlib's crc32) of `n` bytes at `p`, continuing from `crc` (0 to
+ * begin). */
+HURRAY_INTERNAL uint32_t hurray__crc32(uint32_t crc, const uint8_t *p, uint64_t n);
+
 typedef struct ZipWriter ZipWriter;
 /* A zip writer over an output, members ZIP_STORED. */
 HURRAY_INTERNAL int hurray__zip_writer_create(FileOutput *out, ZipWriter **writer,

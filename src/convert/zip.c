@@ -8,13 +8,96 @@
  * overlapping, names must be unique and the two headers of a member must agree. Inflating
  * stops at the declared size (a member that inflates further is rejected: no zip bomb can
  * make it write more than it declared), and a declared size beyond what deflate can produce
- * from the compressed bytes is rejected before any work. */
+ * from the compressed bytes is rejected before any work.
+ *
+ * CRC-32 is computed here (slicing by 8), so that stored members need no library; inflate is
+ * zlib's, loaded at run time on the first deflated member (libz.so.1; ADR-073): libhurray.so
+ * needs nothing beyond libc at load time. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
 #include "convert.h"
+#include "dl.h"
+
+/* ---- zlib, loaded at run time ------------------------------------------------------------- */
+
+/* zlib.h gives the types and the macros; the calls go through these pointers (the macro
+ * inflateInit2 expands to inflateInit2_, redirected below like the others). */
+typedef struct Zlib {
+  __typeof__(zlibVersion) *zlibVersion;
+  __typeof__(inflateInit2_) *inflateInit2_;
+  __typeof__(inflate) *inflate;
+  __typeof__(inflateEnd) *inflateEnd;
+} Zlib;
+
+#define SYMBOL(name) {#name, offsetof(Zlib, name)}
+static const HurrayDlSymbol kZlibSymbols[] = {
+    SYMBOL(zlibVersion),
+    SYMBOL(inflateInit2_),
+    SYMBOL(inflate),
+    SYMBOL(inflateEnd),
+};
+#undef SYMBOL
+
+static Zlib zlib;
+static pthread_once_t g_zlib_once = PTHREAD_ONCE_INIT;
+static HurrayLoadResult g_zlib;
+
+#define zlibVersion (zlib.zlibVersion)
+#define inflateInit2_ (zlib.inflateInit2_)
+#define inflate (zlib.inflate)
+#define inflateEnd (zlib.inflateEnd)
+
+static void zlib_load_once(void) {
+  g_zlib.status = hurray__dl_load_for("reading a deflated .npz member", "libz.so.1", kZlibSymbols,
+                                      sizeof kZlibSymbols / sizeof *kZlibSymbols, &zlib,
+                                      &g_zlib.error);
+  if (g_zlib.status == HURRAY_OK && zlibVersion()[0] != ZLIB_VERSION[0]) {
+    g_zlib.status = hurray__fail(&g_zlib.error, HURRAY_EUNSUPPORTED,
+                                 "libz.so.1 is zlib %s; Hurray was built for zlib %s",
+                                 zlibVersion(), ZLIB_VERSION);
+  }
+}
+
+static int zlib_load(HurrayError *error) {
+  pthread_once(&g_zlib_once, zlib_load_once);
+  return hurray__load_result(&g_zlib, error);
+}
+
+/* ---- CRC-32 (ISO 3309, the reflected polynomial 0xEDB88320) -------------------------------- */
+
+static uint32_t g_crc_table[8][256]; /* [k][b]: the CRC of byte b followed by k zero bytes */
+static pthread_once_t g_crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_tables(void) {
+  for (uint32_t b = 0; b < 256; b++) {
+    uint32_t c = b;
+    for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    g_crc_table[0][b] = c;
+  }
+  for (int k = 1; k < 8; k++) {
+    for (int b = 0; b < 256; b++) {
+      uint32_t c = g_crc_table[k - 1][b];
+      g_crc_table[k][b] = (c >> 8) ^ g_crc_table[0][c & 0xFF];
+    }
+  }
+}
+
+uint32_t hurray__crc32(uint32_t crc, const uint8_t *p, uint64_t n) {
+  pthread_once(&g_crc_once, crc_tables);
+  uint32_t (*t)[256] = g_crc_table; /* read only, once built */
+  crc = ~crc;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint32_t lo = crc ^ hurray__load_le32(p), hi = hurray__load_le32(p + 4);
+    crc = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
+          t[3][hi & 0xFF] ^ t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
+  }
+  for (; n > 0; p++, n--) crc = t[0][(crc ^ *p) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
 
 enum {
   SIG_LOCAL = 0x04034b50,
@@ -418,17 +501,7 @@ int hurray__zip_read(const uint8_t *bytes, uint64_t size, FileArena *arena, ZipD
 
 /* ---- streaming members -------------------------------------------------------------------- */
 
-enum { INFLATE_CHUNK = 1u << 20, READ_STEP = 4u << 20, CRC_STEP = 16u << 20 };
-
-static uint32_t crc_update(uint32_t crc, const uint8_t *p, uint64_t n) {
-  while (n > 0) { /* crc32_z takes size_t; keep each call modest */
-    size_t step = n > CRC_STEP ? CRC_STEP : (size_t)n;
-    crc = (uint32_t)crc32_z(crc, p, step);
-    p += step;
-    n -= step;
-  }
-  return crc;
-}
+enum { INFLATE_CHUNK = 1u << 20, READ_STEP = 4u << 20 };
 
 /* Hands the part of [at, at + n) of the member's data that lies in [skip, skip + len) on. */
 static int deliver(uint64_t at, const uint8_t *p, size_t n, uint64_t skip, uint64_t len,
@@ -460,13 +533,15 @@ static int inflate_member(const uint8_t *bytes, const FileSource *file, const Zi
   size_t chunk = stop < INFLATE_CHUNK ? (size_t)stop + 1 : INFLATE_CHUNK;
   uint8_t *buffer = malloc(chunk), *input = file != NULL ? malloc(READ_STEP) : NULL;
   z_stream z = {0};
-  if (buffer == NULL || (file != NULL && input == NULL) || inflateInit2(&z, -MAX_WBITS) != Z_OK) {
+  int status = zlib_load(error);
+  if (status != HURRAY_OK || buffer == NULL || (file != NULL && input == NULL) ||
+      inflateInit2(&z, -MAX_WBITS) != Z_OK) {
     free(buffer);
     free(input);
-    return hurray__fail(error, HURRAY_ENOMEM, "out of memory (inflate)");
+    return status != HURRAY_OK ? status : hurray__fail(error, HURRAY_ENOMEM, "out of memory (inflate)");
   }
   uint64_t in_at = m->data_offset, in_left = m->compressed_size, produced = 0;
-  int status = HURRAY_OK, rc = Z_OK;
+  int rc = Z_OK;
   while (status == HURRAY_OK && rc != Z_STREAM_END && produced < stop) {
     if (z.avail_in == 0) {
       uInt step = in_left > READ_STEP ? READ_STEP : (uInt)in_left;
@@ -525,7 +600,7 @@ typedef struct StreamState {
 static int stream_inflated(void *context, uint64_t at, const uint8_t *p, size_t n,
                            HurrayError *error) {
   StreamState *s = context;
-  s->crc = crc_update(s->crc, p, n);
+  s->crc = hurray__crc32(s->crc, p, n);
   return deliver(at, p, n, s->skip, s->len, s->fn, s->context, error);
 }
 
@@ -673,7 +748,7 @@ int hurray__zip_writer_begin(ZipWriter *w, const char *name, size_t name_len, ui
   if (status == HURRAY_OK) status = hurray__output_write(w->out, name, name_len, error);
   if (status == HURRAY_OK) status = hurray__output_write(w->out, h + LOCAL_SIZE, extra, error);
   w->open = true;
-  w->crc = (uint32_t)crc32_z(0, NULL, 0);
+  w->crc = 0;
   w->declared = size;
   w->written = 0;
   return status;
@@ -685,7 +760,7 @@ int hurray__zip_writer_write(void *writer, const uint8_t *bytes, size_t len, Hur
     return hurray__fail(error, HURRAY_EINVAL, "member '%.64s' is longer than declared",
                         w->members[w->count - 1].name);
   }
-  w->crc = crc_update(w->crc, bytes, len);
+  w->crc = hurray__crc32(w->crc, bytes, len);
   w->written += len;
   return hurray__output_write(w->out, bytes, len, error);
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dl.h" /* hurray__dl_load, HurrayLoadResult */
 #include "internal.h"
 
 struct HurrayDeviceQueue {
@@ -44,27 +45,5 @@ typedef struct HurrayBackend {
 
 HURRAY_INTERNAL extern const HurrayBackend hurray__backend_opencl;
 HURRAY_INTERNAL extern const HurrayBackend hurray__backend_cuda;
-
-/* One symbol a backend needs: its name and where in the backend's table of function pointers
- * it goes (offsetof). */
-typedef struct HurrayDlSymbol {
-  const char *name;
-  size_t offset;
-} HurrayDlSymbol;
-
-/* dlopen(library) and dlsym every symbol into `table`; on failure HURRAY_EUNSUPPORTED naming the
- * library, the missing symbol and the loader's message. The handle is kept for the life of the
- * process. */
-HURRAY_INTERNAL int hurray__dl_load(const char *library, const HurrayDlSymbol *symbols,
-                                    size_t count, void *table, HurrayError *error);
-
-/* A load result remembered by a backend: the status and the message of the first attempt. */
-typedef struct HurrayLoadResult {
-  int status;
-  HurrayError error;
-} HurrayLoadResult;
-
-/* Reports a remembered result into `error`. */
-HURRAY_INTERNAL int hurray__load_result(const HurrayLoadResult *result, HurrayError *error);
 
 #endif /* HURRAY_DEVICE_BACKEND_H */

@@ -1,41 +1,11 @@
 /* runtime.c -- the public device-runtime API (ADR-047): argument checks done once for every
- * backend, then dispatch on the device tag to opencl.c or cuda.c. Also the dlopen helper the
- * backends load their runtime with: hurray-core links no device runtime. */
-#include <dlfcn.h>
+ * backend, then dispatch on the device tag to opencl.c or cuda.c. The backends load their
+ * runtime with hurray__dl_load (src/core/dl.c): hurray-core links no device runtime. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
-
-/* ---- loading ------------------------------------------------------------------------------- */
-
-int hurray__dl_load(const char *library, const HurrayDlSymbol *symbols, size_t count, void *table,
-                    HurrayError *error) {
-  void *handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
-  if (handle == NULL) {
-    const char *why = dlerror();
-    return hurray__fail(error, HURRAY_EUNSUPPORTED, "the device runtime %s is not available: %s",
-                        library, why != NULL ? why : "dlopen failed");
-  }
-  for (size_t i = 0; i < count; i++) {
-    void *symbol = dlsym(handle, symbols[i].name);
-    if (symbol == NULL) {
-      dlclose(handle);
-      return hurray__fail(error, HURRAY_EUNSUPPORTED, "the device runtime %s has no %s", library,
-                          symbols[i].name);
-    }
-    /* A function pointer stored from dlsym's void *: the same representation on every POSIX
-     * system, copied bytewise so that no object/function pointer cast is needed. */
-    memcpy((char *)table + symbols[i].offset, &symbol, sizeof symbol);
-  }
-  return HURRAY_OK; /* the handle stays open for the life of the process */
-}
-
-int hurray__load_result(const HurrayLoadResult *result, HurrayError *error) {
-  if (result->status != HURRAY_OK && error != NULL) *error = result->error;
-  return result->status;
-}
 
 static const HurrayBackend *backend_of(int tag) {
   switch (tag) {

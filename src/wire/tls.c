@@ -1,5 +1,6 @@
 /* tls.c -- the byte stream of a wire connection: the socket itself, or a TLS session over it
- * (OpenSSL's libssl, TLS 1.3 only; ADR-061). The frames travel unchanged inside TLS.
+ * (OpenSSL's libssl, TLS 1.3 only; ADR-061), loaded at run time on the first TLS use
+ * (ADR-073). The frames travel unchanged inside TLS.
  *
  * Sessions talk to their socket through a small BIO of ours rather than OpenSSL's socket BIO,
  * which writes with write(2) and so raises SIGPIPE on a closed connection: every byte here goes
@@ -15,6 +16,8 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +29,229 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "dl.h"
 #include "wire.h"
+
+/* ---- OpenSSL, loaded at run time (ADR-073) ------------------------------------------------ */
+
+/* OpenSSL's headers give the types and the macros (SSL_CTX_set_mode, BIO_flush, ...); every
+ * function is called through these tables, filled by dlsym on the first TLS use, so that
+ * libhurray.so needs no libssl or libcrypto at load time. The names are redirected to the
+ * tables after them (below), macros' expansions included. A call left out of the tables would
+ * be an undefined symbol: the shared library is linked with --no-undefined (CMakeLists.txt). */
+typedef struct Ssl {
+  __typeof__(TLS_server_method) *TLS_server_method;
+  __typeof__(TLS_client_method) *TLS_client_method;
+  __typeof__(SSL_CTX_new) *SSL_CTX_new;
+  __typeof__(SSL_CTX_free) *SSL_CTX_free;
+  __typeof__(SSL_CTX_ctrl) *SSL_CTX_ctrl;
+  __typeof__(SSL_CTX_set_options) *SSL_CTX_set_options;
+  __typeof__(SSL_CTX_set_default_read_buffer_len) *SSL_CTX_set_default_read_buffer_len;
+  __typeof__(SSL_CTX_set_num_tickets) *SSL_CTX_set_num_tickets;
+  __typeof__(SSL_CTX_use_certificate_chain_file) *SSL_CTX_use_certificate_chain_file;
+  __typeof__(SSL_CTX_use_PrivateKey_file) *SSL_CTX_use_PrivateKey_file;
+  __typeof__(SSL_CTX_set_verify) *SSL_CTX_set_verify;
+  __typeof__(SSL_CTX_load_verify_locations) *SSL_CTX_load_verify_locations;
+  __typeof__(SSL_CTX_set_default_verify_paths) *SSL_CTX_set_default_verify_paths;
+  __typeof__(SSL_new) *SSL_new;
+  __typeof__(SSL_free) *SSL_free;
+  __typeof__(SSL_set_bio) *SSL_set_bio;
+  __typeof__(SSL_set_accept_state) *SSL_set_accept_state;
+  __typeof__(SSL_set_connect_state) *SSL_set_connect_state;
+  __typeof__(SSL_get0_param) *SSL_get0_param;
+  __typeof__(SSL_set_hostflags) *SSL_set_hostflags;
+  __typeof__(SSL_set1_host) *SSL_set1_host;
+  __typeof__(SSL_ctrl) *SSL_ctrl;
+  __typeof__(SSL_is_init_finished) *SSL_is_init_finished;
+  __typeof__(SSL_shutdown) *SSL_shutdown;
+  __typeof__(SSL_get_error) *SSL_get_error;
+  __typeof__(SSL_do_handshake) *SSL_do_handshake;
+  __typeof__(SSL_get_verify_result) *SSL_get_verify_result;
+  __typeof__(SSL_has_pending) *SSL_has_pending;
+  __typeof__(SSL_read_ex) *SSL_read_ex;
+  __typeof__(SSL_write_ex) *SSL_write_ex;
+} Ssl;
+
+typedef struct Crypto {
+  __typeof__(OpenSSL_version_num) *OpenSSL_version_num;
+  __typeof__(ERR_peek_error) *ERR_peek_error;
+  __typeof__(ERR_peek_last_error) *ERR_peek_last_error;
+  __typeof__(ERR_reason_error_string) *ERR_reason_error_string;
+  __typeof__(ERR_clear_error) *ERR_clear_error;
+  __typeof__(BIO_meth_new) *BIO_meth_new;
+  __typeof__(BIO_meth_free) *BIO_meth_free;
+  __typeof__(BIO_get_new_index) *BIO_get_new_index;
+  __typeof__(BIO_meth_set_write) *BIO_meth_set_write;
+  __typeof__(BIO_meth_set_read) *BIO_meth_set_read;
+  __typeof__(BIO_meth_set_ctrl) *BIO_meth_set_ctrl;
+  __typeof__(BIO_meth_set_create) *BIO_meth_set_create;
+  __typeof__(BIO_clear_flags) *BIO_clear_flags;
+  __typeof__(BIO_set_flags) *BIO_set_flags;
+  __typeof__(BIO_test_flags) *BIO_test_flags;
+  __typeof__(BIO_get_data) *BIO_get_data;
+  __typeof__(BIO_set_data) *BIO_set_data;
+  __typeof__(BIO_set_init) *BIO_set_init;
+  __typeof__(BIO_new) *BIO_new;
+  __typeof__(BIO_free) *BIO_free;
+  __typeof__(BIO_up_ref) *BIO_up_ref;
+  __typeof__(BIO_push) *BIO_push;
+  __typeof__(BIO_f_buffer) *BIO_f_buffer;
+  __typeof__(BIO_ctrl) *BIO_ctrl;
+  __typeof__(BIO_int_ctrl) *BIO_int_ctrl;
+  __typeof__(X509_VERIFY_PARAM_set1_ip_asc) *X509_VERIFY_PARAM_set1_ip_asc;
+  __typeof__(X509_verify_cert_error_string) *X509_verify_cert_error_string;
+} Crypto;
+
+#define SYMBOL(type, name) {#name, offsetof(type, name)}
+static const HurrayDlSymbol kSslSymbols[] = {
+    SYMBOL(Ssl, TLS_server_method),
+    SYMBOL(Ssl, TLS_client_method),
+    SYMBOL(Ssl, SSL_CTX_new),
+    SYMBOL(Ssl, SSL_CTX_free),
+    SYMBOL(Ssl, SSL_CTX_ctrl),
+    SYMBOL(Ssl, SSL_CTX_set_options),
+    SYMBOL(Ssl, SSL_CTX_set_default_read_buffer_len),
+    SYMBOL(Ssl, SSL_CTX_set_num_tickets),
+    SYMBOL(Ssl, SSL_CTX_use_certificate_chain_file),
+    SYMBOL(Ssl, SSL_CTX_use_PrivateKey_file),
+    SYMBOL(Ssl, SSL_CTX_set_verify),
+    SYMBOL(Ssl, SSL_CTX_load_verify_locations),
+    SYMBOL(Ssl, SSL_CTX_set_default_verify_paths),
+    SYMBOL(Ssl, SSL_new),
+    SYMBOL(Ssl, SSL_free),
+    SYMBOL(Ssl, SSL_set_bio),
+    SYMBOL(Ssl, SSL_set_accept_state),
+    SYMBOL(Ssl, SSL_set_connect_state),
+    SYMBOL(Ssl, SSL_get0_param),
+    SYMBOL(Ssl, SSL_set_hostflags),
+    SYMBOL(Ssl, SSL_set1_host),
+    SYMBOL(Ssl, SSL_ctrl),
+    SYMBOL(Ssl, SSL_is_init_finished),
+    SYMBOL(Ssl, SSL_shutdown),
+    SYMBOL(Ssl, SSL_get_error),
+    SYMBOL(Ssl, SSL_do_handshake),
+    SYMBOL(Ssl, SSL_get_verify_result),
+    SYMBOL(Ssl, SSL_has_pending),
+    SYMBOL(Ssl, SSL_read_ex),
+    SYMBOL(Ssl, SSL_write_ex),
+};
+static const HurrayDlSymbol kCryptoSymbols[] = {
+    SYMBOL(Crypto, OpenSSL_version_num),
+    SYMBOL(Crypto, ERR_peek_error),
+    SYMBOL(Crypto, ERR_peek_last_error),
+    SYMBOL(Crypto, ERR_reason_error_string),
+    SYMBOL(Crypto, ERR_clear_error),
+    SYMBOL(Crypto, BIO_meth_new),
+    SYMBOL(Crypto, BIO_meth_free),
+    SYMBOL(Crypto, BIO_get_new_index),
+    SYMBOL(Crypto, BIO_meth_set_write),
+    SYMBOL(Crypto, BIO_meth_set_read),
+    SYMBOL(Crypto, BIO_meth_set_ctrl),
+    SYMBOL(Crypto, BIO_meth_set_create),
+    SYMBOL(Crypto, BIO_clear_flags),
+    SYMBOL(Crypto, BIO_set_flags),
+    SYMBOL(Crypto, BIO_test_flags),
+    SYMBOL(Crypto, BIO_get_data),
+    SYMBOL(Crypto, BIO_set_data),
+    SYMBOL(Crypto, BIO_set_init),
+    SYMBOL(Crypto, BIO_new),
+    SYMBOL(Crypto, BIO_free),
+    SYMBOL(Crypto, BIO_up_ref),
+    SYMBOL(Crypto, BIO_push),
+    SYMBOL(Crypto, BIO_f_buffer),
+    SYMBOL(Crypto, BIO_ctrl),
+    SYMBOL(Crypto, BIO_int_ctrl),
+    SYMBOL(Crypto, X509_VERIFY_PARAM_set1_ip_asc),
+    SYMBOL(Crypto, X509_verify_cert_error_string),
+};
+#undef SYMBOL
+
+static Ssl ssl;
+static Crypto crypto;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static HurrayLoadResult g_load;
+
+#define TLS_server_method (ssl.TLS_server_method)
+#define TLS_client_method (ssl.TLS_client_method)
+#define SSL_CTX_new (ssl.SSL_CTX_new)
+#define SSL_CTX_free (ssl.SSL_CTX_free)
+#define SSL_CTX_ctrl (ssl.SSL_CTX_ctrl)
+#define SSL_CTX_set_options (ssl.SSL_CTX_set_options)
+#define SSL_CTX_set_default_read_buffer_len (ssl.SSL_CTX_set_default_read_buffer_len)
+#define SSL_CTX_set_num_tickets (ssl.SSL_CTX_set_num_tickets)
+#define SSL_CTX_use_certificate_chain_file (ssl.SSL_CTX_use_certificate_chain_file)
+#define SSL_CTX_use_PrivateKey_file (ssl.SSL_CTX_use_PrivateKey_file)
+#define SSL_CTX_set_verify (ssl.SSL_CTX_set_verify)
+#define SSL_CTX_load_verify_locations (ssl.SSL_CTX_load_verify_locations)
+#define SSL_CTX_set_default_verify_paths (ssl.SSL_CTX_set_default_verify_paths)
+#define SSL_new (ssl.SSL_new)
+#define SSL_free (ssl.SSL_free)
+#define SSL_set_bio (ssl.SSL_set_bio)
+#define SSL_set_accept_state (ssl.SSL_set_accept_state)
+#define SSL_set_connect_state (ssl.SSL_set_connect_state)
+#define SSL_get0_param (ssl.SSL_get0_param)
+#define SSL_set_hostflags (ssl.SSL_set_hostflags)
+#define SSL_set1_host (ssl.SSL_set1_host)
+#define SSL_ctrl (ssl.SSL_ctrl)
+#define SSL_is_init_finished (ssl.SSL_is_init_finished)
+#define SSL_shutdown (ssl.SSL_shutdown)
+#define SSL_get_error (ssl.SSL_get_error)
+#define SSL_do_handshake (ssl.SSL_do_handshake)
+#define SSL_get_verify_result (ssl.SSL_get_verify_result)
+#define SSL_has_pending (ssl.SSL_has_pending)
+#define SSL_read_ex (ssl.SSL_read_ex)
+#define SSL_write_ex (ssl.SSL_write_ex)
+#define OpenSSL_version_num (crypto.OpenSSL_version_num)
+#define ERR_peek_error (crypto.ERR_peek_error)
+#define ERR_peek_last_error (crypto.ERR_peek_last_error)
+#define ERR_reason_error_string (crypto.ERR_reason_error_string)
+#define ERR_clear_error (crypto.ERR_clear_error)
+#define BIO_meth_new (crypto.BIO_meth_new)
+#define BIO_meth_free (crypto.BIO_meth_free)
+#define BIO_get_new_index (crypto.BIO_get_new_index)
+#define BIO_meth_set_write (crypto.BIO_meth_set_write)
+#define BIO_meth_set_read (crypto.BIO_meth_set_read)
+#define BIO_meth_set_ctrl (crypto.BIO_meth_set_ctrl)
+#define BIO_meth_set_create (crypto.BIO_meth_set_create)
+#define BIO_clear_flags (crypto.BIO_clear_flags)
+#define BIO_set_flags (crypto.BIO_set_flags)
+#define BIO_test_flags (crypto.BIO_test_flags)
+#define BIO_get_data (crypto.BIO_get_data)
+#define BIO_set_data (crypto.BIO_set_data)
+#define BIO_set_init (crypto.BIO_set_init)
+#define BIO_new (crypto.BIO_new)
+#define BIO_free (crypto.BIO_free)
+#define BIO_up_ref (crypto.BIO_up_ref)
+#define BIO_push (crypto.BIO_push)
+#define BIO_f_buffer (crypto.BIO_f_buffer)
+#define BIO_ctrl (crypto.BIO_ctrl)
+#define BIO_int_ctrl (crypto.BIO_int_ctrl)
+#define X509_VERIFY_PARAM_set1_ip_asc (crypto.X509_VERIFY_PARAM_set1_ip_asc)
+#define X509_verify_cert_error_string (crypto.X509_verify_cert_error_string)
+
+/* libcrypto first (libssl needs it), each by its OpenSSL 3 soname: the 3.x series keeps its
+ * ABI, and these are the names its packages install (the unversioned libssl.so is a
+ * development link, absent on a machine that only runs programs). */
+static void load_once(void) {
+  HurrayError *error = &g_load.error;
+  g_load.status = hurray__dl_load_for(WIRE_TLS_NEEDED_BY, WIRE_TLS_CRYPTO, kCryptoSymbols,
+                                      sizeof kCryptoSymbols / sizeof *kCryptoSymbols, &crypto,
+                                      error);
+  if (g_load.status == HURRAY_OK && OpenSSL_version_num() < 0x30000000UL) {
+    g_load.status = hurray__fail(error, HURRAY_EUNSUPPORTED,
+                                 "%s is OpenSSL %lx; hurrays:// needs OpenSSL 3", WIRE_TLS_CRYPTO,
+                                 OpenSSL_version_num());
+  }
+  if (g_load.status == HURRAY_OK) {
+    g_load.status = hurray__dl_load_for(WIRE_TLS_NEEDED_BY, WIRE_TLS_SSL, kSslSymbols,
+                                        sizeof kSslSymbols / sizeof *kSslSymbols, &ssl, error);
+  }
+}
+
+int hurray__wire_tls_load(HurrayError *error) {
+  pthread_once(&g_once, load_once);
+  return hurray__load_result(&g_load, error);
+}
 
 struct WireTls {
   SSL_CTX *ctx;
@@ -128,6 +353,8 @@ int hurray__wire_tls_create(const HurrayTlsOptions *o, bool server, WireTls **ou
       (o->server_name[0] == '\0' || strlen(o->server_name) > 253)) {
     return hurray__fail(error, HURRAY_EINVAL, "TLS server_name of 1..253 bytes");
   }
+  int loaded = hurray__wire_tls_load(error);
+  if (loaded != HURRAY_OK) return loaded;
   WireTls *t = calloc(1, sizeof *t);
   if (t == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   t->server = server;

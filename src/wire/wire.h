@@ -2,7 +2,7 @@
  * not API. The sources of src/wire/ are layered, each using only those above it here:
  *
  *   codec.c    frames and messages: encode, and decode from untrusted bytes with every limit
- *   auth.c     the challenge-response MAC (HMAC-SHA-256, OpenSSL libcrypto) and nonces
+ *   auth.c     the challenge-response MAC (HMAC-SHA-256, in-tree: ADR-073) and nonces
  *   net.c      addresses, the clock, and sendmsg/recvmsg that carry a file descriptor
  *   tls.c      the byte stream of a connection: the socket, or a TLS session over it (ADR-061)
  *   device.c   segments in device memory: staged to the host in bounded chunks
@@ -232,6 +232,13 @@ HURRAY_INTERNAL int hurray__wire_mac(const uint8_t *secret, size_t secret_len, b
                                      const uint8_t client_nonce[WIRE_NONCE_SIZE],
                                      const uint8_t server_nonce[WIRE_NONCE_SIZE],
                                      uint8_t out[WIRE_MAC_SIZE], HurrayError *error);
+/* SHA-256 (FIPS 180-4) of `message`. */
+HURRAY_INTERNAL void hurray__sha256(const uint8_t *message, size_t len, uint8_t out[32]);
+/* HMAC-SHA-256 (RFC 2104) of `message` under `key`; any lengths. */
+HURRAY_INTERNAL void hurray__hmac_sha256(const uint8_t *key, size_t key_len,
+                                         const uint8_t *message, size_t message_len,
+                                         uint8_t out[WIRE_MAC_SIZE]);
+/* Compares two MACs in constant time. */
 HURRAY_INTERNAL bool hurray__wire_mac_equal(const uint8_t a[WIRE_MAC_SIZE],
                                             const uint8_t b[WIRE_MAC_SIZE]);
 HURRAY_INTERNAL int hurray__wire_nonce(uint8_t out[WIRE_NONCE_SIZE], HurrayError *error);
@@ -449,9 +456,20 @@ enum { WIRE_WANT_READ = 1, WIRE_WANT_WRITE = 2 };
 /* A TLS session's write buffer and read buffer, each (counted in the server's memory). */
 #define WIRE_TLS_BUFFER ((size_t)1 << 16)
 
+/* OpenSSL 3 is loaded on the first TLS use (ADR-073), by these sonames. */
+#define WIRE_TLS_SSL "libssl.so.3"
+#define WIRE_TLS_CRYPTO "libcrypto.so.3"
+#define WIRE_TLS_NEEDED_BY "hurrays://"
+
+/* Loads libcrypto.so.3 and libssl.so.3 once (thread-safe; the first result is kept).
+ * HURRAY_EUNSUPPORTED "hurrays:// needs libssl.so.3, which could not be loaded: <why>" where
+ * either is missing, lacks a function or is older than OpenSSL 3. */
+HURRAY_INTERNAL int hurray__wire_tls_load(HurrayError *error);
+
 /* Reads the files `options` names (checked for the side: a server needs certificate_file and
- * key_file, a client takes ca_file and server_name). HURRAY_EIO naming a file that cannot be
- * used, HURRAY_EINVAL for fields of the other side or a key that does not match. */
+ * key_file, a client takes ca_file and server_name), after hurray__wire_tls_load. HURRAY_EIO
+ * naming a file that cannot be used, HURRAY_EINVAL for fields of the other side or a key that
+ * does not match, HURRAY_EUNSUPPORTED where OpenSSL cannot be loaded. */
 HURRAY_INTERNAL int hurray__wire_tls_create(const HurrayTlsOptions *options, bool server,
                                             WireTls **out, HurrayError *error);
 HURRAY_INTERNAL void hurray__wire_tls_destroy(WireTls *tls);

@@ -3,7 +3,8 @@
  * kind of JSON error, each schema violation, the tiling of the data), .npy preambles (magic,
  * version, length, each part of the dict literal, the data size) and .npz archives (the end
  * records, the central directory, local headers, bounds, overlaps, CRC-32, deflate streams and
- * declared sizes). Each failure also leaves no output behind (CONVERT_FAILS). */
+ * declared sizes). Each failure also leaves no output behind (CONVERT_FAILS). Also the in-tree
+ * CRC-32 of zip members (ADR-073), against zlib's. */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "convert.h"
 #include "test_convert_helpers.h"
 
 /* ---- safetensors -------------------------------------------------------------------------- */
@@ -517,8 +519,32 @@ static void npz_errors(void **state) {
   check_zip(&z, HURRAY_EFORMAT, "no ZIP64 end of central directory record there");
 }
 
+/* ---- CRC-32 ------------------------------------------------------------------------------- */
+
+/* hurray__crc32 equals zlib's crc32 for every length 0..300 at every alignment 0..7, when
+ * continued across any split, and for the check value of the CRC catalogue ("123456789"). */
+static void crc32_matches_zlib(void **state) {
+  (void)state;
+  assert_int_equal(hurray__crc32(0, (const uint8_t *)"123456789", 9), 0xCBF43926u);
+  assert_int_equal(hurray__crc32(0, NULL, 0), 0);
+  enum { N = 300 };
+  uint8_t bytes[N + 8];
+  for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (uint8_t)(i * 151 + 7);
+  for (size_t at = 0; at < 8; at++) {
+    for (size_t n = 0; n <= N; n++) {
+      uint32_t want = (uint32_t)crc32(0, bytes + at, (uInt)n);
+      if (hurray__crc32(0, bytes + at, n) != want) fail_msg("%zu bytes at %zu", n, at);
+      size_t split = n / 3;
+      uint32_t parts = hurray__crc32(hurray__crc32(0, bytes + at, split), bytes + at + split,
+                                     n - split);
+      if (parts != want) fail_msg("%zu bytes at %zu, split at %zu", n, at, split);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(crc32_matches_zlib),
       cmocka_unit_test(safetensors_json_errors),
       cmocka_unit_test(safetensors_length_errors),
       cmocka_unit_test(npy_errors),

@@ -3,7 +3,8 @@
 # directory BUILD into WORK/prefix, then builds examples/exchange.c and examples/simple.c
 # against the installed tree alone, as a C user would: with find_package(hurray) (shared and
 # static library) and with pkg-config, and runs each program. Also checks that the shared
-# library's SONAME carries the C ABI version of the installed header.
+# library's SONAME carries the C ABI version of the installed header, and that nothing links or
+# needs zlib or OpenSSL (ADR-073).
 set -eu
 cmake=$1 build=$2 work=$3 make_files=$4 cc=$5 generator=$6 make_program=$7
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,6 +33,10 @@ expect_simple() { # PROGRAM: reads good.hurray's "dense" tensor
 }
 
 step "find_package(hurray): hurray::hurray and hurray::hurray_static"
+if grep -E "ZLIB|OpenSSL|libz|libssl|libcrypto" "$libdir"/cmake/hurray/hurrayTargets*.cmake; then
+  echo "the CMake package names zlib or OpenSSL" >&2
+  exit 1
+fi
 "$cmake" -S "$here" -B "$work/cmake" -G "$generator" -DCMAKE_MAKE_PROGRAM="$make_program" \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_FLAGS="-Wall -Werror" \
   >/dev/null
@@ -49,7 +54,12 @@ fi
 step "pkg-config hurray"
 PKG_CONFIG_PATH=$libdir/pkgconfig
 export PKG_CONFIG_PATH
-pkg-config --static --libs hurray | grep -q -- "-lz.*-lssl.*-lcrypto"
+# zlib and OpenSSL are loaded at run time (ADR-073): nothing of them is linked, static or not.
+static_libs=$(pkg-config --static --libs hurray)
+echo "pkg-config --static --libs hurray: $static_libs"
+case " $static_libs " in
+  *" -lz "* | *-lssl* | *-lcrypto*) echo "the static link line names zlib or OpenSSL" >&2; exit 1 ;;
+esac
 for example in exchange simple; do
   # shellcheck disable=SC2046 # the flags are words
   "$cc" -std=c11 -Wall -Werror "$examples/$example.c" -o "$work/${example}_pc" \
@@ -57,4 +67,11 @@ for example in exchange simple; do
 done
 "$work/exchange_pc" >/dev/null
 expect_simple "$work/simple_pc"
+for program in "$work/cmake/exchange_hurray" "$work/cmake/exchange_hurray_static" \
+               "$work/exchange_pc" "$libdir/libhurray.so"; do
+  if ldd "$program" | grep -E "libssl|libcrypto|libz\.so"; then
+    echo "$program needs zlib or OpenSSL at load time" >&2
+    exit 1
+  fi
+done
 echo "the installed tree works with find_package and pkg-config"
