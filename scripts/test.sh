@@ -38,6 +38,9 @@ echo "== Python: pip install . into .venv, then the tests against the installed 
 (cd tests/python && ../../.venv/bin/python -c "import hurray; print('testing', hurray.__file__)")
 HURRAY_REQUIRE_PEERS=1 .venv/bin/python -m pytest -q tests/python
 
+echo "== wheel: python -m build, auditwheel repair, the wheel installed into a fresh venv and run"
+scripts/wheel.sh
+
 echo "== Python fuzz targets (atheris), ${HURRAY_FUZZ_SECONDS:-15} s each"
 for target in fuzz/python/fuzz_*.py; do
   name=$(basename "$target" .py); name=${name#fuzz_}

@@ -1,7 +1,9 @@
 """The package as a whole: its namespace, exact signatures, exported symbols."""
 
 import builtins
+import importlib.metadata
 import inspect
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +36,27 @@ def test_a_star_import_shadows_no_builtin():
     exec("assert bool(1) is True and issubclass(BufferError, Exception) and open", namespace)
     assert hurray.__version__ == _hurray.__version__
     assert hurray.C_ABI_VERSION == 4
+
+
+def test_the_version_has_one_source():
+    # include/hurray/version.h: the C library's string, the extension's __version__ and (read
+    # by pyproject.toml's regex) the distribution's metadata all come from this one line.
+    header = (Path(__file__).resolve().parents[2] / "include/hurray/version.h").read_text()
+    match = re.search(r'^#define HURRAY_VERSION_STRING "([^"]+)"$', header, re.M)
+    assert match and hurray.__version__ == match[1]
+
+
+def test_the_installed_metadata_names_the_same_version():
+    try:
+        dist = importlib.metadata.distribution("hurray")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("hurray is imported from a build tree, not an installed distribution")
+    installed = Path(dist.locate_file("hurray/__init__.py")).resolve()
+    if installed != Path(hurray.__file__).resolve():
+        pytest.skip(f"the hurray imported ({hurray.__file__}) is not the installed one "
+                    f"({installed})")
+    assert importlib.metadata.version("hurray") == hurray.__version__
+    assert dist.metadata["License-Expression"] == "Apache-2.0"
 
 
 SIGNATURES = {
