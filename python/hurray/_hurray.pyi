@@ -286,9 +286,14 @@ _Meta = None | builtins.bool | int | float | str | list[_Meta] | tuple[_Meta, ..
 def save(path: _Path, tensors: Mapping[str, Any], metadata: dict[str, _Meta] | None = None, *,
          alignment: int = 64, tensor_metadata: dict[str, dict[str, _Meta]] | None = None,
          durable: builtins.bool = True) -> None: ...
-def load(path: _Path, *, mmap: builtins.bool = True, verify: builtins.bool = False,
+class _BinaryFile(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+
+_Source = _Path | bytearray | memoryview | _BinaryFile
+
+def load(path: _Source, *, mmap: builtins.bool = True, verify: builtins.bool = False,
          writable: builtins.bool = False) -> dict[str, Tensor]: ...
-def open(path: _Path, *, mmap: builtins.bool = True,
+def open(path: _Source, *, mmap: builtins.bool = True,
          writable: builtins.bool = False) -> File: ...
 def convert(input: _Path, output: _Path, *, alignment: int | None = None,
             name: str | None = None, metadata_as_json: builtins.bool = False,

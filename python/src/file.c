@@ -763,26 +763,21 @@ static PyObject *file_names(HurrayState *st, FileObject *self) {
 }
 
 /* Opens a reader on `path_obj` (str, bytes or os.PathLike) with the GIL released. */
-static HurrayFileReader *open_reader(HurrayState *st, PyObject *path_obj, int mmap, int writable,
-                                     uint32_t *count) {
-  PyObject *path = NULL;
-  if (!PyUnicode_FSConverter(path_obj, &path)) return NULL;
-  HurrayFileReader *reader = NULL;
-  HurrayError error = {0};
+/* The reader of what open() and load() were given (hurray__py_file_open), with the flags they
+ * ask for; `*display` names it in errors and repr (a new reference). NULL with an exception. */
+static HurrayFileReader *open_reader(HurrayState *st, PyObject *source, int mmap, int writable,
+                                     uint32_t *count, PyObject **display) {
+  uint32_t flags = HURRAY_FILE_OPEN_FOREIGN | (mmap ? 0 : HURRAY_FILE_OPEN_PREAD) |
+                   (writable ? HURRAY_FILE_OPEN_WRITABLE : 0);
+  HurrayFileReader *reader = hurray__py_file_open(st, source, flags, display);
+  if (reader == NULL) return NULL;
   HurrayFileInfo info;
-  const char *cpath = PyBytes_AS_STRING(path);
-  int status;
-  Py_BEGIN_ALLOW_THREADS;
-  status = hurray_file_reader_open(cpath,
-                                   HURRAY_FILE_OPEN_FOREIGN | (mmap ? 0 : HURRAY_FILE_OPEN_PREAD) |
-                                       (writable ? HURRAY_FILE_OPEN_WRITABLE : 0),
-                                   &reader, &error);
-  if (status == HURRAY_OK) status = hurray_file_reader_info(reader, &info, &error);
-  Py_END_ALLOW_THREADS;
-  Py_DECREF(path);
+  HurrayError error = {0};
+  int status = hurray_file_reader_info(reader, &info, &error);
   if (status != HURRAY_OK) {
     hurray_file_reader_destroy(reader);
-    hurray__py_raise_path(st, status, &error, path_obj, NULL);
+    hurray__py_raise_path(st, status, &error, *display, NULL);
+    Py_CLEAR(*display);
     return NULL;
   }
   *count = info.tensor_count;
@@ -1389,15 +1384,17 @@ static PyObject *open_file(PyObject *module, PyObject *const *args, Py_ssize_t n
   int writable = a[2] == NULL ? 0 : PyObject_IsTrue(a[2]);
   if (mmap < 0 || writable < 0) return NULL;
   uint32_t count = 0;
-  HurrayFileReader *reader = open_reader(st, a[0], mmap, writable, &count);
+  PyObject *display = NULL;
+  HurrayFileReader *reader = open_reader(st, a[0], mmap, writable, &count, &display);
   if (reader == NULL) return NULL;
   FileObject *self = PyObject_New(FileObject, st->file_type);
   if (self == NULL) {
     hurray_file_reader_destroy(reader);
+    Py_DECREF(display);
     return NULL;
   }
   self->reader = reader;
-  self->path = Py_NewRef(a[0]);
+  self->path = display;
   self->names = NULL;
   self->count = count;
   self->busy = 0;
@@ -1420,7 +1417,8 @@ static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
   int writable = a[3] == NULL ? 0 : PyObject_IsTrue(a[3]);
   if (mmap < 0 || verify < 0 || writable < 0) return NULL;
   uint32_t count = 0;
-  HurrayFileReader *reader = open_reader(st, a[0], mmap, writable, &count);
+  PyObject *display = NULL;
+  HurrayFileReader *reader = open_reader(st, a[0], mmap, writable, &count, &display);
   if (reader == NULL) return NULL;
   HurrayError error = {0};
   int status = HURRAY_OK;
@@ -1430,7 +1428,7 @@ static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     Py_END_ALLOW_THREADS;
   }
   PyObject *result =
-      status == HURRAY_OK ? PyDict_New() : hurray__py_raise_path(st, status, &error, a[0], NULL);
+      status == HURRAY_OK ? PyDict_New() : hurray__py_raise_path(st, status, &error, display, NULL);
   for (uint32_t i = 0; result != NULL && i < count; i++) {
     HurrayFileTensorInfo info;
     HurrayTensorContext *context = NULL;
@@ -1444,12 +1442,14 @@ static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         Py_END_ALLOW_THREADS;
       }
     }
-    PyObject *tensor = status == HURRAY_OK ? hurray__py_tensor_adopt(st, context)
-                                           : hurray__py_raise_path(st, status, &error, a[0], NULL);
+    PyObject *tensor = status == HURRAY_OK
+                           ? hurray__py_tensor_adopt(st, context)
+                           : hurray__py_raise_path(st, status, &error, display, NULL);
     if (tensor == NULL || PyDict_SetItemString(result, info.name, tensor) < 0) Py_CLEAR(result);
     Py_XDECREF(tensor);
   }
   hurray_file_reader_destroy(reader); /* the tensors keep the mapping */
+  Py_DECREF(display);
   return result;
 }
 
@@ -1608,8 +1608,12 @@ PyMethodDef hurray__py_file_functions[] = {
                "\n"
                "Parameters\n"
                "----------\n"
-               "path : str, bytes or os.PathLike\n"
-               "    The file.\n"
+               "path : str, os.PathLike, bytes-like or binary file object\n"
+               "    The file: a path (bytes without a NUL are a path, as for os.open);\n"
+               "    the bytes of a file (bytes, bytearray, memoryview, mmap: a Hurray\n"
+               "    image on its alignment is read in place, anything else copied once);\n"
+               "    or a file object opened 'rb' (through its descriptor when it has one\n"
+               "    and stands at its start, else read() whole).\n"
                "mmap : bool, optional\n"
                "    True: zero-copy, read-only views of one copy-on-write mapping of\n"
                "    the file, which they keep alive (a consumer that writes anyway\n"
@@ -1686,8 +1690,12 @@ PyMethodDef hurray__py_file_functions[] = {
                "\n"
                "Parameters\n"
                "----------\n"
-               "path : str, bytes or os.PathLike\n"
-               "    The file.\n"
+               "path : str, os.PathLike, bytes-like or binary file object\n"
+               "    The file: a path (bytes without a NUL are a path, as for os.open);\n"
+               "    the bytes of a file (bytes, bytearray, memoryview, mmap: a Hurray\n"
+               "    image on its alignment is read in place, anything else copied once);\n"
+               "    or a file object opened 'rb' (through its descriptor when it has one\n"
+               "    and stands at its start, else read() whole).\n"
                "mmap : bool, optional\n"
                "    True: tensors are read-only views of a copy-on-write mapping.\n"
                "    False: each tensor is read into fresh, writable memory when it\n"

@@ -492,6 +492,13 @@ int hurray__py_array_dispatch_load(HurrayState *st, PyObject *operators);
 PyObject *hurray__py_array_dispatch(HurrayState *st, int op, PyObject *self, PyObject *other,
                                     int *done);
 
+/* file_source.c: the reader of what hurray.load and hurray.open read -- a path (str,
+ * os.PathLike, or bytes without a NUL), the bytes of a file (any buffer exporter), or a binary
+ * file object -- opened with `flags`. `*display` (a new reference) names it in errors and repr:
+ * the path, the file object's name, or "<N bytes>". NULL with an exception set. */
+HurrayFileReader *hurray__py_file_open(HurrayState *st, PyObject *source, uint32_t flags,
+                                       PyObject **display);
+
 /* Owner references: what keeps the memory of a context alive. Two kinds, each with its
  * HurrayOwnerReleaseFn; both releases take the GIL themselves (PyGILState_Ensure), keep any
  * exception in flight, and do nothing once the interpreter is finalising. A Tensor's own

@@ -819,3 +819,86 @@ def test_the_installed_cli_reports_each_tensors_own_size(tmp_path):
     hurray.save(path, {"a": np.arange(3, dtype=np.float32), "b": np.arange(40, dtype=np.int8)[1:]})
     out = subprocess.run([cli, "info", path], capture_output=True, text=True, check=True).stdout
     assert "12 B in 1 buffer" in out and "39 B in 1 buffer" in out, out
+
+
+# ============================================================================================
+# Sources: the bytes of a file, file objects
+# ============================================================================================
+
+
+def _a_file(path):
+    hurray.save(path, {"w": np.arange(6, dtype=np.float32), "b": u8(b"xyz")}, {"arch": "tiny"})
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview"])
+def test_load_and_open_read_the_bytes_of_a_file(path, kind):
+    data = {"bytes": bytes, "bytearray": bytearray, "memoryview": memoryview}[kind](_a_file(path))
+    assert hurray.load(data)["w"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    with hurray.open(data) as f:
+        assert f.metadata == {"arch": "tiny"} and f["b"].tobytes() == b"xyz"
+        assert f.path == f"<{len(data) if kind != 'memoryview' else data.nbytes} bytes>"
+
+
+def test_an_aligned_image_is_read_in_place_and_kept_exported(path):
+    """A mapping of a Hurray file (page-aligned) is read zero-copy: the tensor lies in the
+    mapping, which cannot be closed while the tensor lives."""
+    import mmap
+    _a_file(path)
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    start = np.frombuffer(m, np.uint8).ctypes.data
+    w = hurray.load(m)["w"]
+    assert start <= w.buffers[0]["address"] < start + len(m)
+    assert w.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and w.readonly
+    with pytest.raises(BufferError):
+        m.close()
+    del w
+    gc.collect()
+    m.close()
+
+
+def test_unaligned_bytes_and_mmap_false_are_copied_once(path):
+    data = b"\0" + _a_file(path)
+    w = hurray.load(memoryview(data)[1:])["w"]  # misaligned: read from a copy
+    assert w.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    writable = hurray.load(data[1:], mmap=False)["w"]
+    assert not writable.readonly
+    np.asarray(writable)[0] = 7  # its own memory
+    assert hurray.load(data[1:])["w"].tolist()[0] == 0.0
+
+
+def test_file_objects_are_read_through_their_descriptor_or_read(path):
+    import io
+    data = _a_file(path)
+    with open(path, "rb") as f:
+        assert hurray.load(f)["b"].tobytes() == b"xyz"
+        with hurray.open(f) as opened:
+            assert opened.path == str(path) and "w" in opened
+    assert hurray.load(io.BytesIO(data))["w"].tolist()[5] == 5.0
+    with open(path, "rb") as f:  # not at its start: read from where it stands, like torch.load
+        f.read(0)
+        assert hurray.load(io.BufferedReader(io.BytesIO(data)))["b"].tobytes() == b"xyz"
+
+
+def test_every_format_the_loader_reads_comes_from_bytes_too(path):
+    import io
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    blob = safetensors_numpy.save({"x": np.ones(3, np.float32)})
+    assert hurray.load(blob)["x"].tolist() == [1.0, 1.0, 1.0]
+    npy = io.BytesIO()
+    np.save(npy, np.arange(4, dtype=np.int16))
+    npy.seek(0)
+    assert list(hurray.load(npy).values())[0].tolist() == [0, 1, 2, 3]
+
+
+def test_what_is_no_source_is_refused_naming_what_is(path):
+    import io
+    with pytest.raises(hurray.FormatError, match="not a Hurray file"):
+        hurray.load(b"\0 not a file")
+    with pytest.raises(TypeError, match=r"read\(\) returned no bytes: a binary file object"):
+        hurray.load(io.StringIO("text"))
+    with pytest.raises(TypeError, match="expected a path .*, not int"):
+        hurray.load(12)
+    with pytest.raises(FileNotFoundError):  # bytes without a NUL stay a path, as for os.open
+        hurray.open(bytes(path) + b".missing")
