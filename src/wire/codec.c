@@ -534,11 +534,15 @@ int hurray__wire_list_decode(const uint8_t *p, size_t len, HurrayRemoteTensor **
 /* ---- ERROR -------------------------------------------------------------------------------- */
 
 void hurray__wire_error_encode(int code, const char *message, FileSink *out) {
-  size_t n = strnlen(message, WIRE_MAX_ERROR_MESSAGE);
+  /* §7.1: at most 1024 bytes of well-formed UTF-8, cut between characters (a few bytes more
+   * are read so that a character across the limit is seen whole and left out) */
+  uint8_t text[WIRE_MAX_ERROR_MESSAGE];
+  size_t n = hurray__utf8_sanitize((const uint8_t *)message,
+                                   strnlen(message, WIRE_MAX_ERROR_MESSAGE + 3), text, sizeof text);
   hurray__sink_u32(out, (uint32_t)code);
   hurray__sink_u16(out, (uint16_t)n);
   hurray__sink_u16(out, 0);
-  hurray__sink_bytes(out, message, n);
+  hurray__sink_bytes(out, text, n);
 }
 
 int hurray__wire_error_decode(const uint8_t *p, size_t len, HurrayError *error) {
@@ -548,7 +552,11 @@ int hurray__wire_error_decode(const uint8_t *p, size_t len, HurrayError *error) 
   uint32_t code = hurray__load_le32(p);
   size_t n = hurray__load_le16(p + 4);
   if (p[6] != 0 || p[7] != 0 || n != len - WIRE_ERROR_FIXED || n > WIRE_MAX_ERROR_MESSAGE ||
-      code == HURRAY_OK || code > INT32_MAX || !hurray__utf8_valid(p + 8, n)) {
+      code == HURRAY_OK || code > INT32_MAX) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "malformed ERROR frame");
+  }
+  /* a message an older sender cut inside its last character keeps its code (§7.1) */
+  if (!hurray__utf8_valid(p + 8, n) && !hurray__utf8_valid(p + 8, n = hurray__utf8_trim(p + 8, n))) {
     return hurray__fail(error, HURRAY_EPROTOCOL, "malformed ERROR frame");
   }
   if (strcmp(hurray_status_name((int)code), "HURRAY_UNKNOWN_STATUS") == 0) {

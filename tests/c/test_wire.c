@@ -382,6 +382,17 @@ static void files_and_rows(void **state) {
   assert_string_equal(error.message, "peer: rows [1, 9) are outside tensor 't0' (2 rows)");
   assert_int_equal(hurray_client_get(c, "nope", NULL, &got, &error), HURRAY_EINVAL);
   assert_string_equal(error.message, "peer: no tensor named 'nope'");
+  /* a missing name of 80 "\u20ac" (240 bytes): the server's message outgrows its 256-byte error
+   * and is cut -- on a character boundary, so the ERROR frame stays valid UTF-8, the answer is
+   * the request's EINVAL and the connection goes on (issue 20, item 9) */
+  char euros[3 * 80 + 1];
+  for (int i = 0; i < 80; i++) memcpy(euros + 3 * i, "\xe2\x82\xac", 3);
+  euros[3 * 80] = '\0';
+  assert_int_equal(hurray_client_get(c, euros, NULL, &got, &error), HURRAY_EINVAL);
+  assert_true(strncmp(error.message, "peer: no tensor named '\xe2\x82\xac", 26) == 0);
+  assert_true(hurray__utf8_valid((const uint8_t *)error.message, strlen(error.message)));
+  OK(hurray_client_get(c, "t0", NULL, &got, E));
+  hurray_tensor_context_release(got);
   /* fetch: streamed into a file, every tensor of every layout with its metadata, the same */
   for (uint32_t i = 0; i < SAMPLE_COUNT; i++) {
     snprintf(name, sizeof name, "t%u", i);

@@ -223,6 +223,42 @@ static void error_goodbye_golden(void **state) {
   hurray__sink_reset(&out);
 }
 
+/* §7.1: a message longer than 1024 bytes is cut on a character boundary, so the ERROR stays
+ * UTF-8; and a receiver keeps the code of an ERROR whose message an older sender cut inside a
+ * character, dropping the incomplete tail (issue 20, item 9). */
+static void error_messages_cut_on_characters(void **state) {
+  (void)state;
+  char message[3 * 400 + 1]; /* 400 "\u20ac", 1200 bytes */
+  for (int i = 0; i < 400; i++) memcpy(message + 3 * i, "\xe2\x82\xac", 3);
+  message[sizeof message - 1] = '\0';
+  FileSink payload = {0};
+  hurray__wire_error_encode(HURRAY_EINVAL, message, &payload);
+  assert_int_equal(hurray__load_le16(payload.data + 4), 1023); /* 341 characters, not 1024 */
+  assert_int_equal(payload.len, WIRE_ERROR_FIXED + 1023);
+  HurrayError error = {0};
+  assert_int_equal(hurray__wire_error_decode(payload.data, payload.len, &error), HURRAY_EINVAL);
+  assert_true(hurray__utf8_valid((const uint8_t *)error.message, strlen(error.message)));
+  /* the recorder itself cuts on a character: "peer: " + 249 bytes of "\u20ac" fits 255 bytes
+   * only as 83 whole characters (255 - 6 = 249 = 3 * 83), and 250 bytes as the same */
+  assert_int_equal(strlen(error.message), 6 + 3 * 83);
+  /* an older sender's cut: "no \xe2\x82" (the last character incomplete) */
+  static const uint8_t cut[] = {1, 0, 0, 0, 5, 0, 0, 0, 'n', 'o', ' ', 0xe2, 0x82};
+  assert_int_equal(hurray__wire_error_decode(cut, sizeof cut, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message, "peer: no ");
+  /* an ill-formed byte anywhere else still makes the frame malformed */
+  static const uint8_t bad[] = {1, 0, 0, 0, 4, 0, 0, 0, 'n', 0xff, 'o', ' '};
+  assert_int_equal(hurray__wire_error_decode(bad, sizeof bad, &error), HURRAY_EPROTOCOL);
+  assert_string_equal(error.message, "malformed ERROR frame");
+  /* a sender's own ill-formed bytes (a message naming something that is not UTF-8) are
+   * replaced, one '?' each, so what it sends is always UTF-8 */
+  FileSink odd = {0};
+  hurray__wire_error_encode(HURRAY_EIO, "file 'a\xff\xfe" "b' \xe2\x82", &odd);
+  assert_int_equal(hurray__wire_error_decode(odd.data, odd.len, &error), HURRAY_EIO);
+  assert_string_equal(error.message, "peer: file 'a??b' ??");
+  hurray__sink_reset(&odd);
+  hurray__sink_reset(&payload);
+}
+
 /* ---- refusals ----------------------------------------------------------------------------- */
 
 /* §9.7: LIST_RESULT for request 3: "w", a dense float32 [2, 3] in one 24-byte buffer. */
@@ -394,6 +430,7 @@ int main(void) {
       cmocka_unit_test(auth_golden),         cmocka_unit_test(request_golden),
       cmocka_unit_test(tensor_golden),       cmocka_unit_test(error_goodbye_golden),
       cmocka_unit_test(list_golden),         cmocka_unit_test(data_fd_golden),
+      cmocka_unit_test(error_messages_cut_on_characters),
       cmocka_unit_test(header_refusals),
       cmocka_unit_test(hello_refusals),
   };
