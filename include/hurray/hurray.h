@@ -1125,7 +1125,7 @@ HURRAY_API int hurray_convert(const char *input, const char *output,
  * ============================================================================================ */
 
 #define HURRAY_WIRE_VERSION_MAJOR 1
-#define HURRAY_WIRE_VERSION_MINOR 1
+#define HURRAY_WIRE_VERSION_MINOR 2
 
 /* TLS (OpenSSL, TLS 1.3; ADR-061): the frames travel unchanged inside a TLS session. A server
  * given certificate_file and key_file accepts only TLS clients (a plaintext client is answered

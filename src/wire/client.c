@@ -610,7 +610,10 @@ static int receive_header(HurrayClient *c, uint64_t id, Transfer *t, bool *end,
   *end = (h.flags & WIRE_FLAG_END) != 0;
   FileArena arena = {0};
   WireTensor tensor;
-  status = hurray__wire_tensor_decode(p, (size_t)h.length, &arena, &tensor, error);
+  size_t body = 0;
+  status = hurray__wire_tensor_check(&h, p, (size_t)h.length, c->server->version_minor, &body,
+                                     error);
+  if (status == HURRAY_OK) status = hurray__wire_tensor_decode(p, body, &arena, &tensor, error);
   free(p);
   if (status == HURRAY_OK && tensor.resume_offset != t->received) {
     status = hurray__fail(error, HURRAY_EPROTOCOL, "the server resumed at %" PRIu64 ", not %" PRIu64,
@@ -1056,8 +1059,8 @@ int hurray_client_put(HurrayClient *c, const char *name, const HurrayTensorConte
                         (uint32_t)up.record.len};
   status = hurray__wire_tensor_encode(&h, &payload, error);
   if (status == HURRAY_OK) {
-    hurray__wire_frame(&frame, WIRE_PUT, up.total_bytes == 0 ? WIRE_FLAG_END : 0, id,
-                       payload.data, payload.len);
+    hurray__wire_tensor_frame(&frame, WIRE_PUT, up.total_bytes == 0 ? WIRE_FLAG_END : 0, id,
+                              payload.data, payload.len, c->server->version_minor);
     status = frame.failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory")
                           : send_bytes(c, frame.data, frame.len, error);
   }

@@ -409,6 +409,48 @@ int hurray__wire_tensor_decode(const uint8_t *p, size_t len, FileArena *arena, W
   return HURRAY_OK;
 }
 
+/* §6.3.1: header_check, from 1.2 on the last 8 bytes of a TENSOR_HEADER or PUT payload. */
+void hurray__wire_tensor_frame(FileSink *out, uint8_t type, uint8_t flags, uint64_t request_id,
+                               const uint8_t *payload, size_t len, uint16_t minor) {
+  bool check = minor >= WIRE_HEADER_CHECK_MINOR;
+  size_t start = out->len;
+  uint8_t header[WIRE_HEADER_SIZE];
+  WireHeader h = {type, flags, request_id, len + (check ? WIRE_HEADER_CHECK_SIZE : 0u)};
+  hurray__wire_header_encode(&h, header);
+  hurray__sink_bytes(out, header, sizeof header);
+  hurray__sink_bytes(out, payload, len);
+  if (check && !out->failed) {
+    hurray__sink_u64(out, hurray__xxh3(out->data + start, WIRE_HEADER_SIZE + len));
+  }
+}
+
+int hurray__wire_tensor_check(const WireHeader *h, const uint8_t *p, size_t len, uint16_t minor,
+                              size_t *body, HurrayError *error) {
+  *body = len;
+  if (minor < WIRE_HEADER_CHECK_MINOR) return HURRAY_OK;
+  const char *name = hurray__wire_type_name(h->type);
+  if (len < WIRE_HEADER_CHECK_SIZE) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "%s of %zu bytes has no room for its header checksum", name, len);
+  }
+  *body = len - WIRE_HEADER_CHECK_SIZE;
+  uint8_t header[WIRE_HEADER_SIZE];
+  hurray__wire_header_encode(h, header); /* byte for byte what arrived: decode checked it */
+  FileHasher *hasher = hurray__hasher_create();
+  if (hasher == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  hurray__hasher_update(hasher, header, sizeof header);
+  hurray__hasher_update(hasher, p, *body);
+  uint64_t computed = hurray__hasher_digest(hasher), sent = hurray__load_le64(p + *body);
+  hurray__hasher_destroy(hasher);
+  if (computed != sent) {
+    return hurray__fail(error, HURRAY_ECHECKSUM,
+                        "%s header checksum mismatch (header_check 0x%016" PRIx64
+                        ", the frame hashes to 0x%016" PRIx64 "): corrupted in transit",
+                        name, sent, computed);
+  }
+  return HURRAY_OK;
+}
+
 /* ---- DATA_FD ------------------------------------------------------------------------------ */
 
 void hurray__wire_fd_ref_encode(const WireFdRef *r, uint8_t out[WIRE_DATA_FD_SIZE]) {

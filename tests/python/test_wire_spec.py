@@ -384,7 +384,7 @@ def test_major_version_of_the_future(one):
     hello = w.frame(w.CLIENT_HELLO, 0, w.hello((2, 0)))
     with raw(one, hello) as sock:
         assert_closing_error(sock, "EUNSUPPORTED", "protocol version 2.0 is not supported "
-                             "(this peer speaks 1.1)")
+                             "(this peer speaks 1.2)")
 
 
 def test_oversized_frame_is_refused_from_its_header(one):
