@@ -598,8 +598,11 @@ int hurray__wire_error_decode(const uint8_t *p, size_t len, HurrayError *error) 
     return hurray__fail(error, HURRAY_EPROTOCOL, "malformed ERROR frame");
   }
   /* a message an older sender cut inside its last character keeps its code (§7.1) */
-  if (!hurray__utf8_valid(p + 8, n) && !hurray__utf8_valid(p + 8, n = hurray__utf8_trim(p + 8, n))) {
-    return hurray__fail(error, HURRAY_EPROTOCOL, "malformed ERROR frame");
+  if (!hurray__utf8_valid(p + 8, n)) {
+    n = hurray__utf8_trim(p + 8, n);
+    if (!hurray__utf8_valid(p + 8, n)) {
+      return hurray__fail(error, HURRAY_EPROTOCOL, "malformed ERROR frame");
+    }
   }
   if (strcmp(hurray_status_name((int)code), "HURRAY_UNKNOWN_STATUS") == 0) {
     return hurray__fail(error, HURRAY_EPROTOCOL, "peer error %" PRIu32 ": %.*s", code, (int)n,
