@@ -170,13 +170,19 @@ static const char kData[] =
     "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
     "00 00 80 3f 00 00 00 40";
 
-static void tensor_golden(void **state) {
-  (void)state;
+/* The golden tensor "x" served, and `plan` for the whole of it (request 7 of §9.5). */
+static WireServed *golden_plan(WirePlan *plan) {
   WireServed *served = NULL;
   OK(hurray__wire_served_create("x", sample_golden_pair(), NULL, NULL, 0, &served, E));
   WireRequest r = {.name_len = 1, .name = "x"};
+  OK(hurray__wire_plan(served, &r, plan, E));
+  return served;
+}
+
+static void tensor_golden(void **state) {
+  (void)state;
   WirePlan plan;
-  OK(hurray__wire_plan(served, &r, &plan, E));
+  WireServed *served = golden_plan(&plan);
   FileSink out = {0};
   hurray__wire_frame(&out, WIRE_TENSOR_HEADER, 0, 7, plan.header.data, plan.header.len);
   assert_bytes(&out, kTensorHeader);
@@ -216,11 +222,8 @@ static size_t checked_frame(uint8_t type, uint8_t id, const char *check, uint8_t
 
 static void tensor_header_check_golden(void **state) {
   (void)state;
-  WireServed *served = NULL;
-  OK(hurray__wire_served_create("x", sample_golden_pair(), NULL, NULL, 0, &served, E));
-  WireRequest r = {.name_len = 1, .name = "x"};
   WirePlan plan;
-  OK(hurray__wire_plan(served, &r, &plan, E));
+  WireServed *served = golden_plan(&plan);
   static uint8_t want[4096], got[4096];
   FileSink out = {0};
   for (int put = 0; put < 2; put++) {
