@@ -567,6 +567,9 @@ class Client:
             tname, node, metadata = decode_record(record, buffers)
         except SpecFileError as e:
             raise SpecWireError(e.status, str(e)) from None
+        if tname != name or (range_ == ROWS and node.shape[:1] != (stop - start,)):
+            _refuse("EPROTOCOL", f"the header answers tensor '{tname}' {node.shape}, not the "
+                    "request")  # §6.3
         first, last = (start, stop) if range_ == BYTES else (0, total)
         # The stream (§6.4): (buffer, offset within it) of every stream byte still expected,
         # and the bytes each buffer already holds from an earlier attempt.

@@ -787,3 +787,15 @@ def test_a_put_whose_header_check_fails_ends_the_connection():
         with w.Client(s.address) as c:
             c.put(w.dense_header("up2", 10, (4,), data), data)
             assert {x["name"] for x in c.list()} == {"t", "up", "up2"}
+
+
+def test_the_client_checks_the_header_answers_its_request():
+    """§6.3: the (checked) header must answer the request -- the tensor asked for and, for ROWS,
+    that many rows -- so a TENSOR_REQUEST changed in transit is caught too. The fake server
+    answers every request with "x" = [1.0, 2.0]."""
+    with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
+        with pytest.raises(hurray.WireError, match="answered with tensor 'x' of 2 rows, not what"):
+            c.get("y")
+    with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
+        with pytest.raises(hurray.WireError, match="answered with tensor 'x' of 2 rows, not what"):
+            c.get("x", slice=(0, 1))
