@@ -1,7 +1,8 @@
 /* fuzz_wire_frame.c -- the wire protocol's frame codec on arbitrary bytes: a sequence of frames,
  * each header decoded with the negotiated DATA limit and each payload handed to the decoder of
  * its type (hellos and the device rule, LIST_RESULT, TENSOR_REQUEST, TENSOR_HEADER / PUT with
- * their records, DATA_FD, ERROR). Whatever decodes is encoded again and must decode to the same thing. */
+ * their records -- in the 1.0 / 1.1 form and with the header_check of 1.2 --, DATA_FD, ERROR).
+ * Whatever decodes is encoded again and must decode to the same thing. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,28 @@ static void fd_ref(const uint8_t *p, size_t n) {
   if (memcmp(out, p, n) != 0 || r.length == 0 || r.file_offset + r.length < r.file_offset) abort();
 }
 
+static void tensor(const uint8_t *p, size_t n);
+
+/* A 1.2 TENSOR_HEADER / PUT: the check, then the payload before it; one that passes frames
+ * again to the same bytes. */
+static void checked_tensor(const uint8_t *head, const WireHeader *h, const uint8_t *p,
+                           size_t n) {
+  size_t body = 0;
+  if (hurray__wire_tensor_check(h, p, n, WIRE_HEADER_CHECK_MINOR, &body, NULL) != HURRAY_OK) {
+    return;
+  }
+  if (body + WIRE_HEADER_CHECK_SIZE != n) abort();
+  tensor(p, body);
+  FileSink out = {0};
+  hurray__wire_tensor_frame(&out, h->type, h->flags, h->request_id, p, body,
+                            WIRE_HEADER_CHECK_MINOR);
+  if (!out.failed && (out.len != WIRE_HEADER_SIZE + n || memcmp(out.data, head, WIRE_HEADER_SIZE) ||
+                      memcmp(out.data + WIRE_HEADER_SIZE, p, n))) {
+    abort();
+  }
+  hurray__sink_reset(&out);
+}
+
 static void tensor(const uint8_t *p, size_t n) {
   FileArena arena = {0};
   WireTensor t;
@@ -81,7 +104,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       case WIRE_LIST_RESULT: list(payload, n); break;
       case WIRE_TENSOR_REQUEST: request(payload, n); break;
       case WIRE_TENSOR_HEADER:
-      case WIRE_PUT: tensor(payload, n); break;
+      case WIRE_PUT: /* as a 1.0 / 1.1 session and as a 1.2 one reads it */
+        tensor(payload, n);
+        checked_tensor(head, &h, payload, n);
+        break;
       case WIRE_ERROR: (void)hurray__wire_error_decode(payload, n, &error); break;
       case WIRE_DATA_FD: fd_ref(payload, n); break;
       default: break;

@@ -1124,7 +1124,8 @@ HURRAY_API int hurray_convert(const char *input, const char *output,
  * user space) and from tensors registered in memory -- to clients that fetch them whole, by
  * rows, by byte range or from a resume offset, and, unless it is read-only, accepts uploads. Every tensor
  * crosses the wire with its whole descriptor (the file format's tensor record) and an XXH3-64
- * checksum per buffer, which the receiver checks before it hands anything out. The hellos
+ * checksum per buffer, which the receiver checks before it hands anything out; from protocol
+ * 1.2 on the header holding the descriptor carries an XXH3-64 of its own (ADR-079). The hellos
  * negotiate the protocol version, the frame size and the device tags both peers know: a tag
  * one peer does not know fails the session at setup, never in the middle of a stream. An
  * optional shared secret is proved by HMAC-SHA-256 challenge-response; it never crosses the
@@ -1134,7 +1135,7 @@ HURRAY_API int hurray_convert(const char *input, const char *output,
  * ============================================================================================ */
 
 #define HURRAY_WIRE_VERSION_MAJOR 1
-#define HURRAY_WIRE_VERSION_MINOR 1
+#define HURRAY_WIRE_VERSION_MINOR 2
 
 /* TLS (OpenSSL, TLS 1.3; ADR-061): the frames travel unchanged inside a TLS session. A server
  * given certificate_file and key_file accepts only TLS clients (a plaintext client is answered
@@ -1335,7 +1336,10 @@ typedef struct HurrayGetOptions {
  * buffer holds only the bytes the tensor's arrays address, laid out as in a file (spec §6.3),
  * so a tensor read from a file arrives byte-identical. Each buffer's XXH3-64 is
  * checked as it completes: a mismatch is HURRAY_ECHECKSUM naming the buffer, the connection
- * is closed and nothing is returned.
+ * is closed and nothing is returned. With a server of protocol 1.2 the header describing the
+ * tensor is checked too (HURRAY_ECHECKSUM "TENSOR_HEADER header checksum mismatch", the
+ * connection closed), and with any server a header that does not answer the request (another
+ * tensor, another number of rows) is HURRAY_EPROTOCOL.
  * Devices (ADR-062): a preferred_device other than CPU needs that device's runtime here: the
  * call receives through `options->queue`, or through a queue it makes on device_id (failing
  * with that status, HURRAY_EUNSUPPORTED naming the runtime library, before anything is sent --

@@ -41,6 +41,14 @@ HURRAY_INTERNAL int hurray__tensor_desc_clone_after(const HurrayTensorDesc *tens
 
 /* Whether `n` bytes are well-formed UTF-8 (Unicode 3.9, U+0000 allowed). */
 HURRAY_INTERNAL bool hurray__utf8_valid(const uint8_t *s, size_t n);
+/* The length of `s` without a final sequence that a cut at `n` left incomplete (the first 1 to 3
+ * bytes of a well-formed character): where to end a text cut at a byte count. */
+HURRAY_INTERNAL size_t hurray__utf8_trim(const uint8_t *s, size_t n);
+/* Copies `s` into `out` (`cap` bytes) as well-formed UTF-8: each byte that begins no
+ * well-formed sequence becomes '?', and the copy stops before the first character that does
+ * not fit whole. Returns the bytes written. */
+HURRAY_INTERNAL size_t hurray__utf8_sanitize(const uint8_t *s, size_t n, uint8_t *out,
+                                             size_t cap);
 
 /* Whether `n` bytes are all zero. Word by word and without an early exit, so that the reserved
  * fields every validation checks (a constant `n`) compile to a few loads, not a byte loop. */

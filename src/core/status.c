@@ -39,6 +39,10 @@ static int fail(HurrayError *error, int code, int system_errno, const char *fmt,
     error->system_errno = system_errno;
     int n = vsnprintf(error->message, sizeof error->message, fmt, args);
     if (n < 0) snprintf(error->message, sizeof error->message, "%s", hurray_status_message(code));
+    if (n >= (int)sizeof error->message) { /* cut: never inside a character */
+      size_t kept = hurray__utf8_trim((const uint8_t *)error->message, sizeof error->message - 1);
+      error->message[kept] = '\0';
+    }
   }
   return code;
 }

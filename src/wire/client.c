@@ -597,10 +597,10 @@ static int prepare(Transfer *t, HurrayError *error) {
   return status;
 }
 
-/* Reads the TENSOR_HEADER of request `id`; on the first attempt prepares where the bytes go,
- * on a resumed one checks the tensor is the same. */
-static int receive_header(HurrayClient *c, uint64_t id, Transfer *t, bool *end,
-                          HurrayError *error) {
+/* Reads the TENSOR_HEADER of request `id` (`r`); on the first attempt prepares where the bytes
+ * go, on a resumed one checks the tensor is the same. */
+static int receive_header(HurrayClient *c, uint64_t id, const WireRequest *r, Transfer *t,
+                          bool *end, HurrayError *error) {
   WireHeader h;
   uint8_t *p = NULL;
   int status = read_header(c, &h, error);
@@ -610,8 +610,22 @@ static int receive_header(HurrayClient *c, uint64_t id, Transfer *t, bool *end,
   *end = (h.flags & WIRE_FLAG_END) != 0;
   FileArena arena = {0};
   WireTensor tensor;
-  status = hurray__wire_tensor_decode(p, (size_t)h.length, &arena, &tensor, error);
+  size_t body = 0;
+  status = hurray__wire_tensor_check(&h, p, (size_t)h.length, c->server->version_minor, &body,
+                                     error);
+  if (status == HURRAY_OK) status = hurray__wire_tensor_decode(p, body, &arena, &tensor, error);
   free(p);
+  /* the answer is to this request (spec §6.3): a request changed in transit is caught here */
+  if (status == HURRAY_OK && (strcmp(tensor.record.name, r->name) != 0 ||
+                              (r->range_kind == WIRE_RANGE_ROWS &&
+                               (tensor.record.tensor->ndim < 1 ||
+                                tensor.record.tensor->shape[0] != r->stop - r->start)))) {
+    status = hurray__fail(error, HURRAY_EPROTOCOL,
+                          "the server answered with tensor '%s' of %" PRId64
+                          " rows, not what was asked",
+                          tensor.record.name,
+                          tensor.record.tensor->ndim ? tensor.record.tensor->shape[0] : 0);
+  }
   if (status == HURRAY_OK && tensor.resume_offset != t->received) {
     status = hurray__fail(error, HURRAY_EPROTOCOL, "the server resumed at %" PRIu64 ", not %" PRIu64,
                           tensor.resume_offset, t->received);
@@ -943,7 +957,7 @@ static int transfer(HurrayClient *c, const char *name, const HurrayGetOptions *o
     bool end = false;
     r.resume_offset = t->received;
     status = send_request(c, id, &r, error);
-    if (status == HURRAY_OK) status = receive_header(c, id, t, &end, error);
+    if (status == HURRAY_OK) status = receive_header(c, id, &r, t, &end, error);
     if (status == HURRAY_OK && !end) status = receive_data(c, id, t, &o, error);
     if (status == HURRAY_OK) {
       skip_empty(t);
@@ -1056,8 +1070,8 @@ int hurray_client_put(HurrayClient *c, const char *name, const HurrayTensorConte
                         (uint32_t)up.record.len};
   status = hurray__wire_tensor_encode(&h, &payload, error);
   if (status == HURRAY_OK) {
-    hurray__wire_frame(&frame, WIRE_PUT, up.total_bytes == 0 ? WIRE_FLAG_END : 0, id,
-                       payload.data, payload.len);
+    hurray__wire_tensor_frame(&frame, WIRE_PUT, up.total_bytes == 0 ? WIRE_FLAG_END : 0, id,
+                              payload.data, payload.len, c->server->version_minor);
     status = frame.failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory")
                           : send_bytes(c, frame.data, frame.len, error);
   }

@@ -409,6 +409,48 @@ int hurray__wire_tensor_decode(const uint8_t *p, size_t len, FileArena *arena, W
   return HURRAY_OK;
 }
 
+/* §6.3.1: header_check, from 1.2 on the last 8 bytes of a TENSOR_HEADER or PUT payload. */
+void hurray__wire_tensor_frame(FileSink *out, uint8_t type, uint8_t flags, uint64_t request_id,
+                               const uint8_t *payload, size_t len, uint16_t minor) {
+  bool check = minor >= WIRE_HEADER_CHECK_MINOR;
+  size_t start = out->len;
+  uint8_t header[WIRE_HEADER_SIZE];
+  WireHeader h = {type, flags, request_id, len + (check ? WIRE_HEADER_CHECK_SIZE : 0u)};
+  hurray__wire_header_encode(&h, header);
+  hurray__sink_bytes(out, header, sizeof header);
+  hurray__sink_bytes(out, payload, len);
+  if (check && !out->failed) {
+    hurray__sink_u64(out, hurray__xxh3(out->data + start, WIRE_HEADER_SIZE + len));
+  }
+}
+
+int hurray__wire_tensor_check(const WireHeader *h, const uint8_t *p, size_t len, uint16_t minor,
+                              size_t *body, HurrayError *error) {
+  *body = len;
+  if (minor < WIRE_HEADER_CHECK_MINOR) return HURRAY_OK;
+  const char *name = hurray__wire_type_name(h->type);
+  if (len < WIRE_HEADER_CHECK_SIZE) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "%s of %zu bytes has no room for its header checksum", name, len);
+  }
+  *body = len - WIRE_HEADER_CHECK_SIZE;
+  uint8_t header[WIRE_HEADER_SIZE];
+  hurray__wire_header_encode(h, header); /* byte for byte what arrived: decode checked it */
+  FileHasher *hasher = hurray__hasher_create();
+  if (hasher == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  hurray__hasher_update(hasher, header, sizeof header);
+  hurray__hasher_update(hasher, p, *body);
+  uint64_t computed = hurray__hasher_digest(hasher), sent = hurray__load_le64(p + *body);
+  hurray__hasher_destroy(hasher);
+  if (computed != sent) {
+    return hurray__fail(error, HURRAY_ECHECKSUM,
+                        "%s header checksum mismatch (header_check 0x%016" PRIx64
+                        ", the frame hashes to 0x%016" PRIx64 "): corrupted in transit",
+                        name, sent, computed);
+  }
+  return HURRAY_OK;
+}
+
 /* ---- DATA_FD ------------------------------------------------------------------------------ */
 
 void hurray__wire_fd_ref_encode(const WireFdRef *r, uint8_t out[WIRE_DATA_FD_SIZE]) {
@@ -534,11 +576,15 @@ int hurray__wire_list_decode(const uint8_t *p, size_t len, HurrayRemoteTensor **
 /* ---- ERROR -------------------------------------------------------------------------------- */
 
 void hurray__wire_error_encode(int code, const char *message, FileSink *out) {
-  size_t n = strnlen(message, WIRE_MAX_ERROR_MESSAGE);
+  /* §7.1: at most 1024 bytes of well-formed UTF-8, cut between characters (a few bytes more
+   * are read so that a character across the limit is seen whole and left out) */
+  uint8_t text[WIRE_MAX_ERROR_MESSAGE];
+  size_t n = hurray__utf8_sanitize((const uint8_t *)message,
+                                   strnlen(message, WIRE_MAX_ERROR_MESSAGE + 3), text, sizeof text);
   hurray__sink_u32(out, (uint32_t)code);
   hurray__sink_u16(out, (uint16_t)n);
   hurray__sink_u16(out, 0);
-  hurray__sink_bytes(out, message, n);
+  hurray__sink_bytes(out, text, n);
 }
 
 int hurray__wire_error_decode(const uint8_t *p, size_t len, HurrayError *error) {
@@ -548,8 +594,15 @@ int hurray__wire_error_decode(const uint8_t *p, size_t len, HurrayError *error) 
   uint32_t code = hurray__load_le32(p);
   size_t n = hurray__load_le16(p + 4);
   if (p[6] != 0 || p[7] != 0 || n != len - WIRE_ERROR_FIXED || n > WIRE_MAX_ERROR_MESSAGE ||
-      code == HURRAY_OK || code > INT32_MAX || !hurray__utf8_valid(p + 8, n)) {
+      code == HURRAY_OK || code > INT32_MAX) {
     return hurray__fail(error, HURRAY_EPROTOCOL, "malformed ERROR frame");
+  }
+  /* a message an older sender cut inside its last character keeps its code (§7.1) */
+  if (!hurray__utf8_valid(p + 8, n)) {
+    n = hurray__utf8_trim(p + 8, n);
+    if (!hurray__utf8_valid(p + 8, n)) {
+      return hurray__fail(error, HURRAY_EPROTOCOL, "malformed ERROR frame");
+    }
   }
   if (strcmp(hurray_status_name((int)code), "HURRAY_UNKNOWN_STATUS") == 0) {
     return hurray__fail(error, HURRAY_EPROTOCOL, "peer error %" PRIu32 ": %.*s", code, (int)n,

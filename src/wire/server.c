@@ -568,8 +568,8 @@ static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, 
       t->device == HURRAY_DEVICE_CPU) { /* host memory: device memory is staged as DATA */
     hurray__wire_plan_fds(t, &c->plan);
   }
-  hurray__wire_frame(&c->out, WIRE_TENSOR_HEADER, c->plan.nsegments ? 0 : WIRE_FLAG_END, id,
-                     c->plan.header.data, c->plan.header.len);
+  hurray__wire_tensor_frame(&c->out, WIRE_TENSOR_HEADER, c->plan.nsegments ? 0 : WIRE_FLAG_END,
+                            id, c->plan.header.data, c->plan.header.len, c->minor);
   hurray__sink_reset(&c->plan.header);
   c->sending = c->plan.nsegments > 0;
   c->frame_checks = c->minor >= 1 && r.range_kind == WIRE_RANGE_BYTES;
@@ -633,6 +633,11 @@ static void upload_finish(HurrayServer *s, Conn *c) {
 }
 
 static void on_put(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_t *p, size_t len) {
+  HurrayError checked = {0}; /* 1.2: a PUT whose header_check fails ends the connection */
+  if (hurray__wire_tensor_check(h, p, len, c->minor, &len, &checked) != HURRAY_OK) {
+    conn_fail(c, checked.code, checked.message);
+    return;
+  }
   Upload *u = calloc(1, sizeof *u);
   if (u == NULL) {
     conn_fail(c, HURRAY_ENOMEM, "out of memory");

@@ -32,7 +32,10 @@ enum {
   WIRE_MAGIC_SIZE = 4,
   WIRE_HEADER_SIZE = 24, /* magic[4] type[1] flags[1] reserved[2] request_id[8] length[8] */
   WIRE_VERSION_MAJOR = 1,
-  WIRE_VERSION_MINOR = 1, /* 1.1: DATA frames of a BYTES response carry a check */
+  WIRE_VERSION_MINOR = 2, /* 1.1: DATA frames of a BYTES response carry a check;
+                             1.2: TENSOR_HEADER and PUT end with their header_check */
+  WIRE_HEADER_CHECK_MINOR = 2, /* the first minor whose tensor headers carry header_check */
+  WIRE_HEADER_CHECK_SIZE = 8,  /* header_check: u64, the last bytes of the payload */
   WIRE_FLAG_END = 1, /* the last frame of a response or an upload */
   WIRE_NONCE_SIZE = 32,
   WIRE_MAC_SIZE = 32,
@@ -178,6 +181,19 @@ typedef struct WireTensorHeader {
 
 HURRAY_INTERNAL int hurray__wire_tensor_encode(const WireTensorHeader *t, FileSink *out,
                                                HurrayError *error);
+
+/* A whole TENSOR_HEADER or PUT frame of a session of negotiated minor `minor`: header, the
+ * payload `hurray__wire_tensor_encode` made and, from 1.2 on, header_check (spec §6.3.1):
+ * XXH3-64 of every byte of the frame before it. */
+HURRAY_INTERNAL void hurray__wire_tensor_frame(FileSink *out, uint8_t type, uint8_t flags,
+                                               uint64_t request_id, const uint8_t *payload,
+                                               size_t len, uint16_t minor);
+/* Before any field of a received TENSOR_HEADER / PUT payload is used: from 1.2 on, its last 8
+ * bytes must be the XXH3-64 of the frame (header `h`, then the payload) before them --
+ * HURRAY_ECHECKSUM naming the header checksum, HURRAY_EPROTOCOL for a payload too short to
+ * hold one, HURRAY_ENOMEM. *body: the payload bytes to decode (all of them before 1.2). */
+HURRAY_INTERNAL int hurray__wire_tensor_check(const WireHeader *h, const uint8_t *p, size_t len,
+                                              uint16_t minor, size_t *body, HurrayError *error);
 
 /* A decoded TENSOR_HEADER / PUT: its buffers and record (metadata included) live in `arena`,
  * not in the payload, which may be freed; the record's

@@ -202,7 +202,7 @@ _Static_assert(HURRAY_FLOAT64_TEXT_SIZE == 32, "float64 text size");
 
 /* Values that are forever. */
 _Static_assert(HURRAY_C_ABI_VERSION == 4, "C ABI version");
-_Static_assert(HURRAY_WIRE_VERSION_MAJOR == 1 && HURRAY_WIRE_VERSION_MINOR == 1,
+_Static_assert(HURRAY_WIRE_VERSION_MAJOR == 1 && HURRAY_WIRE_VERSION_MINOR == 2,
                "wire protocol version (docs/spec/interchange.md)");
 _Static_assert(HURRAY_DESC_SIZE == 16, "descriptor size");
 _Static_assert(HURRAY_MIN_ALIGNMENT == 64, "minimum alignment");

@@ -382,6 +382,17 @@ static void files_and_rows(void **state) {
   assert_string_equal(error.message, "peer: rows [1, 9) are outside tensor 't0' (2 rows)");
   assert_int_equal(hurray_client_get(c, "nope", NULL, &got, &error), HURRAY_EINVAL);
   assert_string_equal(error.message, "peer: no tensor named 'nope'");
+  /* a missing name of 80 "\u20ac" (240 bytes): the server's message outgrows its 256-byte error
+   * and is cut -- on a character boundary, so the ERROR frame stays valid UTF-8, the answer is
+   * the request's EINVAL and the connection goes on (issue 20, item 9) */
+  char euros[3 * 80 + 1];
+  for (int i = 0; i < 80; i++) memcpy(euros + 3 * i, "\xe2\x82\xac", 3);
+  euros[3 * 80] = '\0';
+  assert_int_equal(hurray_client_get(c, euros, NULL, &got, &error), HURRAY_EINVAL);
+  assert_true(strncmp(error.message, "peer: no tensor named '\xe2\x82\xac", 26) == 0);
+  assert_true(hurray__utf8_valid((const uint8_t *)error.message, strlen(error.message)));
+  OK(hurray_client_get(c, "t0", NULL, &got, E));
+  hurray_tensor_context_release(got);
   /* fetch: streamed into a file, every tensor of every layout with its metadata, the same */
   for (uint32_t i = 0; i < SAMPLE_COUNT; i++) {
     snprintf(name, sizeof name, "t%u", i);
@@ -473,7 +484,7 @@ static void handshake_refusals(void **state) {
   assert_int_equal(raw_hello(r.address, 2, cpu, NULL, 1, &error), WIRE_ERROR);
   assert_int_equal(error.code, HURRAY_EUNSUPPORTED);
   assert_string_equal(error.message,
-                      "peer: protocol version 2.0 is not supported (this peer speaks 1.1)");
+                      "peer: protocol version 2.0 is not supported (this peer speaks 1.2)");
   /* something that is not a Hurray peer at all */
   int fd = raw_connect(r.address);
   const char http[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -755,10 +766,12 @@ static void byte_ranges(void **state) {
     proxy_stop(&p);
   }
   /* on the wire: in 1.1 each DATA frame of a range carries the low 32 bits of its XXH3-64; a
-     1.0 session leaves the field zero. First the golden frame of spec §9.9 */
+     1.0 session leaves the field zero. From 1.2 on the TENSOR_HEADER ends with its
+     header_check; a 1.0 or 1.1 peer gets the header it knows. Last, a client of a future minor
+     (answered 1.2) gets the golden frame of spec §9.9 */
   HurrayTensorContext *golden = sample_golden_pair();
   OK(hurray_server_add_tensor(r.server, "g", golden, E));
-  for (uint16_t minor = 0; minor < 3; minor++) {
+  for (uint16_t minor = 0; minor < 4; minor++) {
     WireHello *hello = calloc(1, sizeof *hello);
     hello->version_major = 1;
     hello->version_minor = minor;
@@ -770,7 +783,7 @@ static void byte_ranges(void **state) {
     free(hello);
     WireRequest req = {.name_len = 1, .name = "x", .range_kind = WIRE_RANGE_BYTES, .start = 3,
                        .stop = 3 + 100000};
-    if (minor == 2) req = (WireRequest){.name_len = 1, .name = "g", .range_kind = WIRE_RANGE_BYTES,
+    if (minor == 3) req = (WireRequest){.name_len = 1, .name = "g", .range_kind = WIRE_RANGE_BYTES,
                                         .start = 1, .stop = 5};
     request_frame(&frame, &req);
     int fd = raw_connect(r.address);
@@ -779,9 +792,17 @@ static void byte_ranges(void **state) {
     WireHeader h;
     static uint8_t buf[(1 << 16) + 64];
     assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
-    assert_int_equal(hurray__load_le16(buf + 2), minor < 1 ? 0 : 1); /* the smaller minor */
+    uint16_t session = minor < WIRE_VERSION_MINOR ? minor : WIRE_VERSION_MINOR;
+    assert_int_equal(hurray__load_le16(buf + 2), session); /* the smaller minor */
     assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_TENSOR_HEADER);
-    if (minor == 2) { /* spec §9.9, byte for byte */
+    size_t body = 0;
+    OK(hurray__wire_tensor_check(&h, buf, (size_t)h.length, session, &body, E));
+    assert_int_equal(h.length - body, session >= 2 ? WIRE_HEADER_CHECK_SIZE : 0);
+    FileArena arena = {0};
+    WireTensor t;
+    OK(hurray__wire_tensor_decode(buf, body, &arena, &t, E));
+    hurray__arena_free(&arena);
+    if (minor == 3) { /* spec §9.9, byte for byte */
       static const uint8_t want_frame[] = {
           0x89, 0x48, 0x52, 0x57, 0x22, 0x01, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00,
           0x00, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
@@ -866,6 +887,57 @@ static void flipped_byte_detected(void **state) {
                       "tensor 'big' buffer 0: checksum mismatch (corrupted in transit)");
   hurray_client_destroy(c);
   proxy_stop(&b);
+  /* 1.2: a byte of the TENSOR_HEADER changed in transit is refused by its header_check (spec
+   * §6.3.1) -- here the record's name, "g" made "w" (0x67 ^ 0x10), which every other check
+   * passes: the 82 bytes of the SERVER_HELLO, then the name at byte 0x60 of spec §9.5's frame */
+  OK(hurray_server_add_tensor(r.server, "g", sample_golden_pair(), E));
+  Proxy n = {.flip_at = 82 + 0x60, .connections = 1};
+  proxy_start(&n, r.address);
+  OK(hurray_client_connect(n.address, NULL, &c, E));
+  assert_int_equal(hurray_client_get(c, "g", NULL, &got, &error), HURRAY_ECHECKSUM);
+  assert_null(got);
+  assert_non_null(strstr(error.message, "TENSOR_HEADER header checksum mismatch (header_check 0x"));
+  assert_non_null(strstr(error.message, "): corrupted in transit"));
+  assert_int_equal(hurray_client_list(c, &(HurrayRemoteTensor *){NULL}, &(uint32_t){0}, &error),
+                   HURRAY_ECONNECTION); /* the connection is closed, not trusted further */
+  hurray_client_destroy(c);
+  proxy_stop(&n);
+  /* ... and a PUT: the server answers ERROR (id 0) HURRAY_ECHECKSUM, closes, keeps nothing */
+  WireServed up;
+  HurrayTensorContext *pair = sample_golden_pair();
+  OK(hurray__wire_served_init(&up, "up", pair, NULL, NULL, 0, E));
+  WireTensorHeader th = {HURRAY_DEVICE_CPU, up.nbuffers, up.total_bytes, 0, up.buffers,
+                         up.record.data, (uint32_t)up.record.len};
+  FileSink payload = {0}, frame = {0};
+  OK(hurray__wire_tensor_encode(&th, &payload, E));
+  cpu_hello(&frame, 1 << 16);
+  ((uint8_t *)frame.data)[WIRE_HEADER_SIZE + 2] = WIRE_VERSION_MINOR;
+  size_t put_at = frame.len;
+  hurray__wire_tensor_frame(&frame, WIRE_PUT, 0, 1, payload.data, payload.len, WIRE_VERSION_MINOR);
+  frame.data[put_at + WIRE_HEADER_SIZE + 32 + 32 + 8] ^= 0x10; /* the record's name */
+  int fd = raw_connect(r.address);
+  raw_send(fd, &frame);
+  WireHeader h;
+  static uint8_t buf[4096];
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
+  assert_int_equal(hurray__load_le16(buf + 2), WIRE_VERSION_MINOR);
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_ERROR);
+  assert_int_equal(h.request_id, 0);
+  assert_int_equal(hurray__wire_error_decode(buf, (size_t)h.length, &error), HURRAY_ECHECKSUM);
+  assert_non_null(strstr(error.message, "peer: PUT header checksum mismatch"));
+  assert_int_equal(recv(fd, buf, 1, 0), 0);
+  close(fd);
+  HurrayRemoteTensor *items = NULL;
+  uint32_t count = 0;
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  OK(hurray_client_list(c, &items, &count, E));
+  for (uint32_t i = 0; i < count; i++) assert_string_not_equal(items[i].name, "up");
+  free(items);
+  hurray_client_destroy(c);
+  hurray__sink_reset(&payload);
+  hurray__sink_reset(&frame);
+  hurray__wire_served_reset(&up);
+  hurray_tensor_context_release(pair);
   finish(&r);
 }
 

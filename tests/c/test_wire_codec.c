@@ -170,13 +170,19 @@ static const char kData[] =
     "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
     "00 00 80 3f 00 00 00 40";
 
-static void tensor_golden(void **state) {
-  (void)state;
+/* The golden tensor "x" served, and `plan` for the whole of it (request 7 of §9.5). */
+static WireServed *golden_plan(WirePlan *plan) {
   WireServed *served = NULL;
   OK(hurray__wire_served_create("x", sample_golden_pair(), NULL, NULL, 0, &served, E));
   WireRequest r = {.name_len = 1, .name = "x"};
+  OK(hurray__wire_plan(served, &r, plan, E));
+  return served;
+}
+
+static void tensor_golden(void **state) {
+  (void)state;
   WirePlan plan;
-  OK(hurray__wire_plan(served, &r, &plan, E));
+  WireServed *served = golden_plan(&plan);
   FileSink out = {0};
   hurray__wire_frame(&out, WIRE_TENSOR_HEADER, 0, 7, plan.header.data, plan.header.len);
   assert_bytes(&out, kTensorHeader);
@@ -195,6 +201,81 @@ static void tensor_golden(void **state) {
   assert_int_equal(t.total_bytes, 8);
   hurray__arena_free(&arena);
   hurray__sink_reset(&data);
+  hurray__sink_reset(&out);
+  hurray__wire_plan_reset(&plan);
+  hurray__wire_served_destroy(served);
+}
+
+/* §9.10: the same TENSOR_HEADER in a 1.2 session (its header_check last), and the PUT of the
+ * same tensor as request 1. */
+static const char kTensorHeaderCheck[] = "52 b5 71 36 bf db c0 50";
+static const char kPutCheck[] = "65 9b c9 69 91 e2 67 0b";
+
+/* spec hex of a 1.2 frame: 9.5's header with length 144, then its payload, then `check` */
+static size_t checked_frame(uint8_t type, uint8_t id, const char *check, uint8_t *out) {
+  size_t n = unhex(kTensorHeader, out, 4096);
+  out[4] = type;
+  out[8] = id;
+  out[16] = 0x90;
+  return n + unhex(check, out + n, 8);
+}
+
+static void tensor_header_check_golden(void **state) {
+  (void)state;
+  WirePlan plan;
+  WireServed *served = golden_plan(&plan);
+  static uint8_t want[4096], got[4096];
+  FileSink out = {0};
+  for (int put = 0; put < 2; put++) {
+    size_t n = checked_frame(put ? WIRE_PUT : WIRE_TENSOR_HEADER, put ? 1 : 7,
+                             put ? kPutCheck : kTensorHeaderCheck, want);
+    out.len = 0;
+    hurray__wire_tensor_frame(&out, put ? WIRE_PUT : WIRE_TENSOR_HEADER, 0, put ? 1 : 7,
+                              plan.header.data, plan.header.len, 2);
+    assert_int_equal(out.len, n);
+    assert_memory_equal(out.data, want, n);
+    /* in 1.1 and 1.0 the same frame is 9.5's, without the check */
+    out.len = 0;
+    hurray__wire_tensor_frame(&out, put ? WIRE_PUT : WIRE_TENSOR_HEADER, 0, put ? 1 : 7,
+                              plan.header.data, plan.header.len, 1);
+    assert_int_equal(out.len, n - WIRE_HEADER_CHECK_SIZE);
+    WireHeader h;
+    size_t body = 0;
+    OK(hurray__wire_header_decode(want, 1 << 16, &h, E));
+    OK(hurray__wire_tensor_check(&h, want + WIRE_HEADER_SIZE, n - WIRE_HEADER_SIZE, 2, &body, E));
+    assert_int_equal(body, 136);
+    FileArena arena = {0};
+    WireTensor t;
+    OK(hurray__wire_tensor_decode(want + WIRE_HEADER_SIZE, body, &arena, &t, E));
+    assert_string_equal(t.record.name, "x");
+    hurray__arena_free(&arena);
+    /* a 1.2 header without its check is too short (trailing-bytes rules aside) */
+    HurrayError error = {0};
+    assert_int_equal(hurray__wire_tensor_check(&h, want + WIRE_HEADER_SIZE, 7, 2, &body, &error),
+                     HURRAY_EPROTOCOL);
+    assert_string_equal(error.message, put ? "PUT of 7 bytes has no room for its header checksum"
+                                           : "TENSOR_HEADER of 7 bytes has no room for its "
+                                             "header checksum");
+    /* every one-byte change -- request id, dtype, shape, checksums, name, the check itself --
+     * is refused by the check; changes of the other header fields by the header's own rules */
+    for (size_t i = 0; i < n; i++) {
+      memcpy(got, want, n);
+      got[i] ^= 0x10;
+      if (hurray__wire_header_decode(got, 1 << 16, &h, &error) != HURRAY_OK) continue;
+      if (i < 8) { /* magic, flags, reserved: refused by decode; a type: another message */
+        assert_true(i == 4 && h.type != want[4]);
+        continue;
+      }
+      if (i >= 16 && i < 24) continue; /* a length: the frame is no longer this one */
+      assert_int_equal(hurray__wire_tensor_check(&h, got + WIRE_HEADER_SIZE,
+                                                 n - WIRE_HEADER_SIZE, 2, &body, &error),
+                       HURRAY_ECHECKSUM);
+      assert_non_null(strstr(error.message, put ? "PUT header checksum mismatch (header_check 0x"
+                                                : "TENSOR_HEADER header checksum mismatch "
+                                                  "(header_check 0x"));
+      assert_non_null(strstr(error.message, "): corrupted in transit"));
+    }
+  }
   hurray__sink_reset(&out);
   hurray__wire_plan_reset(&plan);
   hurray__wire_served_destroy(served);
@@ -221,6 +302,42 @@ static void error_goodbye_golden(void **state) {
   assert_bytes(&out, kGoodbye);
   hurray__sink_reset(&payload);
   hurray__sink_reset(&out);
+}
+
+/* §7.1: a message longer than 1024 bytes is cut on a character boundary, so the ERROR stays
+ * UTF-8; and a receiver keeps the code of an ERROR whose message an older sender cut inside a
+ * character, dropping the incomplete tail (issue 20, item 9). */
+static void error_messages_cut_on_characters(void **state) {
+  (void)state;
+  char message[3 * 400 + 1]; /* 400 "\u20ac", 1200 bytes */
+  for (int i = 0; i < 400; i++) memcpy(message + 3 * i, "\xe2\x82\xac", 3);
+  message[sizeof message - 1] = '\0';
+  FileSink payload = {0};
+  hurray__wire_error_encode(HURRAY_EINVAL, message, &payload);
+  assert_int_equal(hurray__load_le16(payload.data + 4), 1023); /* 341 characters, not 1024 */
+  assert_int_equal(payload.len, WIRE_ERROR_FIXED + 1023);
+  HurrayError error = {0};
+  assert_int_equal(hurray__wire_error_decode(payload.data, payload.len, &error), HURRAY_EINVAL);
+  assert_true(hurray__utf8_valid((const uint8_t *)error.message, strlen(error.message)));
+  /* the recorder itself cuts on a character: "peer: " + 249 bytes of "\u20ac" fits 255 bytes
+   * only as 83 whole characters (255 - 6 = 249 = 3 * 83), and 250 bytes as the same */
+  assert_int_equal(strlen(error.message), 6 + 3 * 83);
+  /* an older sender's cut: "no \xe2\x82" (the last character incomplete) */
+  static const uint8_t cut[] = {1, 0, 0, 0, 5, 0, 0, 0, 'n', 'o', ' ', 0xe2, 0x82};
+  assert_int_equal(hurray__wire_error_decode(cut, sizeof cut, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message, "peer: no ");
+  /* an ill-formed byte anywhere else still makes the frame malformed */
+  static const uint8_t bad[] = {1, 0, 0, 0, 4, 0, 0, 0, 'n', 0xff, 'o', ' '};
+  assert_int_equal(hurray__wire_error_decode(bad, sizeof bad, &error), HURRAY_EPROTOCOL);
+  assert_string_equal(error.message, "malformed ERROR frame");
+  /* a sender's own ill-formed bytes (a message naming something that is not UTF-8) are
+   * replaced, one '?' each, so what it sends is always UTF-8 */
+  FileSink odd = {0};
+  hurray__wire_error_encode(HURRAY_EIO, "file 'a\xff\xfe" "b' \xe2\x82", &odd);
+  assert_int_equal(hurray__wire_error_decode(odd.data, odd.len, &error), HURRAY_EIO);
+  assert_string_equal(error.message, "peer: file 'a??b' ??");
+  hurray__sink_reset(&odd);
+  hurray__sink_reset(&payload);
 }
 
 /* ---- refusals ----------------------------------------------------------------------------- */
@@ -370,7 +487,7 @@ static void hello_refusals(void **state) {
                      p, sizeof p);
   p[0] = 2; /* a version from the future: refused from its first four bytes */
   expect_hello(p, 4, HURRAY_EUNSUPPORTED,
-               "protocol version 2.0 is not supported (this peer speaks 1.1)");
+               "protocol version 2.0 is not supported (this peer speaks 1.2)");
   p[0] = 1;
   p[56] = 0x42;
   expect_hello(p, len, HURRAY_EDEVICE,
@@ -394,6 +511,8 @@ int main(void) {
       cmocka_unit_test(auth_golden),         cmocka_unit_test(request_golden),
       cmocka_unit_test(tensor_golden),       cmocka_unit_test(error_goodbye_golden),
       cmocka_unit_test(list_golden),         cmocka_unit_test(data_fd_golden),
+      cmocka_unit_test(tensor_header_check_golden),
+      cmocka_unit_test(error_messages_cut_on_characters),
       cmocka_unit_test(header_refusals),
       cmocka_unit_test(hello_refusals),
   };

@@ -28,7 +28,8 @@ from spec_file import (_Cursor, SpecArray, SpecBuffer, SpecError, SpecFileError,
 
 MAGIC = b"\x89HRW"
 HEADER = struct.Struct("<4sBBHQQ")  # §2: magic, type, flags, reserved, request_id, length
-VERSION = (1, 1)
+VERSION = (1, 2)
+HEADER_CHECK_MINOR = 2  # §6.3.1: the first minor whose tensor headers end with header_check
 
 # §2.1
 CLIENT_HELLO, SERVER_HELLO, AUTH, AUTH_OK = 0x01, 0x02, 0x03, 0x04
@@ -91,6 +92,36 @@ class PeerError(SpecWireError):
 def frame(type_, request_id=0, payload=b"", flags=0):
     """A whole frame: the 24-byte header of §2 and its payload."""
     return HEADER.pack(MAGIC, type_, flags, 0, request_id, len(payload)) + bytes(payload)
+
+
+def header_check(type_, request_id, payload, flags=0):
+    """header_check of §6.3.1: XXH3-64 of the frame before it -- the 24-byte header whose
+    length counts the check's 8 bytes, then `payload` (the fields of §6.3)."""
+    return struct.pack("<Q", xxh3(HEADER.pack(MAGIC, type_, flags, 0, request_id,
+                                              len(payload) + 8) + bytes(payload)))
+
+
+def tensor_frame(type_, request_id, payload, flags=0, minor=VERSION[1]):
+    """A TENSOR_HEADER or PUT frame of a session of minor `minor`: from 1.2 on its payload ends
+    with header_check (§6.3.1)."""
+    if minor >= HEADER_CHECK_MINOR:
+        payload = bytes(payload) + header_check(type_, request_id, payload, flags)
+    return frame(type_, request_id, payload, flags)
+
+
+def strip_header_check(type_, request_id, payload, flags, minor):
+    """The fields of a received TENSOR_HEADER or PUT (§6.3.1): in a session of minor >= 2, its
+    header_check verified before anything else and removed."""
+    if minor < HEADER_CHECK_MINOR:
+        return payload
+    name = {TENSOR_HEADER: "TENSOR_HEADER", PUT: "PUT"}[type_]
+    if len(payload) < 8:
+        _refuse("EPROTOCOL", f"{name} of {len(payload)} bytes has no room for its header "
+                "checksum")
+    fields, check = payload[:-8], payload[-8:]
+    if check != header_check(type_, request_id, fields, flags):
+        _refuse("ECHECKSUM", f"{name} header checksum mismatch: corrupted in transit")
+    return fields
 
 
 def hello(version=VERSION, flags=0, max_frame=4 << 20, nonce=bytes(32), devices=((0, b""),)):
@@ -199,7 +230,13 @@ def parse_error(payload, request_id):
     code, n, reserved = struct.unpack_from("<IHH", payload)
     if reserved or code == 0 or n > 1024 or len(payload) != 8 + n:
         _refuse("EPROTOCOL", "malformed ERROR")
-    return PeerError(code, request_id, payload[8:].decode("utf-8"))
+    try:
+        message = payload[8:].decode("utf-8")
+    except UnicodeDecodeError as e:  # §7.1: an incomplete last character is dropped
+        if e.reason != "unexpected end of data":
+            _refuse("EPROTOCOL", "malformed ERROR: its message is not UTF-8")
+        message = payload[8:8 + e.start].decode("utf-8")
+    return PeerError(code, request_id, message)
 
 
 def parse_list_result(payload):
@@ -519,6 +556,7 @@ class Client:
         self.send(frame(TENSOR_REQUEST, rid, tensor_request(name, device, range_, start, stop,
                                                             len(received), flags)))
         type_, hflags, payload = self._expect(rid, TENSOR_HEADER)
+        payload = strip_header_check(type_, rid, payload, hflags, self.version[1])
         dev, total, resume, entries, record = parse_tensor_header(payload)
         self.header = (dev, total, resume, entries)  # the last response's, for its caller
         if resume != len(received):
@@ -529,6 +567,9 @@ class Client:
             tname, node, metadata = decode_record(record, buffers)
         except SpecFileError as e:
             raise SpecWireError(e.status, str(e)) from None
+        if tname != name or (range_ == ROWS and node.shape[:1] != (stop - start,)):
+            _refuse("EPROTOCOL", f"the header answers tensor '{tname}' {node.shape}, not the "
+                    "request")  # §6.3
         first, last = (start, stop) if range_ == BYTES else (0, total)
         # The stream (§6.4): (buffer, offset within it) of every stream byte still expected,
         # and the bytes each buffer already holds from an earlier attempt.
@@ -620,11 +661,16 @@ class Client:
         finally:
             os.close(fd)
 
-    def put(self, header, data, frame_size=1 << 16):
-        """PUT (§6.7): the header, then `data` in DATA frames; returns the answer (PUT_OK's
-        request id, or raises the PeerError)."""
+    def put(self, header, data, frame_size=1 << 16, check=None):
+        """PUT (§6.7): the header (with its header_check in a 1.2 session, §6.3.1; `check`
+        overrides it), then `data` in DATA frames; returns the answer (PUT_OK's request id, or
+        raises the PeerError)."""
         rid = self.request_id()
-        self.send(frame(PUT, rid, header, END if not data else 0))
+        flags = END if not data else 0
+        if check is not None:
+            self.send(frame(PUT, rid, bytes(header) + check, flags))
+        else:
+            self.send(tensor_frame(PUT, rid, header, flags, self.version[1]))
         for at in range(0, len(data), frame_size):
             chunk = data[at:at + frame_size]
             last = at + frame_size >= len(data)
@@ -643,5 +689,5 @@ class Client:
 
 
 __all__ = ["Client", "SpecWireError", "PeerError", "frame", "hello", "tensor_request", "error",
-           "dense_header",
+           "dense_header", "header_check", "tensor_frame", "strip_header_check",
            "mac", "parse_hello", "parse_list_result", "parse_tensor_header", "decode_record"]

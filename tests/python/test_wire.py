@@ -115,6 +115,11 @@ def test_files_are_served_with_metadata_and_rows(tmp_path):
             c.get("w", slice=slice(0, 4, 2))
         with pytest.raises(hurray.InvalidArgumentError, match="no tensor named 'nope'"):
             c.get("nope")
+        # The server's message for a missing name of 80 "\u20ac" outgrows its 256-byte error
+        # and is cut on a character boundary: a KeyError, and the connection goes on.
+        with pytest.raises(KeyError, match="no tensor named '\u20ac\u20ac"):
+            c.get("\u20ac" * 80)
+        assert np.array_equal(np.asarray(c.get("w")), w)
         with pytest.raises(hurray.RequestDeniedError, match="read-only"):
             c.put("x", w)
         assert c.info["read_only"] is True

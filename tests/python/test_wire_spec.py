@@ -150,6 +150,19 @@ def test_a_1_0_session_has_no_frame_checks(server):
         assert c.get("u8", w.BYTES, 0, 10) == bytes(range(10))
 
 
+def test_a_1_1_session_has_no_header_check(server):
+    """§8: the 1.2 server speaks 1.1 to a 1.1 client -- tensor headers without header_check --
+    and 1.2 to a 1.2 one, whose headers spec_wire checks (§6.3.1)."""
+    want = DENSE["f32"]().tobytes()
+    with client(server, version=(1, 1)) as c:
+        assert c.version == (1, 1)
+        assert c.get("f32").buffers[0].data == want
+    with client(server) as c:
+        assert c.version == (1, 2)
+        assert c.get("f32").buffers[0].data == want
+        assert c.get("f32", w.ROWS, 1, 2).buffers[0].data == want[12:]
+
+
 def test_minor_versions_of_the_future_are_answered_with_the_servers(server):
     with client(server, version=(1, 9)) as c:
         assert c.version == w.VERSION
@@ -239,7 +252,7 @@ GOLDEN = golden()
 
 
 def test_golden_frames_have_their_stated_lengths():
-    assert set(GOLDEN) == {f"9.{i}" for i in range(1, 10)}
+    assert set(GOLDEN) == {f"9.{i}" for i in range(1, 11)}
     for number, frames in GOLDEN.items():
         for f in frames:
             assert struct.unpack_from("<Q", f, 16)[0] == len(f) - 24, number
@@ -295,6 +308,27 @@ def test_golden_tensor_header_and_data_decode():
     assert w.frame(w.DATA, 7, struct.pack("<IIQ", 0, check, 1) + chunk, w.END) == checked
 
 
+def test_golden_header_check():
+    """§9.10: 9.5's TENSOR_HEADER in a 1.2 session, its header_check last; the PUT of the same
+    tensor as request 1; and every one-byte change of it refused as §9.10 says."""
+    (checked,) = GOLDEN["9.10"]
+    header, _ = GOLDEN["9.5"]
+    payload = header[24:]
+    assert w.tensor_frame(w.TENSOR_HEADER, 7, payload, minor=2) == checked
+    assert w.tensor_frame(w.TENSOR_HEADER, 7, payload, minor=1) == header
+    assert checked[-8:] == struct.pack("<Q", 0x50c0dbbf3671b552)
+    put = w.tensor_frame(w.PUT, 1, payload, minor=2)
+    assert put[-8:].hex(" ") in SPEC.read_text(encoding="utf-8").split("### 9.10")[1]
+    assert w.strip_header_check(w.TENSOR_HEADER, 7, checked[24:], 0, 2) == payload
+    for i in list(range(8, 16)) + list(range(24, len(checked))):
+        bad = bytearray(checked)
+        bad[i] ^= 0x10
+        _, type_, flags, _, rid, _ = w.HEADER.unpack_from(bad)
+        with pytest.raises(w.SpecWireError, match="TENSOR_HEADER header checksum mismatch") as e:
+            w.strip_header_check(type_, rid, bytes(bad[24:]), flags, 2)
+        assert e.value.status == "ECHECKSUM"
+
+
 def test_golden_list_result_decodes():
     (frame,) = GOLDEN["9.7"]
     assert frame[:24] == w.frame(w.LIST_RESULT, 3, bytes(56), w.END)[:24]
@@ -305,16 +339,21 @@ def test_golden_list_result_decodes():
 
 def test_the_server_sends_golden_bytes():
     """The real server's LIST_RESULT and TENSOR_HEADER + DATA for the tensors of §9.7 and §9.5
-    are the spec's bytes (and its 9.9 DATA for bytes [1, 5) but for the request id)."""
+    are the spec's bytes (and its 9.9 DATA for bytes [1, 5) but for the request id): 9.5 to a
+    1.1 client, 9.10 to a 1.2 one."""
     with hurray.serve({"w": np.zeros((2, 3), np.float32)}) as s, raw(s) as sock:
         recv(sock)
         sock.sendall(w.frame(w.LIST, 3))
         assert frame_of(recv(sock)) == GOLDEN["9.7"][0]
     x = hurray.Tensor(struct.pack("<2f", 1.0, 2.0), hurray.dtype.float32, [2])  # NULL strides
-    with hurray.serve({"x": x}) as s, raw(s) as sock:
-        recv(sock)
+    with hurray.serve({"x": x}) as s, raw(s, w.frame(w.CLIENT_HELLO, 0, w.hello((1, 1)))) as sock:
+        assert w.parse_hello(recv(sock)[3])["version"] == (1, 1)
         sock.sendall(w.frame(w.TENSOR_REQUEST, 7, w.tensor_request("x")))
         assert [frame_of(recv(sock)), frame_of(recv(sock))] == GOLDEN["9.5"]
+    with hurray.serve({"x": x}) as s, raw(s) as sock:
+        assert w.parse_hello(recv(sock)[3])["version"] == (1, 2)
+        sock.sendall(w.frame(w.TENSOR_REQUEST, 7, w.tensor_request("x")))
+        assert [frame_of(recv(sock)), frame_of(recv(sock))] == GOLDEN["9.10"] + GOLDEN["9.5"][1:]
         sock.sendall(w.frame(w.TENSOR_REQUEST, 8, w.tensor_request("x", range_=w.BYTES,
                                                                    start=1, stop=5)))
         recv(sock)
@@ -384,7 +423,7 @@ def test_major_version_of_the_future(one):
     hello = w.frame(w.CLIENT_HELLO, 0, w.hello((2, 0)))
     with raw(one, hello) as sock:
         assert_closing_error(sock, "EUNSUPPORTED", "protocol version 2.0 is not supported "
-                             "(this peer speaks 1.1)")
+                             "(this peer speaks 1.2)")
 
 
 def test_oversized_frame_is_refused_from_its_header(one):
@@ -654,7 +693,7 @@ def server_hello(version=w.VERSION, flags=0, max_frame=None, devices=((0, b""),)
 
 
 @pytest.mark.parametrize("hello, raises, code", [
-    (server_hello(version=(1, 2)), hurray.WireError, 18),
+    (server_hello(version=(1, 3)), hurray.WireError, 18),
     (server_hello(version=(2, 0)), hurray.UnsupportedError, 13),
     (server_hello(max_frame=1 << 30), hurray.WireError, 18),
     (server_hello(flags=w.S_FD_PASSING), hurray.WireError, 18),
@@ -670,13 +709,21 @@ def test_the_client_refuses_the_hellos_the_spec_refuses(hello, raises, code):
         assert e.value.code == code
 
 
-def answer_x(data=b"\x00\x00\x80?\x00\x00\x00@", check=0, start=0):
-    """9.5's TENSOR_HEADER for [1.0, 2.0] and one DATA frame of `data` from stream byte
-    `start` (a BYTES response when `start` or `check` is given)."""
+def answer_x(data=b"\x00\x00\x80?\x00\x00\x00@", check=0, start=0, minor=w.VERSION[1],
+             flip=None):
+    """9.5's TENSOR_HEADER for [1.0, 2.0] (9.10's in a session of `minor` 2; `flip`: the
+    payload byte to change after the check is made) and one DATA frame of `data` from stream
+    byte `start` (a BYTES response when `start` or `check` is given)."""
     good = b"\x00\x00\x80?\x00\x00\x00@"
-    return lambda rid: (
-        w.frame(w.TENSOR_HEADER, rid, w.dense_header("x", 10, (2,), good)) +
-        w.frame(w.DATA, rid, struct.pack("<IIQ", 0, check, start) + data, w.END))
+
+    def answer(rid):
+        header = bytearray(w.tensor_frame(w.TENSOR_HEADER, rid,
+                                          w.dense_header("x", 10, (2,), good), minor=minor))
+        if flip is not None:
+            header[24 + flip] ^= 0x10
+        return bytes(header) + w.frame(w.DATA, rid, struct.pack("<IIQ", 0, check, start) + data,
+                                       w.END)
+    return answer
 
 
 def test_the_client_checks_what_the_spec_says_it_checks():
@@ -698,3 +745,57 @@ def test_the_client_checks_what_the_spec_says_it_checks():
             hurray.connect(s.address) as c:
         with pytest.raises(hurray.ChecksumError):
             c.read("x", 1, 5)
+
+
+def test_the_client_checks_the_header_check_of_1_2():
+    """§6.3.1 from the client's side: a 1.2 server's header with its check is taken; one byte
+    of it changed in transit -- the name, which every other check passes, or the node's dtype --
+    is a ChecksumError naming the header checksum, and the connection is closed. A 1.1 server
+    sends no check and is served as before (§8)."""
+    with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
+        assert c.info["version"] == (1, 2)
+        assert np.asarray(c.get("x")).tolist() == [1.0, 2.0]
+    for flip in (0x48, 0x51):  # 9.5's name "x", its node's dtype float32
+        with fake_server(server_hello(), answer_x(flip=flip)) as s, \
+                hurray.connect(s.address) as c:
+            with pytest.raises(hurray.ChecksumError,
+                               match=r"TENSOR_HEADER header checksum mismatch .*corrupted"):
+                c.get("x")
+            with pytest.raises(hurray.ConnectionLostError):  # not trusted further: closed
+                c.list()
+    with fake_server(server_hello(version=(1, 1)), answer_x(minor=1)) as s, \
+            hurray.connect(s.address) as c:
+        assert c.info["version"] == (1, 1)
+        assert np.asarray(c.get("x")).tolist() == [1.0, 2.0]
+
+
+def test_a_put_whose_header_check_fails_ends_the_connection():
+    """§6.3.1, §6.7: the server refuses a 1.2 PUT whose header_check does not match with ERROR
+    (request id 0) HURRAY_ECHECKSUM, closes, and serves nothing of it; a 1.1 PUT has none."""
+    data = np.arange(4, dtype=np.float32).tobytes()
+    header = w.dense_header("up", 10, (4,), data)
+    with hurray.serve({"t": np.zeros(1)}) as s:
+        with w.Client(s.address) as c:
+            with pytest.raises(w.PeerError) as e:
+                c.put(header, data, check=bytes(8))
+            assert (e.value.status, e.value.request_id) == ("ECHECKSUM", 0)
+            assert e.value.message.startswith("PUT header checksum mismatch")
+            assert c.closed()
+        with w.Client(s.address, version=(1, 1)) as c:
+            c.put(header, data)
+            assert c.get("up").buffers[0].data == data
+        with w.Client(s.address) as c:
+            c.put(w.dense_header("up2", 10, (4,), data), data)
+            assert {x["name"] for x in c.list()} == {"t", "up", "up2"}
+
+
+def test_the_client_checks_the_header_answers_its_request():
+    """§6.3: the (checked) header must answer the request -- the tensor asked for and, for ROWS,
+    that many rows -- so a TENSOR_REQUEST changed in transit is caught too. The fake server
+    answers every request with "x" = [1.0, 2.0]."""
+    with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
+        with pytest.raises(hurray.WireError, match="answered with tensor 'x' of 2 rows, not what"):
+            c.get("y")
+    with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
+        with pytest.raises(hurray.WireError, match="answered with tensor 'x' of 2 rows, not what"):
+            c.get("x", slice=(0, 1))
