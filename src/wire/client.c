@@ -1,5 +1,6 @@
 /* client.c -- HurrayClient: blocking calls over a non-blocking socket (or a TLS session over
- * it, for "hurrays://"), every wait bounded by the client's timeout (poll). Tensor bytes are
+ * it, for "hurrays://"), every wait (poll) bounded by the idle timeout and by the deadline of
+ * the call, when the client has one (ADR-078). Tensor bytes are
  * received straight into the buffers they end up in -- or, for a tensor served on a device,
  * into a 1 MiB host chunk copied to device memory as it fills (ADR-062) -- hashed as they
  * arrive (a large buffer's on a helper thread behind the receive, verify.c), and handed out
