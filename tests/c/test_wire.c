@@ -582,14 +582,20 @@ static void *proxy_main(void *arg) {
   return NULL;
 }
 
-static void proxy_start(Proxy *p, const char *target) {
-  p->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+/* A socket listening on a free loopback port, whose "127.0.0.1:PORT" goes to `address`. */
+static int loopback_listen(char address[64]) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(bind(p->listen_fd, (struct sockaddr *)&in, sizeof in), 0);
-  assert_int_equal(listen(p->listen_fd, 8), 0);
+  assert_int_equal(bind(fd, (struct sockaddr *)&in, sizeof in), 0);
+  assert_int_equal(listen(fd, 8), 0);
   socklen_t len = sizeof in;
-  getsockname(p->listen_fd, (struct sockaddr *)&in, &len);
-  snprintf(p->address, sizeof p->address, "127.0.0.1:%u", ntohs(in.sin_port));
+  getsockname(fd, (struct sockaddr *)&in, &len);
+  snprintf(address, 64, "127.0.0.1:%u", ntohs(in.sin_port));
+  return fd;
+}
+
+static void proxy_start(Proxy *p, const char *target) {
+  p->listen_fd = loopback_listen(p->address);
   snprintf(p->target, sizeof p->target, "%s", target);
   assert_int_equal(pthread_create(&p->thread, NULL, proxy_main, p), 0);
 }
@@ -663,19 +669,18 @@ static void old_server_one(OldServer *o) {
   close(fd);
 }
 
+/* Listens on a free loopback port and serves on a thread of its own. */
+static void old_server_start(OldServer *o) {
+  o->listen_fd = loopback_listen(o->address);
+  assert_int_equal(pthread_create(&o->thread, NULL, old_server_main, o), 0);
+}
+
 /* timeout_ms is the deadline of a whole call, however the server paces its bytes;
  * idle_timeout_ms bounds each wait only (ADR-078). */
 static void timeout_is_a_deadline(void **state) {
   (void)state;
-  OldServer old = {.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0),
-                   .trickle_ms = 25, .connections = 2};
-  struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(bind(old.listen_fd, (struct sockaddr *)&in, sizeof in), 0);
-  assert_int_equal(listen(old.listen_fd, 2), 0);
-  socklen_t len = sizeof in;
-  getsockname(old.listen_fd, (struct sockaddr *)&in, &len);
-  snprintf(old.address, sizeof old.address, "127.0.0.1:%u", ntohs(in.sin_port));
-  assert_int_equal(pthread_create(&old.thread, NULL, old_server_main, &old), 0);
+  OldServer old = {.trickle_ms = 25, .connections = 2};
+  old_server_start(&old);
   HurrayRemoteTensor *items = NULL;
   uint32_t count = 0;
   HurrayError error = {0};
@@ -865,14 +870,8 @@ static void byte_ranges(void **state) {
     close(fd);
   }
   /* a server speaking 1.0 cannot check a range: refused before anything is sent */
-  OldServer old = {.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
-  struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(bind(old.listen_fd, (struct sockaddr *)&in, sizeof in), 0);
-  assert_int_equal(listen(old.listen_fd, 1), 0);
-  socklen_t len = sizeof in;
-  getsockname(old.listen_fd, (struct sockaddr *)&in, &len);
-  snprintf(old.address, sizeof old.address, "127.0.0.1:%u", ntohs(in.sin_port));
-  assert_int_equal(pthread_create(&old.thread, NULL, old_server_main, &old), 0);
+  OldServer old = {0};
+  old_server_start(&old);
   OK(hurray_client_connect(old.address, NULL, &c, E));
   assert_int_equal(hurray_client_read(c, "x", 0, 9, got, NULL, &error), HURRAY_EUNSUPPORTED);
   assert_string_equal(error.message, "the server speaks wire protocol 1.0, whose byte ranges "
