@@ -1245,8 +1245,11 @@ typedef struct HurrayClient HurrayClient;
 #define HURRAY_CLIENT_NO_FD_PASSING (1u << 0)
 
 typedef struct HurrayClientOptions {
-  uint32_t timeout_ms;       /* the longest wait without progress (connect, each read and
-                                write); 0: 30000. HURRAY_ETIMEOUT past it */
+  uint32_t timeout_ms;       /* the deadline of each whole call: connect, list, get, fetch,
+                                read, read_file and put each return HURRAY_ETIMEOUT once it
+                                has passed since the call began (connecting, sending, every
+                                wait for the server and the reconnections of `retries`
+                                included); 0: none (ADR-078) */
   uint32_t ndevices;         /* entries of `devices` */
   const uint8_t *devices;    /* the device tags offered in the hello; NULL: CPU */
   uint64_t max_frame;        /* DATA payload offered; 0: 4 MiB */
@@ -1261,7 +1264,10 @@ typedef struct HurrayClientOptions {
                                   NULL: the system's trust store and the address's host. Must
                                   be NULL for any other address */
   uint32_t flags;            /* HURRAY_CLIENT_* */
-  uint32_t reserved0;        /* zero */
+  uint32_t idle_timeout_ms;  /* the longest wait without progress (connect, each read and
+                                write), HURRAY_ETIMEOUT past it; 0: timeout_ms if given, else
+                                30000. With neither given a call has no deadline, but a server
+                                that stops sending for 30 s fails it */
   uint64_t reserved[2];      /* zero */
 } HurrayClientOptions;
 
@@ -1303,7 +1309,9 @@ typedef struct HurrayRemoteTensor {
 } HurrayRemoteTensor;
 
 /* The server's tensors, in the order it lists them: a new array of *count entries, freed with
- * free(). */
+ * free(). HURRAY_ELIMIT for a list of more than 2^18 entries or 64 MiB of LIST_RESULT payload,
+ * HURRAY_EPROTOCOL for an entry whose layout or dtype code this library does not know (both
+ * close the connection; ADR-078). */
 HURRAY_API int hurray_client_list(HurrayClient *client, HurrayRemoteTensor **out,
                                   uint32_t *count, HurrayError *error);
 

@@ -333,10 +333,11 @@ class File(Mapping[str, Tensor]):
     def __enter__(self) -> File: ...
     def __exit__(self, *args: object) -> Literal[False]: ...
 
-def connect(url: str, /, *, secret: str | bytes | None = None, timeout: float = 30.0,
+def connect(url: str, /, *, secret: str | bytes | None = None, timeout: float | None = None,
             devices: Sequence[_DeviceLike] | None = None,
             tls: dict[str, _Path | str | None] | None = None,
-            fd_passing: builtins.bool = True) -> Client: ...
+            fd_passing: builtins.bool = True,
+            idle_timeout: float | None = None) -> Client: ...
 def serve(tensors: _Path | Mapping[str, Any] | list[_Path | Mapping[str, Any]] | None = None,
           /, address: str | None = None, *, read_only: builtins.bool = False,
           secret: str | bytes | None = None, max_connections: int | None = None,

@@ -12,6 +12,19 @@
 
 /* ---- arguments ---------------------------------------------------------------------------- */
 
+/* The UTF-8 of str `obj` for the C API, which takes it NUL-terminated: a str holding a NUL
+ * would be cut there silently (get("x\0y") fetching "x"), so it is refused, as hurray.save
+ * refuses such a name. `what` names it in the error ("get(): name"). */
+static const char *text_arg(HurrayState *st, PyObject *obj, const char *what) {
+  Py_ssize_t size = 0;
+  const char *utf8 = PyUnicode_AsUTF8AndSize(obj, &size);
+  if (utf8 != NULL && strlen(utf8) != (size_t)size) {
+    hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT, "%s %R contains a NUL", what, obj);
+    return NULL;
+  }
+  return utf8;
+}
+
 /* A secret given as bytes-like or str (UTF-8); *out stays NULL for None. */
 static int secret_arg(PyObject *obj, Py_buffer *view, int *have) {
   *have = 0;
@@ -69,6 +82,12 @@ static int tls_arg(HurrayState *st, PyObject *obj, int server, TlsArg *out) {
     int ok = !server && k == 1 ? (PyUnicode_Check(value) &&
                                   (out->held[k] = PyUnicode_AsUTF8String(value)) != NULL)
                                : PyUnicode_FSConverter(value, &out->held[k]);
+    if (ok && strlen(PyBytes_AS_STRING(out->held[k])) != (size_t)PyBytes_GET_SIZE(out->held[k])) {
+      hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT, "%s(): tls['%s'] %R contains a NUL",
+                       fname, keys[k], value);
+      tls_arg_release(out);
+      return -1;
+    }
     if (!ok) {
       if (!PyErr_Occurred()) {
         PyErr_Format(PyExc_TypeError, "%s(): tls['%s'] must be str, not %.200s", fname, keys[k],
@@ -182,6 +201,10 @@ static PyObject *client_list(PyObject *op, PyObject *unused) {
     PyObject *dtype = t->dtype == HURRAY_DTYPE_INVALID
                           ? Py_NewRef(Py_None)
                           : Py_XNewRef(hurray__py_dtype_object(st, t->dtype));
+    if (dtype == NULL) { /* the client refuses unknown codes; never NULL without an error */
+      hurray__py_raise(st, HURRAY_PY_EXC_WIRE, "listed tensor '%s': unknown dtype code %u",
+                       t->name, (unsigned)t->dtype);
+    }
     PyObject *shape = dtype == NULL ? NULL : PyTuple_New(t->ndim);
     for (int32_t k = 0; shape != NULL && k < t->ndim; k++) {
       PyObject *extent = PyLong_FromLongLong(t->shape[k]);
@@ -318,7 +341,7 @@ static PyObject *client_get(PyObject *op, PyObject *const *args, Py_ssize_t narg
     return PyErr_Format(PyExc_TypeError, "get(): name must be str, not %.200s",
                         Py_TYPE(a[G_NAME])->tp_name);
   }
-  const char *name = PyUnicode_AsUTF8(a[G_NAME]);
+  const char *name = text_arg(st, a[G_NAME], "get(): name");
   if (name == NULL) return NULL;
   HurrayGetOptions options = {0};
   if (a[G_DEVICE] != NULL && a[G_DEVICE] != Py_None &&
@@ -383,7 +406,7 @@ static PyObject *client_read(PyObject *op, PyObject *const *args, Py_ssize_t nar
     return PyErr_Format(PyExc_TypeError, "read(): name must be str, not %.200s",
                         Py_TYPE(a[R_NAME])->tp_name);
   }
-  const char *name = PyUnicode_AsUTF8(a[R_NAME]);
+  const char *name = text_arg(st, a[R_NAME], "read(): name");
   uint64_t start = 0, stop = 0;
   if (name == NULL || hurray__py_u64(st, a[R_START], "start", &start) < 0 ||
       hurray__py_u64(st, a[R_STOP], "stop", &stop) < 0) {
@@ -452,7 +475,7 @@ static PyObject *client_put(PyObject *op, PyObject *const *args, Py_ssize_t narg
     return PyErr_Format(PyExc_TypeError, "put(): name must be str, not %.200s",
                         Py_TYPE(args[0])->tp_name);
   }
-  const char *name = PyUnicode_AsUTF8(args[0]);
+  const char *name = text_arg(st, args[0], "put(): name");
   if (name == NULL) return NULL;
   PyObject *module = PyType_GetModule(Py_TYPE(op));
   if (module == NULL) return NULL;
@@ -596,7 +619,12 @@ static PyMethodDef client_methods[] = {
                "hurray.ConnectionLostError\n"
                "    The server went away.\n"
                "hurray.TimedOutError\n"
-               "    The server made no progress within the client's timeout.\n\n"
+               "    The call outlasted the client's timeout, or the server made no progress\n"
+               "    within its idle_timeout.\n"
+               "hurray.LimitError\n"
+               "    More than 262144 tensors, or 64 MiB of answer.\n"
+               "hurray.WireError\n"
+               "    An entry with a layout or dtype code this hurray does not know.\n\n"
                "Examples\n--------\n"
                ">>> import numpy as np\n"
                ">>> with hurray.serve({'w': np.zeros((2, 3), np.float32)}) as server:\n"
@@ -656,7 +684,8 @@ static PyMethodDef client_methods[] = {
          "hurray.ConnectionLostError\n"
          "    The server went away (after `retries`); nothing partial is returned.\n"
          "hurray.TimedOutError\n"
-         "    No progress within the client's timeout.\n\n"
+         "    The call outlasted the client's timeout, or no progress within its\n"
+         "    idle_timeout.\n\n"
          "Examples\n--------\n"
          ">>> import numpy as np\n"
          ">>> a = np.arange(12, dtype=np.int16).reshape(4, 3)\n"
@@ -705,7 +734,8 @@ static PyMethodDef client_methods[] = {
          "hurray.ConnectionLostError\n"
          "    The server went away (after `retries`).\n"
          "hurray.TimedOutError\n"
-         "    No progress within the client's timeout.\n\n"
+         "    The call outlasted the client's timeout, or no progress within its\n"
+         "    idle_timeout.\n\n"
          "Examples\n--------\n"
          ">>> import numpy as np\n"
          ">>> a = np.arange(8, dtype=np.uint8)\n"
@@ -773,9 +803,9 @@ static PyType_Slot client_slots[] = {
     {Py_tp_doc,
      (void *)PyDoc_STR(
          "A connection to a Hurray server, made by hurray.connect.\n\n"
-         "Its calls block, each wait bounded by the timeout given to connect, and run\n"
-         "with the GIL released; a client makes one call at a time. It is a context\n"
-         "manager that closes the connection.\n\n"
+         "Its calls block, each one as a whole bounded by the timeout given to connect\n"
+         "(and each wait by its idle_timeout), and run with the GIL released; a client\n"
+         "makes one call at a time. It is a context manager that closes the connection.\n\n"
          "Examples\n--------\n"
          ">>> with hurray.serve() as server, hurray.connect(server.address) as client:\n"
          "...     client.list()\n"
@@ -791,8 +821,8 @@ PyType_Spec hurray__py_client_spec = {
 };
 
 static const char *const kConnectNames[] = {"url", "secret", "timeout", "devices", "tls",
-                                            "fd_passing", NULL};
-enum { C_URL, C_SECRET, C_TIMEOUT, C_DEVICES, C_TLS, C_FD_PASSING, C_COUNT };
+                                            "fd_passing", "idle_timeout", NULL};
+enum { C_URL, C_SECRET, C_TIMEOUT, C_DEVICES, C_TLS, C_FD_PASSING, C_IDLE, C_COUNT };
 
 static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames) {
@@ -804,10 +834,13 @@ static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nar
     return PyErr_Format(PyExc_TypeError, "connect(): url must be str, not %.200s",
                         Py_TYPE(a[C_URL])->tp_name);
   }
-  const char *url = PyUnicode_AsUTF8(a[C_URL]);
+  const char *url = text_arg(st, a[C_URL], "connect(): url");
   if (url == NULL) return NULL;
   HurrayClientOptions options = {0};
-  if (timeout_arg(st, a[C_TIMEOUT], "timeout", 30000, &options.timeout_ms) < 0) return NULL;
+  if (timeout_arg(st, a[C_TIMEOUT], "timeout", 0, &options.timeout_ms) < 0 ||
+      timeout_arg(st, a[C_IDLE], "idle_timeout", 0, &options.idle_timeout_ms) < 0) {
+    return NULL;
+  }
   int fd_passing = a[C_FD_PASSING] == NULL ? 1 : PyObject_IsTrue(a[C_FD_PASSING]);
   if (fd_passing < 0) return NULL;
   if (!fd_passing) options.flags |= HURRAY_CLIENT_NO_FD_PASSING;
@@ -1038,7 +1071,7 @@ static int serve_add(PyObject *module, HurrayState *st, HurrayServer *server, Py
     for (Py_ssize_t i = 0; status == HURRAY_OK && i < PyTuple_GET_SIZE(pairs); i++) {
       PyObject *key = PyTuple_GET_ITEM(PyTuple_GET_ITEM(pairs, i), 0);
       PyObject *value = PyTuple_GET_ITEM(PyTuple_GET_ITEM(pairs, i), 1);
-      const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+      const char *name = PyUnicode_Check(key) ? text_arg(st, key, "serve(): tensor name") : NULL;
       if (name == NULL) {
         if (!PyErr_Occurred()) {
           PyErr_Format(PyExc_TypeError, "serve(): tensor names must be str, not %.200s",
@@ -1103,7 +1136,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
       return PyErr_Format(PyExc_TypeError, "serve(): address must be str, not %.200s",
                           Py_TYPE(a[S_ADDRESS])->tp_name);
     }
-    options.address = PyUnicode_AsUTF8(a[S_ADDRESS]);
+    options.address = text_arg(st, a[S_ADDRESS], "serve(): address");
     if (options.address == NULL) return NULL;
   }
   int read_only = a[S_READ_ONLY] == NULL ? 0 : PyObject_IsTrue(a[S_READ_ONLY]);
@@ -1177,8 +1210,8 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 PyMethodDef hurray__py_wire_functions[] = {
     {"connect", HURRAY_PY_CFUNC(connect), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
-         "connect($module, url, /, *, secret=None, timeout=30.0, devices=None, tls=None,\n"
-         "        fd_passing=True)\n--\n\n"
+         "connect($module, url, /, *, secret=None, timeout=None, devices=None, tls=None,\n"
+         "        fd_passing=True, idle_timeout=None)\n--\n\n"
          "Connect to a Hurray server (docs/spec/interchange.md).\n\n"
          "Parameters\n----------\n"
          "url : str\n"
@@ -1189,7 +1222,11 @@ PyMethodDef hurray__py_wire_functions[] = {
          "    The shared secret the server asks for, proved by challenge-response: it\n"
          "    never crosses the wire. A server that does not ask for it is refused.\n"
          "timeout : float, optional\n"
-         "    Seconds any one wait (connecting, each read and write) may take.\n"
+         "    The deadline of every call, in seconds: this connect, and each later\n"
+         "    ``list``, ``get``, ``read`` and ``put`` as a whole (connecting, sending,\n"
+         "    every wait for the server and the reconnections of `retries` included)\n"
+         "    raises hurray.TimedOutError once it has passed. By default a call has\n"
+         "    no deadline, but a server that stops sending for `idle_timeout` fails it.\n"
          "devices : sequence of hurray.Device or str, optional\n"
          "    The devices offered in the hello (default: the CPU). A private device\n"
          "    must be registered here and on the server under the same name.\n"
@@ -1201,7 +1238,12 @@ PyMethodDef hurray__py_wire_functions[] = {
          "fd_passing : bool, optional\n"
          "    Over a Unix socket (``'unix:PATH'``), ask the server to hand over each\n"
          "    tensor's memory as a file descriptor, which is mapped (copy-on-write)\n"
-         "    instead of copied; every checksum is still checked. Ignored over TCP.\n\n"
+         "    instead of copied when nobody can shrink it under the mapping (a sealed\n"
+         "    memfd, or a file of a server run by this user); other files are read\n"
+         "    into new memory. Every checksum is still checked. Ignored over TCP.\n"
+         "idle_timeout : float, optional\n"
+         "    Seconds any one wait (connecting, each read and write) may take without\n"
+         "    progress (default: `timeout`, or 30 without one).\n\n"
          "Returns\n-------\n"
          "hurray.Client\n"
          "    The connection, set up and authenticated.\n\n"
@@ -1220,7 +1262,7 @@ PyMethodDef hurray__py_wire_functions[] = {
          "hurray.RequestDeniedError\n"
          "    The server is at its connection limit.\n"
          "hurray.TimedOutError\n"
-         "    No answer within `timeout`.\n"
+         "    Not set up within `timeout`, or no progress for `idle_timeout`.\n"
          "hurray.InvalidArgumentError\n"
          "    A bad url, or `tls` for a url that is not ``hurrays://``.\n\n"
          "See Also\n--------\n"

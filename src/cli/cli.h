@@ -72,8 +72,12 @@ void cli_progress_clear(void);
 
 /* "hurray NAME: message" on stderr. */
 void cli_error(const Command *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* "hurray NAME: WHAT: message (HURRAY_ESTATUS)" on stderr for a failed library call; returns
- * cli_exit_status(status). */
+/* Text that came from a file or a peer (names, metadata strings, error messages) to `out`,
+ * never raw to a terminal: C0 and C1 control characters and DEL as \uXXXX, and with `quoted`
+ * in double quotes with '"' and '\\' escaped (a JSON string). */
+void cli_escape(FILE *out, const char *s, size_t n, bool quoted);
+/* "hurray NAME: WHAT: message (HURRAY_ESTATUS)" on stderr for a failed library call, WHAT and
+ * the message escaped (cli_escape); returns cli_exit_status(status). */
 int cli_fail(const Command *command, const char *what, int status, const HurrayError *error);
 
 /* Opens FILE; on failure prints the error and sets `*rc` to the exit status. */

@@ -19,23 +19,6 @@ static const char kInfoUsage[] =
     "  -p, --pread    read with pread instead of mapping the file\n"
     "  -h, --help     show this help\n";
 
-/* Names and strings are UTF-8 but may hold control characters: never send those raw to a
- * terminal. */
-static void print_escaped(const char *s, size_t n, bool quoted) {
-  if (quoted) putchar('"');
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (quoted && (c == '"' || c == '\\')) {
-      printf("\\%c", c);
-    } else if (c < 0x20 || c == 0x7F) {
-      printf("\\u%04x", c);
-    } else {
-      putchar(c);
-    }
-  }
-  if (quoted) putchar('"');
-}
-
 /* Metadata as one line of JSON (NaN and infinities spelled as in JavaScript). */
 static void print_value(const HurrayMetaValue *v) {
   switch (v->type) {
@@ -52,7 +35,7 @@ static void print_value(const HurrayMetaValue *v) {
       break;
     }
     case HURRAY_META_STRING:
-      print_escaped(v->as.string, v->count, true);
+      cli_escape(stdout, v->as.string, v->count, true);
       break;
     case HURRAY_META_NULL:
       fputs("null", stdout);
@@ -66,7 +49,7 @@ static void print_value(const HurrayMetaValue *v) {
       for (uint32_t i = 0; i < v->count; i++) {
         if (i > 0) fputs(", ", stdout);
         if (map) {
-          print_escaped(v->keys[i], strlen(v->keys[i]), true);
+          cli_escape(stdout, v->keys[i], strlen(v->keys[i]), true);
           fputs(": ", stdout);
         }
         print_value(&v->as.items[i]);
@@ -136,7 +119,7 @@ static void print_node(const HurrayTensorDesc *t) {
 static void print_children(const HurrayTensorDesc *t, int depth) {
   for (uint32_t i = 0; i < t->nchildren; i++) {
     printf("%*s", 2 * depth + 2, "");
-    print_escaped(t->child_names[i], strlen(t->child_names[i]), false);
+    cli_escape(stdout, t->child_names[i], strlen(t->child_names[i]), false);
     fputs(": ", stdout);
     print_node(&t->children[i]);
     putchar('\n');
@@ -147,7 +130,7 @@ static void print_children(const HurrayTensorDesc *t, int depth) {
 static int print_tensor(const HurrayFileReader *r, uint32_t index, const HurrayFileTensorInfo *ti,
                         const HurrayTensorDesc *d, bool buffers) {
   char size[32];
-  print_escaped(ti->name, strlen(ti->name), false);
+  cli_escape(stdout, ti->name, strlen(ti->name), false);
   fputs(": ", stdout);
   print_node(d);
   printf(", %s in %" PRIu32 " buffer%s\n", cli_size(ti->data_bytes, size), ti->buffer_count,
@@ -176,7 +159,7 @@ static int print_tensor(const HurrayFileReader *r, uint32_t index, const HurrayF
 
 static void print_file(const char *path, const HurrayFileInfo *info) {
   char data[32], index[32];
-  print_escaped(path, strlen(path), false);
+  cli_escape(stdout, path, strlen(path), false);
   if (info->format == HURRAY_FORMAT_HURRAY) {
     printf(": Hurray file %u.%u, ", info->version_major, info->version_minor);
   } else { /* what the one loader reads of it: no version, alignment or index of its own */
@@ -224,7 +207,7 @@ static void json_node(const HurrayTensorDesc *t) {
   fputs("], \"children\": [", stdout);
   for (uint32_t i = 0; i < t->nchildren; i++) {
     fputs(i > 0 ? ", {\"name\": " : "{\"name\": ", stdout);
-    print_escaped(t->child_names[i], strlen(t->child_names[i]), true);
+    cli_escape(stdout, t->child_names[i], strlen(t->child_names[i]), true);
     fputs(", ", stdout);
     json_node(&t->children[i]);
     putchar('}');
@@ -235,7 +218,7 @@ static void json_node(const HurrayTensorDesc *t) {
 static int json_tensor(const HurrayFileReader *r, uint32_t index, const HurrayFileTensorInfo *ti,
                        const HurrayTensorDesc *d) {
   fputs("{\"name\": ", stdout);
-  print_escaped(ti->name, strlen(ti->name), true);
+  cli_escape(stdout, ti->name, strlen(ti->name), true);
   fputs(", ", stdout);
   json_node(d);
   printf(", \"data_bytes\": %" PRIu64 ", \"buffers\": [", ti->data_bytes);
@@ -261,7 +244,7 @@ static int json_tensor(const HurrayFileReader *r, uint32_t index, const HurrayFi
 
 static void json_file(const char *path, const HurrayFileInfo *info) {
   fputs("{\"path\": ", stdout);
-  print_escaped(path, strlen(path), true);
+  cli_escape(stdout, path, strlen(path), true);
   printf(", \"format\": \"%s\"", hurray_format_name(info->format));
   printf(", \"format_version\": [%u, %u], \"file_size\": %" PRIu64 ", \"alignment\": %" PRIu32
          ", \"tensor_count\": %" PRIu32 ", \"buffer_count\": %" PRIu32 ", \"data_bytes\": %" PRIu64

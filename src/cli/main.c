@@ -83,8 +83,31 @@ void cli_error(const Command *command, const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
+void cli_escape(FILE *out, const char *s, size_t n, bool quoted) {
+  if (quoted) fputc('"', out);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    unsigned char next = i + 1 < n ? (unsigned char)s[i + 1] : 0;
+    if (quoted && (c == '"' || c == '\\')) {
+      fprintf(out, "\\%c", c);
+    } else if (c < 0x20 || c == 0x7F) {
+      fprintf(out, "\\u%04x", c);
+    } else if (c == 0xC2 && next >= 0x80 && next <= 0x9F) { /* C1 controls: U+0080..U+009F */
+      fprintf(out, "\\u%04x", next);
+      i++;
+    } else {
+      fputc(c, out);
+    }
+  }
+  if (quoted) fputc('"', out);
+}
+
 int cli_fail(const Command *command, const char *what, int status, const HurrayError *error) {
-  cli_error(command, "%s: %s (%s)", what, error->message, hurray_status_name(status));
+  fprintf(stderr, "hurray %s: ", command->name); /* both may hold a peer's or a file's text */
+  cli_escape(stderr, what, strlen(what), false);
+  fputs(": ", stderr);
+  cli_escape(stderr, error->message, strlen(error->message), false);
+  fprintf(stderr, " (%s)\n", hurray_status_name(status));
   return cli_exit_status(status);
 }
 

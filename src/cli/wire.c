@@ -77,7 +77,7 @@ static int connect_to(const Command *command, const char *url, const ConnectArgs
   double seconds = 30;
   if (rc < 0 && timeout != NULL) rc = parse_number(command, "timeout", timeout, 86400, &seconds);
   if (rc >= 0) return rc;
-  HurrayClientOptions options = {.timeout_ms = (uint32_t)(seconds * 1000)};
+  HurrayClientOptions options = {.idle_timeout_ms = (uint32_t)(seconds * 1000)};
   if (secret.len > 0) {
     options.secret = secret.bytes;
     options.secret_len = secret.len;
@@ -239,7 +239,8 @@ static int run_ls(int argc, char **argv) {
     const HurrayDTypeInfo *dtype = hurray_dtype_info(items[i].dtype);
     const char *layout = hurray_layout_name(items[i].layout);
     char size[32];
-    printf("%s  %s", items[i].name, layout ? layout : "?");
+    cli_escape(stdout, items[i].name, strlen(items[i].name), false); /* the server's text */
+    printf("  %s", layout ? layout : "?");
     if (items[i].layout != HURRAY_LAYOUT_COMPOSITE) {
       printf(" %s ", dtype ? dtype->name : "?");
       cli_print_dims(items[i].shape, items[i].ndim);

@@ -1,5 +1,6 @@
 /* client.c -- HurrayClient: blocking calls over a non-blocking socket (or a TLS session over
- * it, for "hurrays://"), every wait bounded by the client's timeout (poll). Tensor bytes are
+ * it, for "hurrays://"), every wait (poll) bounded by the idle timeout and by the deadline of
+ * the call, when the client has one (ADR-078). Tensor bytes are
  * received straight into the buffers they end up in -- or, for a tensor served on a device,
  * into a 1 MiB host chunk copied to device memory as it fills (ADR-062) -- hashed as they
  * arrive (a large buffer's on a helper thread behind the receive, verify.c), and handed out
@@ -27,7 +28,9 @@ struct HurrayClient {
   WireTls *tls_config; /* "hurrays://": the trust, reused by every reconnection */
   WireTlsConn *tls;    /* the session over `fd` */
   WireAddress address;
-  uint32_t timeout_ms;
+  uint32_t timeout_ms;      /* the deadline of each whole call; 0: none */
+  uint32_t idle_timeout_ms; /* the longest wait without progress */
+  int64_t deadline;         /* of the call running now (hurray__wire_now_ms), 0 for none */
   uint64_t offered_frame;
   uint64_t max_frame; /* negotiated */
   uint64_t max_tensor_bytes;
@@ -42,6 +45,8 @@ struct HurrayClient {
   bool fd_passing; /* negotiated: buffers may come as DATA_FD (spec §6.6) */
   int pending_fd;  /* a descriptor received with the frame being read, -1 for none */
   bool fd_extra;   /* a descriptor arrived where none may */
+  bool peer_trusted; /* a Unix socket peer of this user (or root), which could signal this
+                        process anyway: its unsealed files may be mapped (ADR-078) */
 };
 
 /* ---- blocking I/O with a deadline --------------------------------------------------------- */
@@ -61,15 +66,36 @@ static int broken(HurrayClient *c, int status) {
   return status;
 }
 
-/* Waits until the socket is ready for `want` (WIRE_WANT_*). */
+/* Starts the deadline of a call (connect, list, get, fetch, read, read_file, put): every wait
+ * of the call, reconnections included, ends by it. */
+static void begin_call(HurrayClient *c) {
+  c->deadline = c->timeout_ms ? hurray__wire_now_ms() + c->timeout_ms : 0;
+}
+
+/* Waits until the socket is ready for `want` (WIRE_WANT_*): at most the idle timeout, and no
+ * later than the call's deadline. */
 static int wait_for(HurrayClient *c, int want, HurrayError *error) {
   struct pollfd p = {.fd = c->fd, .events = want == WIRE_WANT_READ ? POLLIN : POLLOUT};
   for (;;) {
-    int n = poll(&p, 1, (int)c->timeout_ms);
+    int64_t wait = c->idle_timeout_ms;
+    bool deadline = false;
+    if (c->deadline != 0) {
+      int64_t left = c->deadline - hurray__wire_now_ms();
+      if (left <= wait) {
+        wait = left > 0 ? left : 0;
+        deadline = true;
+      }
+    }
+    int n = poll(&p, 1, (int)wait);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0 && deadline) {
+      return broken(c, hurray__fail(error, HURRAY_ETIMEOUT,
+                                    "the call took longer than its timeout of %" PRIu32 " ms",
+                                    c->timeout_ms));
+    }
     if (n == 0) {
       return broken(c, hurray__fail(error, HURRAY_ETIMEOUT, "no progress for %" PRIu32 " ms",
-                                    c->timeout_ms));
+                                    c->idle_timeout_ms));
     }
     if (n < 0) return broken(c, hurray__fail(error, HURRAY_EIO, "poll: %s", strerror(errno)));
     return HURRAY_OK;
@@ -241,6 +267,11 @@ static int open_socket(HurrayClient *c, HurrayError *error) {
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
+  struct ucred peer = {0};
+  socklen_t peer_len = sizeof peer;
+  c->peer_trusted = c->address.family == AF_UNIX &&
+                    getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) == 0 &&
+                    (peer.uid == geteuid() || peer.uid == 0);
   return c->tls_config ? tls_handshake(c, text, error) : HURRAY_OK;
 }
 
@@ -344,7 +375,7 @@ int hurray_client_connect(const char *address, const HurrayClientOptions *option
   HurrayClientOptions o = {0};
   if (options != NULL) o = *options;
   uint8_t cpu = HURRAY_DEVICE_CPU;
-  if (!hurray__all_zero(o.reserved, sizeof o.reserved) || o.reserved0 != 0 ||
+  if (!hurray__all_zero(o.reserved, sizeof o.reserved) ||
       (o.flags & ~HURRAY_CLIENT_NO_FD_PASSING) || (o.secret == NULL) != (o.secret_len == 0) ||
       o.secret_len > 1024 || (o.devices == NULL) != (o.ndevices == 0) ||
       o.ndevices > WIRE_MAX_DEVICES ||
@@ -359,7 +390,9 @@ int hurray_client_connect(const char *address, const HurrayClientOptions *option
   c->pending_fd = -1;
   c->want_fd = !(o.flags & HURRAY_CLIENT_NO_FD_PASSING);
   c->next_id = 1;
-  c->timeout_ms = o.timeout_ms ? o.timeout_ms : 30000;
+  c->timeout_ms = o.timeout_ms;
+  c->idle_timeout_ms = o.idle_timeout_ms ? o.idle_timeout_ms : o.timeout_ms ? o.timeout_ms : 30000;
+  begin_call(c);
   c->offered_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
   c->max_tensor_bytes = o.max_tensor_bytes ? o.max_tensor_bytes : UINT64_MAX;
   c->ndevices = o.devices ? o.ndevices : 1;
@@ -439,23 +472,35 @@ int hurray_client_list(HurrayClient *c, HurrayRemoteTensor **out, uint32_t *coun
   if (out == NULL || count == NULL) return hurray__fail(error, HURRAY_EINVAL, "NULL argument");
   *out = NULL;
   *count = 0;
+  begin_call(c);
   uint64_t id = c->next_id++;
   uint8_t head[WIRE_HEADER_SIZE];
   hurray__wire_header_encode(&(WireHeader){WIRE_LIST, 0, id, 0}, head);
   status = send_bytes(c, head, sizeof head, error);
   HurrayRemoteTensor *items = NULL;
   uint32_t n = 0;
+  uint64_t bytes = 0; /* of LIST_RESULT payloads */
   bool end = false;
   while (status == HURRAY_OK && !end) {
     WireHeader h;
     uint8_t *p = NULL;
     status = read_header(c, &h, error);
     if (status == HURRAY_OK) status = expect(c, &h, WIRE_LIST_RESULT, id, error);
+    bytes += status == HURRAY_OK ? h.length : 0;
+    if (status == HURRAY_OK && bytes > WIRE_MAX_LIST_BYTES) {
+      status = broken(c, hurray__fail(error, HURRAY_ELIMIT,
+                                      "a list of more than %" PRIu64 " MiB (%" PRIu32
+                                      " tensors so far)",
+                                      WIRE_MAX_LIST_BYTES >> 20, n));
+    }
     if (status == HURRAY_OK) status = read_payload(c, &h, &p, error);
     if (status != HURRAY_OK) break;
     end = (h.flags & WIRE_FLAG_END) != 0;
     status = hurray__wire_list_decode(p, (size_t)h.length, &items, &n, error);
-    if (status != HURRAY_OK) status = broken(c, status == HURRAY_ENOMEM ? status : HURRAY_EPROTOCOL);
+    if (status != HURRAY_OK) {
+      status = broken(c, status == HURRAY_ENOMEM || status == HURRAY_ELIMIT ? status
+                                                                           : HURRAY_EPROTOCOL);
+    }
     free(p);
   }
   if (status != HURRAY_OK) {
@@ -789,7 +834,10 @@ static int receive_fd(HurrayClient *c, const WireHeader *h, Transfer *t, HurrayE
                           ref.buffer, ref.length);
   }
   HurrayBuffer *b = NULL;
-  if (status == HURRAY_OK) status = hurray__wire_map(fd, &ref, &t->tensor.buffers[t->buffer].desc, &b, error);
+  if (status == HURRAY_OK) {
+    status = hurray__wire_map(fd, &ref, &t->tensor.buffers[t->buffer].desc, c->peer_trusted, &b,
+                              error);
+  }
   if (fd >= 0) close(fd); /* the mapping stays */
   if (status == HURRAY_OK) {
     hurray__wire_verify_mapped(t->hasher, b->data, ref.length);
@@ -917,6 +965,7 @@ static int transfer(HurrayClient *c, const char *name, const HurrayGetOptions *o
                     Transfer *t, HurrayError *error) {
   int status = usable(c, error);
   if (status != HURRAY_OK) return status;
+  begin_call(c);
   HurrayGetOptions o = {0};
   if (options != NULL) o = *options;
   WireRequest r = {.preferred_device = o.preferred_device,
@@ -1060,6 +1109,7 @@ int hurray_client_put(HurrayClient *c, const char *name, const HurrayTensorConte
                       HurrayError *error) {
   int status = usable(c, error);
   if (status != HURRAY_OK) return status;
+  begin_call(c);
   WireServed up; /* the bytes the tensor's arrays address, compact, with their checksums */
   status = hurray__wire_served_init(&up, name, tensor, NULL, NULL, 0, error);
   if (status != HURRAY_OK) return status;

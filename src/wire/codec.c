@@ -559,6 +559,12 @@ int hurray__wire_list_decode(const uint8_t *p, size_t len, HurrayRemoteTensor **
       }
       t->shape[d] = (int64_t)extent;
     }
+    if (hurray_layout_name(e[2]) == NULL || (e[3] != 0 && hurray_dtype_info(e[3]) == NULL)) {
+      return hurray__fail(error, HURRAY_EPROTOCOL,
+                          "listed tensor '%.*s': unknown %s code %u", (int)name_len,
+                          (const char *)name, hurray_layout_name(e[2]) ? "dtype" : "layout",
+                          hurray_layout_name(e[2]) ? e[3] : e[2]);
+    }
     memcpy(t->name, name, name_len);
     t->layout = e[2];
     t->dtype = e[3];

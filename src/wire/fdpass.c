@@ -17,6 +17,7 @@
 #include "wire.h"
 
 #define FD_REQUIRED_SEALS (F_SEAL_WRITE | F_SEAL_SHRINK)
+#define FD_MAPPED_SEALS (FD_REQUIRED_SEALS | F_SEAL_GROW) /* a received shmem descriptor */
 
 static uint64_t page_size(void) {
   long page = sysconf(_SC_PAGESIZE);
@@ -77,8 +78,53 @@ static void unmap(HurrayBuffer *b) {
   munmap((void *)start, (size_t)(data - start + b->desc.byte_size));
 }
 
+/* What the descriptor is, whatever the frame calls it: F_GET_SEALS answers for shmem (a memfd,
+ * a tmpfs or hugetlbfs file) and fails with EINVAL for anything else (a file of a disk file
+ * system). Sealed: F_SEAL_WRITE, F_SEAL_SHRINK and F_SEAL_GROW, so that nobody can change the
+ * bytes or the size under a mapping. Sealable: shmem that still takes seals (F_SEAL_SEAL not
+ * set): a memfd made to be sealed and left unsealed, which no honest server sends. */
+typedef enum FdNature { FD_DISK, FD_SEALED, FD_SEALABLE, FD_SHMEM_UNSEALED } FdNature;
+
+static FdNature fd_nature(int fd) {
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0) return FD_DISK;
+  if ((seals & FD_MAPPED_SEALS) == FD_MAPPED_SEALS) return FD_SEALED;
+  return (seals & F_SEAL_SEAL) ? FD_SHMEM_UNSEALED : FD_SEALABLE;
+}
+
+/* Copies bytes [file_offset, file_offset + length) of `fd` into new memory: a file that
+ * shrinks meanwhile gives a short read, never SIGBUS, and nothing done to it later reaches the
+ * copy. */
+static int copy_fd(int fd, const WireFdRef *ref, const HurrayBufferDesc *desc, HurrayBuffer **out,
+                   HurrayError *error) {
+  HurrayBuffer *b = NULL;
+  int status = hurray_buffer_alloc(ref->length, desc->alignment, 0, &b, error);
+  for (uint64_t done = 0; status == HURRAY_OK && done < ref->length;) {
+    uint64_t want = ref->length - done;
+    size_t k = want < ((uint64_t)1 << 30) ? (size_t)want : (size_t)1 << 30;
+    ssize_t n = pread(fd, (uint8_t *)b->data + done, k, (off_t)(ref->file_offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = hurray__fail(error, HURRAY_EIO, "buffer %" PRIu32 ": reading the file sent: %s",
+                            ref->buffer, strerror(errno));
+    } else if (n == 0) {
+      status = hurray__fail(error, HURRAY_EPROTOCOL,
+                            "buffer %" PRIu32 ": the file sent ended at byte %" PRIu64
+                            " of the %" PRIu64 " it was to hold (it shrank)",
+                            ref->buffer, ref->file_offset + done, ref->length);
+    }
+    done += n > 0 ? (uint64_t)n : 0;
+  }
+  if (status != HURRAY_OK) {
+    hurray_buffer_destroy(b);
+    return status;
+  }
+  *out = b;
+  return HURRAY_OK;
+}
+
 int hurray__wire_map(int fd, const WireFdRef *ref, const HurrayBufferDesc *desc,
-                     HurrayBuffer **out, HurrayError *error) {
+                     bool map_disk_files, HurrayBuffer **out, HurrayError *error) {
   *out = NULL;
   uint64_t page = page_size();
   struct stat st;
@@ -98,20 +144,24 @@ int hurray__wire_map(int fd, const WireFdRef *ref, const HurrayBufferDesc *desc,
                         ref->buffer, ref->file_offset, ref->file_offset + ref->length,
                         (uint64_t)st.st_size);
   }
-  if (ref->kind == WIRE_FD_MEMFD) {
-    int seals = fcntl(fd, F_GET_SEALS);
-    if (seals < 0 || (seals & FD_REQUIRED_SEALS) != FD_REQUIRED_SEALS) {
-      return hurray__fail(error, HURRAY_EPROTOCOL,
-                          "buffer %" PRIu32 ": the memfd sent is not sealed against writing and "
-                          "shrinking",
-                          ref->buffer);
-    }
+  FdNature nature = fd_nature(fd);
+  if (nature == FD_SEALABLE || (ref->kind == WIRE_FD_MEMFD && nature != FD_SEALED)) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "buffer %" PRIu32 ": the %s sent is not sealed against writing, "
+                        "shrinking and growing",
+                        ref->buffer,
+                        ref->kind == WIRE_FD_MEMFD ? "memfd" : "'file' (a memfd that takes seals)");
   }
   if (desc->alignment > page || ref->file_offset % desc->alignment != 0) {
     return hurray__fail(error, HURRAY_EPROTOCOL,
                         "buffer %" PRIu32 ": offset %" PRIu64 " in the file sent does not give "
                         "its %" PRIu32 "-byte alignment",
                         ref->buffer, ref->file_offset, desc->alignment);
+  }
+  /* Mapped only where nobody can shrink the bytes (sealed), or where whoever could is a peer
+     that could kill this process anyway; every other file is copied (ADR-078). */
+  if (nature == FD_SHMEM_UNSEALED || (nature == FD_DISK && !map_disk_files)) {
+    return copy_fd(fd, ref, desc, out, error);
   }
   uint64_t start = ref->file_offset / page * page, delta = ref->file_offset - start;
   if (ref->length > SIZE_MAX - delta) {

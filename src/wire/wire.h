@@ -50,7 +50,8 @@ enum {
   WIRE_LIST_ENTRY = 24,    /* name_length[2] layout[1] dtype[1] buffers[4] data_bytes[8]
                               ndim[1] reserved[7], then shape[ndim] and the padded name */
   WIRE_MAX_DEVICES = 256,
-  WIRE_MAX_LIST = 1u << 24, /* tensors a client takes in one list */
+  WIRE_MAX_LIST = 1u << 18, /* tensors a client takes in one list: its HurrayRemoteTensor
+                               array is then at most 198 MiB (ADR-078) */
   WIRE_MAX_ERROR_MESSAGE = 1024,
 };
 
@@ -63,6 +64,8 @@ enum {
 /* A TENSOR_HEADER or PUT header (buffer table + record) may be larger than other control
  * frames: a descriptor with many buffers, or large metadata. */
 #define WIRE_TENSOR_HEADER_MAX ((uint64_t)1 << 26)
+/* The LIST_RESULT payload bytes a client takes in one list (with WIRE_MAX_LIST entries). */
+#define WIRE_MAX_LIST_BYTES ((uint64_t)64 << 20)
 
 typedef enum WireType {
   WIRE_CLIENT_HELLO = 0x01,
@@ -366,13 +369,19 @@ HURRAY_INTERNAL void hurray__wire_plan_fds(WireServed *served, WirePlan *plan);
 /* Makes `served`'s sealed memfd (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL):
  * its compact buffers, each at a multiple of the page size. */
 HURRAY_INTERNAL int hurray__wire_memfd(WireServed *served, HurrayError *error);
-/* Maps the bytes a DATA_FD frame names from `fd` (borrowed) as a buffer described by `desc`,
- * after the checks of spec §6.6: a regular file, long enough, sealed against writing and
- * shrinking if it is a memfd, at an offset the alignment allows. The mapping is private
+/* The bytes a DATA_FD frame names from `fd` (borrowed) as a buffer described by `desc`, after
+ * the checks of spec §6.6 made on the descriptor itself, whatever the frame's kind says
+ * (ADR-078): a regular file, long enough, at an offset the alignment allows; shared memory
+ * (F_GET_SEALS answers) that could still be sealed but is not sealed with F_SEAL_WRITE |
+ * F_SEAL_SHRINK | F_SEAL_GROW is refused, and so is a MEMFD that is not so sealed. Sealed shared
+ * memory is mapped; so is a file of a disk file system when `map_disk_files` (the peer could
+ * signal this process anyway). Any other file -- unsealable shared memory (a tmpfs file), a
+ * disk file of another user's server -- is copied with pread, so that nothing the peer does to
+ * it later (shrinking it: SIGBUS; writing it) reaches the buffer. A mapping is private
  * (copy-on-write) and unmapped when the buffer is destroyed; its pages are made present by
  * hurray__wire_verify_mapped. */
 HURRAY_INTERNAL int hurray__wire_map(int fd, const WireFdRef *ref, const HurrayBufferDesc *desc,
-                                     HurrayBuffer **out, HurrayError *error);
+                                     bool map_disk_files, HurrayBuffer **out, HurrayError *error);
 
 /* ---- verify.c ----------------------------------------------------------------------------- */
 

@@ -153,7 +153,7 @@ PIN_OFFSET(HurrayClientOptions, secret, 32);
 PIN_OFFSET(HurrayClientOptions, secret_len, 40);
 PIN_OFFSET(HurrayClientOptions, tls, 48);
 PIN_OFFSET(HurrayClientOptions, flags, 56);
-PIN_OFFSET(HurrayClientOptions, reserved0, 60);
+PIN_OFFSET(HurrayClientOptions, idle_timeout_ms, 60);
 PIN_OFFSET(HurrayClientOptions, reserved, 64);
 
 PIN_SIZE(HurrayClientInfo, 280);

@@ -593,14 +593,20 @@ static void *proxy_main(void *arg) {
   return NULL;
 }
 
-static void proxy_start(Proxy *p, const char *target) {
-  p->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+/* A socket listening on a free loopback port, whose "127.0.0.1:PORT" goes to `address`. */
+static int loopback_listen(char address[64]) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(bind(p->listen_fd, (struct sockaddr *)&in, sizeof in), 0);
-  assert_int_equal(listen(p->listen_fd, 8), 0);
+  assert_int_equal(bind(fd, (struct sockaddr *)&in, sizeof in), 0);
+  assert_int_equal(listen(fd, 8), 0);
   socklen_t len = sizeof in;
-  getsockname(p->listen_fd, (struct sockaddr *)&in, &len);
-  snprintf(p->address, sizeof p->address, "127.0.0.1:%u", ntohs(in.sin_port));
+  getsockname(fd, (struct sockaddr *)&in, &len);
+  snprintf(address, 64, "127.0.0.1:%u", ntohs(in.sin_port));
+  return fd;
+}
+
+static void proxy_start(Proxy *p, const char *target) {
+  p->listen_fd = loopback_listen(p->address);
   snprintf(p->target, sizeof p->target, "%s", target);
   assert_int_equal(pthread_create(&p->thread, NULL, proxy_main, p), 0);
 }
@@ -625,20 +631,31 @@ static uint8_t *file_bytes(const char *path, size_t *len) {
 }
 
 /* A peer speaking protocol 1.0: answers a CLIENT_HELLO with a 1.0 SERVER_HELLO, then reads
- * until the client closes, counting the frames after the hello. */
+ * until the client closes, counting the frames after the hello; with `trickle_ms` it answers
+ * a LIST with an empty LIST_RESULT sent one byte every trickle_ms, for `connections`
+ * connections one after the other (0: one). */
 typedef struct OldServer {
   int listen_fd;
   char address[64];
   int frames;
+  int trickle_ms;
+  int connections;
   pthread_t thread;
 } OldServer;
 
+static void old_server_one(OldServer *o);
+
 static void *old_server_main(void *arg) {
   OldServer *o = arg;
+  for (int k = 0; k < (o->connections ? o->connections : 1); k++) old_server_one(o);
+  return NULL;
+}
+
+static void old_server_one(OldServer *o) {
   int fd = accept(o->listen_fd, NULL, NULL);
   WireHeader h;
   static uint8_t buf[1 << 12];
-  if (fd < 0 || raw_frame(fd, &h, buf, sizeof buf) != WIRE_CLIENT_HELLO) return NULL;
+  if (fd < 0 || raw_frame(fd, &h, buf, sizeof buf) != WIRE_CLIENT_HELLO) return;
   WireHello *hello = calloc(1, sizeof *hello);
   hello->version_major = 1;
   hello->max_frame = 1 << 16;
@@ -649,9 +666,53 @@ static void *old_server_main(void *arg) {
   raw_send(fd, &frame);
   hurray__sink_reset(&frame);
   free(hello);
-  while (raw_frame(fd, &h, buf, sizeof buf) >= 0 && h.type != WIRE_GOODBYE) o->frames++;
+  while (raw_frame(fd, &h, buf, sizeof buf) >= 0 && h.type != WIRE_GOODBYE) {
+    o->frames++;
+    if (o->trickle_ms == 0 || h.type != WIRE_LIST) continue;
+    static const uint8_t empty[WIRE_LIST_FIXED];
+    hurray__wire_frame(&frame, WIRE_LIST_RESULT, WIRE_FLAG_END, h.request_id, empty, sizeof empty);
+    for (size_t i = 0; i < frame.len; i++) {
+      if (send(fd, frame.data + i, 1, MSG_NOSIGNAL) != 1) break;
+      usleep((useconds_t)o->trickle_ms * 1000);
+    }
+    hurray__sink_reset(&frame);
+  }
   close(fd);
-  return NULL;
+}
+
+/* Listens on a free loopback port and serves on a thread of its own. */
+static void old_server_start(OldServer *o) {
+  o->listen_fd = loopback_listen(o->address);
+  assert_int_equal(pthread_create(&o->thread, NULL, old_server_main, o), 0);
+}
+
+/* timeout_ms is the deadline of a whole call, however the server paces its bytes;
+ * idle_timeout_ms bounds each wait only (ADR-078). */
+static void timeout_is_a_deadline(void **state) {
+  (void)state;
+  OldServer old = {.trickle_ms = 25, .connections = 2};
+  old_server_start(&old);
+  HurrayRemoteTensor *items = NULL;
+  uint32_t count = 0;
+  HurrayError error = {0};
+  HurrayClient *c = NULL;
+  HurrayClientOptions deadline = {.timeout_ms = 300};
+  OK(hurray_client_connect(old.address, &deadline, &c, E));
+  int64_t t0 = hurray__wire_now_ms();
+  assert_int_equal(hurray_client_list(c, &items, &count, &error), HURRAY_ETIMEOUT);
+  int64_t took = hurray__wire_now_ms() - t0;
+  assert_true(took >= 290 && took < 700); /* 32 bytes at 25 ms would take 800 */
+  assert_string_equal(error.message, "the call took longer than its timeout of 300 ms");
+  hurray_client_destroy(c);
+  usleep(200 * 1000); /* the server, finding the first connection closed, accepts the next */
+  HurrayClientOptions idle = {.idle_timeout_ms = 300}; /* each byte is progress: no deadline */
+  OK(hurray_client_connect(old.address, &idle, &c, E));
+  OK(hurray_client_list(c, &items, &count, E));
+  assert_int_equal(count, 0);
+  free(items);
+  hurray_client_destroy(c);
+  pthread_join(old.thread, NULL);
+  close(old.listen_fd);
 }
 
 /* Byte ranges (spec §6.2, §6.4): only the range crosses the wire, in DATA frames that each
@@ -830,14 +891,8 @@ static void byte_ranges(void **state) {
     close(fd);
   }
   /* a server speaking 1.0 cannot check a range: refused before anything is sent */
-  OldServer old = {.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
-  struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(bind(old.listen_fd, (struct sockaddr *)&in, sizeof in), 0);
-  assert_int_equal(listen(old.listen_fd, 1), 0);
-  socklen_t len = sizeof in;
-  getsockname(old.listen_fd, (struct sockaddr *)&in, &len);
-  snprintf(old.address, sizeof old.address, "127.0.0.1:%u", ntohs(in.sin_port));
-  assert_int_equal(pthread_create(&old.thread, NULL, old_server_main, &old), 0);
+  OldServer old = {0};
+  old_server_start(&old);
   OK(hurray_client_connect(old.address, NULL, &c, E));
   assert_int_equal(hurray_client_read(c, "x", 0, 9, got, NULL, &error), HURRAY_EUNSUPPORTED);
   assert_string_equal(error.message, "the server speaks wire protocol 1.0, whose byte ranges "
@@ -1921,6 +1976,7 @@ int main(void) {
       cmocka_unit_test(tls_faults),
       cmocka_unit_test(tls_stalled_peers),
       cmocka_unit_test(tls_pipelined_requests),
+      cmocka_unit_test(timeout_is_a_deadline),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

@@ -704,7 +704,8 @@ def memfd(data, seals=True):
     fd = os.memfd_create("x", os.MFD_ALLOW_SEALING)
     os.write(fd, data)
     if seals:
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
     return fd
 
 
@@ -713,7 +714,7 @@ def test_a_client_checks_the_descriptor_it_is_handed(tmp_path):
     path = tmp_path / "bytes"
     path.write_bytes(bytes(64) + X)
     assert hand_over(tmp_path, os.open(path, os.O_RDONLY), 0, 64) == [1.0, 2.0]
-    with pytest.raises(hurray.WireError, match="not sealed against writing and shrinking"):
+    with pytest.raises(hurray.WireError, match="not sealed against writing, shrinking and growing"):
         hand_over(tmp_path, memfd(X, seals=False), 1, 0)
     with pytest.raises(hurray.WireError, match=r"bytes \[64, 72\) are past the end of the 8"):
         hand_over(tmp_path, memfd(X), 1, 64)
@@ -729,3 +730,21 @@ def test_a_client_checks_the_descriptor_it_is_handed(tmp_path):
         hand_over(tmp_path, memfd(X), 1, 0, fds=False)
     with pytest.raises(hurray.ChecksumError, match="buffer 0: checksum mismatch"):
         hand_over(tmp_path, memfd(np.float32([1.0, 3.0]).tobytes()), 1, 0)
+
+
+def test_the_cli_escapes_what_a_server_sends(tmp_path):
+    """`hurray ls` prints server-chosen names and `hurray fetch` the server's error messages:
+    terminal escapes in them arrive as \\u001b, as `hurray info` prints a file's names."""
+    import shutil
+    cli = shutil.which("hurray")
+    if cli is None:
+        pytest.skip("the hurray command is not on PATH")
+    with hurray.serve({"red\x1b[31mtext\x9b": np.float32([1])}) as server:
+        ls = subprocess.run([cli, "ls", server.address], capture_output=True, text=True)
+        fetch = subprocess.run([cli, "fetch", server.address, "\x1b[2Jgone"], capture_output=True,
+                               text=True, cwd=tmp_path)
+    assert ls.returncode == 0, ls.stderr
+    assert "red\\u001b[31mtext\\u009b  dense float32 [1]" in ls.stdout
+    assert fetch.returncode == 2
+    assert "\\u001b[2Jgone" in fetch.stderr and "\x1b" not in fetch.stderr
+    assert "\x1b" not in ls.stdout and "\x9b" not in ls.stdout

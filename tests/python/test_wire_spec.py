@@ -12,6 +12,7 @@ import re
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -652,28 +653,48 @@ def test_an_oversized_request_is_refused_from_its_header(one):
 
 
 class fake_server:
-    """A one-connection server on loopback that reads the CLIENT_HELLO, answers `hello` and
-    then answers each request with `answer(request_id)` (bytes), frame by frame from the spec."""
+    """A one-connection server on loopback (or, given `unix`, a path, on a Unix socket) that
+    reads the CLIENT_HELLO, answers `hello` and then answers each request with
+    `answer(request_id)`, frame by frame from the spec. An answer (and a hello) is bytes, or a
+    list of steps: bytes to send, a (bytes, [fd]) pair sent with the descriptors attached
+    (SCM_RIGHTS), or a number of seconds to sleep. `requests` collects (type, payload)."""
 
-    def __init__(self, hello, answer=None):
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
-        self.hello, self.answer, self.client_hello = hello, answer, None
+    def __init__(self, hello, answer=None, unix=None):
+        if unix is None:
+            self.listener = socket.create_server(("127.0.0.1", 0))
+            self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        else:
+            self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.listener.bind(str(unix))
+            self.listener.listen(1)
+            self.address = f"unix:{unix}"
+        self.hello, self.answer, self.client_hello, self.requests = hello, answer, None, []
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
+
+    @staticmethod
+    def send(sock, steps):
+        for step in [steps] if isinstance(steps, bytes) else steps:
+            if isinstance(step, bytes):
+                sock.sendall(step)
+            elif isinstance(step, tuple):
+                socket.send_fds(sock, [step[0]], step[1])
+            else:
+                time.sleep(step)
 
     def run(self):
         sock, _ = self.listener.accept()
         with sock:
-            peer = w.Client.over(sock)
-            self.client_hello = w.parse_hello(peer.recv_frame()[3], "CLIENT_HELLO")
-            sock.sendall(self.hello(self.client_hello))
             try:
+                peer = w.Client.over(sock)
+                self.client_hello = w.parse_hello(peer.recv_frame()[3], "CLIENT_HELLO")
+                self.send(sock, self.hello(self.client_hello))
                 while True:
-                    type_, _, rid, _ = peer.recv_frame()
+                    type_, _, rid, payload = peer.recv_frame()
+                    self.requests.append((type_, payload))
                     if type_ == w.GOODBYE or self.answer is None:
                         return
-                    sock.sendall(self.answer(rid))
+                    self.send(sock, self.answer(rid))
             except (w.SpecWireError, OSError):
                 return
 
@@ -799,3 +820,203 @@ def test_the_client_checks_the_header_answers_its_request():
     with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
         with pytest.raises(hurray.WireError, match="answered with tensor 'x' of 2 rows, not what"):
             c.get("x", slice=(0, 1))
+
+
+# ============================================================================================
+# hurray's client against hostile servers (issue 20: ADR-078)
+# ============================================================================================
+
+X = b"\x00\x00\x80?\x00\x00\x00@"  # float32 [1.0, 2.0]
+
+
+def fd_answer(fd, kind, name="x"):
+    """9.5's TENSOR_HEADER for tensor `name`, then its one buffer as a DATA_FD frame of `kind`
+    (§6.6) with descriptor `fd` attached."""
+    ref = struct.pack("<IB3xQQ", 0, kind, 0, len(X))
+    return lambda rid: [w.tensor_frame(w.TENSOR_HEADER, rid, w.dense_header(name, 10, (2,), X)),
+                        (w.frame(w.DATA_FD, rid, ref, w.END), [fd])]
+
+
+# The child of the descriptor tests: a server hands over a memfd made with `flags`, labelled
+# FILE (kind 0), then shrinks it under the client (a mapping of it would die of SIGBUS) and
+# writes into what it held (a mapping would show the new bytes: NaN, unchecked).
+FD_CHILD = """
+import os, struct, tempfile
+import numpy as np
+import hurray
+from test_wire_spec import X, fake_server, fd_answer, server_hello, w
+fd = os.memfd_create("x", {flags})
+os.write(fd, X)
+{seal}
+path = os.path.join(tempfile.mkdtemp(), "s.sock")
+with fake_server(server_hello(flags=w.S_FD_PASSING), fd_answer(fd, 0), unix=path) as s, \\
+        hurray.connect(s.address) as c:
+    try:
+        t = c.get("x")
+    except hurray.WireError as e:
+        print("refused:", e)
+    else:
+        try:
+            os.pwrite(fd, struct.pack("<f", float("nan")) * 2, 0)
+            os.ftruncate(fd, 0)
+        except PermissionError:
+            print("sealed")
+        print("kept:", np.asarray(t).tolist())
+"""
+
+
+def fd_child(flags, seal=""):
+    from conftest import run_isolated
+    return run_isolated(FD_CHILD.format(flags=flags, seal=seal))
+
+
+def test_an_unsealed_memfd_labelled_file_is_refused():
+    """A memfd that takes seals but has none, sent as a FILE: the check is on the descriptor
+    (F_GET_SEALS), not on the frame's kind."""
+    out = fd_child("os.MFD_ALLOW_SEALING")
+    assert "refused: buffer 0: the 'file' (a memfd that takes seals) sent is not sealed" in out
+
+
+def test_unsealable_shared_memory_is_copied_not_mapped():
+    """A memfd made without MFD_ALLOW_SEALING answers F_GET_SEALS with F_SEAL_SEAL alone, as a
+    tmpfs file does: it cannot be refused as unsealed, so it is read into new memory, and
+    shrinking or writing it afterwards changes nothing the client holds."""
+    assert "kept: [1.0, 2.0]" in fd_child("0")
+
+
+def test_a_sealed_memfd_labelled_file_is_mapped():
+    seal = ("import fcntl; fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | "
+            "fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)")
+    out = fd_child("os.MFD_ALLOW_SEALING", seal)
+    assert "sealed" in out and "kept: [1.0, 2.0]" in out  # nobody could change it
+
+
+def list_answer(entries, frames=1, pause=None):
+    """LIST_RESULT frames (§6.1): `frames` copies of one frame of `entries` (bytes each), the
+    last with END."""
+    payload = struct.pack("<II", len(entries), 0) + b"".join(entries)
+    return lambda rid: [w.frame(w.LIST_RESULT, rid, payload)] * (frames - 1) + \
+        [w.frame(w.LIST_RESULT, rid, payload, w.END)]
+
+
+def list_entry(name=b"a", layout=0, dtype=10, shape=(2,)):
+    return (struct.pack("<HBBIQB7x", len(name), layout, dtype, 1, 8, len(shape)) +
+            struct.pack(f"<{len(shape)}q", *shape) + name + bytes(spec_file.pad8(len(name)) -
+                                                               len(name)))
+
+
+@pytest.mark.parametrize("entry, field", [
+    (list_entry(dtype=0xEE), "unknown dtype code 238"),
+    (list_entry(layout=0x7F), "unknown layout code 127"),
+], ids=["dtype", "layout"])
+def test_unknown_codes_in_a_list_are_a_wire_error(entry, field):
+    with fake_server(server_hello(), list_answer([entry])) as s, hurray.connect(s.address) as c:
+        with pytest.raises(hurray.WireError, match=f"listed tensor 'a': {field}"):
+            c.list()
+
+
+LIST_CHILD = """
+import resource, struct
+import hurray
+from test_wire_spec import fake_server, list_answer, list_entry, server_hello
+entry = list_entry(shape=())  # 32 bytes: the smallest entry
+per = (65536 - 8) // len(entry)
+with fake_server(server_hello(), list_answer([entry] * per, frames={frames})) as s, \\
+        hurray.connect(s.address) as c:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        print("listed", len(c.list()))
+    except hurray.LimitError as e:
+        print("refused:", e)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    print("grown MiB", grown // 1024)
+"""
+
+
+def test_a_hostile_list_is_bounded_in_entries_and_memory():
+    """32 MiB of LIST_RESULT (2^20 entries of 32 bytes) drove the client to 1.5 GB: it stops at
+    2^18 entries, its array then 198 MiB, and the connection is closed."""
+    from conftest import run_isolated
+    out = run_isolated(LIST_CHILD.format(frames=512))
+    assert "refused: a list of more than 262144 tensors" in out, out
+    grown = int(out.split("grown MiB")[1])
+    print(f"RSS growth under a 32 MiB hostile LIST: {grown} MiB")
+    assert grown < 320, out
+
+
+def test_a_list_of_more_bytes_than_the_client_takes_is_refused():
+    long = list_entry(name=b"n" * 255, shape=(1,) * 64)  # 792 bytes: 82 per frame
+    per = (65536 - 8) // len(long)
+    with fake_server(server_hello(), list_answer([long] * per, frames=1100)) as s, \
+            hurray.connect(s.address) as c:
+        with pytest.raises(hurray.LimitError, match="a list of more than 64 MiB"):
+            c.list()
+
+
+def test_names_and_urls_with_a_nul_are_refused():
+    """The C API takes them NUL-terminated: "x\\0y" would be "x". Nothing is sent."""
+    with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
+        with pytest.raises(hurray.InvalidArgumentError, match=r"get\(\): name .* a NUL"):
+            c.get("x\0y")
+        with pytest.raises(hurray.InvalidArgumentError, match=r"read\(\): name .* a NUL"):
+            c.read("x\0y", 0, 4)
+        assert np.asarray(c.get("x")).tolist() == [1.0, 2.0]  # the session goes on
+        with pytest.raises(hurray.InvalidArgumentError, match=r"connect\(\): url .* a NUL"):
+            hurray.connect(s.address + "\0junk")
+    assert [t for t, _ in s.requests] == [w.TENSOR_REQUEST, w.GOODBYE]
+    with pytest.raises(hurray.InvalidArgumentError, match=r"tls\['server_name'\] .* a NUL"):
+        hurray.connect("hurrays://127.0.0.1:1", tls={"server_name": "good\0evil"})
+    with pytest.raises(hurray.InvalidArgumentError, match=r"serve\(\): tensor name .* a NUL"):
+        hurray.serve({"x\0y": np.float32([1])})
+    with pytest.raises(hurray.InvalidArgumentError, match=r"serve\(\): address .* a NUL"):
+        hurray.serve(address="127.0.0.1:0\0junk")
+    with hurray.serve() as server, hurray.connect(server.address) as c:
+        with pytest.raises(hurray.InvalidArgumentError, match=r"put\(\): name .* a NUL"):
+            c.put("x\0y", np.float32([1]))
+        assert c.list() == []
+
+
+def dribble(data, pause):
+    """`data` one byte at a time, `pause` seconds apart: progress, but never enough."""
+    steps = []
+    for i in range(len(data)):
+        steps += [data[i:i + 1], pause]
+    return steps
+
+
+def test_the_timeout_is_a_deadline_for_the_whole_call():
+    """One byte every 0.25 s kept get(timeout=2) blocked for as long as the server liked: the
+    timeout now bounds each call as a whole (connect, list, get)."""
+    def slow_data(rid):
+        head = w.tensor_frame(w.TENSOR_HEADER, rid, w.dense_header("x", 10, (2,), X))
+        return [head] + dribble(w.frame(w.DATA, rid, struct.pack("<IIQ", 0, 0, 0) + X, w.END),
+                                0.25)
+    with fake_server(server_hello(), slow_data) as s, hurray.connect(s.address, timeout=1) as c:
+        start = time.monotonic()
+        with pytest.raises(hurray.TimedOutError, match="took longer than its timeout of 1000 ms"):
+            c.get("x")
+        assert time.monotonic() - start < 1.8
+    hello = server_hello()
+    with fake_server(lambda h: dribble(hello(h), 0.25)) as s:
+        start = time.monotonic()
+        with pytest.raises(hurray.TimedOutError, match="took longer than its timeout"):
+            hurray.connect(s.address, timeout=1)
+        assert time.monotonic() - start < 1.8
+    slow_list = list_answer([list_entry()])
+    with fake_server(server_hello(), lambda rid: dribble(slow_list(rid)[0], 0.25)) as s, \
+            hurray.connect(s.address, timeout=1) as c:
+        start = time.monotonic()
+        with pytest.raises(hurray.TimedOutError):
+            c.list()
+        assert time.monotonic() - start < 1.8
+
+
+def test_idle_timeout_bounds_a_wait_without_progress():
+    stalled = answer_x()
+    with fake_server(server_hello(), lambda rid: [1.5] + [stalled(rid)]) as s, \
+            hurray.connect(s.address, idle_timeout=0.3) as c:
+        with pytest.raises(hurray.TimedOutError, match="no progress for 300 ms"):
+            c.get("x")
+    with fake_server(server_hello(), lambda rid: [0.5] + [stalled(rid)]) as s, \
+            hurray.connect(s.address) as c:  # no deadline by default: a slow answer arrives
+        assert np.asarray(c.get("x")).tolist() == [1.0, 2.0]
