@@ -38,6 +38,10 @@
 #define SERVER_PUT_HEADER_MAX ((uint64_t)1 << 20)
 #define SERVER_TICK_MS 100
 #define SERVER_LINGER_MS 1000 /* a closing connection gets this long to take its ERROR */
+/* What a closing plaintext connection reads and discards after its last frame, waiting for the
+ * client's end, so that unread bytes (a refused frame's payload) do not turn the close into a
+ * reset that could discard the ERROR before the client reads it. */
+#define SERVER_DRAIN_MAX ((uint64_t)1 << 20)
 #define SERVER_MAX_ALIGNMENT ((uint32_t)1 << 21)
 /* The largest CLIENT_HELLO: its fixed part and 256 devices, each a private tag with a 31-byte
  * name. Before AUTH_OK nothing larger than this, or than AUTH's MAC, is read (ADR-076). */
@@ -108,6 +112,8 @@ typedef struct Conn {
   bool listing;
   size_t list_next, list_end;
   uint32_t events; /* the epoll interest set now */
+  bool draining;   /* closing, everything sent and the writing side shut: reading to the end */
+  uint64_t drained;
   uint64_t mem;    /* accounted bytes */
 } Conn;
 
@@ -875,7 +881,21 @@ static int frame_admitted(const Conn *c, const WireHeader *h, HurrayError *error
 }
 
 /* Reads what is there; returns false once the connection has been closed. */
+/* A draining connection's bytes, discarded; returns false once it has been closed: at the
+ * client's end, an error, or SERVER_DRAIN_MAX bytes. */
+static bool conn_drain(HurrayServer *s, Conn *c) {
+  for (;;) {
+    ssize_t n = recv(c->fd, s->scratch, sizeof s->scratch, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+    if (n <= 0 || (c->drained += (uint64_t)n) > SERVER_DRAIN_MAX) {
+      conn_close(s, c);
+      return false;
+    }
+  }
+}
+
 static bool conn_read(HurrayServer *s, Conn *c) {
+  if (c->draining) return conn_drain(s, c);
   for (int rounds = 0; rounds < 64; rounds++) {
     if (c->phase == PHASE_CLOSING || c->sending || c->listing) return true;
     if (c->out.len > c->out_sent && c->upload == NULL) return true; /* backpressure */
@@ -1148,18 +1168,23 @@ static bool conn_write(HurrayServer *s, Conn *c) {
     conn_close(s, c);
     return false;
   }
-  if (c->phase == PHASE_CLOSING && c->out.len == 0 && !hurray__wire_tls_unflushed(c->tls)) {
-    conn_close(s, c);
-    return false;
+  if (c->phase == PHASE_CLOSING && c->out.len == 0 && !c->sending && !c->draining &&
+      !hurray__wire_tls_unflushed(c->tls)) {
+    if (c->tls != NULL || shutdown(c->fd, SHUT_WR) != 0) {
+      conn_close(s, c);
+      return false;
+    }
+    c->draining = true; /* conn_read waits for the client's end, until close_deadline */
   }
   return true;
 }
 
+
 static void conn_interest(HurrayServer *s, Conn *c) {
   bool pending = c->out.len > c->out_sent || data_pending(c) || c->listing ||
                  hurray__wire_tls_unflushed(c->tls);
-  bool reading = c->phase != PHASE_CLOSING && !c->sending && !c->listing &&
-                 (!pending || c->upload != NULL);
+  bool reading = c->draining || (c->phase != PHASE_CLOSING && !c->sending && !c->listing &&
+                                  (!pending || c->upload != NULL));
   int read_want = hurray__wire_io_want(c->tls, true), write_want = hurray__wire_io_want(c->tls, false);
   if (c->phase == PHASE_TLS) { /* the handshake waits for one direction */
     reading = hurray__wire_tls_want(c->tls) == WIRE_WANT_READ;
