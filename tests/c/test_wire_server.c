@@ -25,49 +25,13 @@
 #include <cmocka.h>
 
 #include "test_tmpdir.h"
+#include "test_wire_helpers.h"
 #include "wire.h"
 
-typedef struct Running {
-  HurrayServer *server;
-  pthread_t thread;
-  char address[300];
-} Running;
-
-static void *run_server(void *arg) {
-  Running *r = arg;
-  HurrayError error = {0};
-  if (hurray_server_run(r->server, &error) != HURRAY_OK) fprintf(stderr, "%s\n", error.message);
-  return NULL;
-}
-
-static void start(Running *r, const HurrayServerOptions *options) {
-  memset(r, 0, sizeof *r);
-  OK(hurray_server_create(options, &r->server, E));
-  OK(hurray_server_address(r->server, r->address, sizeof r->address, E));
-  assert_int_equal(pthread_create(&r->thread, NULL, run_server, r), 0);
-}
-
-static void finish(Running *r) {
-  hurray_server_stop(r->server);
-  pthread_join(r->thread, NULL);
-  hurray_server_destroy(r->server);
-}
-
-/* A DENSE uint8 tensor of `n` bytes of value `v`. */
-static HurrayTensorContext *bytes_tensor(uint64_t n, uint8_t v) {
-  int64_t shape[1] = {(int64_t)n};
-  HurrayArray part = {.shape = shape, .ndim = 1, .dtype = HURRAY_DTYPE_UINT8};
-  HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = shape,
-                           .parts = &part, .nparts = 1, .dtype = HURRAY_DTYPE_UINT8};
-  HurrayBufferList *list = NULL;
-  HurrayBuffer *b = NULL;
-  OK(hurray_buffer_list_create(1, &list, E));
-  OK(hurray_buffer_alloc(n ? n : 1, 64, 0, &b, E));
-  memset(b->data, v, n ? n : 1);
-  OK(hurray_buffer_list_append(list, b, HURRAY_ROLE_VALUES, NULL, E));
-  HurrayTensorContext *c = NULL;
-  OK(hurray_tensor_context_create(&desc, list, 0, NULL, NULL, &c, E));
-  return c;
+/* A server started and running. */
+static void start_running(Running *r, const HurrayServerOptions *options) {
+  start(r, options);
+  go(r);
 }
 
 static void write_text(const char *path, const char *text) {
@@ -93,13 +57,18 @@ static bool is_socket(const char *path) {
 
 /* ---- item 1: a Unix socket path is unlinked only if it is the socket this server bound ---- */
 
+/* "unix:" and `path`, valid until the next call. */
+static const char *unix_address(const char *path) {
+  static char address[600];
+  snprintf(address, sizeof address, "unix:%s", path);
+  return address;
+}
+
 static void unix_bind_failure_keeps_the_file(void **state) {
   (void)state;
   const char *path = path_of("model.hurray");
   write_text(path, "weights");
-  char address[600];
-  snprintf(address, sizeof address, "unix:%s", path);
-  HurrayServerOptions so = {.address = address};
+  HurrayServerOptions so = {.address = unix_address(path)};
   HurrayServer *server = NULL;
   HurrayError error = {0};
   assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EIO);
@@ -110,17 +79,15 @@ static void unix_bind_failure_keeps_the_file(void **state) {
 
 static void busy_socket_path_keeps_the_first_server(void **state) {
   (void)state;
-  char address[600];
-  snprintf(address, sizeof address, "unix:%s", path_of("busy.sock"));
-  HurrayServerOptions so = {.address = address};
+  HurrayServerOptions so = {.address = unix_address(path_of("busy.sock"))};
   Running first;
-  start(&first, &so);
+  start_running(&first, &so);
   HurrayServer *second = NULL;
   HurrayError error = {0};
   assert_int_equal(hurray_server_create(&so, &second, &error), HURRAY_EIO);
   assert_true(is_socket(path_of("busy.sock")));
   HurrayClient *c = NULL; /* the first server is still reachable */
-  OK(hurray_client_connect(address, NULL, &c, E));
+  OK(hurray_client_connect(so.address, NULL, &c, E));
   hurray_client_destroy(c);
   finish(&first);
   assert_false(is_socket(path_of("busy.sock"))); /* its own socket: unlinked */
@@ -128,10 +95,8 @@ static void busy_socket_path_keeps_the_first_server(void **state) {
 
 static void destroy_unlinks_only_its_own_socket(void **state) {
   (void)state;
-  char address[600];
   const char *path = path_of("replaced.sock");
-  snprintf(address, sizeof address, "unix:%s", path);
-  HurrayServerOptions so = {.address = address};
+  HurrayServerOptions so = {.address = unix_address(path)};
   /* the socket replaced by a regular file: the file stays */
   HurrayServer *server = NULL;
   OK(hurray_server_create(&so, &server, E));
@@ -214,7 +179,7 @@ static void pre_auth_frames_refused_from_header(void **state) {
   (void)state;
   HurrayServerOptions so = {.secret = (const uint8_t *)"s3cret", .secret_len = 6};
   Running r;
-  start(&r, &so);
+  start_running(&r, &so);
   /* before the hello: a 64 MiB TENSOR_HEADER (the bug: buffered), a PUT, a large hello */
   refused_from_header(r.address, WIRE_TENSOR_HEADER, WIRE_TENSOR_HEADER_MAX, HURRAY_EPROTOCOL,
                       "expected CLIENT_HELLO, got TENSOR_HEADER", false);
@@ -233,7 +198,7 @@ static void pre_auth_frames_refused_from_header(void **state) {
   assert_true(stats.peak_buffered_bytes < (1u << 20)); /* nothing of the claimed payloads */
   finish(&r);
   /* after setup: a frame only a server sends is refused from its header too */
-  start(&r, NULL);
+  start_running(&r, NULL);
   refused_from_header(r.address, WIRE_TENSOR_HEADER, WIRE_TENSOR_HEADER_MAX, HURRAY_EPROTOCOL,
                       "unexpected TENSOR_HEADER frame from a client", true);
   OK(hurray_server_stats(r.server, &stats, E));
@@ -249,7 +214,7 @@ static void uploads_bounded_server_wide(void **state) {
   HurrayServerOptions so = {.max_upload_bytes = 2u << 20,
                             .max_upload_total_bytes = (3u << 20) + 3 * 8192};
   Running r;
-  start(&r, &so);
+  start_running(&r, &so);
   HurrayClient *c = NULL;
   OK(hurray_client_connect(r.address, NULL, &c, E));
   HurrayTensorContext *t = bytes_tensor(1 << 20, 1);
@@ -280,7 +245,8 @@ static double now_s(void) {
 }
 
 /* Registering tensor n+1 must not compare its name with the n served: 60,000 names of one length
- * took about 5 s (1.8e9 comparisons) before the index; now a fraction of a second. */
+ * took 117 s (1.8e9 comparisons) before the index; now 0.15 s, 1.3 s under ASan, 4 s under
+ * ASan beside another test on two loaded cores: the bound leaves room for such load. */
 static void names_found_through_an_index(void **state) {
   (void)state;
   HurrayServer *server = NULL;
@@ -299,7 +265,7 @@ static void names_found_through_an_index(void **state) {
   assert_string_equal(error.message, "tensor 'tensor-00012345' is already served");
   hurray_server_destroy(server);
   printf("# %d tensors registered in %.3f s\n", N, took);
-  assert_true(took < 2.5);
+  assert_true(took < 15.0);
 }
 
 int main(void) {
