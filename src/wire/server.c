@@ -1232,11 +1232,12 @@ static bool accept_without_descriptors(HurrayServer *s) {
     close(s->spare_fd);
     s->spare_fd = -1;
     int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    bool starved = fd < 0 && (errno == EMFILE || errno == ENFILE); /* taken by another thread */
     if (fd >= 0) {
       refuse_connection(s, fd, "this server has no file descriptor left for a connection");
     }
     s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0 && s->spare_fd >= 0) return true; /* the next waiting one, likewise */
+    if (s->spare_fd >= 0 && !starved) return fd >= 0; /* the next waiting one, likewise */
   }
   accept_pause(s, true);
   return false;
