@@ -1182,7 +1182,11 @@ typedef struct HurrayServerOptions {
   const HurrayTlsOptions *tls;   /* NULL: plaintext; else certificate_file and key_file, and
                                     the server speaks only TLS (the address may then be given
                                     as "hurrays://HOST:PORT") */
-  uint64_t reserved[3];          /* zero */
+  uint64_t max_upload_total_bytes; /* what all uploads together may hold, served or still
+                                    arriving (their bytes, PUT headers and 1 KiB each); one
+                                    more is refused HURRAY_ELIMIT; 0: 4 GiB (ABI 4: this
+                                    was reserved[0], which old callers leave 0) */
+  uint64_t reserved[2];          /* zero */
 } HurrayServerOptions;
 
 /* Creates a server and binds its listening socket (so hurray_server_address knows the port);

@@ -343,7 +343,8 @@ def serve(tensors: _Path | Mapping[str, Any] | list[_Path | Mapping[str, Any]] |
           secret: str | bytes | None = None, max_connections: int | None = None,
           idle_timeout: float | None = None, handshake_timeout: float | None = None,
           max_upload_bytes: int | None = None,
-          tls: dict[str, _Path] | None = None, fd_passing: builtins.bool = True) -> Server: ...
+          tls: dict[str, _Path] | None = None, fd_passing: builtins.bool = True,
+          max_upload_total_bytes: int | None = None) -> Server: ...
 
 @final
 class Client:

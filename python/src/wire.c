@@ -1120,9 +1120,9 @@ static int serve_add(PyObject *module, HurrayState *st, HurrayServer *server, Py
 static const char *const kServeNames[] = {"tensors",         "address",           "read_only",
                                           "secret",          "max_connections",   "idle_timeout",
                                           "handshake_timeout", "max_upload_bytes", "tls",
-                                          "fd_passing", NULL};
+                                          "fd_passing", "max_upload_total_bytes", NULL};
 enum { S_TENSORS, S_ADDRESS, S_READ_ONLY, S_SECRET, S_MAXCONN, S_IDLE, S_HANDSHAKE, S_UPLOAD,
-       S_TLS, S_FD_PASSING, S_COUNT };
+       S_TLS, S_FD_PASSING, S_UPLOAD_TOTAL, S_COUNT };
 
 static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                        PyObject *kwnames) {
@@ -1158,6 +1158,11 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
   }
   if (a[S_UPLOAD] != NULL && a[S_UPLOAD] != Py_None &&
       hurray__py_u64(st, a[S_UPLOAD], "max_upload_bytes", &options.max_upload_bytes) < 0) {
+    return NULL;
+  }
+  if (a[S_UPLOAD_TOTAL] != NULL && a[S_UPLOAD_TOTAL] != Py_None &&
+      hurray__py_u64(st, a[S_UPLOAD_TOTAL], "max_upload_total_bytes",
+                     &options.max_upload_total_bytes) < 0) {
     return NULL;
   }
   TlsArg tls;
@@ -1278,7 +1283,8 @@ PyMethodDef hurray__py_wire_functions[] = {
      PyDoc_STR(
          "serve($module, tensors=None, /, address=None, *, read_only=False, secret=None,\n"
          "      max_connections=None, idle_timeout=None, handshake_timeout=None,\n"
-         "      max_upload_bytes=None, tls=None, fd_passing=True)\n--\n\n"
+         "      max_upload_bytes=None, tls=None, fd_passing=True,\n"
+         "      max_upload_total_bytes=None)\n--\n\n"
          "Serve tensors over the wire from a background thread.\n\n"
          "Parameters\n----------\n"
          "tensors : path, mapping or list, optional\n"
@@ -1310,7 +1316,11 @@ PyMethodDef hurray__py_wire_functions[] = {
          "fd_passing : bool, optional\n"
          "    On a Unix socket, hand clients that ask each tensor's memory as a file\n"
          "    descriptor: a file's tensors as the file's, an in-memory tensor as a\n"
-         "    sealed memfd holding a copy made at its first such request.\n\n"
+         "    sealed memfd holding a copy made at its first such request.\n"
+         "max_upload_total_bytes : int, optional\n"
+         "    What all uploads together may hold, served or still arriving, each\n"
+         "    counted as its bytes, its header and 1 KiB (default 4 GiB); an upload\n"
+         "    over it is refused (hurray.LimitError on the client).\n\n"
          "Returns\n-------\n"
          "hurray.Server\n"
          "    The running server; a context manager that stops it.\n\n"

@@ -94,7 +94,7 @@ static int connect_to(const Command *command, const char *url, const ConnectArgs
 
 static const char kServeUsage[] =
     "usage: hurray serve [-r] [-a ADDRESS] [-s SECRET_FILE] [-c N] [-q]\n"
-    "                    [--tls-cert FILE --tls-key FILE] FILE...\n"
+    "                    [--max-upload-total BYTES] [--tls-cert FILE --tls-key FILE] FILE...\n"
     "\n"
     "Serves every tensor of the Hurray FILEs over the wire protocol until interrupted\n"
     "(SIGINT or SIGTERM). Tensors are sent from the files' mappings, never copied. The\n"
@@ -109,6 +109,8 @@ static const char kServeUsage[] =
     "  -s, --secret-file FILE    require clients to prove they know the secret in FILE\n"
     "                            (default: the HURRAY_SECRET variable, if set)\n"
     "  -c, --max-connections N   clients served at once (default 1024)\n"
+    "      --max-upload-total BYTES  what clients' uploads may hold together (default\n"
+    "                            4 GiB); an upload over it is refused\n"
     "      --tls-cert FILE       serve over TLS (clients connect to hurrays://HOST:PORT)\n"
     "                            with this certificate chain (PEM, the leaf first)\n"
     "      --tls-key FILE        and this private key (PEM) of its leaf\n"
@@ -125,17 +127,18 @@ static void on_signal(int signo) {
 static int run_serve(int argc, char **argv) {
   bool read_only = false, quiet = false;
   const char *address = "127.0.0.1:7700", *secret_file = NULL, *max_connections = NULL;
-  const char *tls_cert = NULL, *tls_key = NULL;
+  const char *tls_cert = NULL, *tls_key = NULL, *upload_total = NULL;
   const CliOption options[] = {{'a', "address", NULL, &address},
                                {'r', "read-only", &read_only, NULL},
                                {'s', "secret-file", NULL, &secret_file},
                                {'c', "max-connections", NULL, &max_connections},
                                {'q', "quiet", &quiet, NULL},
                                {0, "tls-cert", NULL, &tls_cert},
-                               {0, "tls-key", NULL, &tls_key}};
+                               {0, "tls-key", NULL, &tls_key},
+                               {0, "max-upload-total", NULL, &upload_total}};
   char **files = NULL;
   int count = 0;
-  int rc = cli_parse_list(&kServeCommand, argc, argv, options, 7, &files, &count, "FILE");
+  int rc = cli_parse_list(&kServeCommand, argc, argv, options, 8, &files, &count, "FILE");
   if (rc >= 0) return rc;
   if ((tls_cert == NULL) != (tls_key == NULL)) {
     cli_error(&kServeCommand, "--tls-cert and --tls-key go together");
@@ -147,10 +150,15 @@ static int run_serve(int argc, char **argv) {
   if (rc < 0 && max_connections != NULL) {
     rc = parse_number(&kServeCommand, "max-connections", max_connections, 1 << 20, &connections);
   }
+  double total = 0;
+  if (rc < 0 && upload_total != NULL) {
+    rc = parse_number(&kServeCommand, "max-upload-total", upload_total, 0x1p62, &total);
+  }
   if (rc >= 0) return rc;
   HurrayServerOptions so = {.address = address,
                             .flags = read_only ? HURRAY_SERVER_READ_ONLY : 0u,
-                            .max_connections = (uint32_t)connections};
+                            .max_connections = (uint32_t)connections,
+                            .max_upload_total_bytes = (uint64_t)total};
   if (secret.len > 0) {
     so.secret = secret.bytes;
     so.secret_len = secret.len;

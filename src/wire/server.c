@@ -38,7 +38,17 @@
 #define SERVER_PUT_HEADER_MAX ((uint64_t)1 << 20)
 #define SERVER_TICK_MS 100
 #define SERVER_LINGER_MS 1000 /* a closing connection gets this long to take its ERROR */
+/* What a closing plaintext connection reads and discards after its last frame, waiting for the
+ * client's end, so that unread bytes (a refused frame's payload) do not turn the close into a
+ * reset that could discard the ERROR before the client reads it. */
+#define SERVER_DRAIN_MAX ((uint64_t)1 << 20)
 #define SERVER_MAX_ALIGNMENT ((uint32_t)1 << 21)
+/* The largest CLIENT_HELLO: its fixed part and 256 devices, each a private tag with a 31-byte
+ * name. Before AUTH_OK nothing larger than this, or than AUTH's MAC, is read (ADR-076). */
+#define SERVER_HELLO_MAX ((uint64_t)WIRE_HELLO_FIXED + WIRE_MAX_DEVICES * (2u + 31u))
+/* What an upload holds beyond its bytes and its PUT header: the served tensor's own structures
+ * (its context, segments and record), counted against max_upload_total_bytes. */
+#define SERVER_UPLOAD_OVERHEAD ((uint64_t)1 << 10)
 
 static const uint8_t kZeros[HURRAY_MIN_ALIGNMENT];
 
@@ -55,7 +65,8 @@ typedef struct Upload {
   FileHasher *hasher;
   uint32_t buffer; /* the next byte goes to buffer `buffer` at `offset` */
   uint64_t offset;
-  uint64_t bytes;  /* accounted memory */
+  uint64_t bytes;   /* accounted memory */
+  uint64_t charged; /* reserved of the server's upload_held, given back unless served */
 } Upload;
 
 typedef struct Conn {
@@ -96,7 +107,13 @@ typedef struct Conn {
   uint64_t chunk_left;
   uint64_t chunk_size;
   uint8_t *stage;  /* WIRE_STAGE_SIZE bytes while a response from device memory is sent */
+  /* a LIST answer, made one LIST_RESULT frame at a time as the socket takes them: entries
+     [list_next, list_end) of the registry are still to go */
+  bool listing;
+  size_t list_next, list_end;
   uint32_t events; /* the epoll interest set now */
+  bool draining;   /* closing, everything sent and the writing side shut: reading to the end */
+  uint64_t drained;
   uint64_t mem;    /* accounted bytes */
 } Conn;
 
@@ -109,6 +126,8 @@ struct HurrayServer {
   uint32_t max_connections;
   uint64_t max_frame;
   uint64_t max_upload;
+  uint64_t max_upload_total;
+  uint64_t upload_held; /* bytes uploads hold, served or still arriving (under `lock`) */
   uint32_t handshake_ms;
   uint32_t idle_ms;
   uint8_t *secret;
@@ -116,25 +135,49 @@ struct HurrayServer {
   WireTls *tls;       /* NULL: plaintext */
   size_t tls_pending; /* connections whose session holds bytes to read */
   pthread_mutex_t lock; /* the tensors and the stats */
-  WireServed **tensors;
+  WireServed **tensors; /* in the order served; never removed while the server lives */
   size_t ntensors, cap;
+  size_t *index;        /* open addressing by name hash: a position in `tensors` + 1, 0 free */
+  size_t index_cap;     /* a power of two, at least twice ntensors (0: no index yet) */
   uint32_t device_mask; /* bit t: a tensor in memory of device tag t (< 32) is served */
   int *files; /* descriptors of the served files, for DATA_FD */
   size_t nfiles;
   HurrayServerStats stats;
   Conn *conns;
+  int spare_fd;       /* kept open to be closed when accept runs out of descriptors (EMFILE) */
+  bool accept_paused; /* out of descriptors, even the spare: the listener waits for a tick */
+  bool unix_bound;    /* the socket file this server bound, by device and inode */
+  dev_t unix_dev;
+  ino_t unix_ino;
   uint8_t scratch[1 << 16]; /* discarded upload bytes land here */
 };
 
 /* ---- registry ----------------------------------------------------------------------------- */
 
-static WireServed *find_locked(HurrayServer *s, const char *name, size_t len) {
-  for (size_t i = 0; i < s->ntensors; i++) {
-    if (s->tensors[i]->name_len == len && memcmp(s->tensors[i]->name, name, len) == 0) {
-      return s->tensors[i];
-    }
+/* The index slot of `name`: the one holding it, or the free one where it would go. */
+static size_t name_slot(const HurrayServer *s, const char *name, size_t len) {
+  size_t mask = s->index_cap - 1;
+  size_t i = (size_t)hurray__xxh3(name, len) & mask;
+  while (s->index[i] != 0) {
+    const WireServed *t = s->tensors[s->index[i] - 1];
+    if (t->name_len == len && memcmp(t->name, name, len) == 0) break;
+    i = (i + 1) & mask;
   }
-  return NULL;
+  return i;
+}
+
+static WireServed *find_locked(HurrayServer *s, const char *name, size_t len) {
+  if (s->index_cap == 0) return NULL;
+  size_t at = s->index[name_slot(s, name, len)];
+  return at ? s->tensors[at - 1] : NULL;
+}
+
+/* Indexes tensors [0, n) afresh, in the index as it is (no allocation). */
+static void index_fill(HurrayServer *s, size_t n) {
+  memset(s->index, 0, s->index_cap * sizeof *s->index);
+  for (size_t i = 0; i < n; i++) {
+    s->index[name_slot(s, s->tensors[i]->name, s->tensors[i]->name_len)] = i + 1;
+  }
 }
 
 /* Adds `n` tensors at once, or none if a name is taken. SINK for every entry, and for
@@ -143,14 +186,7 @@ static int register_tensors(HurrayServer *s, WireServed **items, size_t n, int f
                             HurrayError *error) {
   int status = HURRAY_OK;
   pthread_mutex_lock(&s->lock);
-  for (size_t i = 0; i < n && status == HURRAY_OK; i++) {
-    bool twice = false;
-    for (size_t j = 0; j < i; j++) twice |= strcmp(items[j]->name, items[i]->name) == 0;
-    if (twice || find_locked(s, items[i]->name, items[i]->name_len) != NULL) {
-      status = hurray__fail(error, HURRAY_EINVAL, "tensor '%s' is already served", items[i]->name);
-    }
-  }
-  if (status == HURRAY_OK && s->ntensors + n > s->cap) {
+  if (s->ntensors + n > s->cap) {
     size_t cap = (s->ntensors + n) * 2;
     WireServed **grown = realloc(s->tensors, cap * sizeof *grown);
     if (grown == NULL) {
@@ -160,17 +196,37 @@ static int register_tensors(HurrayServer *s, WireServed **items, size_t n, int f
       s->cap = cap;
     }
   }
-  if (status == HURRAY_OK && file_fd >= 0) {
-    int *grown = realloc(s->files, (s->nfiles + 1) * sizeof *grown);
-    if (grown == NULL) {
+  if (status == HURRAY_OK && 2 * (s->ntensors + n) > s->index_cap) {
+    size_t cap = 64;
+    while (cap < 2 * (s->ntensors + n)) cap *= 2;
+    size_t *index = calloc(cap, sizeof *index);
+    if (index == NULL) {
       status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
     } else {
-      s->files = grown;
-      s->files[s->nfiles++] = file_fd;
+      free(s->index);
+      s->index = index;
+      s->index_cap = cap;
+      index_fill(s, s->ntensors);
+    }
+  }
+  if (status == HURRAY_OK && file_fd >= 0) { /* room for it, taken only on success */
+    int *grown = realloc(s->files, (s->nfiles + 1) * sizeof *grown);
+    if (grown == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    else s->files = grown;
+  }
+  /* each name is looked up among those served and the batch's earlier ones, then indexed */
+  for (size_t i = 0; i < n && status == HURRAY_OK; i++) {
+    s->tensors[s->ntensors + i] = items[i];
+    size_t slot = name_slot(s, items[i]->name, items[i]->name_len);
+    if (s->index[slot] != 0) {
+      status = hurray__fail(error, HURRAY_EINVAL, "tensor '%s' is already served", items[i]->name);
+      index_fill(s, s->ntensors); /* forget the batch */
+    } else {
+      s->index[slot] = s->ntensors + i + 1;
     }
   }
   if (status == HURRAY_OK) {
-    memcpy(s->tensors + s->ntensors, items, n * sizeof *items);
+    if (file_fd >= 0) s->files[s->nfiles++] = file_fd;
     s->ntensors += n;
     for (size_t i = 0; i < n; i++) s->device_mask |= 1u << items[i]->device; /* tags < 32 */
   }
@@ -310,11 +366,13 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   else hurray__wire_tls_destroy(tls);
   if (s == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   s->listen_fd = s->epoll_fd = s->wake_fd = -1;
+  s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   pthread_mutex_init(&s->lock, NULL);
   s->flags = o.flags;
   s->max_connections = o.max_connections ? o.max_connections : 1024;
   s->max_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
   s->max_upload = o.max_upload_bytes ? o.max_upload_bytes : (uint64_t)1 << 30;
+  s->max_upload_total = o.max_upload_total_bytes ? o.max_upload_total_bytes : (uint64_t)4 << 30;
   s->handshake_ms = o.handshake_timeout_ms ? o.handshake_timeout_ms : 5000;
   s->idle_ms = o.idle_timeout_ms ? o.idle_timeout_ms : 60000;
   if (o.secret_len) {
@@ -343,6 +401,16 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
     status = hurray__fail(error, HURRAY_EIO, "cannot listen on %s: %s", text, strerror(errno));
     hurray_server_destroy(s);
     return status;
+  }
+  if (address.family == AF_UNIX) { /* the socket file it made: the one destroy may unlink */
+    struct sockaddr_un un;
+    struct stat st;
+    memcpy(&un, address.storage, sizeof un);
+    if (stat(un.sun_path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+      s->unix_bound = true;
+      s->unix_dev = st.st_dev;
+      s->unix_ino = st.st_ino;
+    }
   }
   s->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -398,8 +466,18 @@ static void account(HurrayServer *s, Conn *c) {
   c->mem = mem;
 }
 
-static void upload_free(Upload *u) {
+/* Gives back what an upload reserved of the server's max_upload_total. */
+static void upload_uncharge(HurrayServer *s, Upload *u) {
+  if (u->charged == 0) return;
+  pthread_mutex_lock(&s->lock);
+  s->upload_held -= u->charged;
+  pthread_mutex_unlock(&s->lock);
+  u->charged = 0;
+}
+
+static void upload_free(HurrayServer *s, Upload *u) {
   if (u == NULL) return;
+  upload_uncharge(s, u);
   hurray__arena_free(&u->arena);
   hurray_buffer_list_destroy(u->list);
   hurray__hasher_destroy(u->hasher);
@@ -419,7 +497,7 @@ static void conn_close(HurrayServer *s, Conn *c) {
   free(c->stage);
   free(c->payload);
   c->payload = NULL;
-  upload_free(c->upload);
+  upload_free(s, c->upload);
   c->upload = NULL;
   pthread_mutex_lock(&s->lock);
   s->stats.buffered_bytes -= c->mem;
@@ -436,13 +514,20 @@ static void send_error(Conn *c, uint64_t request_id, int code, const char *messa
 }
 
 /* A connection-level error: ERROR with id 0, then the connection closes once it is sent (or
- * after SERVER_LINGER_MS). */
+ * after SERVER_LINGER_MS). A DATA frame partly written is finished first: the ERROR goes
+ * after its last byte, never inside it (conn_write), and no frame of the answer follows. */
 static void conn_fail(Conn *c, int code, const char *message) {
   if (c->phase == PHASE_CLOSING) return;
   send_error(c, 0, code, message);
   c->phase = PHASE_CLOSING;
-  c->sending = false;
+  if (c->data_head_len == 0) c->sending = false;
+  c->listing = false;
   c->close_deadline = hurray__wire_now_ms() + SERVER_LINGER_MS;
+}
+
+/* Whether a DATA frame is to be written: the next of an answer, or the rest of one begun. */
+static bool data_pending(const Conn *c) {
+  return c->sending && (c->phase != PHASE_CLOSING || c->data_head_len != 0);
 }
 
 static int64_t upload_expected(Upload *u) {
@@ -520,31 +605,41 @@ static void on_auth(HurrayServer *s, Conn *c, const uint8_t *p, size_t len) {
   c->phase = PHASE_READY;
 }
 
+/* LIST: answered a LIST_RESULT frame at a time (list_frame), each made when the previous has
+ * gone, so a client that does not read costs one frame, not the whole list. The tensors are
+ * those served when the LIST came (the registry only grows). */
 static void on_list(HurrayServer *s, Conn *c, uint64_t id) {
+  pthread_mutex_lock(&s->lock);
+  c->list_end = s->ntensors;
+  pthread_mutex_unlock(&s->lock);
+  c->listing = true;
+  c->list_next = 0;
+  c->request_id = id;
+}
+
+/* Appends the next LIST_RESULT frame (at most WIRE_CONTROL_MAX of payload) to `c->out`. */
+static void list_frame(HurrayServer *s, Conn *c) {
   FileSink frame = {0};
   uint32_t count = 0;
+  hurray__sink_zeros(&frame, WIRE_LIST_FIXED);
   pthread_mutex_lock(&s->lock);
-  size_t n = s->ntensors;
-  for (size_t i = 0; i <= n; i++) {
-    const WireServed *t = i < n ? s->tensors[i] : NULL;
-    const HurrayTensorDesc *d = t ? t->context->tensor : NULL;
-    size_t entry = t ? hurray__wire_list_entry_size(t->name_len, d->ndim) : 0;
-    if (frame.len == 0) hurray__sink_zeros(&frame, WIRE_LIST_FIXED);
-    if (t == NULL || frame.len + entry > WIRE_CONTROL_MAX) {
-      if (!frame.failed) hurray__store_le32(frame.data, count);
-      hurray__wire_frame(&c->out, WIRE_LIST_RESULT, t == NULL ? WIRE_FLAG_END : 0, id,
-                         frame.data, frame.len);
-      frame.len = 0;
-      count = 0;
-      if (t == NULL) break;
-      hurray__sink_zeros(&frame, WIRE_LIST_FIXED);
-    }
+  for (; c->list_next < c->list_end; c->list_next++, count++) {
+    const WireServed *t = s->tensors[c->list_next];
+    const HurrayTensorDesc *d = t->context->tensor;
+    if (frame.len + hurray__wire_list_entry_size(t->name_len, d->ndim) > WIRE_CONTROL_MAX) break;
     hurray__wire_list_entry_encode(&frame, t->name, t->name_len, d, t->context->buffers->count,
                                    t->total_bytes);
-    count++;
   }
   pthread_mutex_unlock(&s->lock);
+  bool end = c->list_next == c->list_end, failed = frame.failed;
+  if (!failed) {
+    hurray__store_le32(frame.data, count);
+    hurray__wire_frame(&c->out, WIRE_LIST_RESULT, end ? WIRE_FLAG_END : 0, c->request_id,
+                       frame.data, frame.len);
+  }
   hurray__sink_reset(&frame);
+  if (failed) conn_fail(c, HURRAY_ENOMEM, "out of memory");
+  else if (end) c->listing = false;
 }
 
 static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, size_t len) {
@@ -586,8 +681,9 @@ static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, 
   }
 }
 
-static void refuse_upload(Conn *c, Upload *u, int code, const char *message) {
+static void refuse_upload(HurrayServer *s, Conn *c, Upload *u, int code, const char *message) {
   send_error(c, u->request_id, code, message);
+  upload_uncharge(s, u);
   u->refused = true;
   hurray_buffer_list_destroy(u->list);
   u->list = NULL;
@@ -624,12 +720,13 @@ static void upload_finish(HurrayServer *s, Conn *c) {
     }
     if (status == HURRAY_OK) status = register_tensors(s, &t, 1, -1, &e);
     if (status == HURRAY_OK) {
+      u->charged = 0; /* held for as long as the server serves it */
       hurray__wire_frame(&c->out, WIRE_PUT_OK, 0, u->request_id, NULL, 0);
     } else {
       send_error(c, u->request_id, status, e.message);
     }
   }
-  upload_free(u);
+  upload_free(s, u);
 }
 
 static void on_put(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_t *p, size_t len) {
@@ -649,23 +746,34 @@ static void on_put(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_t 
   char message[HURRAY_ERROR_MESSAGE_SIZE + 64];
   int status = hurray__wire_tensor_decode(p, len, &u->arena, &u->tensor, &e);
   if (status != HURRAY_OK) {
-    refuse_upload(c, u, status, e.message);
+    refuse_upload(s, c, u, status, e.message);
   } else if (s->flags & HURRAY_SERVER_READ_ONLY) {
-    refuse_upload(c, u, HURRAY_EDENIED, "this server is read-only: uploads are refused");
+    refuse_upload(s, c, u, HURRAY_EDENIED, "this server is read-only: uploads are refused");
   } else if (u->tensor.device != HURRAY_DEVICE_CPU || u->tensor.resume_offset != 0) {
-    refuse_upload(c, u, HURRAY_EUNSUPPORTED, "uploads are CPU buffers from offset 0");
+    refuse_upload(s, c, u, HURRAY_EUNSUPPORTED, "uploads are CPU buffers from offset 0");
   } else if (u->tensor.total_bytes > s->max_upload) {
     snprintf(message, sizeof message,
              "upload of %" PRIu64 " bytes exceeds this server's limit of %" PRIu64,
              u->tensor.total_bytes, s->max_upload);
-    refuse_upload(c, u, HURRAY_ELIMIT, message);
+    refuse_upload(s, c, u, HURRAY_ELIMIT, message);
   } else {
+    /* reserved now, for the bytes to come, against every upload held or arriving */
+    uint64_t charge = u->tensor.total_bytes + len + SERVER_UPLOAD_OVERHEAD, held;
     pthread_mutex_lock(&s->lock);
     bool taken = find_locked(s, u->tensor.record.name, u->tensor.record.name_len) != NULL;
+    held = s->upload_held;
+    bool room = !taken && charge <= s->max_upload_total - held;
+    if (room) s->upload_held += charge;
     pthread_mutex_unlock(&s->lock);
+    if (room) u->charged = charge;
     u->hasher = hurray__hasher_create();
     status = taken ? hurray__fail(&e, HURRAY_EINVAL, "tensor '%s' is already served",
                                   u->tensor.record.name)
+             : !room ? hurray__fail(&e, HURRAY_ELIMIT,
+                                    "upload of %" PRIu64 " bytes would bring what uploads hold "
+                                    "to %" PRIu64 " bytes, over this server's "
+                                    "max_upload_total_bytes of %" PRIu64,
+                                    charge, held + charge, s->max_upload_total)
              : u->hasher == NULL ? hurray__fail(&e, HURRAY_ENOMEM, "out of memory")
                                  : hurray_buffer_list_create(u->tensor.nbuffers, &u->list, &e);
     for (uint32_t i = 0; status == HURRAY_OK && i < u->tensor.nbuffers; i++) {
@@ -677,7 +785,7 @@ static void on_put(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_t 
       if (status == HURRAY_OK) status = hurray_buffer_list_append(u->list, buffer, b->role, NULL, &e);
     }
     if (status != HURRAY_OK) {
-      refuse_upload(c, u, status, e.message);
+      refuse_upload(s, c, u, status, e.message);
     } else {
       u->bytes = u->tensor.total_bytes;
     }
@@ -707,22 +815,12 @@ static void dispatch(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_
     c->close_deadline = hurray__wire_now_ms() + SERVER_LINGER_MS;
     return;
   }
-  if (c->phase == PHASE_HELLO) {
-    if (h->type != WIRE_CLIENT_HELLO) {
-      snprintf(message, sizeof message, "expected CLIENT_HELLO, got %s",
-               hurray__wire_type_name(h->type));
-      conn_fail(c, HURRAY_EPROTOCOL, message);
-    } else {
-      on_hello(s, c, p, len);
-    }
+  if (c->phase == PHASE_HELLO) { /* the only frames frame_admitted lets in before READY */
+    on_hello(s, c, p, len);
     return;
   }
   if (c->phase == PHASE_AUTH) {
-    if (h->type != WIRE_AUTH) {
-      conn_fail(c, HURRAY_EAUTH, "authentication required: this server needs a shared secret");
-    } else {
-      on_auth(s, c, p, len);
-    }
+    on_auth(s, c, p, len);
     return;
   }
   pthread_mutex_lock(&s->lock);
@@ -742,20 +840,70 @@ static void dispatch(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_
       }
       return;
     case WIRE_TENSOR_REQUEST: on_request(s, c, h->request_id, p, len); return;
-    case WIRE_PUT: on_put(s, c, h, p, len); return;
-    default:
-      snprintf(message, sizeof message, "unexpected %s frame from a client",
-               hurray__wire_type_name(h->type));
-      conn_fail(c, HURRAY_EPROTOCOL, message);
+    default: on_put(s, c, h, p, len); return; /* the last type frame_admitted lets in */
   }
 }
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
+/* Whether a client may send frame `h` now, decided from its header before any of its payload is
+ * read: before the hello only CLIENT_HELLO (at most SERVER_HELLO_MAX), before AUTH_OK only AUTH
+ * (at most its MAC), GOODBYE at any time, and after setup only the frames a client sends
+ * (a PUT header at most SERVER_PUT_HEADER_MAX). So a connection that has not authenticated
+ * costs a few KiB, whatever its frames claim. */
+static int frame_admitted(const Conn *c, const WireHeader *h, HurrayError *error) {
+  const char *name = hurray__wire_type_name(h->type);
+  uint64_t limit = WIRE_CONTROL_MAX;
+  if (h->type == WIRE_GOODBYE) {
+    return HURRAY_OK; /* empty, or refused by dispatch (<= WIRE_CONTROL_MAX, from decode) */
+  } else if (c->phase == PHASE_HELLO) {
+    if (h->type != WIRE_CLIENT_HELLO) {
+      return hurray__fail(error, HURRAY_EPROTOCOL, "expected CLIENT_HELLO, got %s", name);
+    }
+    limit = SERVER_HELLO_MAX;
+  } else if (c->phase == PHASE_AUTH) {
+    if (h->type != WIRE_AUTH) {
+      return hurray__fail(error, HURRAY_EAUTH,
+                          "authentication required: this server needs a shared secret");
+    }
+    limit = WIRE_MAC_SIZE;
+  } else if (h->type == WIRE_PUT) {
+    if (h->length > SERVER_PUT_HEADER_MAX) {
+      return hurray__fail(error, HURRAY_ELIMIT, "PUT header of %" PRIu64 " bytes exceeds %" PRIu64,
+                          h->length, SERVER_PUT_HEADER_MAX);
+    }
+    return HURRAY_OK;
+  } else if (h->type == WIRE_DATA) {
+    return HURRAY_OK; /* bounded by max_frame (decode), checked against the upload by the caller */
+  } else if (h->type != WIRE_LIST && h->type != WIRE_TENSOR_REQUEST) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "unexpected %s frame from a client", name);
+  }
+  if (h->length > limit) {
+    return hurray__fail(error, HURRAY_ELIMIT,
+                        "%s frame of %" PRIu64 " bytes exceeds the limit of %" PRIu64, name,
+                        h->length, limit);
+  }
+  return HURRAY_OK;
+}
+
 /* Reads what is there; returns false once the connection has been closed. */
+/* A draining connection's bytes, discarded; returns false once it has been closed: at the
+ * client's end, an error, or SERVER_DRAIN_MAX bytes. */
+static bool conn_drain(HurrayServer *s, Conn *c) {
+  for (;;) {
+    ssize_t n = recv(c->fd, s->scratch, sizeof s->scratch, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+    if (n <= 0 || (c->drained += (uint64_t)n) > SERVER_DRAIN_MAX) {
+      conn_close(s, c);
+      return false;
+    }
+  }
+}
+
 static bool conn_read(HurrayServer *s, Conn *c) {
+  if (c->draining) return conn_drain(s, c);
   for (int rounds = 0; rounds < 64; rounds++) {
-    if (c->phase == PHASE_CLOSING || c->sending) return true;
+    if (c->phase == PHASE_CLOSING || c->sending || c->listing) return true;
     if (c->out.len > c->out_sent && c->upload == NULL) return true; /* backpressure */
     uint8_t *dest;
     size_t want;
@@ -799,10 +947,7 @@ static bool conn_read(HurrayServer *s, Conn *c) {
       if (c->head_got < WIRE_HEADER_SIZE) continue;
       uint64_t max_data = c->phase == PHASE_READY ? c->max_frame + WIRE_DATA_FIXED : 0;
       int status = hurray__wire_header_decode(c->head, max_data, &c->h, &e);
-      if (status == HURRAY_OK && c->h.type == WIRE_PUT && c->h.length > SERVER_PUT_HEADER_MAX) {
-        status = hurray__fail(&e, HURRAY_ELIMIT, "PUT header of %" PRIu64 " bytes exceeds %" PRIu64,
-                              c->h.length, SERVER_PUT_HEADER_MAX);
-      }
+      if (status == HURRAY_OK) status = frame_admitted(c, &c->h, &e);
       if (status == HURRAY_OK && (c->h.type == WIRE_DATA) != (c->upload != NULL)) {
         status = hurray__fail(&e, HURRAY_EPROTOCOL, c->upload ? "expected DATA of the upload"
                                                               : "DATA outside an upload");
@@ -843,7 +988,7 @@ static bool conn_read(HurrayServer *s, Conn *c) {
                    "DATA for buffer %" PRIu32 " offset %" PRIu64 " is not the next %" PRIu64
                    " bytes of the upload",
                    buffer, offset, bytes);
-          refuse_upload(c, u, HURRAY_EPROTOCOL, (const char *)s->scratch);
+          refuse_upload(s, c, u, HURRAY_EPROTOCOL, (const char *)s->scratch);
           account(s, c);
         }
       }
@@ -857,7 +1002,7 @@ static bool conn_read(HurrayServer *s, Conn *c) {
           if (hurray__hasher_digest(u->hasher) != b->checksum) {
             snprintf((char *)s->scratch, 256, "upload of '%s': buffer %" PRIu32 " checksum mismatch",
                      u->tensor.record.name, u->buffer);
-            refuse_upload(c, u, HURRAY_ECHECKSUM, (const char *)s->scratch);
+            refuse_upload(s, c, u, HURRAY_ECHECKSUM, (const char *)s->scratch);
             account(s, c);
           }
           if (u->hasher) hurray__hasher_reset(u->hasher);
@@ -933,10 +1078,14 @@ static bool conn_write(HurrayServer *s, Conn *c) {
     struct iovec iov[2];
     int n_iov = 0;
     int attach = -1;
-    bool control = c->out.len > c->out_sent;
+    /* control frames go between DATA frames, never inside one */
+    bool control = c->out.len > c->out_sent && c->data_head_len == 0;
     if (control) {
       iov[n_iov++] = (struct iovec){c->out.data + c->out_sent, c->out.len - c->out_sent};
-    } else if (c->sending && c->phase != PHASE_CLOSING) {
+    } else if (c->listing && c->out.len == 0) {
+      list_frame(s, c);
+      continue;
+    } else if (data_pending(c)) {
       const WireSegment *g = &c->plan.segments[c->segment];
       bool last_segment = c->segment + 1 == c->plan.nsegments;
       uint8_t *f = c->data_head + WIRE_HEADER_SIZE;
@@ -1010,13 +1159,13 @@ static bool conn_write(HurrayServer *s, Conn *c) {
       if (c->segment_sent == g->len) {
         c->segment++;
         c->segment_sent = 0;
-        if (c->segment == c->plan.nsegments) {
-          c->sending = false;
-          hurray__wire_plan_reset(&c->plan);
-          free(c->stage);
-          c->stage = NULL;
-          account(s, c);
-        }
+      }
+      if (c->segment == c->plan.nsegments || c->phase == PHASE_CLOSING) { /* answered, or cut */
+        c->sending = false;
+        hurray__wire_plan_reset(&c->plan);
+        free(c->stage);
+        c->stage = NULL;
+        account(s, c);
       }
     }
   }
@@ -1025,17 +1174,23 @@ static bool conn_write(HurrayServer *s, Conn *c) {
     conn_close(s, c);
     return false;
   }
-  if (c->phase == PHASE_CLOSING && c->out.len == 0 && !hurray__wire_tls_unflushed(c->tls)) {
-    conn_close(s, c);
-    return false;
+  if (c->phase == PHASE_CLOSING && c->out.len == 0 && !c->sending && !c->draining &&
+      !hurray__wire_tls_unflushed(c->tls)) {
+    if (c->tls != NULL || shutdown(c->fd, SHUT_WR) != 0) {
+      conn_close(s, c);
+      return false;
+    }
+    c->draining = true; /* conn_read waits for the client's end, until close_deadline */
   }
   return true;
 }
 
+
 static void conn_interest(HurrayServer *s, Conn *c) {
-  bool pending = c->out.len > c->out_sent || (c->sending && c->phase != PHASE_CLOSING) ||
+  bool pending = c->out.len > c->out_sent || data_pending(c) || c->listing ||
                  hurray__wire_tls_unflushed(c->tls);
-  bool reading = c->phase != PHASE_CLOSING && !c->sending && (!pending || c->upload != NULL);
+  bool reading = c->draining || (c->phase != PHASE_CLOSING && !c->sending && !c->listing &&
+                                  (!pending || c->upload != NULL));
   int read_want = hurray__wire_io_want(c->tls, true), write_want = hurray__wire_io_want(c->tls, false);
   if (c->phase == PHASE_TLS) { /* the handshake waits for one direction */
     reading = hurray__wire_tls_want(c->tls) == WIRE_WANT_READ;
@@ -1053,23 +1208,60 @@ static void conn_interest(HurrayServer *s, Conn *c) {
   }
 }
 
+/* Answers a connection the server will not serve with ERROR HURRAY_EDENIED (id 0), without
+ * waiting, and closes it. */
+static void refuse_connection(HurrayServer *s, int fd, const char *message) {
+  pthread_mutex_lock(&s->lock);
+  s->stats.refused++;
+  pthread_mutex_unlock(&s->lock);
+  FileSink frame = {0}, payload = {0};
+  hurray__wire_error_encode(HURRAY_EDENIED, message, &payload);
+  hurray__wire_frame(&frame, WIRE_ERROR, 0, 0, payload.data, payload.len);
+  if (!frame.failed) (void)send(fd, frame.data, frame.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  hurray__sink_reset(&frame);
+  hurray__sink_reset(&payload);
+  close(fd);
+}
+
+/* Stops or resumes watching the listening socket (out of descriptors: see on_accept). */
+static void accept_pause(HurrayServer *s, bool pause) {
+  struct epoll_event ev = {.events = pause ? 0u : EPOLLIN, .data.ptr = NULL};
+  if (epoll_ctl(s->epoll_fd, EPOLL_CTL_MOD, s->listen_fd, &ev) == 0) s->accept_paused = pause;
+}
+
+/* Out of descriptors (EMFILE, ENFILE), a waiting connection cannot be accepted, and the listening
+ * socket stays readable: watching it would spin the loop. The spare descriptor is given up to
+ * accept the connection and refuse it, then taken again; without a spare the listener is not
+ * watched until the next tick (sweep). */
+static bool accept_without_descriptors(HurrayServer *s) {
+  if (s->spare_fd >= 0) {
+    close(s->spare_fd);
+    s->spare_fd = -1;
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    bool starved = fd < 0 && (errno == EMFILE || errno == ENFILE); /* taken by another thread */
+    if (fd >= 0) {
+      refuse_connection(s, fd, "this server has no file descriptor left for a connection");
+    }
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (s->spare_fd >= 0 && !starved) return fd >= 0; /* the next waiting one, likewise */
+  }
+  accept_pause(s, true);
+  return false;
+}
+
 static void on_accept(HurrayServer *s) {
   for (;;) {
     int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+      if (accept_without_descriptors(s)) continue;
+      return;
+    }
     if (fd < 0) return; /* EAGAIN, or a failed connection: the next one may work */
     pthread_mutex_lock(&s->lock);
     bool full = s->stats.connections >= s->max_connections;
-    if (full) s->stats.refused++;
     pthread_mutex_unlock(&s->lock);
     if (full) {
-      FileSink frame = {0}, payload = {0};
-      hurray__wire_error_encode(HURRAY_EDENIED, "this server is at its connection limit",
-                                &payload);
-      hurray__wire_frame(&frame, WIRE_ERROR, 0, 0, payload.data, payload.len);
-      if (!frame.failed) (void)send(fd, frame.data, frame.len, MSG_NOSIGNAL | MSG_DONTWAIT);
-      hurray__sink_reset(&frame);
-      hurray__sink_reset(&payload);
-      close(fd);
+      refuse_connection(s, fd, "this server is at its connection limit");
       continue;
     }
     if (s->address.family != AF_UNIX) {
@@ -1104,6 +1296,10 @@ static void on_accept(HurrayServer *s) {
 
 static void sweep(HurrayServer *s) {
   int64_t now = hurray__wire_now_ms();
+  if (s->accept_paused) { /* descriptors may have been freed since */
+    if (s->spare_fd < 0) s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    accept_pause(s, false);
+  }
   Conn *next = NULL;
   for (Conn *c = s->conns; c != NULL; c = next) {
     next = c->next;
@@ -1228,13 +1424,20 @@ void hurray_server_destroy(HurrayServer *s) {
   if (s->listen_fd >= 0) close(s->listen_fd);
   if (s->epoll_fd >= 0) close(s->epoll_fd);
   if (s->wake_fd >= 0) close(s->wake_fd);
-  if (s->address.family == AF_UNIX && s->listen_fd >= 0) {
+  if (s->spare_fd >= 0) close(s->spare_fd);
+  if (s->unix_bound) { /* only the socket it bound: never a file that failed bind or took its
+                          place, nor another server's socket */
     struct sockaddr_un un;
+    struct stat st;
     memcpy(&un, s->address.storage, sizeof un);
-    unlink(un.sun_path);
+    if (lstat(un.sun_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == s->unix_dev &&
+        st.st_ino == s->unix_ino) {
+      unlink(un.sun_path);
+    }
   }
   for (size_t i = 0; i < s->ntensors; i++) hurray__wire_served_destroy(s->tensors[i]);
   free(s->tensors);
+  free(s->index);
   for (size_t i = 0; i < s->nfiles; i++) close(s->files[i]);
   free(s->files);
   free(s->secret);

@@ -122,7 +122,8 @@ PIN_OFFSET(HurrayServerOptions, idle_timeout_ms, 36);
 PIN_OFFSET(HurrayServerOptions, secret, 40);
 PIN_OFFSET(HurrayServerOptions, secret_len, 48);
 PIN_OFFSET(HurrayServerOptions, tls, 56);
-PIN_OFFSET(HurrayServerOptions, reserved, 64);
+PIN_OFFSET(HurrayServerOptions, max_upload_total_bytes, 64);
+PIN_OFFSET(HurrayServerOptions, reserved, 72);
 
 PIN_SIZE(HurrayTlsOptions, 64);
 PIN_OFFSET(HurrayTlsOptions, certificate_file, 0);

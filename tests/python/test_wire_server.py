@@ -1,0 +1,303 @@
+"""Abuse of a running server (issue 20), each against a server in a child process whose memory,
+CPU time and descriptor limit are its own: what it holds for clients that send before their
+hello, that ask for LISTs and never read them, or that upload without end; how it refuses
+clients it has no descriptor for; and where its idle-timeout ERROR goes in a stalled answer.
+The child's resident set is read from /proc/PID/status, its CPU time from /proc/PID/stat."""
+
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import hurray
+from spec_wire import (DATA, ERROR, HEADER, LIST, MAGIC, TENSOR_HEADER, TENSOR_REQUEST, Client,
+                       frame, tensor_request)
+
+MIB = 1 << 20
+
+
+class ServerProcess:
+    """A server in another interpreter: `setup` (Python) makes `server`; its address is read
+    from the child's first line, and the child lives until closed."""
+
+    def __init__(self, setup):
+        script = textwrap.dedent("""
+            import resource, sys, numpy as np, hurray
+            {setup}
+            print(server.address, flush=True)
+            sys.stdin.read()
+        """).format(setup=textwrap.dedent(setup).strip())
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(__file__),
+                                                          env.get("PYTHONPATH")]))
+        self.process = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=env)
+        self.address = self.process.stdout.readline().strip()
+        assert self.address, "the server process did not start"
+
+    def rss(self):
+        """The child's resident set in bytes (VmRSS)."""
+        with open(f"/proc/{self.process.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def peak_rss_while(self, threads):
+        """Starts `threads` and samples the child's RSS every 5 ms until they end: the peak."""
+        for t in threads:
+            t.start()
+        peak = self.rss()
+        while any(t.is_alive() for t in threads):
+            peak = max(peak, self.rss())
+            time.sleep(0.005)
+        for t in threads:
+            t.join()
+        return max(peak, self.rss())
+
+    def cpu_seconds(self):
+        """User + system CPU time of every thread of the child so far."""
+        with open(f"/proc/{self.process.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self):
+        """Ends the child, asserting it was not killed by a signal before that."""
+        assert self.process.poll() is None, f"the server died ({self.process.returncode})"
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+        assert self.process.returncode == 0, f"the server exited {self.process.returncode}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.process.poll() is None and exc[0] is not None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        elif exc[0] is None:
+            self.close()
+
+
+def connect_raw(address):
+    host, port = address.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    s.settimeout(10)
+    return s
+
+
+def read_frames(sock):
+    """Every frame until the server closes: (type, request_id, payload)."""
+    data = bytearray()
+    while True:
+        try:
+            chunk = sock.recv(1 << 20)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    frames, at = [], 0
+    while at < len(data):
+        magic, type_, _, _, rid, length = HEADER.unpack_from(data, at)
+        assert magic == MAGIC, f"not a frame at byte {at}"
+        assert at + 24 + length <= len(data), f"frame at byte {at} cut short"
+        frames.append((type_, rid, bytes(data[at + 24:at + 24 + length])))
+        at += 24 + length
+    return frames
+
+
+def error_code(payload):
+    return struct.unpack_from("<I", payload)[0]
+
+
+# ---- item 5: memory before authentication --------------------------------------------------
+
+def test_pre_auth_payloads_are_not_buffered():
+    """Eight clients each claim a 64 MiB TENSOR_HEADER before their hello and send it: the
+    server refuses each from its header (before: it buffered every payload, 512 MiB)."""
+    with ServerProcess("server = hurray.serve({'x': np.zeros(4, np.uint8)}, secret='s3cret')"
+                       ) as server:
+        before = server.rss()
+        payload = bytes(64 * MIB)
+        head = HEADER.pack(MAGIC, TENSOR_HEADER, 0, 0, 0, len(payload))
+        socks = [connect_raw(server.address) for _ in range(8)]
+
+        def flood(s):
+            try:
+                s.sendall(head + payload)
+            except OSError:
+                pass  # refused and closed: the rest is not read
+        threads = [threading.Thread(target=flood, args=(s,)) for s in socks]
+        peak = server.peak_rss_while(threads)
+        for s in socks:
+            frames = read_frames(s)
+            s.close()
+            assert frames and frames[0][0] == ERROR and error_code(frames[0][2]) == 18
+        assert peak - before < 32 * MIB, f"RSS grew {(peak - before) / MIB:.0f} MiB"
+
+
+# ---- item 6: LIST answers streamed, uploads bounded ----------------------------------------
+
+def test_unread_lists_hold_no_answer():
+    """40 clients each ask for the LIST of 20,000 tensors (4.6 MB of answer) and never read:
+    the answers are built a frame at a time as the socket takes them (before: built whole,
+    185 MB held)."""
+    setup = """
+        server = hurray.serve({f"{i:06d}" + "n" * 194: np.zeros(1, np.uint8)
+                               for i in range(20000)})
+    """
+    with ServerProcess(setup) as server:
+        before = server.rss()
+        clients = []
+        for _ in range(40):
+            c = Client(server.address)
+            c.send(frame(LIST, c.request_id()))
+            clients.append(c)
+        time.sleep(1.0)
+        grown = server.rss() - before
+        for c in clients:
+            c.sock.close()
+        assert grown < 24 * MIB, f"RSS grew {grown / MIB:.0f} MiB"
+        with Client(server.address) as c:  # a client that reads gets every entry, in order
+            entries = c.list()
+        assert [e["name"][:6] for e in entries] == [f"{i:06d}" for i in range(20000)]
+
+
+def test_uploads_are_bounded_server_wide():
+    """Forty clients upload 4 MiB each against a 64 MiB server-wide cap: the uploads that fit
+    are served, the rest refused with LimitError naming the cap, and the server's RSS stays
+    within the cap (before: no cap at all)."""
+    setup = "server = hurray.serve(max_upload_total_bytes=64 << 20)"
+    with ServerProcess(setup) as server:
+        before = server.rss()
+        outcome = []
+
+        def upload(i):
+            with hurray.connect(server.address) as c:
+                try:
+                    c.put(f"t{i}", np.full(4 * MIB, i, np.uint8))
+                    outcome.append("ok")
+                except hurray.LimitError as e:
+                    assert "max_upload_total_bytes" in str(e)
+                    outcome.append("refused")
+        threads = [threading.Thread(target=upload, args=(i,)) for i in range(40)]
+        grown = server.peak_rss_while(threads) - before
+        assert 1 <= outcome.count("ok") <= 16 and outcome.count("refused") >= 24, outcome
+        assert grown < 64 * MIB + 24 * MIB, f"RSS grew {grown / MIB:.0f} MiB"
+        with hurray.connect(server.address) as c:
+            assert len(c.list()) == outcome.count("ok")
+
+
+def test_serve_validates_the_upload_cap():
+    with pytest.raises(hurray.InvalidArgumentError, match="max_upload_total_bytes"):
+        hurray.serve(max_upload_total_bytes=-1)
+    with pytest.raises(TypeError, match="max_upload_total_bytes"):
+        hurray.serve(max_upload_total_bytes="64 MiB")
+
+
+# ---- item 12: a descriptor limit below max_connections -------------------------------------
+
+def test_out_of_descriptors_refuses_and_does_not_spin():
+    """With 64 descriptors and max_connections 1024, 100 clients connect: those the server has
+    no descriptor for are answered HURRAY_EDENIED and closed, and the loop does not spin
+    (before: 100% CPU, and the waiting clients got nothing)."""
+    setup = """
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        import os
+        used = len(os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 40, hard))
+        server = hurray.serve({"x": np.arange(8, dtype=np.uint8)}, handshake_timeout=60)
+    """
+    with ServerProcess(setup) as server:
+        socks = [connect_raw(server.address) for _ in range(100)]
+        time.sleep(0.5)
+        cpu = server.cpu_seconds()
+        time.sleep(1.5)
+        spent = server.cpu_seconds() - cpu
+        refused = 0
+        for s in socks:
+            s.settimeout(0.2)
+            try:
+                head = s.recv(24, socket.MSG_PEEK)
+            except (socket.timeout, ConnectionResetError):
+                continue
+            if len(head) == 24 and head[4] == ERROR:
+                s.settimeout(5)
+                frames = read_frames(s)
+                assert error_code(frames[0][2]) == 20  # HURRAY_EDENIED
+                assert b"file descriptor" in frames[0][2]
+                refused += 1
+        for s in socks:
+            s.close()
+        assert spent < 0.5, f"the server spent {spent:.2f} s of CPU in 1.5 s while idle"
+        assert refused >= 50, f"{refused} of 100 clients were refused"
+        for _ in range(50):  # once descriptors are free again, clients are served
+            try:
+                with hurray.connect(server.address) as c:
+                    assert c.get("x").tolist() == list(range(8))
+                break
+            except hurray.RequestDeniedError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("the server never served again")
+
+
+# ---- item 14: the idle-timeout ERROR and a half-sent DATA frame ----------------------------
+
+def test_idle_timeout_error_never_inside_a_data_frame():
+    """A client stops reading in the middle of a 4 MiB DATA frame: the idle timeout ends the
+    connection with ERROR only after that frame's last byte (before: the ERROR's bytes went
+    into the middle of the frame)."""
+    setup = "server = hurray.serve({'x': np.zeros(64 << 20, np.uint8)}, idle_timeout=0.3)"
+    with ServerProcess(setup) as server:
+        c = Client(server.address)
+        c.send(frame(TENSOR_REQUEST, 1, tensor_request("x")))
+        assert c.recv_frame()[0] == TENSOR_HEADER
+        magic, type_, _, _, rid, length = HEADER.unpack(c._exact(24))
+        assert type_ == DATA and length == (4 << 20) + 16
+        c._exact(256 << 10)  # then stalls: the server's writes block mid-frame
+        time.sleep(0.8)  # the idle timeout fires (0.3 s, checked every 0.1 s)
+        rest = bytearray()
+        want = length - (256 << 10)
+        while len(rest) < want:
+            chunk = c.sock.recv(want - len(rest))
+            assert chunk, "the connection closed inside the DATA frame"
+            rest += chunk
+        assert rest.count(0) == len(rest), "the frame's bytes are not the tensor's zeros"
+        frames = read_frames(c.sock)
+        c.sock.close()
+        assert [t for t, _, _ in frames][-1] == ERROR, [t for t, _, _ in frames]
+        assert all(t == DATA for t, _, _ in frames[:-1])
+        _, rid, payload = frames[-1]
+        assert rid == 0 and error_code(payload) == 21  # HURRAY_ETIMEOUT
+        assert b"no progress" in payload
+
+
+def test_cli_serve_takes_the_upload_cap(tmp_path):
+    """`hurray serve --max-upload-total BYTES`: uploads over it are refused, naming the cap."""
+    cli = shutil.which("hurray")
+    if cli is None:
+        pytest.skip("the hurray command is not on PATH")
+    hurray.save(tmp_path / "w.hurray", {"w": np.ones(4, np.float32)})
+    p = subprocess.Popen([cli, "serve", "-a", "127.0.0.1:0", "--max-upload-total", "3000000",
+                          str(tmp_path / "w.hurray")], stdout=subprocess.PIPE, text=True)
+    try:
+        address = p.stdout.readline().split(" on ")[1].strip()
+        with hurray.connect(address) as c:
+            c.put("a", np.zeros(2 * MIB, np.uint8))
+            with pytest.raises(hurray.LimitError, match="max_upload_total_bytes of 3000000"):
+                c.put("b", np.zeros(2 * MIB, np.uint8))
+            assert sorted(e["name"] for e in c.list()) == ["a", "w"]
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    assert p.returncode == 0
