@@ -13,7 +13,7 @@ import weakref
 import pytest
 
 import hurray
-from conftest import run_isolated
+from conftest import SANITIZED, run_isolated
 
 np = pytest.importorskip("numpy")  # used only to compute expected values
 
@@ -235,10 +235,11 @@ def test_repr_of_a_zero_element_tensor_costs_nothing_whatever_its_shape():
     shapes = ["(67108864, 0)", "(0, 1099511627776)", "(1048576, 1048576, 0, 3)", "(3, 0)"]
     for line, shape in zip(lines, shapes):
         same, took, text = line.split(" ", 2)
-        assert same == "True" and float(took) < 0.05, line
+        assert same == "True" and (SANITIZED or float(took) < 0.05), line
         # as NumPy shows array([], shape=(3, 0)): the shape says the rest
         assert text == f"<hurray.Tensor shape={shape} dtype=float32 device=cpu:0 readonly values=[]>"
-    assert int(lines[-1]) < 200 << 10  # peak RSS in KiB: an interpreter, not 2**26 lists
+    if not SANITIZED:  # the sanitizers' shadow memory is no allocation of ours
+        assert int(lines[-1]) < 200 << 10  # peak RSS in KiB: an interpreter, not 2**26 lists
 
 
 def test_the_type_is_final_and_weakly_referencable():
