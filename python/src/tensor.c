@@ -865,7 +865,7 @@ static PyObject *get_array_namespace(PyObject *op, void *closure) {
 /* The repr is not a constructor call, and does not pretend to be one: <hurray.Tensor ...>,
  * with the values (as tolist() gives them, float32 ones in their fewest digits) of a small
  * tensor in CPU memory, as NumPy and PyTorch show theirs, and the fields that differ from the
- * defaults. */
+ * defaults. A tensor without elements shows values=[] in O(ndim), whatever its shape. */
 #define REPR_MAX_VALUES 64
 
 /* The double with the fewest significant digits that is the same float32 as `v` (0.1 for the
@@ -953,7 +953,9 @@ static PyObject *tensor_repr(PyObject *op) {
   if (SELF->desc->layout == HURRAY_LAYOUT_DENSE && bd->device_tag == HURRAY_DEVICE_CPU &&
       dtype != NULL && hurray__py_dtype_has_scalars(dtype) &&
       tensor_numel(st, SELF, &numel) == 0 && numel <= REPR_MAX_VALUES) {
-    list = hurray__py_tensor_tolist(op, NULL);
+    /* No values: "[]" whatever the shape, as NumPy shows array([], shape=(3, 0)); tolist()
+     * would build one empty list per row, 2**26 of them for shape (2**26, 0). */
+    list = numel == 0 ? PyList_New(0) : hurray__py_tensor_tolist(op, NULL);
     if (list != NULL && (dtype->code == HURRAY_DTYPE_FLOAT32 ||
                          dtype->code == HURRAY_DTYPE_COMPLEX64)) {
       PyObject *shorter = shortest_values(list);

@@ -46,4 +46,13 @@ typedef struct HurrayBackend {
 HURRAY_INTERNAL extern const HurrayBackend hurray__backend_opencl;
 HURRAY_INTERNAL extern const HurrayBackend hurray__backend_cuda;
 
+/* Checks a native handle the caller passed as a number (a cl_command_queue, a cl_mem, a
+ * CUstream) before a runtime dereferences it, as every runtime does with no check of its own:
+ * aligned to a pointer and the word at it readable by this process (asked of the kernel, so a
+ * bogus address is an error, never a fault). `*first_word` is that word (for OpenCL, the ICD
+ * dispatch table). HURRAY_EINVAL naming `what` and the address otherwise. A handle to memory
+ * that is readable but no object of the runtime passes: the backend checks that further. */
+HURRAY_INTERNAL int hurray__device_handle_check(const void *handle, const char *what,
+                                                uintptr_t *first_word, HurrayError *error);
+
 #endif /* HURRAY_DEVICE_BACKEND_H */

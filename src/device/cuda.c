@@ -202,7 +202,17 @@ static int queue_wrap(void *native_context, void *native_queue, HurrayDeviceQueu
   CUstream stream = native_queue;
   CUcontext context = native_context;
   int status = HURRAY_OK;
-  if (context == NULL && (stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)) {
+  bool named = stream != NULL && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD;
+  uintptr_t word = 0;
+  if (named) { /* the driver dereferences a CUstream unchecked: readable memory first */
+    status = hurray__device_handle_check(stream, "the stream, a CUstream,", &word, error);
+    if (status != HURRAY_OK) return status;
+  }
+  if (context != NULL && named) { /* the context is given: the driver's check of the stream */
+    CUcontext owner = NULL;
+    status = check(cu.StreamGetCtx(stream, &owner), "cuStreamGetCtx of the stream", HURRAY_EINVAL,
+                   error);
+  } else if (context == NULL && (stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)) {
     status = check(cu.CtxGetCurrent(&context), "cuCtxGetCurrent", HURRAY_EIO, error);
     if (status == HURRAY_OK && context == NULL) {
       status = hurray__fail(error, HURRAY_EINVAL,

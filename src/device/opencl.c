@@ -10,6 +10,7 @@
  * is one clReleaseMemObject. */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "backend.h"
@@ -88,6 +89,11 @@ static cl_device_id g_devices[MAX_DEVICES];
 static cl_uint g_device_count;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static cl_context g_contexts[MAX_DEVICES]; /* default contexts, made on first use (g_lock) */
+/* The ICD dispatch table of each platform: the first word of every object of that platform
+ * (the ICD loader's convention); g_icd where every platform with devices follows it. */
+static uintptr_t g_dispatch[16];
+static cl_uint g_ndispatch;
+static bool g_icd;
 
 static const char *error_name(cl_int code) {
   switch (code) {
@@ -132,12 +138,20 @@ static void load_once(void) {
     return;
   }
   if (nplatforms > 16) nplatforms = 16;
+  g_icd = true;
   for (cl_uint p = 0; p < nplatforms && g_device_count < MAX_DEVICES; p++) {
     cl_uint n = 0;
     if (cl.GetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES - g_device_count,
                         g_devices + g_device_count, &n) != CL_SUCCESS) {
       continue; /* a platform without devices */
     }
+    uintptr_t platform_word = 0, device_word = 0;
+    if (n == 0 || hurray__device_handle_check(platforms[p], "", &platform_word, NULL) != 0 ||
+        hurray__device_handle_check(g_devices[g_device_count], "", &device_word, NULL) != 0 ||
+        platform_word != device_word) {
+      g_icd = false; /* not the ICD convention: handles are checked by the runtime alone */
+    }
+    g_dispatch[g_ndispatch++] = platform_word;
     g_device_count += n < MAX_DEVICES - g_device_count ? n : MAX_DEVICES - g_device_count;
   }
   if (g_device_count == 0) {
@@ -201,14 +215,35 @@ static int queue_default(uint16_t device_id, HurrayDeviceQueue *queue, HurrayErr
   return queue_make(context, device, queue, error);
 }
 
+/* Whether `handle`, given as a number, may be passed to the runtime, which dereferences it
+ * unchecked (the ICD loader reads its dispatch table first): readable, aligned memory whose
+ * first word is the dispatch table of one of the platforms. A released object, or another
+ * kind of object of the same platform, passes this and is left to the runtime's own check
+ * (clGetCommandQueueInfo, clGetMemObjectInfo): what no runtime lets a caller validate. */
+static int object_check(void *handle, const char *what, HurrayError *error) {
+  uintptr_t word = 0;
+  int status = hurray__device_handle_check(handle, what, &word, error);
+  if (status != HURRAY_OK || !g_icd) return status;
+  for (cl_uint p = 0; p < g_ndispatch; p++) {
+    if (g_dispatch[p] == word) return HURRAY_OK;
+  }
+  return hurray__fail(error, HURRAY_EINVAL,
+                      "%s 0x%" PRIxPTR " is not one: the memory there is no object of an "
+                      "OpenCL platform of this process (its first word is no platform's ICD "
+                      "dispatch table)",
+                      what, (uintptr_t)handle);
+}
+
 static int queue_wrap(void *native_context, void *native_queue, HurrayDeviceQueue *queue,
                       HurrayError *error) {
   cl_command_queue native = native_queue;
   cl_context context = NULL;
   cl_device_id device = NULL;
-  int status = check(cl.GetCommandQueueInfo(native, CL_QUEUE_CONTEXT, sizeof context, &context,
-                                            NULL),
-                     "clGetCommandQueueInfo(CL_QUEUE_CONTEXT)", HURRAY_EINVAL, error);
+  int status = object_check(native, "the stream, a cl_command_queue,", error);
+  if (status != HURRAY_OK) return status;
+  status = check(cl.GetCommandQueueInfo(native, CL_QUEUE_CONTEXT, sizeof context, &context,
+                                        NULL),
+                 "clGetCommandQueueInfo(CL_QUEUE_CONTEXT) of the stream", HURRAY_EINVAL, error);
   if (status == HURRAY_OK) {
     status = check(cl.GetCommandQueueInfo(native, CL_QUEUE_DEVICE, sizeof device, &device, NULL),
                    "clGetCommandQueueInfo(CL_QUEUE_DEVICE)", HURRAY_EINVAL, error);
@@ -218,7 +253,14 @@ static int queue_wrap(void *native_context, void *native_queue, HurrayDeviceQueu
                           "the cl_command_queue belongs to another cl_context than the one "
                           "given");
   }
-  if (status == HURRAY_OK) status = device_index(device, &queue->device_id, error);
+  if (status == HURRAY_OK && device_index(device, &queue->device_id, NULL) != HURRAY_OK) {
+    /* PoCL answers for any object of its own, reading another kind's fields as a queue's */
+    status = hurray__fail(error, HURRAY_EINVAL,
+                          "the stream, a cl_command_queue, 0x%" PRIxPTR " is not one: the "
+                          "runtime gives it a device that is none of the %" PRIu32 " devices of "
+                          "the platforms (another kind of OpenCL object?)",
+                          (uintptr_t)native, (uint32_t)g_device_count);
+  }
   if (status != HURRAY_OK) return status;
   cl.RetainContext(context);
   cl.RetainCommandQueue(native);
@@ -233,9 +275,11 @@ static int queue_for_buffer(const HurrayBuffer *buffer, HurrayDeviceQueue *queue
     return queue_wrap(NULL, buffer->sync_handle, queue, error);
   }
   cl_context context = NULL;
-  int status = check(cl.GetMemObjectInfo((cl_mem)buffer->data, CL_MEM_CONTEXT, sizeof context,
-                                         &context, NULL),
-                     "clGetMemObjectInfo(CL_MEM_CONTEXT)", HURRAY_EINVAL, error);
+  int status = object_check(buffer->data, "the buffer's cl_mem", error);
+  if (status != HURRAY_OK) return status;
+  status = check(cl.GetMemObjectInfo((cl_mem)buffer->data, CL_MEM_CONTEXT, sizeof context,
+                                     &context, NULL),
+                 "clGetMemObjectInfo(CL_MEM_CONTEXT)", HURRAY_EINVAL, error);
   cl_uint count = 0;
   if (status == HURRAY_OK) {
     status = check(cl.GetContextInfo(context, CL_CONTEXT_NUM_DEVICES, sizeof count, &count, NULL),

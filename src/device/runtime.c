@@ -1,11 +1,52 @@
 /* runtime.c -- the public device-runtime API (ADR-047): argument checks done once for every
- * backend, then dispatch on the device tag to opencl.c or cuda.c. The backends load their
- * runtime with hurray__dl_load (src/core/dl.c): hurray-core links no device runtime. */
+ * backend, then dispatch on the device tag to opencl.c or cuda.c, and the check of native handles
+ * given as numbers. The backends load their runtime with hurray__dl_load (src/core/dl.c):
+ * hurray-core links no device runtime. */
+#define _GNU_SOURCE /* process_vm_readv */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "backend.h"
+
+/* ---- native handles given as numbers --------------------------------------------------------- */
+
+/* Copies the word at `address` through the kernel: 0 where readable, else -1 (EFAULT). One
+ * process_vm_readv of our own pid; where seccomp or an old kernel refuses it, a pipe's write,
+ * which fails with EFAULT on memory the process cannot read. */
+static int read_word(uintptr_t address, uintptr_t *word) {
+  struct iovec local = {word, sizeof *word}, remote = {(void *)address, sizeof *word};
+  ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  if (n == (ssize_t)sizeof *word) return 0;
+  if (n < 0 && errno == EFAULT) return -1;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+  int rc = -1;
+  if (write(fds[1], (const void *)address, sizeof *word) == (ssize_t)sizeof *word &&
+      read(fds[0], word, sizeof *word) == (ssize_t)sizeof *word) {
+    rc = 0;
+  }
+  close(fds[0]);
+  close(fds[1]);
+  return rc;
+}
+
+int hurray__device_handle_check(const void *handle, const char *what, uintptr_t *first_word,
+                                HurrayError *error) {
+  uintptr_t address = (uintptr_t)handle;
+  if (address % sizeof(void *) != 0 || read_word(address, first_word) != 0) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "%s 0x%" PRIxPTR " is not one: %s", what, address,
+                        address % sizeof(void *) != 0 ? "a runtime's objects are aligned to a "
+                                                        "pointer"
+                                                      : "no memory of this process is there");
+  }
+  return HURRAY_OK;
+}
 
 static const HurrayBackend *backend_of(int tag) {
   switch (tag) {

@@ -398,7 +398,9 @@ typedef struct FileOutput {
   bool failed;
   bool durable;     /* commit fsyncs the file and its directory */
   char *path;
-  char *temp_path;  /* NULL before open and once renamed into place */
+  bool unnamed;     /* the temporary is an O_TMPFILE, linked at commit */
+  bool renamed;     /* commit renamed it into place */
+  char *temp_path;  /* NULL before open, while unnamed and once renamed into place */
   uint64_t flushed; /* bytes [0, flushed) were handed to the kernel */
   size_t staged;    /* then `staged` bytes wait in `stage` */
   uint8_t *stage;
@@ -430,7 +432,7 @@ HURRAY_INTERNAL int hurray__output_patch(FileOutput *o, uint64_t offset, const v
                                          size_t len, HurrayError *error);
 /* Flushes, truncates to the current position, fsyncs, closes, renames into place and fsyncs
  * the directory (no fsync unless the output is durable). On failure nothing appeared at the path, except when syncing the directory
- * failed (HURRAY_EIO saying so; temp_path is NULL then): the file is there, its durability
+ * failed (HURRAY_EIO saying so; `renamed` is true then): the file is there, its durability
  * unknown. */
 HURRAY_INTERNAL int hurray__output_commit(FileOutput *o, HurrayError *error);
 /* Closes and, unless committed, removes the temporary; frees. Safe on a closed output. */

@@ -8,13 +8,25 @@
  * this.
  *
  * The destination is a regular file or nothing; a symlink is followed and its final target
- * replaced in the target's own directory; anything else is refused (ADR-037). */
+ * replaced in the target's own directory; anything else is refused (ADR-037).
+ *
+ * The temporary has no name while it is written where the file system has O_TMPFILE (ext4,
+ * xfs, btrfs, tmpfs, overlayfs on Linux 6.6+): a writer killed mid-save leaves nothing. Commit
+ * links it as `path.tmp-<pid>-<n>` and renames that over the destination at once. Elsewhere the
+ * temporary is that named file from the start. Either way the writer holds an flock on it, and
+ * every open removes the stale temporaries of the same destination, those whose writer died:
+ * its pid is gone from this host and nobody holds the lock (ADR-080). */
+#define _GNU_SOURCE /* O_TMPFILE, linkat's AT_SYMLINK_FOLLOW, flock */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +39,12 @@
 enum { STAGE_SIZE = 256u << 10, TEMP_ATTEMPTS = 100, MAX_SYMLINKS = 40 };
 
 FileOutputFault hurray__output_fault;
+
+/* The test hook that forces named temporaries, as on a file system without O_TMPFILE: private,
+ * read by the tests of both paths only. */
+#define NAMED_TEMPORARY_HOOK "_HURRAY_TEST_NAMED_TEMPORARY"
+
+static atomic_uint g_counter; /* the <n> of path.tmp-<pid>-<n> */
 
 /* Whether the test hook makes `step` fail now (with its errno, once). */
 static bool fault(FileOutputStep step) {
@@ -121,16 +139,116 @@ static int resolve_destination(const char *path, char **out, HurrayError *error)
   return HURRAY_OK;
 }
 
+/* The directory of `path` ("." for a bare name), malloc'd; NULL when out of memory. */
+static char *directory_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  size_t len = slash == NULL ? 1 : slash == path ? 1 : (size_t)(slash - path); /* "/x": root */
+  char *dir = malloc(len + 1);
+  if (dir == NULL) return NULL;
+  memcpy(dir, slash == NULL ? "." : path, len);
+  dir[len] = '\0';
+  return dir;
+}
+
+/* Whether `name` is `base` + ".tmp-<pid>-<n>` (decimal, as this writer names its temporaries);
+ * the pid in *pid. */
+static bool temporary_of(const char *name, const char *base, size_t base_len, long *pid) {
+  if (strncmp(name, base, base_len) != 0 || strncmp(name + base_len, ".tmp-", 5) != 0) {
+    return false;
+  }
+  const char *p = name + base_len + 5;
+  long value = 0;
+  size_t digits = 0;
+  for (; *p >= '0' && *p <= '9'; p++, digits++) {
+    if (value > (LONG_MAX - 9) / 10) return false;
+    value = value * 10 + (*p - '0');
+  }
+  if (digits == 0 || *p++ != '-' || *p == '\0') return false;
+  for (; *p != '\0'; p++) {
+    if (*p < '0' || *p > '9') return false;
+  }
+  *pid = value;
+  return value > 0;
+}
+
+/* Best effort, never failing the save: removes the temporaries of saves to `path` whose writer
+ * died (killed mid-save, or in the moment between linking and renaming): the pid in the name is
+ * not a live process of this host, the file is a regular file of ours, and no process holds
+ * the lock every writer keeps on its temporary (on a shared file system the lock is what tells
+ * a writer on another host, whose pid means nothing here, from a dead one). */
+static void remove_stale_temporaries(const char *path) {
+  char *dir_path = directory_of(path);
+  const char *slash = strrchr(path, '/');
+  const char *base = slash == NULL ? path : slash + 1;
+  size_t base_len = strlen(base);
+  DIR *dir = dir_path == NULL ? NULL : opendir(dir_path);
+  free(dir_path);
+  if (dir == NULL) return;
+  int dfd = dirfd(dir);
+  for (struct dirent *entry; (entry = readdir(dir)) != NULL;) {
+    long pid = 0;
+    if (!temporary_of(entry->d_name, base, base_len, &pid) || pid > INT_MAX ||
+        pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) {
+      continue; /* not one, or its writer may live: EPERM is another user's live process */
+    }
+    int fd = openat(dfd, entry->d_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat held, named;
+    if (fstat(fd, &held) == 0 && S_ISREG(held.st_mode) && held.st_uid == geteuid() &&
+        flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        fstatat(dfd, entry->d_name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+        named.st_dev == held.st_dev && named.st_ino == held.st_ino) {
+      unlinkat(dfd, entry->d_name, 0);
+    }
+    close(fd);
+  }
+  closedir(dir);
+}
+
+static void temporary_name(const FileOutput *o, char *name, size_t size) {
+  snprintf(name, size, "%s.tmp-%ld-%u", o->path, (long)getpid(),
+           atomic_fetch_add(&g_counter, 1u));
+}
+
+/* An unnamed temporary in the destination's directory (O_TMPFILE), which commit can link: only
+ * where /proc/self/fd names it (linkat through it needs no privilege). false: use a named one. */
+static bool open_unnamed(FileOutput *o) {
+  if (getenv(NAMED_TEMPORARY_HOOK) != NULL) return false;
+  char *dir = directory_of(o->path);
+  if (dir == NULL) return false;
+  int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0666); /* umask applies, as to a named one */
+  free(dir);
+  if (fd < 0) return false; /* EOPNOTSUPP, EISDIR (no O_TMPFILE in the kernel), ... */
+  char proc[64];
+  struct stat st;
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  if (stat(proc, &st) != 0) {
+    close(fd);
+    return false;
+  }
+  o->fd = fd;
+  o->unnamed = true;
+  return true;
+}
+
 static int open_temporary(FileOutput *o, HurrayError *error) {
-  static atomic_uint counter;
+  remove_stale_temporaries(o->path);
   size_t size = strlen(o->path) + 64;
   o->temp_path = malloc(size);
   if (o->temp_path == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  if (open_unnamed(o)) {
+    free(o->temp_path);
+    o->temp_path = NULL; /* until commit links it */
+    flock(o->fd, LOCK_EX | LOCK_NB); /* held on the inode, through the name commit gives it */
+    return HURRAY_OK;
+  }
   for (int attempt = 0; attempt < TEMP_ATTEMPTS; attempt++) {
-    snprintf(o->temp_path, size, "%s.tmp-%ld-%u", o->path, (long)getpid(),
-             atomic_fetch_add(&counter, 1u));
+    temporary_name(o, o->temp_path, size);
     o->fd = open(o->temp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666); /* read back */
-    if (o->fd >= 0) return HURRAY_OK;
+    if (o->fd >= 0) {
+      flock(o->fd, LOCK_EX | LOCK_NB); /* tells the next save that this writer lives */
+      return HURRAY_OK;
+    }
     if (errno != EEXIST && errno != EINTR) break;
   }
   int code = errno;
@@ -138,6 +256,25 @@ static int open_temporary(FileOutput *o, HurrayError *error) {
   o->temp_path = NULL;
   return hurray__fail_errno(error, HURRAY_EIO, code, "cannot create a temporary file for %s: %s",
                             o->path, strerror(code));
+}
+
+/* Gives the unnamed temporary its name, path.tmp-<pid>-<n>, just before the rename. */
+static int link_temporary(FileOutput *o, HurrayError *error) {
+  size_t size = strlen(o->path) + 64;
+  char *name = malloc(size);
+  if (name == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", o->fd);
+  for (int attempt = 0; attempt < TEMP_ATTEMPTS; attempt++) {
+    temporary_name(o, name, size);
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, name, AT_SYMLINK_FOLLOW) == 0) {
+      o->temp_path = name; /* from now on a failure unlinks it */
+      return HURRAY_OK;
+    }
+    if (errno != EEXIST && errno != EINTR) break;
+  }
+  free(name);
+  return io_failed(o, "cannot link the temporary file of", error);
 }
 
 int hurray__output_open(FileOutput *o, const char *path, bool durable, HurrayError *error) {
@@ -271,15 +408,9 @@ int hurray__output_patch(FileOutput *o, uint64_t offset, const void *data, size_
 }
 
 static int sync_directory(const char *path, HurrayError *error) {
-  const char *slash = strrchr(path, '/');
-  char *dir = slash == NULL ? NULL : malloc((size_t)(slash - path) + 2);
-  if (slash != NULL && dir == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  if (dir != NULL) {
-    size_t len = slash == path ? 1 : (size_t)(slash - path); /* "/name": the root */
-    memcpy(dir, path, len);
-    dir[len] = '\0';
-  }
-  int fd = open(dir != NULL ? dir : ".", O_RDONLY | O_CLOEXEC);
+  char *dir = directory_of(path);
+  if (dir == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  int fd = open(dir, O_RDONLY | O_CLOEXEC);
   int status = HURRAY_OK;
   if (fd < 0 || fault(OUTPUT_STEP_SYNC_DIRECTORY) || fsync(fd) != 0) {
     int code = errno;
@@ -301,6 +432,7 @@ int hurray__output_commit(FileOutput *o, HurrayError *error) {
   if (status == HURRAY_OK && o->durable && (fault(OUTPUT_STEP_SYNC) || fsync(o->fd) != 0)) {
     status = io_failed(o, "cannot sync", error);
   }
+  if (status == HURRAY_OK && o->unnamed) status = link_temporary(o, error);
   if (status == HURRAY_OK) {
     int rc = close(o->fd);
     o->fd = -1;
@@ -312,5 +444,6 @@ int hurray__output_commit(FileOutput *o, HurrayError *error) {
   if (status != HURRAY_OK) return status;
   free(o->temp_path);
   o->temp_path = NULL; /* renamed: close must not unlink it */
+  o->renamed = true;
   return o->durable ? sync_directory(o->path, error) : HURRAY_OK;
 }

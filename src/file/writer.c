@@ -517,7 +517,7 @@ int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error) {
   hurray__store_le64(h + HDR_CHECKSUM, hurray__xxh3(h, HDR_CHECKSUM));
   status = hurray__output_patch(&w->out, 0, h, sizeof h, error);
   if (status == HURRAY_OK) status = hurray__output_commit(&w->out, error);
-  /* Once renamed (temp_path NULL) the file is there, even if syncing its directory failed. */
-  w->state = w->out.temp_path == NULL ? FINISHED : FAILED;
+  /* Once renamed the file is there, even if syncing its directory failed. */
+  w->state = w->out.renamed ? FINISHED : FAILED;
   return status;
 }

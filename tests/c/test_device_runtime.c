@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -290,6 +292,45 @@ static void an_application_queue_is_wrapped_and_retained(void **state) {
   hurray_device_queue_destroy(wrapped);
 }
 
+/* A handle given as a number that is no queue: refused naming it, never a fault of the ICD
+ * loader or the runtime, which dereference handles unchecked. Each in a child, so a crash
+ * fails the test instead of ending it. */
+static void bogus_queue_handles_are_refused_not_dereferenced(void **state) {
+  (void)state;
+  REQUIRE_RUNTIME(HURRAY_DEVICE_OPENCL);
+  static uint64_t host_words[8];
+  struct {
+    void *handle;
+    const char *why;
+  } kCases[] = {
+      {(void *)(uintptr_t)1, "aligned to a pointer"},
+      {(void *)(uintptr_t)4096, "no memory of this process is there"},
+      {(char *)host_words + 3, "aligned to a pointer"},
+      {host_words, "no platform's ICD dispatch table"},
+  };
+  for (size_t i = 0; i < sizeof kCases / sizeof *kCases; i++) {
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+      HurrayError error = {0};
+      HurrayDeviceQueue *queue = NULL;
+      int status = hurray_device_queue_wrap(HURRAY_DEVICE_OPENCL, NULL, kCases[i].handle, &queue,
+                                            &error);
+      _exit(status == HURRAY_EINVAL && queue == NULL && strstr(error.message, "is not one") &&
+                    strstr(error.message, kCases[i].why)
+                ? 0
+                : 1);
+    }
+    int wstatus = 0;
+    assert_int_equal(waitpid(child, &wstatus, 0), child);
+    if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+      fail_msg("case %zu (%s): %s %d", i, kCases[i].why,
+               WIFSIGNALED(wstatus) ? "killed by signal" : "exit status",
+               WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : WEXITSTATUS(wstatus));
+    }
+  }
+}
+
 /* ---- a C producer and a C consumer: the tensor context across, device memory read back ---- */
 
 static void opencl_tensor_context_crosses(void **state) {
@@ -486,6 +527,7 @@ int main(void) {
       cmocka_unit_test(opencl_round_trip),
       cmocka_unit_test(cuda_round_trip),
       cmocka_unit_test(an_application_queue_is_wrapped_and_retained),
+      cmocka_unit_test(bogus_queue_handles_are_refused_not_dereferenced),
       cmocka_unit_test(opencl_tensor_context_crosses),
       cmocka_unit_test(every_cl_mem_and_event_is_released_once),
       cmocka_unit_test(a_consumer_waits_on_the_event),

@@ -3,6 +3,7 @@
  * any size in bounded memory; a tensor that fails is discarded without a trace (the finished
  * file is byte-identical to one written without the attempt); calls out of order change
  * nothing; bad arguments are refused before anything is written. */
+#define _GNU_SOURCE /* flock, O_TMPFILE */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -82,8 +84,25 @@ static void add_dense(HurrayFileWriter *w) {
 
 /* ---- atomic completion -------------------------------------------------------------------- */
 
-static void the_file_appears_only_when_finished(void **state) {
-  (void)state;
+/* The private hook of output.c that forces named temporaries (no O_TMPFILE): each test of the
+ * temporaries runs both ways. */
+static void named_temporaries(bool on) {
+  if (on) {
+    setenv("_HURRAY_TEST_NAMED_TEMPORARY", "1", 1);
+  } else {
+    unsetenv("_HURRAY_TEST_NAMED_TEMPORARY");
+  }
+}
+
+/* Whether this directory's file system gives unnamed temporaries (O_TMPFILE). */
+static bool has_tmpfile(void) {
+  int fd = open(g_dir, O_TMPFILE | O_RDWR, 0600);
+  if (fd >= 0) close(fd);
+  return fd >= 0;
+}
+
+static void appears_only_when_finished(bool named) {
+  named_temporaries(named);
   clear_dir();
   const char *path = path_of("model.hurray");
   write_text(path, "previous contents");
@@ -94,13 +113,21 @@ static void the_file_appears_only_when_finished(void **state) {
   char *text = read_all(path, &size);
   assert_string_equal(text, "previous contents"); /* untouched until finish */
   free(text);
-  assert_int_equal(count_entries(), 2); /* the file and the temporary */
+  /* the file, and the temporary where it has a name */
+  assert_int_equal(count_entries(), named || !has_tmpfile() ? 2 : 1);
   OK(hurray_file_writer_finish(w, E));
   assert_int_equal(count_entries(), 1);
   hurray_file_writer_destroy(w);
   HurrayFileReader *r = NULL;
   OK(hurray_file_reader_open(path, 0, &r, E));
   hurray_file_reader_destroy(r);
+  named_temporaries(false);
+}
+
+static void the_file_appears_only_when_finished(void **state) {
+  (void)state;
+  appears_only_when_finished(false); /* O_TMPFILE where the file system has it */
+  appears_only_when_finished(true);
 }
 
 static void destroy_without_finish_leaves_no_trace(void **state) {
@@ -152,6 +179,76 @@ static void a_crash_leaves_the_previous_file(void **state) {
   assert_string_equal(text, "previous contents");
   free(text);
   assert_null(read_all(new_path, &size));
+}
+
+/* A dead writer's temporaries: none with O_TMPFILE; named ones, removed by the next save of the
+ * same destination when nothing says their writer lives. */
+static void a_crashed_writers_temporaries_go_with_the_next_save(void **state) {
+  (void)state;
+  for (int named = 0; named < 2; named++) {
+    named_temporaries(named);
+    clear_dir();
+    const char *path = path_of("model.hurray");
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+      HurrayFileWriter *w = NULL;
+      if (hurray_file_writer_create(path, NULL, &w, NULL) != HURRAY_OK) _exit(1);
+      add_dense(w);
+      _exit(0); /* as if killed mid-save */
+    }
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(count_entries(), named || !has_tmpfile() ? 1 : 0);
+    HurrayFileWriter *w = NULL;
+    OK(hurray_file_writer_create(path, NULL, &w, E));
+    add_dense(w);
+    OK(hurray_file_writer_finish(w, E));
+    hurray_file_writer_destroy(w);
+    assert_int_equal(count_entries(), 1); /* the file alone */
+  }
+  named_temporaries(false);
+}
+
+/* What the next save removes: exactly the temporaries of its own destination whose writer is
+ * dead (its pid gone, no lock held on the file); everything else stays. */
+static void only_dead_writers_temporaries_are_removed(void **state) {
+  (void)state;
+  clear_dir();
+  pid_t dead = fork();
+  assert_true(dead >= 0);
+  if (dead == 0) _exit(0);
+  assert_int_equal(waitpid(dead, NULL, 0), dead);
+  static char names[6][1024];
+  const struct {
+    const char *stem, *tail; /* stem + ".tmp-" + pid + tail */
+  } kinds[6] = {
+      {"model.hurray", "-0"},     /* stale: removed */
+      {"model.hurray", "-1"},     /* a live pid */
+      {"model.hurray", "-2"},     /* locked */
+      {"other.hurray", "-0"},     /* another file's */
+      {"model.hurray", "-0.bak"}, /* not the pattern */
+      {"model.hurray", "-"},      /* nor this */
+  };
+  for (int i = 0; i < 6; i++) {
+    snprintf(names[i], sizeof names[i], "%s/%s.tmp-%ld%s", g_dir, kinds[i].stem,
+             (long)(i == 1 ? getppid() : dead), kinds[i].tail);
+    write_text(names[i], "partial");
+  }
+  int held = open(names[2], O_RDWR);
+  assert_true(held >= 0);
+  assert_int_equal(flock(held, LOCK_EX), 0); /* a writer on another host, as the lock shows */
+  HurrayFileWriter *w = NULL;
+  OK(hurray_file_writer_create(path_of("model.hurray"), NULL, &w, E));
+  add_dense(w);
+  OK(hurray_file_writer_finish(w, E));
+  hurray_file_writer_destroy(w);
+  close(held);
+  struct stat st;
+  assert_int_equal(stat(names[0], &st), -1);
+  for (int i = 1; i < 6; i++) assert_int_equal(stat(names[i], &st), 0);
+  assert_int_equal(count_entries(), 6);
 }
 
 /* ---- streaming ---------------------------------------------------------------------------- */
@@ -711,6 +808,8 @@ int main(void) {
       cmocka_unit_test(the_file_appears_only_when_finished),
       cmocka_unit_test(destroy_without_finish_leaves_no_trace),
       cmocka_unit_test(a_crash_leaves_the_previous_file),
+      cmocka_unit_test(a_crashed_writers_temporaries_go_with_the_next_save),
+      cmocka_unit_test(only_dead_writers_temporaries_are_removed),
       cmocka_unit_test(streamed_tensors_round_trip),
       cmocka_unit_test(a_failed_tensor_leaves_no_trace),
       cmocka_unit_test(calls_out_of_order_change_nothing),

@@ -128,6 +128,88 @@ def test_relaxed_lattice_joins_different_formats_at_float32():
         assert xp.result_type(bf, xp.complex64) == xp.complex64
 
 
+# The linear-algebra rule of relaxed mode (ADR-080): a Tier 2 float in is that float out,
+# computed in float32 and rounded once; complex results are complex64, integer ones stay.
+_SPD = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.25], [0.5, 0.25, 2.0]], np.float32)
+_VEC = np.array([1.0, -2.0, 0.5], np.float32)
+_LINALG_CALLS = {
+    "matmul": lambda a, v: xp.matmul(a, a),
+    "vecdot": lambda a, v: xp.vecdot(v, v),
+    "tensordot": lambda a, v: xp.tensordot(a, a, axes=1),
+    "@": lambda a, v: a @ a,
+    "linalg.cholesky": lambda a, v: xp.linalg.cholesky(a),
+    "linalg.cross": lambda a, v: xp.linalg.cross(v, xp.flip(v)),
+    "linalg.det": lambda a, v: xp.linalg.det(a),
+    "linalg.diagonal": lambda a, v: xp.linalg.diagonal(a),
+    "linalg.eig": lambda a, v: xp.linalg.eig(a),
+    "linalg.eigh": lambda a, v: xp.linalg.eigh(a),
+    "linalg.eigvals": lambda a, v: xp.linalg.eigvals(a),
+    "linalg.eigvalsh": lambda a, v: xp.linalg.eigvalsh(a),
+    "linalg.inv": lambda a, v: xp.linalg.inv(a),
+    "linalg.matmul": lambda a, v: xp.linalg.matmul(a, a),
+    "linalg.matrix_norm": lambda a, v: xp.linalg.matrix_norm(a),
+    "linalg.matrix_power": lambda a, v: xp.linalg.matrix_power(a, 3),
+    "linalg.matrix_rank": lambda a, v: xp.linalg.matrix_rank(a),
+    "linalg.matrix_transpose": lambda a, v: xp.linalg.matrix_transpose(a),
+    "linalg.outer": lambda a, v: xp.linalg.outer(v, v),
+    "linalg.pinv": lambda a, v: xp.linalg.pinv(a),
+    "linalg.qr": lambda a, v: xp.linalg.qr(a),
+    "linalg.slogdet": lambda a, v: xp.linalg.slogdet(a),
+    "linalg.solve": lambda a, v: xp.linalg.solve(a, v),
+    "linalg.svd": lambda a, v: xp.linalg.svd(a),
+    "linalg.svdvals": lambda a, v: xp.linalg.svdvals(a),
+    "linalg.tensordot": lambda a, v: xp.linalg.tensordot(a, a, axes=1),
+    "linalg.trace": lambda a, v: xp.linalg.trace(a),
+    "linalg.vecdot": lambda a, v: xp.linalg.vecdot(v, v),
+    "linalg.vector_norm": lambda a, v: xp.linalg.vector_norm(v),
+}
+
+
+def _parts(r):
+    return list(r) if isinstance(r, tuple) else [r]
+
+
+def test_every_linalg_function_is_in_the_table():
+    assert {"linalg." + n for n in xp.linalg.__all__} <= set(_LINALG_CALLS)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16", "float8_e4m3fn"])
+@pytest.mark.parametrize("call", sorted(_LINALG_CALLS))
+def test_relaxed_linalg_keeps_the_tier2_dtype_computing_in_float32(name, call):
+    dt = np.dtype(getattr(ml_dtypes, name, None) or name)
+    a32, v32 = _SPD.astype(dt).astype(np.float32), _VEC.astype(dt).astype(np.float32)
+    a, v = hurray.from_numpy(_SPD.astype(dt)), hurray.from_numpy(_VEC.astype(dt))
+    f = _LINALG_CALLS[call]
+    with hurray.mode("relaxed"):
+        got = _parts(f(a, v))
+        want = _parts(f(hurray.from_numpy(a32), hurray.from_numpy(v32)))  # float32's answer
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        w = as_np(w)
+        if w.dtype.kind == "f":  # rounded once from float32's answer (exact back in float32)
+            assert g.dtype.name == name, call
+            w = w.astype(dt).astype(np.float32)
+        else:  # eig's complex64, matrix_rank's integers: as float32 gives them
+            assert g.dtype == hurray.dtype(w.dtype.name), call
+        np.testing.assert_array_equal(as_np(g).astype(w.dtype), w, err_msg=call, strict=True)
+
+
+def test_relaxed_linalg_of_two_formats_or_a_standard_dtype_follows_the_lattice():
+    bf = hurray.from_numpy(_SPD.astype(ml_dtypes.bfloat16))
+    f16 = hurray.from_numpy(_SPD.astype(np.float16))
+    with hurray.mode("relaxed"):
+        assert xp.matmul(bf, f16).dtype == xp.float32
+        assert xp.linalg.solve(bf, f16).dtype == xp.float32
+        assert xp.tensordot(bf, xp.asarray(_SPD.astype(np.float64)), axes=1).dtype == xp.float64
+        with pytest.raises(TypeError, match="integer with floating"):
+            xp.linalg.vecdot(f16, xp.ones((3, 3), dtype=xp.int32))
+        x = xp.asarray(bf, copy=True)
+        x @= bf
+        assert x.dtype.name == "bfloat16"
+    with pytest.raises(TypeError, match="bfloat16 .*relaxed mode only"):
+        xp.linalg.inv(bf)
+
+
 def test_storage_only_dtypes_are_refused_naming_them():
     q = hurray.Tensor(bytes(8), hurray.dtype.int4, [16])
     with hurray.mode("relaxed"):

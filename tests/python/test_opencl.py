@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hurray
-from conftest import peer
+from conftest import peer, run_isolated
 
 cl = peer("pyopencl")
 
@@ -169,6 +169,43 @@ def test_to_device_where_the_tensor_is_returns_it(ctx):
 def test_to_device_on_a_queue_of_another_device_is_refused(ctx, queue):
     with pytest.raises(hurray.DescriptorError, match="the stream is on opencl device 0, not 3"):
         hurray.from_numpy(np.ones(3, np.float32)).to_device("opencl:3", stream=queue.int_ptr)
+
+
+BOGUS_QUEUES = """
+import numpy as np, pyopencl as cl, hurray
+ctx = cl.Context(devices=[cl.get_platforms()[0].get_devices()[0]])
+buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 64)
+junk = np.zeros(64, np.uint64)
+t = hurray.from_numpy(np.arange(4, dtype=np.float32))
+bogus = {"one": 1, "unmapped": 4096, "misaligned": junk.ctypes.data + 3,
+         "host memory": junk.ctypes.data, "a cl_mem": buf.int_ptr, "a cl_context": ctx.int_ptr}
+for what, stream in bogus.items():
+    for call in (lambda: t.to_device("opencl", stream=stream),
+                 lambda: t.to_device("opencl").to_device("cpu", stream=stream)):
+        try:
+            call()
+            print(what, "accepted")
+        except hurray.InvalidArgumentError as error:
+            print(what, "|", error)
+"""
+
+
+def test_a_bogus_queue_is_refused_naming_the_stream_not_a_crash(ctx):
+    # Regression: to_device(..., stream=1) segfaulted inside the ICD loader, which dereferences
+    # the handle for its dispatch table before PoCL's clGetCommandQueueInfo could refuse it.
+    lines = run_isolated(BOGUS_QUEUES).splitlines()
+    assert len(lines) == 12
+    for line in lines:
+        what, _, message = line.partition(" | ")
+        assert "the stream, a cl_command_queue, 0x" in message and "is not one" in message, line
+        if what in ("one", "misaligned"):
+            assert "aligned to a pointer" in message
+        elif what == "unmapped":
+            assert "no memory of this process is there" in message
+        elif what == "host memory":
+            assert "no platform's ICD dispatch table" in message
+        else:  # an object of the platform, of another kind: PoCL reads it as a queue
+            assert "another kind of OpenCL object" in message
 
 
 def test_to_device_without_a_backend_or_runtime_is_unsupported():

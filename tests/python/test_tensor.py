@@ -13,6 +13,7 @@ import weakref
 import pytest
 
 import hurray
+from conftest import SANITIZED, run_isolated
 
 np = pytest.importorskip("numpy")  # used only to compute expected values
 
@@ -213,6 +214,32 @@ def test_zero_d_and_zero_size():
     assert scalar.tolist() == 2.5
     empty = hurray.Tensor(b"", hurray.float32, [3, 0])
     assert (empty.size, empty.nbytes, empty.tolist(), empty.tobytes()) == (0, 0, [[], [], []], b"")
+    assert repr(empty).endswith(" values=[]>")
+
+
+REPR_OF_EMPTY = """
+import resource, time, hurray
+for shape in ([1 << 26, 0], [0, 1 << 40], [1 << 20, 1 << 20, 0, 3], [3, 0]):
+    t = hurray.Tensor(b"", hurray.float32, shape)
+    start = time.perf_counter()
+    text, plain = repr(t), str(t)
+    took = time.perf_counter() - start
+    print(text == plain, took, text)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_repr_of_a_zero_element_tensor_costs_nothing_whatever_its_shape():
+    # Regression: repr of shape (2**26, 0) built tolist()'s 2**26 empty lists (23 s, 5.1 GB).
+    lines = run_isolated(REPR_OF_EMPTY, timeout=120).splitlines()
+    shapes = ["(67108864, 0)", "(0, 1099511627776)", "(1048576, 1048576, 0, 3)", "(3, 0)"]
+    for line, shape in zip(lines, shapes):
+        same, took, text = line.split(" ", 2)
+        assert same == "True" and (SANITIZED or float(took) < 0.05), line
+        # as NumPy shows array([], shape=(3, 0)): the shape says the rest
+        assert text == f"<hurray.Tensor shape={shape} dtype=float32 device=cpu:0 readonly values=[]>"
+    if not SANITIZED:  # the sanitizers' shadow memory is no allocation of ours
+        assert int(lines[-1]) < 200 << 10  # peak RSS in KiB: an interpreter, not 2**26 lists
 
 
 def test_the_type_is_final_and_weakly_referencable():

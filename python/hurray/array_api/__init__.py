@@ -26,6 +26,7 @@ from ._info import __array_namespace_info__
 from ._promotion import operands as _operands
 from ._promotion import promote as _promote
 from ._promotion import scalar_result as _scalar_result
+from ._promotion import widened as _widened
 
 __array_api_version__ = "2025.12"
 
@@ -58,7 +59,7 @@ _BINARY = (
 
 
 _OWN_KERNELS = {"floor_divide": _kernels.floor_divide, "expm1": _kernels.expm1,
-                "tanh": _kernels.tanh}
+                "tanh": _kernels.tanh, "matmul": _widened(_compat.matmul)}
 
 
 def _binary(name):
@@ -105,8 +106,11 @@ _FORWARDED = (
     # utility
     "all any diff"
 ).split()
+#: Linear algebra: relaxed mode's Tier 2 floats computed in float32, rounded once (ADR-080).
+_WIDENED = frozenset(("tensordot", "vecdot"))
 for _name in _FORWARDED:
-    globals()[_name] = _forward(getattr(_compat, _name), _name)
+    _func = getattr(_compat, _name)
+    globals()[_name] = _forward(_widened(_func) if _name in _WIDENED else _func, _name)
 
 
 def broadcast_shapes(*shapes):

@@ -12,7 +12,7 @@ python/src/array_dispatch.c calls the ufunc itself.
 
 from . import _kernels
 from ._engine import Tensor, check_writable, np, to_np, wrap
-from ._promotion import SCALARS, operands, promote, scalar_result
+from ._promotion import SCALARS, operands, promote, scalar_result, widened
 
 
 def _binary(ufunc):
@@ -77,10 +77,14 @@ __eq__ = _binary(UFUNCS["__eq__"])[0]
 __ne__ = _binary(UFUNCS["__ne__"])[0]
 
 
+#: matmul under relaxed mode's rule: a Tier 2 float computed in float32, rounded once (ADR-080).
+_matmul = widened(np.matmul)
+
+
 def __matmul__(self, other):
     if type(other) is not Tensor:
         return NotImplemented
-    return wrap(UFUNCS["__matmul__"](*operands(self, other)))
+    return wrap(_matmul(*operands(self, other)))
 
 
 def __rmatmul__(self, other):
@@ -91,7 +95,7 @@ def __imatmul__(self, other):
     if type(other) is not Tensor:
         return NotImplemented
     out = to_np(self)
-    r = np.matmul(*operands(self, other))
+    r = _matmul(*operands(self, other))
     if r.shape != out.shape or r.dtype != out.dtype:
         raise ValueError(f"in-place matmul would change the left operand's shape {out.shape} or "
                          f"dtype {out.dtype} to {r.shape} {r.dtype}")

@@ -14,7 +14,9 @@ int with integer and floating arrays; float with floating ones; complex with flo
 
 `operands` applies these rules to the two arguments of a binary function or operator: the one
 place where promotion meets NumPy's kernels, for the namespace's functions and the array
-object's operators alike.
+object's operators alike. `widened` adds relaxed mode's rule for linear algebra (ADR-080): the
+result dtype is the promoted dtype of the inputs, and a Tier 2 one is computed in float32 and
+rounded to it once.
 """
 
 from ._engine import FROM_NP, TIER2_NP, Tensor, np, to_np
@@ -116,3 +118,55 @@ def _scalar(dtype, value):
         return np.asarray(value, dtype=scalar_result(dtype, value))
     check_scalar(dtype, value)
     return value
+
+
+def _rounded(r, target):
+    """Results of a kernel run in float32, each floating one rounded once to `target`."""
+    if isinstance(r, (np.ndarray, np.generic)):
+        return r.astype(target) if r.dtype.kind == "f" else r
+    if isinstance(r, tuple):
+        items = [_rounded(e, target) for e in r]
+        return type(r)(*items) if hasattr(r, "_fields") else tuple(items)
+    return r
+
+
+def widened(func):
+    """`func`, a NumPy linear-algebra kernel, under relaxed mode's rule for Tier 2 floats.
+
+    The result dtype is the promotion of the array arguments' dtypes, as the standard has it for
+    matmul, vecdot, tensordot and linalg. Where that is a Tier 2 float (float16, bfloat16, a
+    float8 format), the kernel runs on float32 copies of the arrays and each floating result is
+    rounded to it once: complex results stay complex64 (float32's), integer ones (matrix_rank)
+    stay as they are. Where it is a dtype of the standard, Tier 2 arrays are widened to float32
+    first, exactly, so that NumPy never picks its own dtype for them (float64 in LAPACK, or a
+    TypeError for float16). Arrays of the standard's dtypes alone go straight to `func`.
+
+    Parameters
+    ----------
+    func : callable
+        The kernel; its array arguments are NumPy arrays, positional or keyword.
+
+    Returns
+    -------
+    callable
+        `func` with the rule applied; TypeError where the lattice has no common dtype.
+    """
+
+    def call(*args, **kwargs):
+        arrays = [v for v in args if type(v) is np.ndarray]
+        arrays += [v for v in kwargs.values() if type(v) is np.ndarray]
+        if not any(a.dtype in TIER2_NP for a in arrays):
+            return func(*args, **kwargs)
+        target = arrays[0].dtype
+        for a in arrays[1:]:
+            target = promote(target, a.dtype)
+
+        def f32(v):
+            return v.astype(_F32) if type(v) is np.ndarray and v.dtype in TIER2_NP else v
+
+        r = func(*[f32(v) for v in args], **{k: f32(v) for k, v in kwargs.items()})
+        return _rounded(r, target) if target in TIER2_NP else r
+
+    call.__name__ = call.__qualname__ = getattr(func, "__name__", "kernel")
+    call.__doc__ = func.__doc__
+    return call
