@@ -82,6 +82,13 @@ def run_isolated(code, timeout=300):
     return result.stdout
 
 
+def peak_rss_kib():
+    """Peak resident set size of this process in KiB: its own VmHWM. Not getrusage's ru_maxrss,
+    which survives exec: a child started by a 1 GB pytest reports 1 GB before it allocates."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
 def rss_bytes():
     """Resident set size of this process (Linux)."""
     with open("/proc/self/statm") as f:

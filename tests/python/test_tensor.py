@@ -218,14 +218,15 @@ def test_zero_d_and_zero_size():
 
 
 REPR_OF_EMPTY = """
-import resource, time, hurray
+import time, hurray
+from conftest import peak_rss_kib
 for shape in ([1 << 26, 0], [0, 1 << 40], [1 << 20, 1 << 20, 0, 3], [3, 0]):
     t = hurray.Tensor(b"", hurray.float32, shape)
     start = time.perf_counter()
     text, plain = repr(t), str(t)
     took = time.perf_counter() - start
     print(text == plain, took, text)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(peak_rss_kib())
 """
 
 

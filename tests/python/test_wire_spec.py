@@ -916,19 +916,19 @@ def test_unknown_codes_in_a_list_are_a_wire_error(entry, field):
 
 
 LIST_CHILD = """
-import resource, struct
 import hurray
+from conftest import peak_rss_kib
 from test_wire_spec import fake_server, list_answer, list_entry, server_hello
 entry = list_entry(shape=())  # 32 bytes: the smallest entry
 per = (65536 - 8) // len(entry)
 with fake_server(server_hello(), list_answer([entry] * per, frames={frames})) as s, \\
         hurray.connect(s.address) as c:
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = peak_rss_kib()
     try:
         print("listed", len(c.list()))
     except hurray.LimitError as e:
         print("refused:", e)
-    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    grown = peak_rss_kib() - before
     print("grown MiB", grown // 1024)
 """
 
