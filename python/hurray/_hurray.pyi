@@ -65,6 +65,8 @@ class dtype:
     def kind(self) -> Literal["b", "i", "u", "f", "c"]: ...
     @property
     def code(self) -> int: ...
+    @property
+    def __numpy_dtype__(self) -> Any: ...  # numpy.dtype; UnsupportedError where NumPy has none
     # every dtype of the C table, as a class attribute
     bool: dtype
     int8: dtype

@@ -2,8 +2,10 @@
  *
  * The C table (hurray_dtype_at / hurray_dtype_count) is the only list of dtypes: every dtype is
  * reachable as hurray.dtype.<name>, the Tier 1 ones also as hurray.<name>. Singletons make
- * == and hash identity-based and exact; pickling reduces to hurray.dtype(<name>), which hands
- * back the singleton.
+ * == among Hurray dtypes identity-based and exact; a dtype also equals what hurray.dtype()
+ * turns into it (names, NumPy and PyTorch dtypes: ADR-089), and is NumPy's dtype where NumPy
+ * asks (__numpy_dtype__). Pickling reduces to hurray.dtype(<name>), which hands back the
+ * singleton.
  */
 #include "hurray_python.h"
 
@@ -173,6 +175,71 @@ static PyObject *dtype_str(PyObject *self) {
   return PyUnicode_FromString(info_of(self)->name);
 }
 
+/* Whether `other`, not a Hurray dtype, names `info`: 1 yes, 0 no, 2 not a dtype of any kind
+ * (NotImplemented), -1 error. A NumPy dtype or type is compared as NumPy compares np.dtype(d)
+ * with it, so that both operand orders agree (ml_dtypes' unpacked int4 is not Hurray's packed
+ * one); a name or a PyTorch dtype when hurray.dtype(other) is d. */
+static int names_dtype(HurrayState *st, const HurrayDTypeInfo *info, PyObject *other) {
+  int is_type = PyType_Check(other);
+  if (PyUnicode_Check(other) || strcmp(Py_TYPE(other)->tp_name, "torch.dtype") == 0) {
+    const HurrayDTypeInfo *named = hurray__py_dtype_arg(st, other);
+    if (named != NULL) return named == info;
+    if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_BufferError)) {
+      return -1;
+    }
+    PyErr_Clear(); /* names no Hurray dtype */
+    return 0;
+  }
+  PyObject *module_name = PyUnicode_FromString("numpy");
+  PyObject *numpy = module_name == NULL ? NULL : PyImport_GetModule(module_name);
+  Py_XDECREF(module_name);
+  if (numpy == NULL) return PyErr_Occurred() ? -1 : 2; /* no NumPy loaded: no NumPy dtype */
+  PyObject *dtype_type = PyObject_GetAttrString(numpy, "dtype");
+  Py_DECREF(numpy);
+  int is_dtype = dtype_type == NULL ? -1 : PyObject_IsInstance(other, dtype_type);
+  PyObject *theirs = NULL;
+  if (is_dtype == 1) {
+    theirs = Py_NewRef(other);
+  } else if (is_dtype == 0 && is_type) {
+    theirs = PyObject_CallOneArg(dtype_type, other);
+    if (theirs == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) is_dtype = 2;
+  } else if (is_dtype == 0) {
+    is_dtype = 2;
+  }
+  Py_XDECREF(dtype_type);
+  if (theirs == NULL) {
+    if (is_dtype != 2) return -1;
+    PyErr_Clear();
+    return is_type ? 0 : 2;
+  }
+  PyObject *mine = hurray__py_numpy_dtype(st, info);
+  int equal = 0;
+  if (mine == NULL) {
+    PyErr_Clear(); /* NumPy has no dtype of this encoding: none equals it */
+  } else {
+    equal = PyObject_RichCompareBool(mine, theirs, Py_EQ);
+    Py_DECREF(mine);
+  }
+  Py_DECREF(theirs);
+  return equal;
+}
+
+/* By code: one singleton per code. Equal foreign objects (NumPy's dtype, a name) hash as they
+ * do: mixing them as keys of one dict is not supported, as with NumPy's dtype and its names. */
+static Py_hash_t dtype_hash(PyObject *self) {
+  return (Py_hash_t)info_of(self)->code + 1;
+}
+
+static PyObject *dtype_richcompare(PyObject *self, PyObject *other, int op) {
+  if (op != Py_EQ && op != Py_NE) Py_RETURN_NOTIMPLEMENTED;
+  HurrayState *st = hurray__py_state_of_type(Py_TYPE(self));
+  int equal = Py_IS_TYPE(other, st->dtype_type) ? self == other
+                                                 : names_dtype(st, info_of(self), other);
+  if (equal < 0) return NULL;
+  if (equal == 2) Py_RETURN_NOTIMPLEMENTED;
+  return PyBool_FromLong(equal == (op == Py_EQ));
+}
+
 static PyObject *dtype_reduce(PyObject *self, PyObject *unused) {
   (void)unused;
   return Py_BuildValue("O(s)", (PyObject *)Py_TYPE(self), info_of(self)->name);
@@ -207,6 +274,11 @@ static PyObject *get_code(PyObject *self, void *c) {
   return PyLong_FromLong(info_of(self)->code);
 }
 
+static PyObject *get_numpy_dtype(PyObject *self, void *c) {
+  (void)c;
+  return hurray__py_numpy_dtype(hurray__py_state_of_type(Py_TYPE(self)), info_of(self));
+}
+
 static PyGetSetDef dtype_getset[] = {
     {"name", get_name, NULL, PyDoc_STR("The dtype's one name, such as 'float32' or 'int4'."), NULL},
     {"bits", get_bits, NULL, PyDoc_STR("Storage bits per element (1 to 128)."), NULL},
@@ -218,6 +290,12 @@ static PyGetSetDef dtype_getset[] = {
      PyDoc_STR("The kind: 'b' bool, 'i' signed, 'u' unsigned, 'f' floating, 'c' complex."),
      NULL},
     {"code", get_code, NULL, PyDoc_STR("The dtype's code in the Hurray format, fixed forever."),
+     NULL},
+    {"__numpy_dtype__", get_numpy_dtype, NULL,
+     PyDoc_STR("The NumPy dtype of the same encoding (ml_dtypes' for bfloat16 and the float8\n"
+               "formats, complex32), which np.dtype(d) and every NumPy dtype argument use.\n"
+               "Raises hurray.UnsupportedError where NumPy has no dtype of that encoding:\n"
+               "the packed sub-byte ones, or Tier 2 without ml_dtypes."),
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -236,8 +314,12 @@ PyDoc_STRVAR(dtype_doc,
              "\n"
              "Every dtype is a singleton: ``hurray.dtype.<name>`` for each of them\n"
              "(hurray.dtype.int4, hurray.dtype.bfloat16, ...), and ``hurray.<name>``\n"
-             "too for the Tier 1 ones (hurray.float32). Dtypes compare and hash by\n"
-             "identity and pickle by name.\n"
+             "too for the Tier 1 ones (hurray.float32). A dtype is equal to itself\n"
+             "and to what ``hurray.dtype()`` turns into it: its name, a NumPy dtype\n"
+             "or scalar type, a PyTorch dtype (``t.dtype == np.float32``). NumPy\n"
+             "takes a dtype wherever it takes its own (``np.dtype(d)``,\n"
+             "``np.empty(shape, d)``), except the packed sub-byte ones. Dtypes pickle\n"
+             "by name.\n"
              "\n"
              "Parameters\n"
              "----------\n"
@@ -278,6 +360,8 @@ PyDoc_STRVAR(dtype_doc,
              ">>> import numpy as np\n"
              ">>> hurray.dtype(np.float32) is hurray.float32\n"
              "True\n"
+             ">>> hurray.float32 == np.float32, np.dtype(hurray.float32)\n"
+             "(True, dtype('float32'))\n"
              ">>> d = hurray.dtype.int4\n"
              ">>> d, d.bits, d.itemsize, d.tier, d.kind\n"
              "(hurray.dtype.int4, 4, None, 3, 'i')\n");
@@ -288,6 +372,8 @@ static PyType_Slot dtype_slots[] = {
     {Py_tp_traverse, dtype_traverse},
     {Py_tp_repr, dtype_repr},
     {Py_tp_str, dtype_str},
+    {Py_tp_richcompare, dtype_richcompare},
+    {Py_tp_hash, dtype_hash},
     {Py_tp_getset, dtype_getset},
     {Py_tp_methods, dtype_methods},
     {Py_tp_doc, (void *)dtype_doc},

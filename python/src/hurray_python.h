@@ -668,6 +668,10 @@ PyObject *hurray__py_host_span_new(HurrayState *st, PyObject *tensor, char *data
 extern PyMethodDef hurray__py_numpy_functions[];
 /* numpy (borrowed), imported on first use; NULL with ImportError. */
 PyObject *hurray__py_numpy(HurrayState *st);
+/* The NumPy dtype of a Hurray dtype (a new reference; cached), or NULL with UnsupportedError
+ * naming the route where NumPy has none: packed sub-byte dtypes, complex32, Tier 2 floats
+ * without ml_dtypes. The one mapping, behind __array__ and dtype.__numpy_dtype__. */
+PyObject *hurray__py_numpy_dtype(HurrayState *st, const HurrayDTypeInfo *info);
 /* The NumPy array the tensor was made from (from_numpy), borrowed, when it still is exactly
  * the tensor (data, shape, strides, dtype, writability); else NULL, no exception. */
 PyObject *hurray__py_tensor_source_ndarray(HurrayTensorObject *self);

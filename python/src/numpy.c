@@ -10,12 +10,13 @@
  *   from_numpy  a Python buffer export of the array (held until the tensor's memory is
  *               released), its byte strides turned into element strides.
  *
- * The one dtype mapping is numpy_dtype(): Tier 1 and float16 by NumPy's own name, the other
- * whole-byte Tier 2 floats through ml_dtypes when it is installed (bfloat16, float8_*).
+ * The one dtype mapping is hurray__py_numpy_dtype() (also hurray.dtype's __numpy_dtype__): Tier 1
+ * and float16 by NumPy's own name, the other whole-byte Tier 2 floats through ml_dtypes when it
+ * is installed (bfloat16, float8_*).
  * from_numpy maps back by name and checks that the result maps to the very same NumPy dtype,
  * which rejects byte-swapped, structured and ml_dtypes' unpacked sub-byte types (int4, int2,
  * float4_e2m1fn, ... store one element per byte there; Hurray packs them) without a second
- * table. complex32 has no NumPy dtype.
+ * table.
  */
 #include "hurray_python.h"
 
@@ -125,8 +126,7 @@ static PyObject *ml_dtypes_module(HurrayState *st) {
   return st->ml_dtypes;
 }
 
-/* The NumPy dtype of a Hurray dtype (a new reference), or NULL with UnsupportedError. */
-static PyObject *numpy_dtype(HurrayState *st, const HurrayDTypeInfo *info) {
+PyObject *hurray__py_numpy_dtype(HurrayState *st, const HurrayDTypeInfo *info) {
   PyObject *cached = PyList_GET_ITEM(st->numpy_dtypes, st->dtype_index[info->code]);
   if (cached != Py_None) return Py_NewRef(cached);
   if (info->bits % 8 != 0) {
@@ -257,7 +257,7 @@ static PyObject *ndarray_view(HurrayState *st, PyObject *self) {
   if (hurray__py_tensor_host_view(st, (HurrayTensorObject *)self, "__array__", &host) < 0) {
     return NULL;
   }
-  PyObject *dtype = numpy_dtype(st, host.dtype);
+  PyObject *dtype = hurray__py_numpy_dtype(st, host.dtype);
   if (dtype == NULL) return NULL;
   const HurrayArray *array = host.array;
   int64_t strides[HURRAY_MAX_NDIM];
@@ -433,7 +433,7 @@ static const HurrayDTypeInfo *dtype_from_numpy(HurrayState *st, PyObject *np_dty
     hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED, "NumPy dtype %R has no Hurray dtype", np_dtype);
     return NULL;
   }
-  PyObject *back = numpy_dtype(st, info);
+  PyObject *back = hurray__py_numpy_dtype(st, info);
   if (back == NULL) return NULL;
   int same = PyObject_RichCompareBool(back, np_dtype, Py_EQ);
   Py_DECREF(back);

@@ -282,3 +282,69 @@ def test_ml_dtypes_unpacked_sub_byte_types_are_refused(name):
     arr = np.zeros(4, getattr(ml_dtypes, name))
     with pytest.raises(hurray.UnsupportedError, match="Hurray packs"):
         hurray.from_numpy(arr)
+
+
+# ---- a hurray.dtype wherever NumPy takes a dtype (__numpy_dtype__, ADR-089) -------------
+
+
+def numpy_twin(name):
+    """NumPy's dtype of the same encoding: NumPy's own, else ml_dtypes'."""
+    if name in TIER1 + ["float16"]:
+        return np.dtype(name)
+    return np.dtype(getattr(peer("ml_dtypes"), name))
+
+
+@pytest.mark.parametrize("name", TIER1 + ["float16"] + ML_TIER2)
+def test_numpy_takes_a_hurray_dtype_as_its_own(name):
+    d, twin = hurray.dtype(name), numpy_twin(name)
+    assert np.dtype(d) == twin and d.__numpy_dtype__ is np.dtype(d)  # one cached object
+    assert np.empty((2, 3), d).dtype == twin
+    assert np.zeros(4, np.float32).astype(d).dtype == twin
+    assert np.frombuffer(bytes(2 * twin.itemsize), d).dtype == twin
+    # == is NumPy's own rule, either way round: np.dtype(other) of the right operand
+    assert twin == d and d == twin and not (d != twin)
+    assert hurray.dtype(twin) is d  # and back to the singleton
+
+
+def test_a_dtype_equals_what_hurray_dtype_turns_into_it():
+    torch = peer("torch")
+    f32 = hurray.float32
+    # the NumPy and PyTorch habits: t.dtype == np.float32, == torch.float32, == "float32"
+    for same in (np.dtype("float32"), np.float32, "float32", torch.float32):
+        assert f32 == same and same == f32 and not (f32 != same), same
+    for other in (np.dtype("float64"), np.float64, "float64", torch.float64, "f4", "nonsense",
+                  np.dtype(">f4"), None, 32, float, object()):
+        assert f32 != other and other != f32 and not (f32 == other), other
+    assert hurray.dtype.bfloat16 == torch.bfloat16 == hurray.dtype.bfloat16
+    assert hurray.dtype.bfloat16 == np.dtype(peer("ml_dtypes").bfloat16)
+    # no encoding in common with NumPy's one-element-per-byte int4: unequal in both orders
+    for ml_int4 in (peer("ml_dtypes").int4, np.dtype(peer("ml_dtypes").int4)):
+        assert hurray.dtype.int4 != ml_int4 and ml_int4 != hurray.dtype.int4
+    assert hurray.float64 == float and hurray.int64 == int  # NumPy's reading of Python's types
+    assert np.dtype("int8") != hurray.dtype.int4
+    # among Hurray dtypes: identity; hashable, one key per dtype
+    assert f32 == hurray.dtype("float32") and f32 != hurray.float64
+    assert {f32: 1}[hurray.dtype("float32")] == 1 and len({f32, hurray.float64, f32}) == 2
+    with pytest.raises(TypeError):
+        f32 < hurray.float64
+
+
+@pytest.mark.parametrize("name", ["int4", "uint4", "int2", "uint2", "uint1", "float4_e2m1fn",
+                                  "float6_e2m3fn", "float6_e3m2fn"])
+def test_numpy_refuses_packed_dtypes_naming_the_route(name):
+    # ml_dtypes' int4 stores one element per byte; Hurray packs two: mapping one onto the
+    # other would reinterpret every byte.
+    with pytest.raises(hurray.UnsupportedError, match=r"packs .* bytes_view\(\) and tobytes\(\)"):
+        np.dtype(hurray.dtype(name))
+    with pytest.raises(hurray.UnsupportedError, match="packs"):
+        np.empty(3, hurray.dtype(name))
+
+
+def test_libraries_that_ask_numpy_for_the_dtype_take_a_tensor():
+    da = peer("dask.array")
+    src = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = hurray.from_numpy(src)
+    x = da.from_array(t, chunks=(2, 2))
+    assert x.dtype == np.float32 and x.shape == (3, 4)  # hurray.float32, which is
+    np.testing.assert_array_equal(x.compute(), src)
+    assert float(x.sum().compute()) == 66.0
