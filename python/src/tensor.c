@@ -503,6 +503,19 @@ static PyObject *get_dtype(PyObject *op, void *c) {
   return dtype == NULL ? Py_NewRef(Py_None) : Py_NewRef(dtype); /* COMPOSITE has none */
 }
 
+/* np.dtype(t), np.result_type(t) and every library that asks NumPy for an array's dtype (JAX,
+ * Dask) read this before `.dtype`, which NumPy takes only when it is a numpy.dtype. */
+static PyObject *get_numpy_dtype(PyObject *op, void *c) {
+  (void)c;
+  LIVE_OR_NULL();
+  const HurrayDTypeInfo *info = hurray_dtype_info(SELF->desc->dtype);
+  if (info == NULL) {
+    PyErr_SetString(PyExc_TypeError, "a composite tensor has no single dtype for NumPy");
+    return NULL;
+  }
+  return hurray__py_numpy_dtype(st, info);
+}
+
 static PyObject *get_size(PyObject *op, void *c) {
   (void)c;
   LIVE_OR_NULL();
@@ -693,6 +706,8 @@ static PyGetSetDef tensor_getset[] = {
     {"dtype", get_dtype, set_fixed, PyDoc_STR("The element dtype (a hurray.dtype)."),
      (void *)"dtype\0hurray.array_api.astype(t, dtype) converts the values; "
              "hurray.Tensor(t.bytes_view(), dtype, shape) reads the same bytes as another dtype"},
+    {"__numpy_dtype__", get_numpy_dtype, NULL,
+     PyDoc_STR("The NumPy dtype of the elements: t.dtype.__numpy_dtype__ (np.dtype(t))."), NULL},
     {"size", get_size, NULL, PyDoc_STR("The number of elements."), NULL},
     {"nbytes", get_nbytes, NULL,
      PyDoc_STR("Bytes of `size` packed elements: ceil(size * dtype.bits / 8)."), NULL},

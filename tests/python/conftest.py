@@ -1,6 +1,7 @@
 """Shared fixtures of the hurray-python tests."""
 
 import gc
+import importlib
 import importlib.util
 import os
 import shutil
@@ -46,7 +47,7 @@ MADE_UP_CUDA_HANDLES = pytest.mark.skipif(
 def peer(name):
     """Imports a test peer; a skip when it is absent, unless peers are required."""
     if REQUIRE_PEERS:
-        return __import__(name)
+        return importlib.import_module(name)  # the submodule itself for "dask.array"
     return pytest.importorskip(name)
 
 

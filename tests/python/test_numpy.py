@@ -340,6 +340,18 @@ def test_numpy_refuses_packed_dtypes_naming_the_route(name):
         np.empty(3, hurray.dtype(name))
 
 
+def test_numpy_reads_a_tensors_dtype_as_it_reads_an_arrays():
+    # np.dtype(arr) and np.result_type(arr) take an array's dtype; NumPy takes `.dtype` only
+    # when it is a numpy.dtype, so the tensor answers __numpy_dtype__ itself (JAX asks
+    # np.result_type before it converts).
+    t = hurray.from_numpy(np.zeros((2, 3), np.float16))
+    assert np.dtype(t) == np.float16 and np.result_type(t) == np.float16
+    assert np.result_type(t, np.float32) == np.float32
+    q = hurray.Tensor(bytes(4), hurray.dtype.int4, [8])
+    with pytest.raises(hurray.UnsupportedError, match="packs"):
+        np.dtype(q)
+
+
 def test_libraries_that_ask_numpy_for_the_dtype_take_a_tensor():
     da = peer("dask.array")
     src = np.arange(12, dtype=np.float32).reshape(3, 4)
