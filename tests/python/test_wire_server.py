@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import hurray
+from conftest import SANITIZED
 from spec_wire import (DATA, ERROR, HEADER, LIST, MAGIC, TENSOR_HEADER, TENSOR_REQUEST, Client,
                        frame, tensor_request)
 
@@ -166,7 +167,8 @@ def test_unread_lists_hold_no_answer():
         grown = server.rss() - before
         for c in clients:
             c.sock.close()
-        assert grown < 24 * MIB, f"RSS grew {grown / MIB:.0f} MiB"
+        if not SANITIZED:  # ASan's quarantine holds 256 MiB of freed memory on purpose
+            assert grown < 24 * MIB, f"RSS grew {grown / MIB:.0f} MiB"
         with Client(server.address) as c:  # a client that reads gets every entry, in order
             entries = c.list()
         assert [e["name"][:6] for e in entries] == [f"{i:06d}" for i in range(20000)]
