@@ -914,6 +914,17 @@ typedef struct HurrayFileReader HurrayFileReader;
  * index), HURRAY_EBOUNDS (an offset outside the file), HURRAY_EIO (the system refused), and
  * the statuses of the descriptor and tensor validators. A reader may be used from any number
  * of threads at once: what it validates lazily is built under a lock. */
+/* A `path` that is a directory or ends in ".index.json" opens a sharded checkpoint
+ * (file-format.md §12): the index (a directory's one `*.index.json`; a directory without one
+ * that holds exactly one .hurray or .safetensors file opens that file) and every shard it
+ * names, each opened with `flags` (FOREIGN for safetensors shards). The reader is one reader of
+ * all their tensors, numbered shard after shard (shards in file-name order), each query going
+ * to the tensor's shard; the file metadata is the first shard's; HurrayFileInfo sums the
+ * shards' counts and sizes (shard_count set, index_length the index's size). Refused, naming
+ * the index, the shard and a tensor: a shard that is missing or unreadable (its status, with
+ * errno), a weight_map entry its shard does not hold, a shard tensor the weight_map does not
+ * list or places elsewhere, a tensor listed twice, a shard name that is not a plain file name,
+ * an index over 100 MB, nested deeper than 64, or not JSON. */
 HURRAY_API int hurray_file_reader_open(const char *path, uint32_t flags, HurrayFileReader **out,
                                        HurrayError *error);
 
@@ -940,8 +951,10 @@ typedef struct HurrayFileInfo {
   uint64_t data_bytes; /* sum of every buffer's byte size */
   uint64_t index_offset; /* a FOREIGN reader's: 0 */
   uint64_t index_length; /* a FOREIGN reader's: of the index it built in memory */
-  uint8_t format;        /* HurrayFormat: HURRAY, or SAFETENSORS, NPY or NPZ (FOREIGN) */
-  uint8_t reserved0[7];
+  uint8_t format;        /* HurrayFormat: HURRAY, or SAFETENSORS, NPY or NPZ (FOREIGN); a
+                            checkpoint's: its first shard's */
+  uint8_t reserved0[3];
+  uint32_t shard_count; /* a sharded checkpoint's shards; 0 for one file */
   uint64_t reserved[3];
 } HurrayFileInfo;
 
@@ -1032,6 +1045,17 @@ HURRAY_API int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_
 HURRAY_API int hurray_file_reader_metadata(const HurrayFileReader *reader, uint32_t index,
                                            HurrayMetaValue **out, HurrayError *error);
 
+
+/* Writes the index of a sharded checkpoint at `path` (file-format.md §12.1, Hugging Face's
+ * shape): {"metadata": {"total_size": total_size}, "weight_map": {name: shard, ...}} with the
+ * names sorted, tensor `i` named `names[i]` in shard `shards[shard_of[i]]` (plain file names
+ * beside the index). Written as files are (a temporary renamed into place, fsynced unless
+ * `flags` has HURRAY_FILE_WRITE_NOT_DURABLE). HURRAY_EINVAL for an invalid or repeated name,
+ * a shard that is not a plain file name, an out-of-range shard number. */
+HURRAY_API int hurray_shard_index_write(const char *path, const char *const *names,
+                                        const uint32_t *shard_of, uint32_t count,
+                                        const char *const *shards, uint32_t shard_count,
+                                        uint64_t total_size, uint32_t flags, HurrayError *error);
 
 /* ============================================================================================
  * Conversion (docs/impl/conversion.md)

@@ -24,9 +24,17 @@
  */
 #include "hurray_python.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ============================================================================================
  * Metadata: Python objects <-> HurrayMetaValue trees
@@ -168,13 +176,25 @@ static int meta_map_from_py(HurrayState *st, Arena *arena, PyObject *dict, MetaP
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 0);
     PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 1);
-    if (!PyUnicode_Check(key)) {
-      result = meta_refuse(path, PyExc_TypeError, "metadata keys must be str, not %.200s (%R)",
-                           Py_TYPE(key)->tp_name, key);
+    /* An int key becomes its decimal string, as json.dumps writes it: a transformers config's
+     * id2label is {0: 'LABEL_0', ...} (ADR-090). */
+    PyObject *text = PyLong_Check(key) && !PyBool_Check(key) ? PyObject_Str(key)
+                                                             : Py_NewRef(key);
+    if (text == NULL) {
+      result = -1;
       break;
     }
-    keys[i] = arena_utf8(st, arena, key, 0, "metadata key", NULL);
-    if (keys[i] == NULL || meta_step(st, arena, value, key, 0, path, &items[i]) < 0) {
+    if (!PyUnicode_Check(text)) {
+      result = meta_refuse(path, PyExc_TypeError,
+                           "metadata keys must be str or int, not %.200s (%R)",
+                           Py_TYPE(key)->tp_name, key);
+      Py_DECREF(text);
+      break;
+    }
+    keys[i] = arena_utf8(st, arena, text, 0, "metadata key", NULL);
+    int failed = keys[i] == NULL || meta_step(st, arena, value, text, 0, path, &items[i]) < 0;
+    Py_DECREF(text);
+    if (failed) {
       result = -1;
       break;
     }
@@ -488,8 +508,9 @@ typedef struct SaveItem {
   const HurrayMetaValue *metadata;
 } SaveItem;
 
-static const char *const kSaveNames[] = {"path",      "tensors",         "metadata",
-                                         "alignment", "tensor_metadata", "durable", NULL};
+static const char *const kSaveNames[] = {"path",    "tensors",        "metadata",
+                                         "alignment", "tensor_metadata", "durable",
+                                         "max_shard_size", NULL};
 enum {
   SV_PATH,
   SV_TENSORS,
@@ -497,8 +518,291 @@ enum {
   SV_ALIGNMENT,
   SV_TENSOR_METADATA,
   SV_DURABLE,
+  SV_MAX_SHARD_SIZE,
   SV_COUNT
 };
+
+/* Writes items [begin, end) to a Hurray file at `cpath`, with the GIL released around every
+ * call that touches the disk. -1 with an exception (Ctrl-C included); else the status, the
+ * error filled on failure. Nothing appears at `cpath` unless it returns HURRAY_OK. */
+static int write_items(const char *cpath, const HurrayFileWriterOptions *options,
+                       const SaveItem *items, Py_ssize_t begin, Py_ssize_t end,
+                       const HurrayMetaValue *file_metadata, HurrayError *error) {
+  HurrayFileWriter *writer = NULL;
+  int status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_file_writer_create(cpath, options, &writer, error);
+  Py_END_ALLOW_THREADS;
+  for (Py_ssize_t i = begin; status == HURRAY_OK && i < end; i++) {
+    const HurrayTensorContext *context = ((HurrayTensorObject *)items[i].tensor)->context;
+    Py_BEGIN_ALLOW_THREADS;
+    status = hurray_file_writer_add(writer, items[i].name, context->tensor, context->buffers,
+                                    items[i].metadata, error);
+    Py_END_ALLOW_THREADS;
+    if (status == HURRAY_OK && PyErr_CheckSignals() < 0) status = -1; /* Ctrl-C: abandon it */
+  }
+  if (status == HURRAY_OK) status = hurray_file_writer_set_metadata(writer, file_metadata, error);
+  if (status == HURRAY_OK) {
+    Py_BEGIN_ALLOW_THREADS;
+    status = hurray_file_writer_finish(writer, error);
+    Py_END_ALLOW_THREADS;
+  }
+  Py_BEGIN_ALLOW_THREADS; /* frees it; if unfinished, also unlinks the temporary */
+  hurray_file_writer_destroy(writer);
+  Py_END_ALLOW_THREADS;
+  return status;
+}
+
+/* max_shard_size as bytes: a positive int, or a str as Hugging Face writes it ("5GB" is
+ * 5 * 10**9 bytes, "5GiB" 5 * 2**30; KB, MB, GB, TB and KiB ... TiB; a bare number). -1
+ * with an exception. */
+static int shard_size_arg(HurrayState *st, PyObject *obj, uint64_t *out) {
+  if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+    long long v = 0;
+    if (hurray__py_int_in_range(st, obj, 1, LLONG_MAX, "max_shard_size", &v) < 0) return -1;
+    *out = (uint64_t)v;
+    return 0;
+  }
+  if (!PyUnicode_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "max_shard_size must be an int or a str such as '5GB', not %.200s",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  static const struct {
+    const char *unit;
+    uint64_t scale;
+  } kUnits[] = {{"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
+                {"TiB", 1ull << 40}, {"KB", 1000ull},     {"MB", 1000000ull},
+                {"GB", 1000000000ull}, {"TB", 1000000000000ull}, {"B", 1}, {"", 1}};
+  const char *text = PyUnicode_AsUTF8(obj);
+  if (text == NULL) return -1;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long n = text[0] >= '0' && text[0] <= '9' ? strtoull(text, &end, 10) : 0;
+  for (size_t i = 0; end != NULL && errno == 0 && n > 0 && i < sizeof kUnits / sizeof *kUnits; i++) {
+    if (strcmp(end, kUnits[i].unit) == 0 && n <= UINT64_MAX / kUnits[i].scale) {
+      *out = n * kUnits[i].scale;
+      return 0;
+    }
+  }
+  hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                   "max_shard_size %R is not a positive size such as '500MB', '5GB' or '2GiB'",
+                   obj);
+  return -1;
+}
+
+/* The bytes a tensor's arrays address, as the writer writes them (spans summed; the tensor is
+ * valid, so every span is). */
+static uint64_t addressed_bytes(const HurrayTensorDesc *t) {
+  uint64_t bytes = 0;
+  for (uint32_t k = 0; k < t->nparts; k++) {
+    uint64_t begin = 0, end = 0;
+    if (hurray_array_span(&t->parts[k], &begin, &end, NULL) == HURRAY_OK) bytes += end - begin;
+  }
+  for (uint32_t k = 0; k < t->nchildren; k++) bytes += addressed_bytes(&t->children[k]);
+  return bytes;
+}
+
+/* Items [0, n) in shards: a new shard starts where adding the next tensor would pass `max`
+ * (a tensor larger than `max` alone in its shard), as Hugging Face's save_pretrained splits.
+ * `shard_of[i]`; the shard count. */
+static uint32_t plan_shards(const SaveItem *items, Py_ssize_t n, uint64_t max, uint32_t *shard_of,
+                            uint64_t *total) {
+  uint32_t shard = 0;
+  uint64_t filled = 0;
+  *total = 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    uint64_t bytes = addressed_bytes(((HurrayTensorObject *)items[i].tensor)->context->tensor);
+    if (filled > 0 && bytes > max - (filled < max ? filled : max)) {
+      shard++;
+      filled = 0;
+    }
+    filled += bytes;
+    *total += bytes;
+    shard_of[i] = shard;
+  }
+  return n > 0 ? shard + 1 : 0;
+}
+
+/* The shards of a sharded save: `prefix`-00001-of-0000N.hurray ... beside the index. */
+typedef struct ShardFiles {
+  char **names; /* file names */
+  uint32_t count;
+} ShardFiles;
+
+static void shard_files_free(ShardFiles *f) {
+  for (uint32_t k = 0; f->names != NULL && k < f->count; k++) PyMem_Free(f->names[k]);
+  PyMem_Free(f->names);
+}
+
+/* Whether `name` is `prefix`-NNNNN-of-NNNNN.hurray, a shard name of a sharded save. */
+static int is_shard_name(const char *name, const char *prefix) {
+  size_t p = strlen(prefix);
+  unsigned k = 0, of = 0;
+  int used = 0;
+  return strncmp(name, prefix, p) == 0 && strlen(name) == p + 22 &&
+         sscanf(name + p, "-%5u-of-%5u.hurray%n", &k, &of, &used) == 2 && used == 22;
+}
+
+static char *path_join(const char *dir, const char *name) {
+  size_t a = strlen(dir), b = strlen(name);
+  char *p = PyMem_Malloc(a + b + 2);
+  if (p == NULL) return (char *)PyErr_NoMemory();
+  memcpy(p, dir, a);
+  p[a] = '/';
+  memcpy(p + a + 1, name, b + 1);
+  return p;
+}
+
+/* After a sharded save: removes the shards of an earlier save under the same prefix that this
+ * one did not write (as save_pretrained does), so the directory holds one checkpoint. Only
+ * regular files named as shards are touched; a failure to remove one is no failure of the
+ * save. */
+static void remove_stale_shards(const char *dir, const char *prefix, const ShardFiles *files) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (!is_shard_name(e->d_name, prefix)) continue;
+    int ours = 0;
+    for (uint32_t k = 0; k < files->count && !ours; k++) ours = strcmp(e->d_name, files->names[k]) == 0;
+    struct stat st;
+    if (!ours && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      unlinkat(dirfd(d), e->d_name, 0);
+  }
+  closedir(d);
+}
+
+/* A sharded save (file-format.md §12, ADR-090): every shard is written into a staging
+ * directory beside the index; only when all are complete are they renamed into place and the
+ * index written (atomically) over any previous one, so a failure leaves a previous
+ * checkpoint there as it was. `cpath` is the checkpoint's directory (made if missing) or its
+ * index's path (NAME.hurray.index.json). */
+static int save_shards(HurrayState *st, PyObject *path_obj, const char *cpath,
+                       const HurrayFileWriterOptions *options, const SaveItem *items,
+                       Py_ssize_t n, uint64_t max, const HurrayMetaValue *file_metadata) {
+  static const char kIndex[] = ".hurray.index.json";
+  size_t len = strlen(cpath), suffix = strlen(kIndex);
+  char *dir = NULL, *index = NULL, *staging = NULL, *prefix = NULL;
+  uint32_t *shard_of = PyMem_Calloc((size_t)n + 1, sizeof *shard_of);
+  ShardFiles files = {0};
+  HurrayError error = {0};
+  int result = -1, status = HURRAY_OK;
+  if (shard_of == NULL) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (len > suffix && strcmp(cpath + len - suffix, kIndex) == 0) {
+    const char *slash = strrchr(cpath, '/');
+    size_t dir_len = slash == NULL ? 0 : (size_t)(slash - cpath);
+    const char *base = slash == NULL ? cpath : slash + 1;
+    dir = PyMem_Malloc(dir_len + 2);
+    prefix = PyMem_Malloc(strlen(base) + 1);
+    index = PyMem_Malloc(len + 1);
+    if (dir == NULL || prefix == NULL || index == NULL) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    if (slash == NULL) strcpy(dir, ".");
+    else if (dir_len == 0) strcpy(dir, "/");
+    else snprintf(dir, dir_len + 1, "%s", cpath);
+    snprintf(prefix, strlen(base) - suffix + 1, "%s", base);
+    strcpy(index, cpath);
+  } else {
+    dir = PyMem_Malloc(len + 1);
+    prefix = PyMem_Malloc(6);
+    if (dir == NULL || prefix == NULL) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    strcpy(dir, cpath);
+    strcpy(prefix, "model");
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+      PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+      goto done;
+    }
+    char name[sizeof kIndex + 8];
+    snprintf(name, sizeof name, "model%s", kIndex);
+    if ((index = path_join(dir, name)) == NULL) goto done;
+  }
+  uint64_t total = 0;
+  files.count = plan_shards(items, n, max, shard_of, &total);
+  files.names = PyMem_Calloc(files.count + 1, sizeof *files.names);
+  if (files.names == NULL) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (uint32_t k = 0; k < files.count; k++) {
+    size_t size = strlen(prefix) + 32;
+    if ((files.names[k] = PyMem_Malloc(size)) == NULL) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    snprintf(files.names[k], size, "%s-%05u-of-%05u.hurray", prefix, k + 1, files.count);
+  }
+  if ((staging = path_join(dir, ".hurray-save-XXXXXX")) == NULL) goto done;
+  if (mkdtemp(staging) == NULL) {
+    PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+    goto done;
+  }
+  Py_ssize_t begin = 0;
+  for (uint32_t k = 0; k < files.count && status == HURRAY_OK; k++) {
+    Py_ssize_t end = begin;
+    while (end < n && shard_of[end] == k) end++;
+    char *shard = path_join(staging, files.names[k]);
+    if (shard == NULL) goto cleanup;
+    status = write_items(shard, options, items, begin, end, file_metadata, &error);
+    PyMem_Free(shard);
+    if (status < 0) goto cleanup;
+    begin = end;
+  }
+  for (uint32_t k = 0; k < files.count && status == HURRAY_OK; k++) {
+    char *from = path_join(staging, files.names[k]), *to = path_join(dir, files.names[k]);
+    if (from == NULL || to == NULL || rename(from, to) != 0) {
+      if (from != NULL && to != NULL) PyErr_SetFromErrnoWithFilename(PyExc_OSError, to);
+      PyMem_Free(from);
+      PyMem_Free(to);
+      goto cleanup;
+    }
+    PyMem_Free(from);
+    PyMem_Free(to);
+  }
+  if (status == HURRAY_OK) {
+    const char **names = PyMem_Calloc((size_t)n + 1, sizeof *names);
+    if (names == NULL) {
+      PyErr_NoMemory();
+      goto cleanup;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) names[i] = items[i].name;
+    Py_BEGIN_ALLOW_THREADS;
+    status = hurray_shard_index_write(index, names, shard_of, (uint32_t)n,
+                                      (const char *const *)files.names, files.count, total,
+                                      options->flags, &error);
+    Py_END_ALLOW_THREADS;
+    PyMem_Free(names);
+  }
+  if (status != HURRAY_OK) {
+    hurray__py_raise_path(st, status, &error, path_obj, NULL);
+    goto cleanup;
+  }
+  remove_stale_shards(dir, prefix, &files);
+  result = 0;
+cleanup: /* what is left in the staging directory: the shards of a failed save */
+  for (uint32_t k = 0; k < files.count; k++) {
+    char *left = files.names[k] != NULL ? path_join(staging, files.names[k]) : NULL;
+    if (left != NULL) unlink(left);
+    PyMem_Free(left);
+  }
+  if (PyErr_Occurred() && result == 0) result = -1;
+  rmdir(staging);
+done:
+  shard_files_free(&files);
+  PyMem_Free(shard_of);
+  PyMem_Free(staging);
+  PyMem_Free(index);
+  PyMem_Free(prefix);
+  PyMem_Free(dir);
+  return result;
+}
 
 static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *kwnames) {
@@ -511,9 +815,9 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
   SaveItem *items = NULL;
   Py_ssize_t n = 0;
   Arena arena = {NULL};
-  HurrayFileWriter *writer = NULL;
   HurrayError error = {0};
   int status = HURRAY_OK;
+  uint64_t max_shard_size = 0;
 
   long long alignment = HURRAY_FILE_DEFAULT_ALIGNMENT;
   if (a[SV_ALIGNMENT] != NULL &&
@@ -523,6 +827,10 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
   }
   int durable = a[SV_DURABLE] == NULL ? 1 : PyObject_IsTrue(a[SV_DURABLE]);
   if (durable < 0) return NULL;
+  if (a[SV_MAX_SHARD_SIZE] != NULL && a[SV_MAX_SHARD_SIZE] != Py_None &&
+      shard_size_arg(st, a[SV_MAX_SHARD_SIZE], &max_shard_size) < 0) {
+    return NULL;
+  }
   if (PyMapping_Check(a[SV_PATH]) && !PySequence_Check(a[SV_PATH])) { /* safetensors' order */
     PyErr_Format(PyExc_TypeError,
                  "save(path, tensors) takes the path first, not a %.200s (safetensors' save_file "
@@ -609,40 +917,24 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
   }
 
-  /* The file: created under a temporary name, renamed into place by finish. Every C call
-   * that touches the disk runs with the GIL released. */
+  /* The file: created under a temporary name, renamed into place by finish. */
   const HurrayFileWriterOptions options = {
       .alignment = (uint32_t)alignment, .flags = durable ? 0 : HURRAY_FILE_WRITE_NOT_DURABLE};
   const char *cpath = PyBytes_AS_STRING(path);
-  Py_BEGIN_ALLOW_THREADS;
-  status = hurray_file_writer_create(cpath, &options, &writer, &error);
-  Py_END_ALLOW_THREADS;
-  for (Py_ssize_t i = 0; status == HURRAY_OK && i < n; i++) {
-    const HurrayTensorContext *context = ((HurrayTensorObject *)items[i].tensor)->context;
-    Py_BEGIN_ALLOW_THREADS;
-    status = hurray_file_writer_add(writer, items[i].name, context->tensor, context->buffers,
-                                    items[i].metadata, &error);
-    Py_END_ALLOW_THREADS;
-    if (status == HURRAY_OK && PyErr_CheckSignals() < 0) goto done; /* Ctrl-C: abandon it */
-  }
-  if (status == HURRAY_OK) status = hurray_file_writer_set_metadata(writer, file_metadata, &error);
-  if (status == HURRAY_OK) {
-    Py_BEGIN_ALLOW_THREADS;
-    status = hurray_file_writer_finish(writer, &error);
-    Py_END_ALLOW_THREADS;
-  }
-  if (status != HURRAY_OK) {
-    hurray__py_raise_path(st, status, &error, a[SV_PATH], NULL);
-    goto done;
+  if (max_shard_size > 0) {
+    if (save_shards(st, a[SV_PATH], cpath, &options, items, n, max_shard_size, file_metadata) < 0)
+      goto done;
+  } else {
+    status = write_items(cpath, &options, items, 0, n, file_metadata, &error);
+    if (status < 0) goto done;
+    if (status != HURRAY_OK) {
+      hurray__py_raise_path(st, status, &error, a[SV_PATH], NULL);
+      goto done;
+    }
   }
   result = Py_NewRef(Py_None);
 
 done:
-  if (writer != NULL) { /* frees it; if unfinished, also unlinks the temporary */
-    Py_BEGIN_ALLOW_THREADS;
-    hurray_file_writer_destroy(writer);
-    Py_END_ALLOW_THREADS;
-  }
   for (Py_ssize_t i = 0; items != NULL && i < n; i++) Py_XDECREF(items[i].tensor);
   PyMem_Free(items);
   arena_free(&arena);
@@ -1517,7 +1809,7 @@ PyMethodDef hurray__py_file_functions[] = {
     {"save", HURRAY_PY_CFUNC(save), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
          "save($module, /, path, tensors, metadata=None, *, alignment=64, tensor_metadata=None, "
-         "durable=True)\n"
+         "durable=True, max_shard_size=None)\n"
          "--\n"
          "\n"
          "Write tensors to a Hurray file, atomically.\n"
@@ -1553,6 +1845,17 @@ PyMethodDef hurray__py_file_functions[] = {
          "    both fsyncs: the file still replaces `path` atomically, but a power\n"
          "    loss or a crash of the system before the kernel writes it back may\n"
          "    leave the previous file or one whose data never reached the disk.\n"
+         "max_shard_size : int or str, optional\n"
+         "    Write a sharded checkpoint, as ``save_pretrained(max_shard_size=...)``\n"
+         "    does: `path` is its directory (made if missing; or the index's path,\n"
+         "    ``NAME.hurray.index.json``), each shard\n"
+         "    ``model-00001-of-0000N.hurray`` at most this many bytes (a larger\n"
+         "    tensor alone in its shard; '5GB' is 5 * 10**9 bytes, '2GiB'\n"
+         "    2 * 2**30), beside ``model.hurray.index.json`` in Hugging Face's\n"
+         "    shape (``metadata``, ``weight_map``). Every shard carries\n"
+         "    `metadata`. The shards are written aside and moved into place with\n"
+         "    the index only once all are complete, so a failed save leaves a\n"
+         "    previous checkpoint as it was. `load` and `open` read the directory.\n"
          "\n"
          "Raises\n"
          "------\n"
@@ -1591,7 +1894,17 @@ PyMethodDef hurray__py_file_functions[] = {
          "...             {\"arch\": \"tiny\"}, tensor_metadata={\"w\": {\"trained\": True}})\n"
          ">>> with hurray.open(\"model.hurray\") as f:\n"
          "...     f.metadata, f.tensor_metadata(\"w\"), f[\"w\"].tolist()\n"
-         "({'arch': 'tiny'}, {'trained': True}, [[1.0, 0.0], [0.0, 1.0]])\n")},
+         "({'arch': 'tiny'}, {'trained': True}, [[1.0, 0.0], [0.0, 1.0]])\n"
+         "\n"
+         "A sharded checkpoint, loaded from its directory:\n"
+         "\n"
+         ">>> import os\n"
+         ">>> layers = {f\"layer{i}\": np.zeros(256, np.float32) for i in range(4)}\n"
+         ">>> hurray.save(\"checkpoint\", layers, max_shard_size=\"2KiB\")\n"
+         ">>> sorted(os.listdir(\"checkpoint\"))[:2]\n"
+         "['model-00001-of-00002.hurray', 'model-00002-of-00002.hurray']\n"
+         ">>> list(hurray.load(\"checkpoint\"))\n"
+         "['layer0', 'layer1', 'layer2', 'layer3']\n")},
     {"load", HURRAY_PY_CFUNC(load), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("load($module, /, path, *, mmap=True, verify=False, writable=False)\n"
                "--\n"

@@ -160,7 +160,11 @@ static int print_tensor(const HurrayFileReader *r, uint32_t index, const HurrayF
 static void print_file(const char *path, const HurrayFileInfo *info) {
   char data[32], index[32];
   cli_escape(stdout, path, strlen(path), false);
-  if (info->format == HURRAY_FORMAT_HURRAY) {
+  if (info->shard_count > 0) { /* a checkpoint: its first shard's format */
+    printf(": sharded checkpoint, %" PRIu32 " %s shard%s, ", info->shard_count,
+           info->format == HURRAY_FORMAT_HURRAY ? "Hurray" : hurray_format_name(info->format),
+           info->shard_count == 1 ? "" : "s");
+  } else if (info->format == HURRAY_FORMAT_HURRAY) {
     printf(": Hurray file %u.%u, ", info->version_major, info->version_minor);
   } else { /* what the one loader reads of it: no version, alignment or index of its own */
     printf(": %s file, ", hurray_format_name(info->format));
@@ -168,7 +172,7 @@ static void print_file(const char *path, const HurrayFileInfo *info) {
   printf("%" PRIu32 " tensor%s, %s of data in %" PRIu32 " buffer%s", info->tensor_count,
          info->tensor_count == 1 ? "" : "s", cli_size(info->data_bytes, data), info->buffer_count,
          info->buffer_count == 1 ? "" : "s");
-  if (info->format == HURRAY_FORMAT_HURRAY) {
+  if (info->format == HURRAY_FORMAT_HURRAY && info->shard_count == 0) {
     printf(", alignment %" PRIu32 ", index %s", info->alignment,
            cli_size(info->index_length, index));
   }
@@ -248,10 +252,11 @@ static void json_file(const char *path, const HurrayFileInfo *info) {
   printf(", \"format\": \"%s\"", hurray_format_name(info->format));
   printf(", \"format_version\": [%u, %u], \"file_size\": %" PRIu64 ", \"alignment\": %" PRIu32
          ", \"tensor_count\": %" PRIu32 ", \"buffer_count\": %" PRIu32 ", \"data_bytes\": %" PRIu64
-         ", \"index_offset\": %" PRIu64 ", \"index_length\": %" PRIu64 ", ",
+         ", \"index_offset\": %" PRIu64 ", \"index_length\": %" PRIu64
+         ", \"shard_count\": %" PRIu32 ", ",
          info->version_major, info->version_minor, info->file_size, info->alignment,
          info->tensor_count, info->buffer_count, info->data_bytes, info->index_offset,
-         info->index_length);
+         info->index_length, info->shard_count);
 }
 
 /* ---- the command --------------------------------------------------------------------------- */

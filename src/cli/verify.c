@@ -46,7 +46,13 @@ static int run_verify(int argc, char **argv) {
   hurray_file_reader_info(r, &info, NULL);
   if (info.format == HURRAY_FORMAT_SAFETENSORS || info.format == HURRAY_FORMAT_NPY) {
     /* Opening checked the header and that every tensor lies inside the file: all there is. */
-    if (!quiet) {
+    if (!quiet && info.shard_count > 0) {
+      printf("%s: ok, its %" PRIu32 " shards are %s files, which keep no checksums: the index, "
+             "their headers and where its %" PRIu32 " tensor%s lie were checked, its data "
+             "cannot be\n",
+             path, info.shard_count, hurray_format_name(info.format), info.tensor_count,
+             info.tensor_count == 1 ? "" : "s");
+    } else if (!quiet) {
       printf("%s: ok, a %s file keeps no checksums: its header and where its %" PRIu32
              " tensor%s lie were checked, its data cannot be\n",
              path, hurray_format_name(info.format), info.tensor_count,

@@ -103,8 +103,10 @@ static int measure(ConvArray *a, HurrayError *error) {
   return HURRAY_OK;
 }
 
+/* A Hurray file, or a sharded checkpoint (whose shards may be safetensors files). */
 static int open_hurray(ConvSource *s, const char *path, HurrayError *error) {
-  int status = hurray_file_reader_open(path, 0, &s->reader, error);
+  uint32_t flags = hurray__shards_path(path) ? HURRAY_FILE_OPEN_FOREIGN : 0;
+  int status = hurray_file_reader_open(path, flags, &s->reader, error);
   HurrayFileInfo info;
   if (status == HURRAY_OK) status = hurray_file_reader_info(s->reader, &info, error);
   if (status == HURRAY_OK)
@@ -319,7 +321,8 @@ static int checksum_mismatch(const char *name, uint32_t buffer, HurrayError *err
 static int stream_hurray(ConvSource *s, uint32_t index, const char *name, uint32_t buffer,
                          uint64_t offset, uint64_t len, ConvChunkFn fn, void *context,
                          HurrayError *error) {
-  const FileSource *file = hurray__reader_source(s->reader);
+  bool checksummed = false;
+  const FileSource *file = hurray__reader_source(s->reader, index, &checksummed);
   HurrayFileBufferInfo bi;
   FileHasher *hasher = hurray__hasher_create();
   int status = hasher != NULL
@@ -333,7 +336,7 @@ static int stream_hurray(ConvSource *s, uint32_t index, const char *name, uint32
     status = hurray__stream_file(file, bi.offset + offset + len,
                                  bi.desc.byte_size - offset - len, 0, hasher, NULL, NULL, error);
   }
-  if (status == HURRAY_OK && hurray__hasher_digest(hasher) != bi.checksum)
+  if (status == HURRAY_OK && checksummed && hurray__hasher_digest(hasher) != bi.checksum)
     status = checksum_mismatch(name, buffer, error);
   hurray__hasher_destroy(hasher);
   return status;
@@ -382,11 +385,13 @@ int hurray__source_c_order(ConvSource *s, const ConvArray *a, ConvChunkFn fn, vo
     HurrayFileBufferInfo bi;
     uint8_t *data = NULL;
     int status = hurray_file_reader_buffer_info(s->reader, a->index, a->buffer, &bi, error);
+    bool checksummed = false;
     if (status == HURRAY_OK) {
-      status = hurray__read_region(hurray__reader_source(s->reader), bi.offset, a->region_size,
-                                   &data, error);
+      status = hurray__read_region(hurray__reader_source(s->reader, a->index, &checksummed),
+                                   bi.offset, a->region_size, &data, error);
     }
-    if (status == HURRAY_OK && hurray__xxh3(data, (size_t)a->region_size) != bi.checksum) {
+    if (status == HURRAY_OK && checksummed &&
+        hurray__xxh3(data, (size_t)a->region_size) != bi.checksum) {
       status = checksum_mismatch(a->name, a->buffer, error);
     }
     if (status == HURRAY_OK) status = hurray__stream_gather(a, data, fn, context, error);
@@ -758,8 +763,10 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
                           "alignment applies to Hurray and safetensors outputs, not %s",
                           hurray_format_name(out));
   }
-  if (status == HURRAY_OK && in == HURRAY_FORMAT_AUTO &&
-      hurray_format_from_path(input, &in, NULL) != HURRAY_OK) {
+  if (status == HURRAY_OK && in == HURRAY_FORMAT_AUTO && hurray__shards_path(input)) {
+    in = HURRAY_FORMAT_HURRAY; /* a sharded checkpoint, read as one Hurray input */
+  } else if (status == HURRAY_OK && in == HURRAY_FORMAT_AUTO &&
+             hurray_format_from_path(input, &in, NULL) != HURRAY_OK) {
     in = HURRAY_FORMAT_AUTO; /* sniffed below, once mapped */
   }
   if (status != HURRAY_OK) return status;

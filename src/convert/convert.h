@@ -9,6 +9,7 @@
  *                  gathering a strided array into C order; checksums on the way
  *   convert.c      hurray_convert: sources (what each input holds) and sinks (each output)
  *   view.c         a source presented as a HurrayFileReader (HURRAY_FILE_OPEN_FOREIGN)
+ *   shards.c       sharded checkpoints: the index (parse, write) and its shards as one reader
  *
  * Every parser takes untrusted bytes: each length and count is checked against the bytes
  * that hold it before use, arithmetic is overflow-checked, and each error names the byte
@@ -27,6 +28,10 @@
 
 #define CONV_SAFETENSORS_MAX_HEADER 100000000u /* bytes, as the safetensors package */
 #define CONV_NPY_MAX_HEADER 10000u             /* bytes of the dict literal, as numpy.load */
+#define CONV_JSON_MAX_DEPTH 64u        /* levels of a value hurray__json_skip skips */
+#define CONV_SHARD_INDEX_MAX 100000000u /* bytes of a checkpoint index, as a safetensors header */
+#define CONV_MAX_SHARDS 65536u          /* shards of one checkpoint */
+#define CONV_MAX_SHARD_NAME 255u        /* bytes of a shard's file name (NAME_MAX) */
 #define CONV_ZIP_MAX_RATIO 1032u /* deflate cannot expand one byte into more than this */
 
 /* ---- an array to convert ------------------------------------------------------------------ */
@@ -100,11 +105,31 @@ HURRAY_INTERNAL int hurray__json_string(TextCursor *j, FileArena *arena, const c
  * leading zero that fits in uint64. */
 HURRAY_INTERNAL int hurray__json_uint(TextCursor *j, uint64_t *out, const char *what,
                                       HurrayError *error);
+/* Skips whitespace, then one JSON value of any type (RFC 8259), nested at most
+ * CONV_JSON_MAX_DEPTH levels, its strings decoded into `scratch` and dropped. */
+HURRAY_INTERNAL int hurray__json_skip(TextCursor *j, FileArena *scratch, HurrayError *error);
 /* Skips whitespace, then requires the literal `null`. Whether it is there (consumed if so). */
 HURRAY_INTERNAL bool hurray__json_accept_null(TextCursor *j);
 /* Appends `len` bytes as the inside of a JSON string, escaped as serde_json escapes: \" \\,
  * \b \f \n \r \t, other control characters as \u00XX; everything else as it is. */
 HURRAY_INTERNAL void hurray__json_escape(FileSink *out, const char *s, size_t len);
+
+/* ---- shards.c ----------------------------------------------------------------------------- */
+
+/* A checkpoint index as parsed: its tensors sorted by name, each with the number of its shard
+ * (`local` 0), the shards' file names sorted, everything in the caller's arena. */
+typedef struct ShardIndex {
+  FileShardEntry *entries;
+  uint32_t count;
+  const char **shards;
+  uint32_t shard_count;
+} ShardIndex;
+
+/* Parses an index of `len` bytes (file-format.md §12.1): a JSON object whose "weight_map" maps
+ * valid tensor names to plain file names, other members (its "metadata") any JSON value. Each
+ * tensor once; at most HURRAY_FILE_MAX_TENSORS tensors and CONV_MAX_SHARDS shards. */
+HURRAY_INTERNAL int hurray__shard_index_parse(const uint8_t *text, size_t len, FileArena *arena,
+                                              ShardIndex *out, HurrayError *error);
 
 /* ---- safetensors.c ------------------------------------------------------------------------ */
 

@@ -1,21 +1,97 @@
 /* json.c -- strict, bounded JSON tokens read with a TextCursor (cursor.c): exactly what a
  * safetensors header is made of (objects, arrays, strings, unsigned integers, and `null` where
  * the schema allows it). The
- * schema drives the parse (safetensors.c), so nesting is bounded by construction (three
- * levels: the header, an entry, its shape or offsets) and no value of an unexpected type is
- * ever skipped over: it is an error naming its offset and what was expected. */
+ * schema drives the parse (safetensors.c, shards.c), so nesting is bounded by construction
+ * (three levels: the header, an entry, its shape or offsets) and no value of an unexpected
+ * type is taken for another: it is an error naming its offset and what was expected. The one
+ * generic value, hurray__json_skip, is for members a schema leaves free (a checkpoint index's
+ * "metadata"): checked against RFC 8259's grammar, nesting bounded, and discarded. */
 #include <inttypes.h>
 #include <string.h>
 
 #include "convert.h"
 
+static bool accept_literal(TextCursor *j, const char *word);
+
 bool hurray__json_accept_null(TextCursor *j) {
   hurray__cursor_skip_space(j);
-  if (j->len - j->at >= 4 && memcmp(j->text + j->at, "null", 4) == 0) {
-    j->at += 4;
+  return accept_literal(j, "null");
+}
+
+static bool accept_literal(TextCursor *j, const char *word) {
+  size_t n = strlen(word);
+  if (j->len - j->at >= n && memcmp(j->text + j->at, word, n) == 0) {
+    j->at += n;
     return true;
   }
   return false;
+}
+
+static size_t digits(TextCursor *j) {
+  size_t first = j->at;
+  while (j->at < j->len && j->text[j->at] >= '0' && j->text[j->at] <= '9') j->at++;
+  return j->at - first;
+}
+
+/* RFC 8259's number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int skip_number(TextCursor *j, HurrayError *error) {
+  uint64_t at = j->base + j->at;
+  if (j->at < j->len && j->text[j->at] == '-') j->at++;
+  size_t first = j->at, n = digits(j);
+  bool ok = n > 0 && !(n > 1 && j->text[first] == '0');
+  if (ok && j->at < j->len && j->text[j->at] == '.') {
+    j->at++;
+    ok = digits(j) > 0;
+  }
+  if (ok && j->at < j->len && (j->text[j->at] == 'e' || j->text[j->at] == 'E')) {
+    j->at++;
+    if (j->at < j->len && (j->text[j->at] == '+' || j->text[j->at] == '-')) j->at++;
+    ok = digits(j) > 0;
+  }
+  return ok ? HURRAY_OK
+            : hurray__fail(error, HURRAY_EFORMAT, "byte %" PRIu64 ": malformed number", at);
+}
+
+static int skip_value(TextCursor *j, FileArena *scratch, unsigned depth, HurrayError *error) {
+  hurray__cursor_skip_space(j);
+  if (depth > CONV_JSON_MAX_DEPTH) {
+    return hurray__fail(error, HURRAY_ELIMIT, "byte %" PRIu64 ": nested deeper than %u levels",
+                        hurray__cursor_offset(j), CONV_JSON_MAX_DEPTH);
+  }
+  if (j->at >= j->len) return hurray__cursor_unexpected(j, "a value", error);
+  const char *text = NULL;
+  size_t len = 0;
+  int status = HURRAY_OK;
+  switch (j->text[j->at]) {
+    case '"':
+      return hurray__json_string(j, scratch, &text, &len, "a string", error);
+    case '{':
+    case '[': {
+      char close = j->text[j->at] == '{' ? '}' : ']';
+      bool object = close == '}';
+      j->at++;
+      if (hurray__cursor_accept(j, close)) return HURRAY_OK;
+      do {
+        if (object) {
+          status = hurray__json_string(j, scratch, &text, &len, "a member name", error);
+          if (status == HURRAY_OK) status = hurray__cursor_expect(j, ':', "':'", error);
+        }
+        if (status == HURRAY_OK) status = skip_value(j, scratch, depth + 1, error);
+      } while (status == HURRAY_OK && hurray__cursor_accept(j, ','));
+      if (status != HURRAY_OK) return status;
+      return hurray__cursor_expect(j, close, object ? "',' or '}'" : "',' or ']'", error);
+    }
+    default:
+      if (accept_literal(j, "true") || accept_literal(j, "false") || accept_literal(j, "null"))
+        return HURRAY_OK;
+      if (j->text[j->at] == '-' || (j->text[j->at] >= '0' && j->text[j->at] <= '9'))
+        return skip_number(j, error);
+      return hurray__cursor_unexpected(j, "a value", error);
+  }
+}
+
+int hurray__json_skip(TextCursor *j, FileArena *scratch, HurrayError *error) {
+  return skip_value(j, scratch, 0, error);
 }
 
 static int hex_digit(uint8_t c) {

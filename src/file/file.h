@@ -343,9 +343,12 @@ HURRAY_INTERNAL void hurray__source_release(FileSource *source);
 /* The bytes of a mapped or memory source (after hurray__source_map), NULL for a pread one. */
 HURRAY_INTERNAL const uint8_t *hurray__source_bytes(const FileSource *source);
 
-/* The source a reader reads, for reading a buffer's bytes with hurray__source_read (a
- * reader opened from a path keeps its descriptor until destroyed). */
-HURRAY_INTERNAL const FileSource *hurray__reader_source(const HurrayFileReader *reader);
+/* The source that holds tensor `index`'s buffers, for reading their bytes with
+ * hurray__source_read (a reader opened from a path keeps its descriptor until destroyed): the
+ * reader's own, or its shard's. `*checksummed`: whether its buffers' checksums are XXH3-64 of
+ * their bytes (a Hurray file's; a view's are 0). NULL for an index past the end. */
+HURRAY_INTERNAL const FileSource *hurray__reader_source(const HurrayFileReader *reader,
+                                                        uint32_t index, bool *checksummed);
 
 /* ---- reader.c: files of other formats, presented as readers ------------------------------ */
 
@@ -386,6 +389,41 @@ HURRAY_INTERNAL int hurray__reader_open_view(FileView *view, HurrayFileReader **
  * `flags` as for hurray_file_reader_open. */
 HURRAY_INTERNAL int hurray__view_open(const char *path, uint32_t flags, HurrayFileReader **out,
                                       HurrayError *error);
+
+/* ---- reader.c: sharded checkpoints, presented as one reader -------------------------------- */
+
+/* A tensor the checkpoint index lists: its name and where it is. */
+typedef struct FileShardEntry {
+  const char *name; /* NUL-terminated, in the shards' arena */
+  uint32_t shard;   /* its shard's number */
+  uint32_t local;   /* its number in that shard's reader */
+} FileShardEntry;
+
+/* The shards of one checkpoint (src/convert/shards.c opens and checks them). Tensors are
+ * numbered shard after shard, each shard's in its own order: shard s holds the tensors
+ * [first[s], first[s + 1]). */
+typedef struct FileShards {
+  FileArena arena;
+  uint32_t count;
+  const char **names;         /* each shard's file name, in the arena */
+  HurrayFileReader **readers; /* each shard's reader */
+  uint32_t *first;            /* count + 1 entries */
+  FileShardEntry *entries;    /* every tensor, sorted by name (bytes) */
+  uint32_t entry_count;       /* = first[count] */
+} FileShards;
+
+/* A reader over `shards` (a malloc'd FileShards, SINK also on failure) whose HurrayFileInfo is
+ * `info`: every query goes to the shard that holds the tensor. */
+HURRAY_INTERNAL int hurray__reader_open_shards(FileShards *shards, const HurrayFileInfo *info,
+                                               HurrayFileReader **out, HurrayError *error);
+/* Defined in src/convert/shards.c. */
+HURRAY_INTERNAL void hurray__shards_free(FileShards *shards);
+/* Whether hurray_file_reader_open takes `path` as a checkpoint: a directory, or a name
+ * ending in ".index.json". */
+HURRAY_INTERNAL bool hurray__shards_path(const char *path);
+/* Opens the checkpoint at `path` (file-format.md §12), each shard with `flags`. */
+HURRAY_INTERNAL int hurray__shards_open(const char *path, uint32_t flags, HurrayFileReader **out,
+                                        HurrayError *error);
 
 /* ---- output.c ----------------------------------------------------------------------------- */
 

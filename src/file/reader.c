@@ -59,6 +59,7 @@ struct HurrayFileReader {
   bool read_only;         /* tensors are read-only views of the source */
   const FileViewOps *view_ops; /* a file of another format (NULL: a Hurray file) */
   void *view;
+  FileShards *shards; /* a sharded checkpoint: every query goes to a shard (NULL: one file) */
 };
 
 static bool bit_get(const Bitmap *map, uint64_t i) {
@@ -610,6 +611,7 @@ int hurray_file_reader_open(const char *path, uint32_t flags, HurrayFileReader *
     return hurray__fail(error, HURRAY_EINVAL, "open flags 0x%" PRIX32 " include unknown bits",
                         flags);
   }
+  if (hurray__shards_path(path)) return hurray__shards_open(path, flags, out, error);
   FileSource *source = NULL;
   int status = hurray__source_open(path, flags, &source, error);
   if (status == HURRAY_OK && (flags & HURRAY_FILE_OPEN_FOREIGN) && !starts_as_hurray(source)) {
@@ -630,12 +632,23 @@ int hurray_file_reader_open_memory(const void *data, uint64_t size, HurrayOwnerR
   return status == HURRAY_OK ? open_source(source, out, error) : status;
 }
 
-const FileSource *hurray__reader_source(const HurrayFileReader *reader) {
+static int shard_locate(const HurrayFileReader *r, uint32_t index, const char *function,
+                        uint32_t *shard, uint32_t *local, HurrayError *error);
+
+const FileSource *hurray__reader_source(const HurrayFileReader *reader, uint32_t index,
+                                        bool *checksummed) {
+  if (reader->shards != NULL) {
+    uint32_t shard = 0, local = 0;
+    if (shard_locate(reader, index, "", &shard, &local, NULL) != HURRAY_OK) return NULL;
+    return hurray__reader_source(reader->shards->readers[shard], local, checksummed);
+  }
+  *checksummed = reader->view_ops == NULL;
   return reader->source;
 }
 
 void hurray_file_reader_destroy(HurrayFileReader *reader) {
   if (reader == NULL) return;
+  hurray__shards_free(reader->shards);
   if (reader->view_ops != NULL) reader->view_ops->destroy(reader->view);
   if (reader->source != NULL) hurray__source_close_file(reader->source); /* verify's */
   hurray__source_release(reader->source);
@@ -655,6 +668,107 @@ void hurray_file_reader_destroy(HurrayFileReader *reader) {
   free(reader);
 }
 
+/* ---- sharded checkpoints ------------------------------------------------------------------ */
+
+int hurray__reader_open_shards(FileShards *shards, const HurrayFileInfo *info,
+                               HurrayFileReader **out, HurrayError *error) {
+  HurrayFileReader *r = reader_new(NULL);
+  if (r == NULL) {
+    hurray__shards_free(shards);
+    return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  r->shards = shards;
+  r->info = *info;
+  *out = r;
+  return HURRAY_OK;
+}
+
+/* Tensor `index` of sharded reader `r`: its shard and its number there. */
+static int shard_locate(const HurrayFileReader *r, uint32_t index, const char *function,
+                        uint32_t *shard, uint32_t *local, HurrayError *error) {
+  const FileShards *s = r->shards;
+  if (index >= s->first[s->count]) {
+    return hurray__fail(error, HURRAY_EINVAL, "%s: tensor %" PRIu32 " of %" PRIu32, function,
+                        index, s->first[s->count]);
+  }
+  uint32_t lo = 0, hi = s->count; /* the last shard whose first tensor is <= index */
+  while (hi - lo > 1) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (s->first[mid] <= index) lo = mid; else hi = mid;
+  }
+  *shard = lo;
+  *local = index - s->first[lo];
+  return HURRAY_OK;
+}
+
+/* A shard's failure, naming the shard. */
+static int shard_failed(const HurrayFileReader *r, uint32_t shard, int status,
+                        HurrayError *error) {
+  if (status == HURRAY_OK) return status;
+  return hurray__error_prefix(error, status, "shard '%s': ", r->shards->names[shard]);
+}
+
+/* `call` on the shard holding tensor `index`, with `sub` its reader and `local` the tensor's
+ * number there; a failure names the shard. */
+#define ROUTE(reader, index, function, call)                                               \
+  do {                                                                                     \
+    uint32_t shard_ = 0, local = 0;                                                        \
+    int route_status_ = shard_locate((reader), (index), (function), &shard_, &local, error); \
+    if (route_status_ != HURRAY_OK) return route_status_;                                  \
+    const HurrayFileReader *sub = (reader)->shards->readers[shard_];                       \
+    return shard_failed((reader), shard_, (call), error);                                  \
+  } while (0)
+
+typedef struct ShardProgress {
+  HurrayFileProgressFn fn;
+  void *context;
+  uint64_t before; /* bytes of the shards verified before this one */
+  uint64_t total;
+} ShardProgress;
+
+static void shard_progress(void *context, uint64_t done, uint64_t total) {
+  (void)total;
+  ShardProgress *p = context;
+  p->fn(p->context, p->before + done, p->total);
+}
+
+/* verify of HURRAY_FILE_WHOLE or HURRAY_FILE_INDEX: each shard's, in shard order, progress
+ * counting over all of them. */
+static int shards_verify(const HurrayFileReader *r, uint32_t index, HurrayFileProgressFn progress,
+                         void *context, HurrayError *error) {
+  const FileShards *s = r->shards;
+  ShardProgress p = {.fn = progress, .context = context, .total = r->info.data_bytes};
+  for (uint32_t k = 0; k < s->count; k++) {
+    HurrayFileInfo info;
+    int status = hurray_file_reader_info(s->readers[k], &info, error);
+    if (status == HURRAY_OK) {
+      status = hurray_file_reader_verify(s->readers[k], index, progress ? shard_progress : NULL,
+                                         &p, error);
+    }
+    if (status != HURRAY_OK) return shard_failed(r, k, status, error);
+    p.before += info.data_bytes;
+  }
+  if (progress != NULL && s->count == 0) progress(context, 0, 0);
+  return HURRAY_OK;
+}
+
+static int shards_find(const HurrayFileReader *r, const char *name, uint32_t *index,
+                       HurrayError *error) {
+  const FileShards *s = r->shards;
+  uint32_t lo = 0, hi = s->entry_count;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    int order = strcmp(s->entries[mid].name, name);
+    if (order == 0) {
+      *index = s->first[s->entries[mid].shard] + s->entries[mid].local;
+      return HURRAY_OK;
+    }
+    if (order < 0) lo = mid + 1; else hi = mid;
+  }
+  return hurray__fail(error, HURRAY_EINVAL, "no tensor named '%.*s'",
+                      (int)strnlen(name, HURRAY_MAX_NAME + 1), name);
+}
+
 /* ---- queries ------------------------------------------------------------------------------ */
 
 int hurray_file_reader_info(const HurrayFileReader *reader, HurrayFileInfo *out,
@@ -669,6 +783,7 @@ int hurray_file_reader_info(const HurrayFileReader *reader, HurrayFileInfo *out,
 
 int hurray_file_reader_tensor_info(const HurrayFileReader *reader, uint32_t index,
                                    HurrayFileTensorInfo *out, HurrayError *error) {
+  if (reader != NULL && reader->shards != NULL) ROUTE(reader, index, "hurray_file_reader_tensor_info", hurray_file_reader_tensor_info(sub, local, out, error));
   const ReaderTensor *t = NULL;
   int status = use_tensor(reader, index, "hurray_file_reader_tensor_info", &t, error);
   if (status != HURRAY_OK) return status;
@@ -683,6 +798,7 @@ int hurray_file_reader_tensor_info(const HurrayFileReader *reader, uint32_t inde
 
 int hurray_file_reader_buffer_info(const HurrayFileReader *reader, uint32_t index, uint32_t buffer,
                                    HurrayFileBufferInfo *out, HurrayError *error) {
+  if (reader != NULL && reader->shards != NULL) ROUTE(reader, index, "hurray_file_reader_buffer_info", hurray_file_reader_buffer_info(sub, local, buffer, out, error));
   const ReaderTensor *t = NULL;
   int status = use_tensor(reader, index, "hurray_file_reader_buffer_info", &t, error);
   if (status != HURRAY_OK) return status;
@@ -701,6 +817,7 @@ int hurray_file_reader_find(const HurrayFileReader *reader, const char *name, ui
   if (reader == NULL || name == NULL || index == NULL) {
     return hurray__fail(error, HURRAY_EINVAL, "hurray_file_reader_find: an argument is NULL");
   }
+  if (reader->shards != NULL) return shards_find(reader, name, index, error);
   HurrayFileReader *r = mutable(reader);
   size_t len = strnlen(name, HURRAY_MAX_NAME + 1);
   if (len > 0 && len <= HURRAY_MAX_NAME) {
@@ -733,6 +850,7 @@ static int decode_tensor(const HurrayFileReader *r, const ReaderTensor *t, FileA
 
 int hurray_file_reader_describe(const HurrayFileReader *reader, uint32_t index,
                                 HurrayTensorDesc **out, HurrayError *error) {
+  if (reader != NULL && reader->shards != NULL) ROUTE(reader, index, "hurray_file_reader_describe", hurray_file_reader_describe(sub, local, out, error));
   const ReaderTensor *t = NULL;
   int status = use_tensor(reader, index, "hurray_file_reader_describe", &t, error);
   if (status != HURRAY_OK) return status;
@@ -775,6 +893,7 @@ static int check_buffer(const HurrayFileReader *r, uint32_t index, uint32_t k,
 
 int hurray_file_reader_get(const HurrayFileReader *reader, uint32_t index, uint32_t flags,
                            HurrayTensorContext **out, HurrayError *error) {
+  if (reader != NULL && reader->shards != NULL) ROUTE(reader, index, "hurray_file_reader_get", hurray_file_reader_get(sub, local, flags, out, error));
   const ReaderTensor *t = NULL;
   int status = use_tensor(reader, index, "hurray_file_reader_get", &t, error);
   if (status != HURRAY_OK) return status;
@@ -855,6 +974,7 @@ static int slice_rows(const ReaderTensor *t, HurrayTensorDesc *rows, HurrayArray
 
 int hurray_file_reader_get_rows(const HurrayFileReader *reader, uint32_t index, int64_t start,
                                 int64_t stop, HurrayTensorContext **out, HurrayError *error) {
+  if (reader != NULL && reader->shards != NULL) ROUTE(reader, index, "hurray_file_reader_get_rows", hurray_file_reader_get_rows(sub, local, start, stop, out, error));
   const ReaderTensor *t = NULL;
   int status = use_tensor(reader, index, "hurray_file_reader_get_rows", &t, error);
   if (status != HURRAY_OK) return status;
@@ -963,6 +1083,12 @@ static int check_padding(const HurrayFileReader *reader, uint32_t index, uint32_
 
 int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
                               HurrayFileProgressFn progress, void *context, HurrayError *error) {
+  if (reader != NULL && reader->shards != NULL) {
+    if (index == HURRAY_FILE_WHOLE || index == HURRAY_FILE_INDEX)
+      return shards_verify(reader, index, progress, context, error);
+    ROUTE(reader, index, "hurray_file_reader_verify",
+          hurray_file_reader_verify(sub, local, progress, context, error));
+  }
   uint32_t first = index, last = index;
   int status = HURRAY_OK;
   if (index == HURRAY_FILE_INDEX && reader != NULL) {
@@ -1022,6 +1148,18 @@ int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
 
 int hurray_file_reader_metadata(const HurrayFileReader *reader, uint32_t index,
                                 HurrayMetaValue **out, HurrayError *error) {
+  if (reader != NULL && reader->shards != NULL) { /* the file metadata: the first shard's */
+    if (index == HURRAY_FILE_WHOLE && out != NULL && reader->shards->count == 0)
+      return hurray__meta_decode_tree(NULL, 0, out, error);
+    if (index == HURRAY_FILE_WHOLE && out != NULL) {
+      return shard_failed(reader, 0,
+                          hurray_file_reader_metadata(reader->shards->readers[0], index, out,
+                                                      error),
+                          error);
+    }
+    ROUTE(reader, index, "hurray_file_reader_metadata",
+          hurray_file_reader_metadata(sub, local, out, error));
+  }
   const ReaderTensor *t = NULL;
   int status = HURRAY_OK;
   if (index != HURRAY_FILE_WHOLE || reader == NULL) {

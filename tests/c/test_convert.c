@@ -100,7 +100,7 @@ static void safetensors_golden_output(void **state) {
   const uint8_t data[16] = {7, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0x40};
   memcpy(expected + 144, data, 16);
   size_t size = 0;
-  uint8_t *bytes = read_bytes(path_of("golden.safetensors"), &size);
+  uint8_t *bytes = file_contents(path_of("golden.safetensors"), &size);
   assert_int_equal(size, sizeof expected);
   assert_memory_equal(bytes, expected, sizeof expected);
   free(bytes);
@@ -156,7 +156,7 @@ static void npy_golden_output(void **state) {
   expected[127] = '\n';
   memcpy(expected + 128, values, 24);
   size_t size = 0;
-  uint8_t *bytes = read_bytes(path_of("x.npy"), &size);
+  uint8_t *bytes = file_contents(path_of("x.npy"), &size);
   assert_int_equal(size, sizeof expected);
   assert_memory_equal(bytes, expected, sizeof expected);
   free(bytes);
@@ -176,7 +176,7 @@ static void npy_golden_output(void **state) {
   static const char kFortran[] = "{'descr': '<f4', 'fortran_order': True, 'shape': (3, 2), }";
   memset(expected + 10, ' ', 117);
   memcpy(expected + 10, kFortran, sizeof kFortran - 1);
-  bytes = read_bytes(path_of("f.npy"), &size);
+  bytes = file_contents(path_of("f.npy"), &size);
   assert_int_equal(size, sizeof expected);
   assert_memory_equal(bytes, expected, sizeof expected);
   free(bytes);
@@ -307,7 +307,7 @@ static void other_formats_open_as_readers(void **state) {
   OK(hurray_convert(path_of("two.hurray"), path_of("one.npy"), &one, E));
   /* Recognised by their bytes, not their names. */
   size_t size = 0;
-  uint8_t *st = read_bytes(path_of("two.safetensors"), &size);
+  uint8_t *st = file_contents(path_of("two.safetensors"), &size);
   write_bytes(path_of("st.bin"), st, size);
   free(st);
 
@@ -373,7 +373,7 @@ static void other_formats_open_as_readers(void **state) {
   bool view = got_twice_shares(r, "i", i8, sizeof i8, HURRAY_BUFFER_READ_ONLY);
   assert_int_equal(view, bi.offset % 64 == 0);
   hurray_file_reader_destroy(r);
-  uint8_t *npz = read_bytes(path_of("two.npz"), &size);
+  uint8_t *npz = file_contents(path_of("two.npz"), &size);
   npz[bi.offset + 1] ^= 0x40;
   write_bytes(path_of("bad.npz"), npz, size);
   free(npz);
@@ -469,7 +469,7 @@ static void safetensors_round_trip_every_dtype(void **state) {
   OK(hurray_convert(path_of("st.hurray"), path_of("st.safetensors"), NULL, E));
   OK(hurray_convert(path_of("st.safetensors"), path_of("st2.hurray"), NULL, E));
   size_t size = 0;
-  char *bytes = (char *)read_bytes(path_of("st.safetensors"), &size);
+  char *bytes = (char *)file_contents(path_of("st.safetensors"), &size);
   const char *previous = bytes + 8;
   for (size_t i = ST_COUNT; i-- > 0;) { /* in the file by rank, descending */
     char entry[128];
@@ -489,8 +489,8 @@ static void safetensors_round_trip_every_dtype(void **state) {
   /* safetensors -> safetensors reproduces the file */
   OK(hurray_convert(path_of("st.safetensors"), path_of("st2.safetensors"), NULL, E));
   size_t size2 = 0;
-  uint8_t *a = read_bytes(path_of("st.safetensors"), &size),
-          *b = read_bytes(path_of("st2.safetensors"), &size2);
+  uint8_t *a = file_contents(path_of("st.safetensors"), &size),
+          *b = file_contents(path_of("st2.safetensors"), &size2);
   assert_int_equal(size, size2);
   assert_memory_equal(a, b, size);
   free(a);
@@ -506,7 +506,7 @@ static void npy_and_npz_round_trip_every_dtype(void **state) {
     HurrayConvertOptions o = {.name = name};
     OK(hurray_convert(path_of("np.hurray"), path_of("one.npy"), &o, E));
     size_t size = 0;
-    char *bytes = (char *)read_bytes(path_of("one.npy"), &size);
+    char *bytes = (char *)file_contents(path_of("one.npy"), &size);
     char descr[32];
     snprintf(descr, sizeof descr, "'descr': '%s'", kNpyDtypes[i].name);
     assert_non_null(strstr(bytes + 10, descr));
@@ -525,7 +525,7 @@ static void npy_and_npz_round_trip_every_dtype(void **state) {
   OK(hurray_convert(path_of("np.hurray"), path_of("all64.npz"), NULL, E));
   hurray__zip64_threshold = 0xFFFFFFFFu;
   size_t size = 0;
-  uint8_t *bytes = read_bytes(path_of("all64.npz"), &size);
+  uint8_t *bytes = file_contents(path_of("all64.npz"), &size);
   assert_true(size > 98);
   assert_memory_equal(bytes + size - 22 - 20, "PK\x06\x07", 4); /* the ZIP64 locator */
   free(bytes);
@@ -563,7 +563,7 @@ static void empty_and_scalar_tensors(void **state) {
     assert_true(same_dense(path_of("es.hurray"), path_of("es3.hurray"), t[i].name));
   }
   size_t size = 0;
-  char *bytes = (char *)read_bytes(path_of("es.npy"), &size);
+  char *bytes = (char *)file_contents(path_of("es.npy"), &size);
   assert_non_null(strstr(bytes + 10, "'shape': (), }"));
   free(bytes);
 }
@@ -618,7 +618,7 @@ static void fortran_order_to_safetensors(void **state) {
   OK(hurray_convert(path_of("fo.hurray"), path_of("fo.npz"), NULL, E));
   OK(hurray_convert(path_of("fo.npz"), path_of("fo.safetensors"), NULL, E));
   size_t size = 0;
-  uint8_t *bytes = read_bytes(path_of("fo.safetensors"), &size);
+  uint8_t *bytes = file_contents(path_of("fo.safetensors"), &size);
   const int32_t c_order[6] = {0, 2, 4, 1, 3, 5};
   assert_memory_equal(bytes + size - 24, c_order, 24);
   free(bytes);
@@ -643,7 +643,7 @@ static void metadata_maps_or_is_refused(void **state) {
   HurrayConvertOptions json = {.flags = HURRAY_CONVERT_METADATA_JSON};
   OK(hurray_convert(path_of("meta.hurray"), path_of("meta.safetensors"), &json, E));
   size_t size = 0;
-  char *bytes = (char *)read_bytes(path_of("meta.safetensors"), &size);
+  char *bytes = (char *)file_contents(path_of("meta.safetensors"), &size);
   assert_non_null(
       strstr(bytes + 8, "{\"__metadata__\":{\"a\":\"text\",\"n\":\"-12\",\"x\":\"0.1\"},"));
   free(bytes);
@@ -799,7 +799,7 @@ static void options_are_checked(void **state) {
   o = (HurrayConvertOptions){.alignment = 4096};
   OK(hurray_convert(path_of("o.hurray"), path_of("o.safetensors"), &o, E));
   size_t size = 0;
-  uint8_t *bytes = read_bytes(path_of("o.safetensors"), &size);
+  uint8_t *bytes = file_contents(path_of("o.safetensors"), &size);
   assert_int_equal(size, 4096 + 8);
   assert_int_equal(bytes[0] + 256 * bytes[1] + 8, 4096);
   free(bytes);
@@ -1009,7 +1009,7 @@ static void failures_leave_nothing_behind(void **state) {
   OK(hurray_convert(path_of("good.hurray"), path_of("good.npz"), NULL, E));
   /* flip a data byte of the stored member: its CRC-32 no longer matches */
   size_t size = 0;
-  uint8_t *bytes = read_bytes(path_of("good.npz"), &size);
+  uint8_t *bytes = file_contents(path_of("good.npz"), &size);
   bytes[size / 2] ^= 0x40;
   write_bytes(path_of("bad.npz"), bytes, size);
   free(bytes);
@@ -1023,7 +1023,7 @@ static void failures_leave_nothing_behind(void **state) {
   OK(hurray_file_reader_open(path_of("good.hurray"), 0, &r, E));
   OK(hurray_file_reader_buffer_info(r, 0, 0, &bi, E));
   hurray_file_reader_destroy(r);
-  bytes = read_bytes(path_of("good.hurray"), &size);
+  bytes = file_contents(path_of("good.hurray"), &size);
   bytes[bi.offset + 100] ^= 1;
   write_bytes(path_of("bad.hurray"), bytes, size);
   free(bytes);

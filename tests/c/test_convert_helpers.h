@@ -22,20 +22,6 @@ static inline void write_bytes(const char *path, const void *bytes, size_t size)
   assert_int_equal(fclose(f), 0);
 }
 
-static inline uint8_t *read_bytes(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return NULL;
-  fseek(f, 0, SEEK_END);
-  *size = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *bytes = malloc(*size + 1);
-  assert_non_null(bytes);
-  assert_int_equal(fread(bytes, 1, *size, f), *size);
-  bytes[*size] = 0;
-  fclose(f);
-  return bytes;
-}
-
 static inline bool exists(const char *path) {
   struct stat st;
   return stat(path, &st) == 0;
@@ -68,7 +54,7 @@ static inline void convert_fails(const char *in, const char *out,
                                  const HurrayConvertOptions *options, int expected,
                                  const char *text, const char *file, int line) {
   size_t before_size = 0;
-  uint8_t *before = read_bytes(out, &before_size);
+  uint8_t *before = file_contents(out, &before_size);
   HurrayError error = {0};
   int status = hurray_convert(in, out, options, &error);
   if (status != expected) {
@@ -79,7 +65,7 @@ static inline void convert_fails(const char *in, const char *out,
     FAIL_AT(file, line, "convert %s -> %s: message '%s' lacks '%s'", in, out, error.message, text);
   }
   size_t after_size = 0;
-  uint8_t *after = read_bytes(out, &after_size);
+  uint8_t *after = file_contents(out, &after_size);
   if ((before == NULL) != (after == NULL) ||
       (before != NULL && (before_size != after_size || memcmp(before, after, before_size) != 0))) {
     FAIL_AT(file, line, "convert %s -> %s failed but changed the output", in, out);

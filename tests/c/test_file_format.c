@@ -49,6 +49,7 @@ PIN_OFFSET(HurrayFileInfo, index_offset, 32);
 PIN_OFFSET(HurrayFileInfo, index_length, 40);
 PIN_OFFSET(HurrayFileInfo, format, 48);
 PIN_OFFSET(HurrayFileInfo, reserved0, 49);
+PIN_OFFSET(HurrayFileInfo, shard_count, 52);
 PIN_OFFSET(HurrayFileInfo, reserved, 56);
 PIN_SIZE(HurrayFileBufferInfo, 48);
 PIN_OFFSET(HurrayFileBufferInfo, desc, 0);
@@ -1032,8 +1033,9 @@ static void open_errors_are_clear(void **state) {
   HurrayFileReader *r = NULL;
   assert_int_equal(hurray_file_reader_open(path_of("missing.hurray"), 0, &r, &error), HURRAY_EIO);
   assert_non_null(strstr(error.message, "No such file"));
+  /* A directory is a sharded checkpoint; this one has no index (and no single file). */
   assert_int_equal(hurray_file_reader_open(g_dir, 0, &r, &error), HURRAY_EIO);
-  assert_non_null(strstr(error.message, "not a regular file"));
+  assert_non_null(strstr(error.message, "holds no checkpoint index"));
   assert_int_equal(hurray_file_reader_open(g_dir, 8, &r, &error), HURRAY_EINVAL);
 
   /* The memory image must be aligned to the file's alignment; release runs on failure. */

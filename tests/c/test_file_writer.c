@@ -47,19 +47,6 @@ static void write_text(const char *path, const char *text) {
   fclose(f);
 }
 
-static char *read_all(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return NULL;
-  fseek(f, 0, SEEK_END);
-  *size = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *bytes = malloc(*size + 1);
-  assert_int_equal(fread(bytes, 1, *size, f), *size);
-  bytes[*size] = '\0';
-  fclose(f);
-  return bytes;
-}
-
 /* Names in the directory other than `except...`: temporaries left behind, if any. */
 static int count_entries(void) {
   DIR *d = opendir(g_dir);
@@ -110,7 +97,7 @@ static void appears_only_when_finished(bool named) {
   OK(hurray_file_writer_create(path, NULL, &w, E));
   add_dense(w);
   size_t size = 0;
-  char *text = read_all(path, &size);
+  char *text = (char *)file_contents(path, &size);
   assert_string_equal(text, "previous contents"); /* untouched until finish */
   free(text);
   /* the file, and the temporary where it has a name */
@@ -146,7 +133,7 @@ static void destroy_without_finish_leaves_no_trace(void **state) {
   OK(hurray_file_writer_begin_buffer(w, HURRAY_ROLE_VALUES, E));
   hurray_file_writer_destroy(w); /* mid-tensor */
   size_t size = 0;
-  char *text = read_all(path, &size);
+  char *text = (char *)file_contents(path, &size);
   assert_string_equal(text, "previous contents");
   free(text);
   assert_int_equal(count_entries(), 1);
@@ -175,10 +162,10 @@ static void a_crash_leaves_the_previous_file(void **state) {
   assert_int_equal(waitpid(child, &status, 0), child);
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   size_t size = 0;
-  char *text = read_all(old_path, &size);
+  char *text = (char *)file_contents(old_path, &size);
   assert_string_equal(text, "previous contents");
   free(text);
-  assert_null(read_all(new_path, &size));
+  assert_null((char *)file_contents(new_path, &size));
 }
 
 /* A dead writer's temporaries: none with O_TMPFILE; named ones, removed by the next save of the
@@ -324,7 +311,7 @@ static char *write_with_attempt(const char *name, size_t junk, int attempt, size
   sample_free(&s);
   OK(hurray_file_writer_finish(w, E));
   hurray_file_writer_destroy(w);
-  return read_all(path, size);
+  return (char *)file_contents(path, size);
 }
 
 static void a_failed_tensor_leaves_no_trace(void **state) {
@@ -458,7 +445,7 @@ static void commit_failures_leave_the_previous_file(void **state) {
     hurray_file_writer_destroy(w);
     assert_int_equal(count_entries(), 1);
     size_t size = 0;
-    char *text = read_all(path, &size);
+    char *text = (char *)file_contents(path, &size);
     if (renamed) {
       HurrayFileReader *r = NULL;
       OK(hurray_file_reader_open(path, 0, &r, E));
@@ -509,7 +496,7 @@ static void not_durable_skips_only_the_fsyncs(void **state) {
     hurray_file_writer_destroy(w);
     assert_int_equal(count_entries(), 1); /* no temporary */
     size_t size = 0;
-    char *text = read_all(path, &size);
+    char *text = (char *)file_contents(path, &size);
     assert_string_equal(text, "previous contents");
     free(text);
   }

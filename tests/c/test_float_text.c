@@ -105,7 +105,7 @@ static void convert_writes_json_numbers_under_decimal_comma(void **state) {
   OK(hurray_convert(path_of("comma.hurray"), path_of("comma.safetensors"), &json, E));
   setlocale(LC_NUMERIC, "C");
   size_t size = 0;
-  char *bytes = (char *)read_bytes(path_of("comma.safetensors"), &size);
+  char *bytes = (char *)file_contents(path_of("comma.safetensors"), &size);
   assert_non_null(
       strstr(bytes + 8, "{\"__metadata__\":{\"scale\":\"0.5\",\"steps\":\"[1.25,-3e-05]\"},"));
   free(bytes);

@@ -5,6 +5,7 @@
 #ifndef HURRAY_TEST_TMPDIR_H
 #define HURRAY_TEST_TMPDIR_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -41,6 +42,22 @@ static inline char *path_of(const char *name) {
   char *path = paths[next++ % 8];
   snprintf(path, sizeof paths[0], "%s/%s", g_dir, name);
   return path;
+}
+
+/* The bytes of file `path` in new memory (free it), NUL-terminated so text compares as a
+ * string; `*size` excludes the NUL. NULL if the file cannot be opened. */
+static inline uint8_t *file_contents(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return NULL;
+  fseek(f, 0, SEEK_END);
+  *size = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *bytes = malloc(*size + 1);
+  assert_non_null(bytes);
+  assert_int_equal(fread(bytes, 1, *size, f), *size);
+  bytes[*size] = 0;
+  fclose(f);
+  return bytes;
 }
 
 #endif /* HURRAY_TEST_TMPDIR_H */

@@ -569,19 +569,6 @@ static void proxy_stop(Proxy *p) {
   close(p->listen_fd);
 }
 
-/* The bytes of file `path`, and their count. */
-static uint8_t *file_bytes(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  *len = (size_t)ftell(f);
-  rewind(f);
-  uint8_t *data = malloc(*len + 1);
-  assert_int_equal(fread(data, 1, *len, f), *len);
-  fclose(f);
-  return data;
-}
-
 /* A peer speaking protocol 1.0: answers a CLIENT_HELLO with a 1.0 SERVER_HELLO, then reads
  * until the client closes, counting the frames after the hello; with `trickle_ms` it answers
  * a LIST with an empty LIST_RESULT sent one byte every trickle_ms, for `connections`
@@ -733,7 +720,7 @@ static void byte_ranges(void **state) {
     OK(hurray_client_read_file(c, "x", 10, 3 << 20, path_of("range.bin"), k ? &no_sync : NULL,
                                E));
     size_t len = 0;
-    uint8_t *data = file_bytes(path_of("range.bin"), &len);
+    uint8_t *data = file_contents(path_of("range.bin"), &len);
     assert_int_equal(len, (3 << 20) - 10);
     assert_memory_equal(data, x + 10, len);
     free(data);
@@ -770,7 +757,7 @@ static void byte_ranges(void **state) {
     } else {
       OK(hurray_client_read_file(c, "x", 7, 3 << 20, path_of("resumed.bin"), &o, E));
       size_t len = 0;
-      uint8_t *data = file_bytes(path_of("resumed.bin"), &len);
+      uint8_t *data = file_contents(path_of("resumed.bin"), &len);
       assert_int_equal(len, (3 << 20) - 7);
       assert_memory_equal(data, x + 7, len);
       free(data);

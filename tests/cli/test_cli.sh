@@ -190,8 +190,8 @@ run 3 info not_hurray.txt
 has "not a Hurray file (bad magic), nor safetensors, .npy or .npz by its first bytes (HURRAY_EFORMAT)"
 run 5 info missing.hurray
 has "missing.hurray: No such file or directory"
-run 5 verify .
-has "not a regular file"
+run 5 verify . # a directory is a checkpoint: this one has no index and several files
+has "holds no checkpoint index (*.index.json) but"
 mkfifo fifo.hurray
 run 5 info fifo.hurray # refused at once, not waiting for a writer
 has "not a regular file"

@@ -5,6 +5,7 @@ reader; the C reader's validation surfaces as the mapped hurray exception with i
 and a writer killed mid-save leaves nothing under the final name and a previous file intact."""
 
 import gc
+import json
 import os
 import signal
 import struct
@@ -244,10 +245,20 @@ def test_a_config_dict_round_trips_as_metadata(path):
     assert hurray.open(path).metadata == {"config": config}
 
 
+def test_int_metadata_keys_are_written_as_json_writes_them(path):
+    """A transformers config's id2label has int keys: they become their decimal strings, as
+    json.dumps makes them, so the config saves as it is (ADR-090)."""
+    config = {"id2label": {0: "LABEL_0", -1: "none"}, "label2id": {"LABEL_0": 0}}
+    hurray.save(path, {"w": u8(b"abc")}, {"config": config})
+    assert hurray.open(path).metadata == {"config": json.loads(json.dumps(config))}
+
+
 @pytest.mark.parametrize("bad, error, message", [
     ({"x": b"bytes"}, TypeError, "metadata at x: metadata values are None, bool, int, float, "
                                  "str, list, tuple or dict (and NumPy's scalars), not bytes"),
-    ({1: "int key"}, TypeError, "metadata: metadata keys must be str, not int (1)"),
+    ({(1, 2): "tuple key"}, TypeError, "metadata: metadata keys must be str or int, not tuple"),
+    ({True: "bool key"}, TypeError, "metadata: metadata keys must be str or int, not bool"),
+    ({1: "int key", "1": "its text"}, hurray.InvalidArgumentError, "duplicate metadata key '1'"),
     ({"config": {"layers": [1, 2, np.arange(3)]}}, TypeError,
      "metadata at config.layers[2]: a numpy.ndarray is not a metadata value"),
     ({"config": {"x y": {"z": object()}}}, TypeError, "metadata at config['x y'].z: "),

@@ -86,7 +86,7 @@ SIGNATURES = {
     hurray.dtype: "(name)",
     hurray.Device: "(tag, index=0)",
     hurray.save: "(path, tensors, metadata=None, *, alignment=64, tensor_metadata=None, "
-                 "durable=True)",
+                 "durable=True, max_shard_size=None)",
     hurray.load: "(path, *, mmap=True, verify=False, writable=False)",
     hurray.open: "(path, *, mmap=True, writable=False)",
     hurray.convert: "(input, output, *, alignment=None, name=None, metadata_as_json=False, "
