@@ -1057,6 +1057,47 @@ HURRAY_API int hurray_shard_index_write(const char *path, const char *const *nam
                                         const char *const *shards, uint32_t shard_count,
                                         uint64_t total_size, uint32_t flags, HurrayError *error);
 
+/* A sharded checkpoint being written (file-format.md §12.3): tensors go, in order, into shards
+ * of at most `max_shard_size` data bytes, and the checkpoint appears only when finished. */
+typedef struct HurrayShardWriter HurrayShardWriter;
+
+/* Starts a checkpoint at `path`: a directory (made if missing; shards
+ * model-00001-of-0000N.hurray beside model.hurray.index.json) or an index's path
+ * NAME.hurray.index.json (shards NAME-00001-of-0000N.hurray; its directory made if missing). `options` as for
+ * hurray_file_writer_create (NULL: the defaults), applied to every shard and to the index.
+ * `metadata` (a MAP, or NULL), copied now, is every shard's file metadata. Shards are written
+ * into a staging directory `.hurray-save-XXXXXX` beside the index: nothing in the directory
+ * changes until finish. HURRAY_EINVAL for max_shard_size 0; HURRAY_EIO (with errno) if the
+ * directory cannot be made or written. A writer is used by one thread at a time. */
+HURRAY_API int hurray_shard_writer_create(const char *path, uint64_t max_shard_size,
+                                          const HurrayFileWriterOptions *options,
+                                          const HurrayMetaValue *metadata,
+                                          HurrayShardWriter **out, HurrayError *error);
+
+/* The file writer for the next tensor, called `name`, of `bytes` data bytes (the bytes its
+ * arrays address): the current shard's, or a new shard's where adding the tensor would pass
+ * max_shard_size (a larger tensor is alone in its shard). Add exactly that tensor to it, under
+ * that name (hurray_file_writer_add, or begin_tensor ... end_tensor), before calling again;
+ * never finish or destroy it. After any failure only destroy remains (HURRAY_ESTATE). */
+HURRAY_API int hurray_shard_writer_next(HurrayShardWriter *writer, const char *name,
+                                        uint64_t bytes, HurrayFileWriter **out,
+                                        HurrayError *error);
+
+/* Finishes the last shard, renames every shard into place under its final name, writes the
+ * index (hurray_shard_index_write, durable unless the options say not) and then removes the
+ * files of the directory named as shards of the same prefix that this checkpoint does not
+ * name (an earlier, larger save's). A failure before the renames leaves the directory as it
+ * was. */
+HURRAY_API int hurray_shard_writer_finish(HurrayShardWriter *writer, HurrayError *error);
+
+/* Frees the writer; if it was not finished, removes what it staged. NULL is a no-op. */
+HURRAY_API void hurray_shard_writer_destroy(HurrayShardWriter *writer);
+
+/* A size as Hugging Face's max_shard_size spells it: decimal digits, then nothing or B (bytes),
+ * KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024): "5GB" is
+ * 5,000,000,000. HURRAY_EINVAL (naming the text) for anything else, 0 or more than 2^64 - 1. */
+HURRAY_API int hurray_size_parse(const char *text, uint64_t *out, HurrayError *error);
+
 /* ============================================================================================
  * Conversion (docs/impl/conversion.md)
  *
@@ -1119,7 +1160,11 @@ typedef struct HurrayConvertOptions {
                                     all: at the start, at least every 64 MiB and after each
                                     tensor */
   void *progress_context;
-  uint64_t reserved[4]; /* zero */
+  uint64_t max_shard_size; /* 0: one output file. Else the output is a sharded checkpoint of
+                              Hurray shards of at most this many data bytes, written by a
+                              HurrayShardWriter at `output` (a directory or
+                              NAME.hurray.index.json; output_format AUTO or HURRAY) */
+  uint64_t reserved[3]; /* zero */
 } HurrayConvertOptions;
 
 /* "auto", "hurray", "safetensors", "npy", "npz"; NULL for an unknown format. */

@@ -301,7 +301,8 @@ def open(path: _Source, *, mmap: builtins.bool = True,
          writable: builtins.bool = False) -> File: ...
 def convert(input: _Path, output: _Path, *, alignment: int | None = None,
             name: str | None = None, metadata_as_json: builtins.bool = False,
-            drop_metadata: builtins.bool = False, durable: builtins.bool = True) -> None: ...
+            drop_metadata: builtins.bool = False, durable: builtins.bool = True,
+            max_shard_size: int | str | None = None) -> None: ...
 
 _T = TypeVar("_T")
 _W = TypeVar("_W")  # a writable buffer that Client.read fills and returns

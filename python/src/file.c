@@ -24,17 +24,10 @@
  */
 #include "hurray_python.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* ============================================================================================
  * Metadata: Python objects <-> HurrayMetaValue trees
@@ -553,9 +546,8 @@ static int write_items(const char *cpath, const HurrayFileWriterOptions *options
   return status;
 }
 
-/* max_shard_size as bytes: a positive int, or a str as Hugging Face writes it ("5GB" is
- * 5 * 10**9 bytes, "5GiB" 5 * 2**30; KB, MB, GB, TB and KiB ... TiB; a bare number). -1
- * with an exception. */
+/* max_shard_size as bytes: a positive int, or a str as Hugging Face writes it
+ * (hurray_size_parse: "5GB" is 5 * 10**9 bytes, "5GiB" 5 * 2**30). -1 with an exception. */
 static int shard_size_arg(HurrayState *st, PyObject *obj, uint64_t *out) {
   if (PyLong_Check(obj) && !PyBool_Check(obj)) {
     long long v = 0;
@@ -568,26 +560,12 @@ static int shard_size_arg(HurrayState *st, PyObject *obj, uint64_t *out) {
                  Py_TYPE(obj)->tp_name);
     return -1;
   }
-  static const struct {
-    const char *unit;
-    uint64_t scale;
-  } kUnits[] = {{"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
-                {"TiB", 1ull << 40}, {"KB", 1000ull},     {"MB", 1000000ull},
-                {"GB", 1000000000ull}, {"TB", 1000000000000ull}, {"B", 1}, {"", 1}};
   const char *text = PyUnicode_AsUTF8(obj);
+  HurrayError error = {0};
   if (text == NULL) return -1;
-  char *end = NULL;
-  errno = 0;
-  unsigned long long n = text[0] >= '0' && text[0] <= '9' ? strtoull(text, &end, 10) : 0;
-  for (size_t i = 0; end != NULL && errno == 0 && n > 0 && i < sizeof kUnits / sizeof *kUnits; i++) {
-    if (strcmp(end, kUnits[i].unit) == 0 && n <= UINT64_MAX / kUnits[i].scale) {
-      *out = n * kUnits[i].scale;
-      return 0;
-    }
-  }
-  hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
-                   "max_shard_size %R is not a positive size such as '500MB', '5GB' or '2GiB'",
-                   obj);
+  int status = hurray_size_parse(text, out, &error);
+  if (status == HURRAY_OK) return 0;
+  hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT, "max_shard_size %s", error.message);
   return -1;
 }
 
@@ -603,205 +581,41 @@ static uint64_t addressed_bytes(const HurrayTensorDesc *t) {
   return bytes;
 }
 
-/* Items [0, n) in shards: a new shard starts where adding the next tensor would pass `max`
- * (a tensor larger than `max` alone in its shard), as Hugging Face's save_pretrained splits.
- * `shard_of[i]`; the shard count. */
-static uint32_t plan_shards(const SaveItem *items, Py_ssize_t n, uint64_t max, uint32_t *shard_of,
-                            uint64_t *total) {
-  uint32_t shard = 0;
-  uint64_t filled = 0;
-  *total = 0;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    uint64_t bytes = addressed_bytes(((HurrayTensorObject *)items[i].tensor)->context->tensor);
-    if (filled > 0 && bytes > max - (filled < max ? filled : max)) {
-      shard++;
-      filled = 0;
-    }
-    filled += bytes;
-    *total += bytes;
-    shard_of[i] = shard;
-  }
-  return n > 0 ? shard + 1 : 0;
-}
-
-/* The shards of a sharded save: `prefix`-00001-of-0000N.hurray ... beside the index. */
-typedef struct ShardFiles {
-  char **names; /* file names */
-  uint32_t count;
-} ShardFiles;
-
-static void shard_files_free(ShardFiles *f) {
-  for (uint32_t k = 0; f->names != NULL && k < f->count; k++) PyMem_Free(f->names[k]);
-  PyMem_Free(f->names);
-}
-
-/* Whether `name` is `prefix`-NNNNN-of-NNNNN.hurray, a shard name of a sharded save. */
-static int is_shard_name(const char *name, const char *prefix) {
-  size_t p = strlen(prefix);
-  unsigned k = 0, of = 0;
-  int used = 0;
-  return strncmp(name, prefix, p) == 0 && strlen(name) == p + 22 &&
-         sscanf(name + p, "-%5u-of-%5u.hurray%n", &k, &of, &used) == 2 && used == 22;
-}
-
-static char *path_join(const char *dir, const char *name) {
-  size_t a = strlen(dir), b = strlen(name);
-  char *p = PyMem_Malloc(a + b + 2);
-  if (p == NULL) return (char *)PyErr_NoMemory();
-  memcpy(p, dir, a);
-  p[a] = '/';
-  memcpy(p + a + 1, name, b + 1);
-  return p;
-}
-
-/* After a sharded save: removes the shards of an earlier save under the same prefix that this
- * one did not write (as save_pretrained does), so the directory holds one checkpoint. Only
- * regular files named as shards are touched; a failure to remove one is no failure of the
- * save. */
-static void remove_stale_shards(const char *dir, const char *prefix, const ShardFiles *files) {
-  DIR *d = opendir(dir);
-  if (d == NULL) return;
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (!is_shard_name(e->d_name, prefix)) continue;
-    int ours = 0;
-    for (uint32_t k = 0; k < files->count && !ours; k++) ours = strcmp(e->d_name, files->names[k]) == 0;
-    struct stat st;
-    if (!ours && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
-      unlinkat(dirfd(d), e->d_name, 0);
-  }
-  closedir(d);
-}
-
-/* A sharded save (file-format.md §12, ADR-090): every shard is written into a staging
- * directory beside the index; only when all are complete are they renamed into place and the
- * index written (atomically) over any previous one, so a failure leaves a previous
- * checkpoint there as it was. `cpath` is the checkpoint's directory (made if missing) or its
- * index's path (NAME.hurray.index.json). */
+/* A sharded save (file-format.md §12, ADR-090) through hurray-core's shard writer: every
+ * shard is staged beside the index and moved into place with it only once all are complete,
+ * so a failure leaves a previous checkpoint as it was. -1 with an exception. */
 static int save_shards(HurrayState *st, PyObject *path_obj, const char *cpath,
                        const HurrayFileWriterOptions *options, const SaveItem *items,
                        Py_ssize_t n, uint64_t max, const HurrayMetaValue *file_metadata) {
-  static const char kIndex[] = ".hurray.index.json";
-  size_t len = strlen(cpath), suffix = strlen(kIndex);
-  char *dir = NULL, *index = NULL, *staging = NULL, *prefix = NULL;
-  uint32_t *shard_of = PyMem_Calloc((size_t)n + 1, sizeof *shard_of);
-  ShardFiles files = {0};
+  HurrayShardWriter *shards = NULL;
   HurrayError error = {0};
-  int result = -1, status = HURRAY_OK;
-  if (shard_of == NULL) {
-    PyErr_NoMemory();
-    goto done;
-  }
-  if (len > suffix && strcmp(cpath + len - suffix, kIndex) == 0) {
-    const char *slash = strrchr(cpath, '/');
-    size_t dir_len = slash == NULL ? 0 : (size_t)(slash - cpath);
-    const char *base = slash == NULL ? cpath : slash + 1;
-    dir = PyMem_Malloc(dir_len + 2);
-    prefix = PyMem_Malloc(strlen(base) + 1);
-    index = PyMem_Malloc(len + 1);
-    if (dir == NULL || prefix == NULL || index == NULL) {
-      PyErr_NoMemory();
-      goto done;
+  int status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_shard_writer_create(cpath, max, options, file_metadata, &shards, &error);
+  Py_END_ALLOW_THREADS;
+  for (Py_ssize_t i = 0; status == HURRAY_OK && i < n; i++) {
+    const HurrayTensorContext *context = ((HurrayTensorObject *)items[i].tensor)->context;
+    HurrayFileWriter *writer = NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = hurray_shard_writer_next(shards, items[i].name, addressed_bytes(context->tensor),
+                                      &writer, &error);
+    if (status == HURRAY_OK) {
+      status = hurray_file_writer_add(writer, items[i].name, context->tensor, context->buffers,
+                                      items[i].metadata, &error);
     }
-    if (slash == NULL) strcpy(dir, ".");
-    else if (dir_len == 0) strcpy(dir, "/");
-    else snprintf(dir, dir_len + 1, "%s", cpath);
-    snprintf(prefix, strlen(base) - suffix + 1, "%s", base);
-    strcpy(index, cpath);
-  } else {
-    dir = PyMem_Malloc(len + 1);
-    prefix = PyMem_Malloc(6);
-    if (dir == NULL || prefix == NULL) {
-      PyErr_NoMemory();
-      goto done;
-    }
-    strcpy(dir, cpath);
-    strcpy(prefix, "model");
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-      PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
-      goto done;
-    }
-    char name[sizeof kIndex + 8];
-    snprintf(name, sizeof name, "model%s", kIndex);
-    if ((index = path_join(dir, name)) == NULL) goto done;
-  }
-  uint64_t total = 0;
-  files.count = plan_shards(items, n, max, shard_of, &total);
-  files.names = PyMem_Calloc(files.count + 1, sizeof *files.names);
-  if (files.names == NULL) {
-    PyErr_NoMemory();
-    goto done;
-  }
-  for (uint32_t k = 0; k < files.count; k++) {
-    size_t size = strlen(prefix) + 32;
-    if ((files.names[k] = PyMem_Malloc(size)) == NULL) {
-      PyErr_NoMemory();
-      goto done;
-    }
-    snprintf(files.names[k], size, "%s-%05u-of-%05u.hurray", prefix, k + 1, files.count);
-  }
-  if ((staging = path_join(dir, ".hurray-save-XXXXXX")) == NULL) goto done;
-  if (mkdtemp(staging) == NULL) {
-    PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
-    goto done;
-  }
-  Py_ssize_t begin = 0;
-  for (uint32_t k = 0; k < files.count && status == HURRAY_OK; k++) {
-    Py_ssize_t end = begin;
-    while (end < n && shard_of[end] == k) end++;
-    char *shard = path_join(staging, files.names[k]);
-    if (shard == NULL) goto cleanup;
-    status = write_items(shard, options, items, begin, end, file_metadata, &error);
-    PyMem_Free(shard);
-    if (status < 0) goto cleanup;
-    begin = end;
-  }
-  for (uint32_t k = 0; k < files.count && status == HURRAY_OK; k++) {
-    char *from = path_join(staging, files.names[k]), *to = path_join(dir, files.names[k]);
-    if (from == NULL || to == NULL || rename(from, to) != 0) {
-      if (from != NULL && to != NULL) PyErr_SetFromErrnoWithFilename(PyExc_OSError, to);
-      PyMem_Free(from);
-      PyMem_Free(to);
-      goto cleanup;
-    }
-    PyMem_Free(from);
-    PyMem_Free(to);
+    Py_END_ALLOW_THREADS;
+    if (status == HURRAY_OK && PyErr_CheckSignals() < 0) status = -1; /* Ctrl-C: abandon it */
   }
   if (status == HURRAY_OK) {
-    const char **names = PyMem_Calloc((size_t)n + 1, sizeof *names);
-    if (names == NULL) {
-      PyErr_NoMemory();
-      goto cleanup;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) names[i] = items[i].name;
     Py_BEGIN_ALLOW_THREADS;
-    status = hurray_shard_index_write(index, names, shard_of, (uint32_t)n,
-                                      (const char *const *)files.names, files.count, total,
-                                      options->flags, &error);
+    status = hurray_shard_writer_finish(shards, &error);
     Py_END_ALLOW_THREADS;
-    PyMem_Free(names);
   }
-  if (status != HURRAY_OK) {
-    hurray__py_raise_path(st, status, &error, path_obj, NULL);
-    goto cleanup;
-  }
-  remove_stale_shards(dir, prefix, &files);
-  result = 0;
-cleanup: /* what is left in the staging directory: the shards of a failed save */
-  for (uint32_t k = 0; k < files.count; k++) {
-    char *left = files.names[k] != NULL ? path_join(staging, files.names[k]) : NULL;
-    if (left != NULL) unlink(left);
-    PyMem_Free(left);
-  }
-  if (PyErr_Occurred() && result == 0) result = -1;
-  rmdir(staging);
-done:
-  shard_files_free(&files);
-  PyMem_Free(shard_of);
-  PyMem_Free(staging);
-  PyMem_Free(index);
-  PyMem_Free(prefix);
-  PyMem_Free(dir);
-  return result;
+  Py_BEGIN_ALLOW_THREADS; /* removes whatever an unfinished save staged */
+  hurray_shard_writer_destroy(shards);
+  Py_END_ALLOW_THREADS;
+  if (status > 0) hurray__py_raise_path(st, status, &error, path_obj, NULL);
+  return status == HURRAY_OK ? 0 : -1;
 }
 
 static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
@@ -1749,9 +1563,20 @@ static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
  * hurray.convert
  * ============================================================================================ */
 
-static const char *const kConvertNames[] = {
-    "input", "output", "alignment", "name", "metadata_as_json", "drop_metadata", "durable", NULL};
-enum { CV_INPUT, CV_OUTPUT, CV_ALIGNMENT, CV_NAME, CV_JSON, CV_DROP, CV_DURABLE, CV_COUNT };
+static const char *const kConvertNames[] = {"input",         "output",  "alignment",
+                                            "name",          "metadata_as_json",
+                                            "drop_metadata", "durable", "max_shard_size", NULL};
+enum {
+  CV_INPUT,
+  CV_OUTPUT,
+  CV_ALIGNMENT,
+  CV_NAME,
+  CV_JSON,
+  CV_DROP,
+  CV_DURABLE,
+  CV_MAX_SHARD_SIZE,
+  CV_COUNT
+};
 
 static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames) {
@@ -1767,6 +1592,10 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
     return NULL;
   }
   options.alignment = (uint32_t)alignment;
+  if (a[CV_MAX_SHARD_SIZE] != NULL && a[CV_MAX_SHARD_SIZE] != Py_None &&
+      shard_size_arg(st, a[CV_MAX_SHARD_SIZE], &options.max_shard_size) < 0) {
+    return NULL;
+  }
   int json = a[CV_JSON] == NULL ? 0 : PyObject_IsTrue(a[CV_JSON]);
   int drop = a[CV_DROP] == NULL ? 0 : PyObject_IsTrue(a[CV_DROP]);
   int durable = a[CV_DURABLE] == NULL ? 1 : PyObject_IsTrue(a[CV_DURABLE]);
@@ -2048,7 +1877,8 @@ PyMethodDef hurray__py_file_functions[] = {
                "(['a', 'b'], [1.0, 1.0])\n")},
     {"convert", HURRAY_PY_CFUNC(convert), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("convert($module, /, input, output, *, alignment=None, name=None, "
-               "metadata_as_json=False, drop_metadata=False, durable=True)\n"
+               "metadata_as_json=False, drop_metadata=False, durable=True, "
+               "max_shard_size=None)\n"
                "--\n"
                "\n"
                "Convert a tensor file between Hurray, safetensors, .npy and .npz.\n"
@@ -2061,7 +1891,8 @@ PyMethodDef hurray__py_file_functions[] = {
                "Parameters\n"
                "----------\n"
                "input : str, bytes or os.PathLike\n"
-               "    The file to convert.\n"
+               "    The file to convert, or a sharded checkpoint (its directory or\n"
+               "    its ``*.index.json``), read as one input.\n"
                "output : str, bytes or os.PathLike\n"
                "    The file to write; it appears atomically, as with `save`, and may\n"
                "    be `input` itself.\n"
@@ -2080,6 +1911,10 @@ PyMethodDef hurray__py_file_functions[] = {
                "durable : bool, optional\n"
                "    As for `save`: False skips the fsyncs of the output and its\n"
                "    directory; it still replaces `output` atomically.\n"
+               "max_shard_size : int or str, optional\n"
+               "    Write `output` as a sharded checkpoint of Hurray shards, as\n"
+               "    ``save(max_shard_size=...)`` does: `output` is its directory or\n"
+               "    ``NAME.hurray.index.json``.\n"
                "\n"
                "Raises\n"
                "------\n"

@@ -27,6 +27,11 @@ static const char kConvertUsage[] =
     "  -a, --alignment N   Hurray OUT: align every buffer to N bytes (a power of two, 64 to\n"
     "                      2 MiB; 4096 suits O_DIRECT). safetensors OUT: start the data at a\n"
     "                      multiple of N (8 or more; default 8)\n"
+    "  -s, --max-shard-size SIZE\n"
+    "                      write OUT as a sharded checkpoint of Hurray shards of at most SIZE\n"
+    "                      bytes each (500MB, 5GB, 2GiB, ...): OUT is its directory or its\n"
+    "                      NAME.hurray.index.json. IN may be a checkpoint too (a directory or\n"
+    "                      an index) in any case\n"
     "  -n, --name NAME     .npy IN: the tensor's name (default: the file's stem);\n"
     "                      .npy OUT: the tensor to write, when IN holds several\n"
     "  -f, --from FORMAT   the format of IN: hurray, safetensors, npy or npz\n"
@@ -64,9 +69,10 @@ static void on_progress(void *context, uint64_t done, uint64_t total) {
 
 static int run_convert(int argc, char **argv) {
   bool quiet = false, metadata_json = false, drop_metadata = false, no_sync = false;
-  const char *alignment = NULL, *name = NULL, *from = NULL, *to = NULL;
+  const char *alignment = NULL, *name = NULL, *from = NULL, *to = NULL, *shard_size = NULL;
   const CliOption options[] = {
       {'a', "alignment", NULL, &alignment},
+      {'s', "max-shard-size", NULL, &shard_size},
       {'n', "name", NULL, &name},
       {'f', "from", NULL, &from},
       {'t', "to", NULL, &to},
@@ -92,6 +98,11 @@ static int run_convert(int argc, char **argv) {
     }
     o.alignment = (uint32_t)v;
   }
+  HurrayError error = {0};
+  if (shard_size != NULL && hurray_size_parse(shard_size, &o.max_shard_size, &error) != HURRAY_OK) {
+    cli_error(&kConvertCommand, "--max-shard-size %s", error.message);
+    return EXIT_USAGE;
+  }
   if ((from != NULL && !parse_format(from, &o.input_format)) ||
       (to != NULL && !parse_format(to, &o.output_format))) {
     cli_error(&kConvertCommand, "unknown format '%s' (hurray, safetensors, npy or npz)",
@@ -104,7 +115,6 @@ static int run_convert(int argc, char **argv) {
   Progress progress = {.tty = !quiet && isatty(STDERR_FILENO), .shown = -1};
   o.progress = on_progress;
   o.progress_context = &progress;
-  HurrayError error = {0};
   int status = hurray_convert(paths[0], paths[1], &o, &error);
   if (progress.tty) cli_progress_clear();
   if (status != HURRAY_OK) {

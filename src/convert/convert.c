@@ -510,13 +510,19 @@ static bool durable(const HurrayConvertOptions *o) {
   return !(o->flags & HURRAY_CONVERT_NOT_DURABLE);
 }
 
+/* A Hurray output: one file, or (max_shard_size) the shards of a checkpoint, each tensor in the
+ * shard the shard writer chooses for it. */
 static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions *o, Pipe *pipe,
                      HurrayError *error) {
   HurrayFileWriterOptions wo = {.alignment = o->alignment,
                                 .flags = durable(o) ? 0 : HURRAY_FILE_WRITE_NOT_DURABLE};
   HurrayFileWriter *w = NULL;
-  int status = hurray_file_writer_create(path, &wo, &w, error);
-  if (status == HURRAY_OK && s->metadata != NULL) { /* a Hurray file holds every metadata */
+  HurrayShardWriter *shards = NULL;
+  int status = o->max_shard_size > 0
+                   ? hurray_shard_writer_create(path, o->max_shard_size, &wo, s->metadata,
+                                                &shards, error)
+                   : hurray_file_writer_create(path, &wo, &w, error);
+  if (status == HURRAY_OK && w != NULL && s->metadata != NULL) { /* a Hurray file holds every metadata */
     status = hurray_file_writer_set_metadata(w, s->metadata, error);
   }
   for (uint32_t i = 0; i < s->count; i++)
@@ -528,15 +534,19 @@ static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions
   }
   report(pipe);
   pipe->fn = writer_chunk;
-  pipe->context = w;
   for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
     const ConvArray *a = &s->arrays[i];
+    HurrayFileTensorInfo ti = {.data_bytes = a->region_size};
+    if (s->format == HURRAY_FORMAT_HURRAY)
+      status = hurray_file_reader_tensor_info(s->reader, i, &ti, error);
+    if (status == HURRAY_OK && shards != NULL)
+      status = hurray_shard_writer_next(shards, a->name, ti.data_bytes, &w, error);
+    pipe->context = w;
+    if (status != HURRAY_OK) break;
     if (s->format == HURRAY_FORMAT_HURRAY) { /* any layout, as it is, buffer by buffer */
       HurrayTensorDesc *d = NULL;
       HurrayMetaValue *meta = NULL;
-      HurrayFileTensorInfo ti;
-      status = hurray_file_reader_tensor_info(s->reader, i, &ti, error);
-      if (status == HURRAY_OK) status = hurray_file_reader_describe(s->reader, i, &d, error);
+      status = hurray_file_reader_describe(s->reader, i, &d, error);
       if (status == HURRAY_OK) status = hurray_file_reader_metadata(s->reader, i, &meta, error);
       if (status == HURRAY_OK) status = hurray_file_writer_begin_tensor(w, a->name, error);
       for (uint32_t b = 0; b < ti.buffer_count && status == HURRAY_OK; b++) {
@@ -562,6 +572,11 @@ static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions
       if (status == HURRAY_OK) status = hurray_file_writer_end_tensor(w, &desc, NULL, error);
     }
     if (status == HURRAY_OK) report(pipe);
+  }
+  if (shards != NULL) {
+    if (status == HURRAY_OK) status = hurray_shard_writer_finish(shards, error);
+    hurray_shard_writer_destroy(shards); /* also the shard writer's file writers */
+    return status;
   }
   if (status == HURRAY_OK) status = hurray_file_writer_finish(w, error);
   hurray_file_writer_destroy(w);
@@ -754,6 +769,16 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
   const HurrayConvertOptions *o = options != NULL ? options : &defaults;
   int status = check_options(o, error);
   int in = o->input_format, out = o->output_format;
+  if (status == HURRAY_OK && o->max_shard_size > 0) { /* a checkpoint of Hurray shards */
+    int named = HURRAY_FORMAT_AUTO; /* never Hurray shards under another format's name */
+    if (out == HURRAY_FORMAT_AUTO && hurray_format_from_path(output, &named, NULL) == HURRAY_OK)
+      out = named;
+    if (out != HURRAY_FORMAT_AUTO && out != HURRAY_FORMAT_HURRAY) {
+      status = hurray__fail(error, HURRAY_EINVAL, "max_shard_size writes Hurray shards, not %s",
+                            hurray_format_name(out));
+    }
+    out = HURRAY_FORMAT_HURRAY;
+  }
   if (status == HURRAY_OK && out == HURRAY_FORMAT_AUTO) {
     status = hurray_format_from_path(output, &out, error);
   }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "convert.h"
 
@@ -456,4 +457,260 @@ int hurray_shard_index_write(const char *path, const char *const *names, const u
   }
   hurray__sink_reset(&json);
   return status;
+}
+
+int hurray_size_parse(const char *text, uint64_t *out, HurrayError *error) {
+  static const struct {
+    const char *unit;
+    uint64_t scale;
+  } kUnits[] = {{"", 1},           {"B", 1},         {"KB", 1000ull},
+                {"MB", 1000000ull}, {"GB", 1000000000ull}, {"TB", 1000000000000ull},
+                {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
+                {"TiB", 1ull << 40}};
+  if (text == NULL || out == NULL)
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_size_parse: an argument is NULL");
+  uint64_t n = 0;
+  size_t i = 0;
+  bool overflow = false;
+  for (; text[i] >= '0' && text[i] <= '9'; i++)
+    overflow |= hurray__mul_u64(n, 10, &n) || hurray__add_u64(n, (uint64_t)(text[i] - '0'), &n);
+  for (size_t u = 0; i > 0 && !overflow && n > 0 && u < sizeof kUnits / sizeof *kUnits; u++) {
+    if (strcmp(text + i, kUnits[u].unit) == 0 && !hurray__mul_u64(n, kUnits[u].scale, out))
+      return HURRAY_OK;
+  }
+  return hurray__fail(error, HURRAY_EINVAL,
+                      "'%.64s' is not a positive size such as '500MB', '5GB' or '2GiB'", text);
+}
+
+/* ---- writing a checkpoint ----------------------------------------------------------------- */
+
+struct HurrayShardWriter {
+  HurrayFileWriterOptions options;
+  uint64_t max_shard_size;
+  HurrayMetaValue *metadata; /* a copy, written into every shard; NULL for none */
+  char *dir, *prefix, *index, *staging;
+  HurrayFileWriter *writer; /* the shard being written */
+  uint64_t filled;          /* data bytes in it */
+  uint32_t shards;          /* shards begun */
+  FileSink names;           /* tensor names, NUL-terminated, one after the other */
+  FileSink shard_of;        /* uint32_t each */
+  uint32_t count;
+  uint64_t total;
+  bool failed; /* a call failed: only destroy remains */
+};
+
+static const char kHurrayIndexSuffix[] = ".hurray.index.json";
+
+/* A staged shard's name: its number, as the final name's N is not known before finish. */
+static char *staged_path(const HurrayShardWriter *w, uint32_t shard) {
+  char name[32];
+  snprintf(name, sizeof name, "shard-%05" PRIu32 ".hurray", shard + 1);
+  return join(w->staging, name);
+}
+
+static char *final_name(const HurrayShardWriter *w, uint32_t shard) {
+  size_t size = strlen(w->prefix) + 32;
+  char *name = malloc(size);
+  if (name != NULL) {
+    snprintf(name, size, "%s-%05" PRIu32 "-of-%05" PRIu32 ".hurray", w->prefix, shard + 1,
+             w->shards);
+  }
+  return name;
+}
+
+/* Whether `name` is `prefix`-NNNNN-of-NNNNN.hurray, a shard name of a sharded save. */
+static bool is_shard_name(const char *name, const char *prefix) {
+  size_t p = strlen(prefix), n = strlen(name);
+  static const char kPattern[] = "-00000-of-00000.hurray";
+  if (n != p + sizeof kPattern - 1 || strncmp(name, prefix, p) != 0) return false;
+  for (size_t i = 0; i < sizeof kPattern - 1; i++) {
+    char c = name[p + i], want = kPattern[i];
+    if (want == '0' ? (c < '0' || c > '9') : c != want) return false;
+  }
+  return true;
+}
+
+static int writer_fail(HurrayShardWriter *w, int status) {
+  if (status != HURRAY_OK) w->failed = true;
+  return status;
+}
+
+int hurray_shard_writer_create(const char *path, uint64_t max_shard_size,
+                               const HurrayFileWriterOptions *options,
+                               const HurrayMetaValue *metadata, HurrayShardWriter **out,
+                               HurrayError *error) {
+  if (path == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_shard_writer_create: %s is NULL",
+                        path == NULL ? "path" : "out");
+  }
+  if (max_shard_size == 0) return hurray__fail(error, HURRAY_EINVAL, "max_shard_size is 0");
+  HurrayShardWriter *w = calloc(1, sizeof *w);
+  if (w == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  w->max_shard_size = max_shard_size;
+  if (options != NULL) w->options = *options;
+  int status = HURRAY_OK;
+  if (metadata != NULL) { /* a private copy: encoded (and so validated) once, decoded back */
+    FileSink encoded = {0};
+    uint16_t minor = 0;
+    status = hurray__meta_encode(metadata, &encoded, &minor, error);
+    if (status == HURRAY_OK)
+      status = hurray__meta_decode_tree(encoded.data, encoded.len, &w->metadata, error);
+    hurray__sink_reset(&encoded);
+    if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
+  }
+  size_t len = strlen(path), suffix = strlen(kHurrayIndexSuffix);
+  if (status == HURRAY_OK && len > suffix && strcmp(path + len - suffix, kHurrayIndexSuffix) == 0) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash == NULL ? path : slash + 1;
+    w->dir = slash == NULL ? strdup(".") : strndup(path, slash == path ? 1 : (size_t)(slash - path));
+    w->prefix = strndup(base, strlen(base) - suffix);
+    w->index = strdup(path);
+  } else if (status == HURRAY_OK) {
+    w->dir = strdup(path);
+    w->prefix = strdup("model");
+    w->index = join(path, "model.hurray.index.json");
+  }
+  if (status == HURRAY_OK && w->dir != NULL && mkdir(w->dir, 0777) != 0 && errno != EEXIST) {
+    status = hurray__fail_errno(error, HURRAY_EIO, errno, "%s: %s", w->dir, strerror(errno));
+  }
+  if (status == HURRAY_OK && (w->dir == NULL || w->prefix == NULL || w->index == NULL ||
+                              (w->staging = join(w->dir, ".hurray-save-XXXXXX")) == NULL)) {
+    status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  if (status == HURRAY_OK && mkdtemp(w->staging) == NULL) {
+    status = hurray__fail_errno(error, HURRAY_EIO, errno, "%s: %s", path, strerror(errno));
+    free(w->staging);
+    w->staging = NULL;
+  }
+  if (status != HURRAY_OK) {
+    hurray_shard_writer_destroy(w);
+    return status;
+  }
+  *out = w;
+  return HURRAY_OK;
+}
+
+/* Finishes the shard being written, the file metadata set first. */
+static int finish_shard(HurrayShardWriter *w, HurrayError *error) {
+  if (w->writer == NULL) return HURRAY_OK;
+  int status = hurray_file_writer_set_metadata(w->writer, w->metadata, error);
+  if (status == HURRAY_OK) status = hurray_file_writer_finish(w->writer, error);
+  hurray_file_writer_destroy(w->writer);
+  w->writer = NULL;
+  return status;
+}
+
+int hurray_shard_writer_next(HurrayShardWriter *w, const char *name, uint64_t bytes,
+                             HurrayFileWriter **out, HurrayError *error) {
+  if (w == NULL || name == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_shard_writer_next: an argument is NULL");
+  }
+  if (w->failed) return hurray__fail(error, HURRAY_ESTATE, "the shard writer has failed");
+  size_t len = 0;
+  int status = hurray__check_cname(name, "tensor name", &len, error);
+  if (status == HURRAY_OK && w->count == HURRAY_FILE_MAX_TENSORS) {
+    status = hurray__fail(error, HURRAY_ELIMIT, "a checkpoint holds at most %u tensors",
+                          HURRAY_FILE_MAX_TENSORS);
+  }
+  if (status != HURRAY_OK) return status;
+  if (w->writer == NULL || (w->filled > 0 && bytes > w->max_shard_size - (w->filled < w->max_shard_size ? w->filled : w->max_shard_size))) {
+    status = finish_shard(w, error);
+    if (status == HURRAY_OK && w->shards == CONV_MAX_SHARDS) {
+      status = hurray__fail(error, HURRAY_ELIMIT, "a checkpoint holds at most %u shards",
+                            CONV_MAX_SHARDS);
+    }
+    char *path = status == HURRAY_OK ? staged_path(w, w->shards) : NULL;
+    if (status == HURRAY_OK && path == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    if (status == HURRAY_OK) status = hurray_file_writer_create(path, &w->options, &w->writer, error);
+    free(path);
+    if (status != HURRAY_OK) return writer_fail(w, status);
+    w->shards++;
+    w->filled = 0;
+  }
+  uint32_t shard = w->shards - 1;
+  hurray__sink_bytes(&w->names, name, len + 1);
+  hurray__sink_bytes(&w->shard_of, &shard, sizeof shard);
+  if (w->names.failed || w->shard_of.failed)
+    return writer_fail(w, hurray__fail(error, HURRAY_ENOMEM, "out of memory"));
+  w->count++;
+  w->filled += bytes;
+  w->total += bytes;
+  *out = w->writer;
+  return HURRAY_OK;
+}
+
+/* After the index: the shards of an earlier save under the same prefix that this one did not
+ * write, regular files only (as save_pretrained removes its stale shards). A failure to
+ * remove one is no failure of the save. */
+static void remove_stale_shards(const HurrayShardWriter *w) {
+  DIR *d = opendir(w->dir);
+  if (d == NULL) return;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (!is_shard_name(e->d_name, w->prefix)) continue;
+    unsigned long k = strtoul(e->d_name + strlen(w->prefix) + 1, NULL, 10);
+    unsigned long of = strtoul(e->d_name + strlen(w->prefix) + 10, NULL, 10);
+    struct stat st;
+    char *path = join(w->dir, e->d_name);
+    if ((of != w->shards || k == 0 || k > of) && path != NULL && lstat(path, &st) == 0 &&
+        S_ISREG(st.st_mode)) {
+      unlink(path);
+    }
+    free(path);
+  }
+  closedir(d);
+}
+
+int hurray_shard_writer_finish(HurrayShardWriter *w, HurrayError *error) {
+  if (w == NULL) return hurray__fail(error, HURRAY_EINVAL, "hurray_shard_writer_finish: writer is NULL");
+  if (w->failed) return hurray__fail(error, HURRAY_ESTATE, "the shard writer has failed");
+  int status = finish_shard(w, error);
+  const char **names = calloc(w->count + 1, sizeof *names);
+  char **shards = calloc(w->shards + 1, sizeof *shards);
+  if (status == HURRAY_OK && (names == NULL || shards == NULL))
+    status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  for (uint32_t k = 0; k < w->shards && status == HURRAY_OK; k++) {
+    shards[k] = final_name(w, k);
+    char *from = staged_path(w, k), *to = shards[k] != NULL ? join(w->dir, shards[k]) : NULL;
+    if (from == NULL || to == NULL) {
+      status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    } else if (rename(from, to) != 0) {
+      status = hurray__fail_errno(error, HURRAY_EIO, errno, "%s: %s", to, strerror(errno));
+    }
+    free(from);
+    free(to);
+  }
+  const char *at = (const char *)w->names.data;
+  for (uint32_t i = 0; i < w->count && status == HURRAY_OK; i++) {
+    names[i] = at;
+    at += strlen(at) + 1;
+  }
+  if (status == HURRAY_OK) {
+    status = hurray_shard_index_write(w->index, names, (const uint32_t *)w->shard_of.data, w->count,
+                                      (const char *const *)shards, w->shards, w->total,
+                                      w->options.flags & HURRAY_FILE_WRITE_NOT_DURABLE, error);
+  }
+  if (status == HURRAY_OK) remove_stale_shards(w);
+  for (uint32_t k = 0; shards != NULL && k < w->shards; k++) free(shards[k]);
+  free(shards);
+  free(names);
+  return writer_fail(w, status);
+}
+
+void hurray_shard_writer_destroy(HurrayShardWriter *w) {
+  if (w == NULL) return;
+  hurray_file_writer_destroy(w->writer); /* an unfinished shard's temporary goes with it */
+  for (uint32_t k = 0; w->staging != NULL && k < w->shards; k++) { /* staged, never renamed */
+    char *path = staged_path(w, k);
+    if (path != NULL) unlink(path);
+    free(path);
+  }
+  if (w->staging != NULL) rmdir(w->staging);
+  hurray_meta_destroy(w->metadata);
+  hurray__sink_reset(&w->names);
+  hurray__sink_reset(&w->shard_of);
+  free(w->dir);
+  free(w->prefix);
+  free(w->index);
+  free(w->staging);
+  free(w);
 }

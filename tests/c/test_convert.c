@@ -28,7 +28,8 @@ _Static_assert(offsetof(HurrayConvertOptions, alignment) == 8, "alignment");
 _Static_assert(offsetof(HurrayConvertOptions, name) == 16, "name");
 _Static_assert(offsetof(HurrayConvertOptions, progress) == 24, "progress");
 _Static_assert(offsetof(HurrayConvertOptions, progress_context) == 32, "progress_context");
-_Static_assert(offsetof(HurrayConvertOptions, reserved) == 40, "reserved");
+_Static_assert(offsetof(HurrayConvertOptions, max_shard_size) == 40, "max_shard_size");
+_Static_assert(offsetof(HurrayConvertOptions, reserved) == 48, "reserved");
 #endif
 _Static_assert(HURRAY_FORMAT_AUTO == 0 && HURRAY_FORMAT_HURRAY == 1 &&
                    HURRAY_FORMAT_SAFETENSORS == 2 && HURRAY_FORMAT_NPY == 3 &&

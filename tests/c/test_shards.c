@@ -217,12 +217,97 @@ static void a_broken_checkpoint_is_refused_naming_shard_and_tensor(void **state)
   assert_non_null(strstr(error.message, "byte 32: expected a tensor name"));
 }
 
+static void a_shard_writer_stages_until_finished(void **state) {
+  (void)state;
+  const char *dir = path_of("written");
+  HurrayShardWriter *w = NULL;
+  const HurrayFileWriterOptions options = {.flags = HURRAY_FILE_WRITE_NOT_DURABLE};
+  const HurrayMetaValue arch = {.type = HURRAY_META_STRING, .count = 4, .as.string = "tiny"};
+  const char *key = "arch";
+  const HurrayMetaValue meta = {.type = HURRAY_META_MAP, .count = 1, .keys = &key,
+                                .as.items = &arch};
+  OK(hurray_shard_writer_create(dir, 48, &options, &meta, &w, E));
+  for (size_t i = 0; i < SAMPLE_COUNT; i++) {
+    Sample s = kSamples[i]();
+    HurrayFileWriter *shard = NULL;
+    OK(hurray_shard_writer_next(w, s.name, 24, &shard, E)); /* a new shard every second */
+    OK(hurray_file_writer_add(shard, s.name, &s.desc, s.list, NULL, E));
+    sample_free(&s);
+  }
+  HurrayFileReader *r = NULL;
+  HurrayError error = {0};
+  assert_int_not_equal(hurray_file_reader_open(dir, 0, &r, &error), HURRAY_OK); /* not yet */
+  OK(hurray_shard_writer_finish(w, E));
+  hurray_shard_writer_destroy(w);
+  OK(hurray_file_reader_open(dir, 0, &r, E));
+  HurrayFileInfo info;
+  OK(hurray_file_reader_info(r, &info, E));
+  assert_int_equal(info.shard_count, SAMPLE_COUNT / 2);
+  assert_int_equal(info.tensor_count, SAMPLE_COUNT);
+  HurrayMetaValue *got = NULL;
+  OK(hurray_file_reader_metadata(r, HURRAY_FILE_WHOLE, &got, E));
+  assert_int_equal(got->count, 1);
+  assert_string_equal(got->as.items[0].as.string, "tiny");
+  hurray_meta_destroy(got);
+  OK(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, E));
+  hurray_file_reader_destroy(r);
+
+  /* A smaller checkpoint over it removes the old shards; one abandoned changes nothing. */
+  OK(hurray_shard_writer_create(dir, 1u << 30, &options, NULL, &w, E));
+  Sample s = sample_dense();
+  HurrayFileWriter *shard = NULL;
+  OK(hurray_shard_writer_next(w, s.name, 24, &shard, E));
+  OK(hurray_file_writer_add(shard, s.name, &s.desc, s.list, NULL, E));
+  OK(hurray_shard_writer_finish(w, E));
+  hurray_shard_writer_destroy(w);
+  OK(hurray_shard_writer_create(dir, 1u << 30, &options, NULL, &w, E));
+  OK(hurray_shard_writer_next(w, "other", 24, &shard, E));
+  OK(hurray_file_writer_add(shard, "other", &s.desc, s.list, NULL, E));
+  hurray_shard_writer_destroy(w); /* not finished */
+  sample_free(&s);
+  char command[600];
+  snprintf(command, sizeof command, "test \"$(ls -A '%s' | tr '\\n' ' ')\" = "
+           "'model-00001-of-00001.hurray model.hurray.index.json '", dir);
+  assert_int_equal(system(command), 0);
+  OK(hurray_file_reader_open(dir, 0, &r, E));
+  uint32_t index = 0;
+  OK(hurray_file_reader_find(r, "dense", &index, E));
+  assert_int_equal(hurray_file_reader_find(r, "other", &index, &error), HURRAY_EINVAL);
+  hurray_file_reader_destroy(r);
+  assert_int_equal(hurray_shard_writer_create(dir, 0, NULL, NULL, &w, &error), HURRAY_EINVAL);
+}
+
+static void sizes_are_spelled_as_hugging_face_spells_them(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    uint64_t bytes;
+  } kGood[] = {{"1", 1},           {"5GB", 5000000000ull}, {"2GiB", 2ull << 30},
+               {"500MB", 500000000}, {"10KiB", 10240},     {"7B", 7},
+               {"1TiB", 1ull << 40}, {"3TB", 3000000000000ull}};
+  for (size_t i = 0; i < sizeof kGood / sizeof *kGood; i++) {
+    uint64_t n = 0;
+    OK(hurray_size_parse(kGood[i].text, &n, E));
+    assert_int_equal(n, kGood[i].bytes);
+  }
+  static const char *const kBad[] = {"", "0", "0GB", "5 GB", "5gb", "GB", "-1", "1.5GB",
+                                     "18446744073709551616", "20000000TiB"};
+  for (size_t i = 0; i < sizeof kBad / sizeof *kBad; i++) {
+    uint64_t n = 0;
+    HurrayError error = {0};
+    assert_int_equal(hurray_size_parse(kBad[i], &n, &error), HURRAY_EINVAL);
+    assert_non_null(strstr(error.message, "is not a positive size"));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(the_index_is_hugging_faces_shape_byte_for_byte),
       cmocka_unit_test(the_index_writer_refuses_what_no_reader_would_take),
       cmocka_unit_test(every_layout_reads_back_through_one_reader),
       cmocka_unit_test(a_broken_checkpoint_is_refused_naming_shard_and_tensor),
+      cmocka_unit_test(a_shard_writer_stages_until_finished),
+      cmocka_unit_test(sizes_are_spelled_as_hugging_face_spells_them),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

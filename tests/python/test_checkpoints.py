@@ -180,6 +180,29 @@ def test_convert_reads_a_sharded_checkpoint_as_one_input(hf_checkpoint, tmp_path
         assert torch.equal(outputs(model), expected)
 
 
+def test_convert_writes_hurray_shards_from_safetensors_shards(hf_checkpoint, tmp_path):
+    path, config, expected = hf_checkpoint
+    hurray.convert(path, tmp_path / "py", max_shard_size="100KB")
+    cli = subprocess.run(["hurray", "convert", "-q", "--max-shard-size", "100KB", str(path),
+                          str(tmp_path / "cli" / "gpt2.hurray.index.json")],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    for out in (tmp_path / "py", tmp_path / "cli"):
+        index = next(out.glob("*.hurray.index.json"))
+        weight_map = json.loads(index.read_text())["weight_map"]
+        assert sorted(weight_map) == sorted(hurray.open(path))
+        assert len(set(weight_map.values())) > 1
+        model = transformers.GPT2LMHeadModel(config).eval()
+        model.load_state_dict(state_dict_of(hurray.load(out, verify=True)), strict=False)
+        assert torch.equal(outputs(model), expected)
+    assert all(p.name.startswith("gpt2-") for p in (tmp_path / "cli").glob("*.hurray"))
+    bad = subprocess.run(["hurray", "convert", "--max-shard-size", "5 GB", str(path),
+                          str(tmp_path / "x")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "'5 GB' is not a positive size" in bad.stderr
+    with pytest.raises(hurray.InvalidArgumentError, match="writes Hurray shards"):
+        hurray.convert(path, tmp_path / "y.safetensors", max_shard_size="1MB")
+
+
 def test_the_cli_reads_a_checkpoint_directory(hf_checkpoint, tmp_path):
     path, _, _ = hf_checkpoint
     shards = len(list(path.glob("model-*.safetensors")))

@@ -90,7 +90,7 @@ SIGNATURES = {
     hurray.load: "(path, *, mmap=True, verify=False, writable=False)",
     hurray.open: "(path, *, mmap=True, writable=False)",
     hurray.convert: "(input, output, *, alignment=None, name=None, metadata_as_json=False, "
-                    "drop_metadata=False, durable=True)",
+                    "drop_metadata=False, durable=True, max_shard_size=None)",
     hurray.File.keys: "(self, /)",
     hurray.File.items: "(self, /)",
     hurray.File.values: "(self, /)",
