@@ -54,6 +54,28 @@ static bool same_identity(const WireFileId *a, const WireFileId *b) {
   return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns;
 }
 
+int hurray__wire_file_holds(const WireFile *f, uint64_t end, HurrayError *error) {
+  struct stat st;
+  if (fstat(f->fd, &st) != 0) {
+    return hurray__fail_errno(error, HURRAY_EIO, errno, "tensor '%s': fstat: %s", f->tensor,
+                              strerror(errno));
+  }
+  if ((uint64_t)st.st_size >= f->offset + end) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_EIO,
+                      "tensor '%s': its file shrank while served: buffer %" PRIu32
+                      " needs bytes up to %" PRIu64 " of it, which now ends at byte %" PRIu64,
+                      f->tensor, f->buffer, f->offset + f->size, (uint64_t)st.st_size);
+}
+
+int hurray__wire_file_short(const WireFile *f, HurrayError *error) {
+  int status = hurray__wire_file_holds(f, f->size, error);
+  return status != HURRAY_OK ? status /* it shrank: the usual case */
+                             : hurray__fail(error, HURRAY_EIO,
+                                            "tensor '%s' buffer %" PRIu32
+                                            ": a read of its file came short of its size",
+                                            f->tensor, f->buffer);
+}
+
 /* Reads check chunk `k` whole into `stage`: *len bytes. A short read means the file shrank. */
 static int read_chunk(const WireFile *f, uint64_t k, uint8_t *stage, size_t *len,
                       HurrayError *error) {
@@ -67,14 +89,7 @@ static int read_chunk(const WireFile *f, uint64_t k, uint8_t *stage, size_t *len
       return hurray__fail_errno(error, HURRAY_EIO, errno, "tensor '%s' buffer %" PRIu32 ": pread: %s",
                                 f->tensor, f->buffer, strerror(errno));
     }
-    if (n == 0) {
-      struct stat st;
-      uint64_t now = fstat(f->fd, &st) == 0 ? (uint64_t)st.st_size : f->offset + begin + got;
-      return hurray__fail(error, HURRAY_EIO,
-                          "tensor '%s': its file shrank while served: buffer %" PRIu32
-                          " needs bytes up to %" PRIu64 " of it, which now ends at byte %" PRIu64,
-                          f->tensor, f->buffer, f->offset + f->size, now);
-    }
+    if (n == 0) return hurray__wire_file_short(f, error);
     got += (size_t)n;
   }
   *len = want;

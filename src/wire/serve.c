@@ -27,9 +27,10 @@ static WireSegment source_segment(const WireServed *s, const HurrayBufferList *l
     g.device = b;
     g.queue = s->queues[source];
     g.at = begin;
-  } else if (s->files != NULL) {
+  } else if (s->files != NULL) { /* read through the file; `data`: its mapping (wire.h) */
     g.file = &s->files[source];
     g.at = begin;
+    g.data = (const uint8_t *)b->data + begin;
   } else {
     g.data = (const uint8_t *)b->data + begin;
   }

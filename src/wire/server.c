@@ -2,11 +2,12 @@
  *
  * Memory per connection is bounded: a frame header, the payload of one control frame (at most
  * WIRE_CONTROL_MAX bytes, SERVER_PUT_HEADER_MAX for an upload's header), the control frames
- * queued for it, and nothing for tensor data, which is written from the registered memory
- * straight to the socket -- but for a tensor in device memory, staged one chunk
- * (WIRE_STAGE_SIZE) at a time through the device backend (device.c), and for a served file,
- * read one check chunk at a time through its descriptor (check.c), never through its mapping,
- * which a file truncated in place turns into SIGBUS (ADR-084).
+ * queued for it, and nothing for tensor data, which is written from the registered memory or a
+ * served file's mapping straight to the socket -- but for a tensor in device memory, staged one
+ * chunk (WIRE_STAGE_SIZE) at a time through the device backend (device.c), and for a served
+ * file over TLS or in a range, read one check chunk at a time through its descriptor
+ * (check.c). Nothing in user space reads a served file's mapping, which a file truncated in
+ * place turns into SIGBUS; the kernel's copy of writev reports such a page as EFAULT (ADR-084).
  *
  * What reads a whole buffer or a whole ROWS slice -- verifying a served file's buffer against
  * its stored checksum, hashing a slice -- runs on one checking thread, never on the loop: the
@@ -123,6 +124,8 @@ typedef struct Conn {
   bool sending;
   bool frame_checks; /* a BYTES response in 1.1: each DATA frame carries its check (spec §6.4) */
   bool checked;      /* a range: each chunk of a served file is checked as it is read (ADR-084) */
+  bool by_mapping;   /* the DATA frame being sent goes from a served file's mapping (writev) */
+  bool shrank;       /* ... and the file ended before it did: zeros finish it, then ERROR */
   Job *job;          /* the request waiting for the checking thread: nothing else is read */
   uint64_t request_id;
   uint32_t segment;
@@ -1246,9 +1249,22 @@ static void response_fail(HurrayServer *s, Conn *c, int code, const char *messag
   account(s, c);
 }
 
-/* Whether segment `g`'s bytes are staged before they go: device memory, a served file. */
-static bool staged(const WireSegment *g) {
-  return g->device != NULL || g->file != NULL;
+/* Whether the DATA frame of segment `g` being sent is staged: device memory, a served file read
+ * with pread (all but a plaintext WHOLE answer: by_mapping). */
+static bool staged(const Conn *c, const WireSegment *g) {
+  return g->device != NULL || (g->file != NULL && !c->by_mapping);
+}
+
+/* The zeros that finish a DATA frame from a served file's mapping once the file has turned out to
+ * end before the frame does (writev: EFAULT): the stage, zeroed; false if it cannot be had. */
+static bool shrank_under_frame(HurrayServer *s, Conn *c) {
+  if (c->stage == NULL) {
+    c->stage = malloc(WIRE_STAGE_SIZE);
+    account(s, c);
+  }
+  if (c->stage != NULL) memset(c->stage, 0, WIRE_STAGE_SIZE);
+  c->shrank = true;
+  return c->stage != NULL;
 }
 
 /* Reads the next DATA frame's bytes of staged segment `g` into the connection's stage,
@@ -1283,7 +1299,8 @@ static bool stage_chunk(HurrayServer *s, Conn *c, const WireSegment *g, uint64_t
 
 /* The bytes of the next DATA frame of segment `g`: staged, from memory, or zeros. */
 static const uint8_t *frame_bytes(const Conn *c, const WireSegment *g) {
-  return staged(g) ? c->stage + c->stage_at + (c->chunk_size - c->chunk_left)
+  return c->shrank    ? c->stage
+         : staged(c, g) ? c->stage + c->stage_at + (c->chunk_size - c->chunk_left)
          : g->data ? g->data + c->segment_sent
                    : kZeros; /* gaps: < 64 bytes */
 }
@@ -1291,7 +1308,7 @@ static const uint8_t *frame_bytes(const Conn *c, const WireSegment *g) {
 /* A DATA frame's check (spec §6.4): the low 32 bits of the XXH3-64 of its `n` bytes, which
  * are staged already when they come from device memory or a file. */
 static uint32_t frame_check(const Conn *c, const WireSegment *g, uint64_t n) {
-  const uint8_t *from = staged(g) ? c->stage + c->stage_at : frame_bytes(c, g);
+  const uint8_t *from = staged(c, g) ? c->stage + c->stage_at : frame_bytes(c, g);
   return (uint32_t)hurray__xxh3(from, (size_t)n);
 }
 
@@ -1333,7 +1350,19 @@ static bool conn_write(HurrayServer *s, Conn *c) {
       } else if (c->data_head_len == 0) { /* the next DATA frame */
         uint64_t left = g->len - c->segment_sent;
         uint64_t chunk = left < c->max_frame ? left : c->max_frame;
-        if (staged(g) && !stage_chunk(s, c, g, &chunk)) continue; /* failed: the ERROR goes */
+        /* A WHOLE answer of a file over a plain socket goes from the file's mapping, which only
+           the kernel reads (writev): a page the file no longer has is EFAULT there, never
+           SIGBUS. Each frame begins only if the file holds it now. */
+        c->by_mapping = g->file != NULL && !c->checked && c->tls == NULL;
+        HurrayError e = {0};
+        if (c->by_mapping &&
+            hurray__wire_file_holds(g->file, g->at + c->segment_sent + chunk, &e) != HURRAY_OK) {
+          response_fail(s, c, e.code, e.message);
+          continue;
+        }
+        if (staged(c, g) && !stage_chunk(s, c, g, &chunk)) {
+          continue; /* failed: the ERROR goes */
+        }
         bool last = last_segment && chunk == left;
         WireHeader h = {WIRE_DATA, last ? WIRE_FLAG_END : 0, c->request_id, chunk + WIRE_DATA_FIXED};
         hurray__wire_header_encode(&h, c->data_head);
@@ -1350,7 +1379,9 @@ static bool conn_write(HurrayServer *s, Conn *c) {
                                       c->data_head_len - c->data_head_sent};
       }
       if (c->chunk_left > 0) {
-        iov[n_iov++] = (struct iovec){(void *)frame_bytes(c, g), (size_t)c->chunk_left};
+        size_t len = (size_t)(c->shrank && c->chunk_left > WIRE_STAGE_SIZE ? WIRE_STAGE_SIZE
+                                                                           : c->chunk_left);
+        iov[n_iov++] = (struct iovec){(void *)frame_bytes(c, g), len};
       }
       if (g->by_fd && c->data_head_sent == 0) attach = g->fd; /* with the frame's first byte */
     } else {
@@ -1358,6 +1389,9 @@ static bool conn_write(HurrayServer *s, Conn *c) {
     }
     ssize_t n = attach >= 0 ? hurray__wire_sendmsg(c->fd, iov, (size_t)n_iov, attach)
                             : hurray__wire_sendv(c->fd, c->tls, iov, n_iov);
+    if (n < 0 && errno == EFAULT && !control && c->by_mapping && !c->shrank) {
+      if (shrank_under_frame(s, c)) continue; /* the frame is finished with zeros */
+    }
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
       conn_close(s, c);
@@ -1387,7 +1421,13 @@ static bool conn_write(HurrayServer *s, Conn *c) {
     if (c->chunk_left == 0 && c->data_head_sent == c->data_head_len) {
       c->data_head_len = 0; /* the frame is out */
       count_sent(s, g, g->by_fd ? g->len : c->chunk_size,
-                 c->segment_sent == g->len && c->segment + 1 == c->plan.nsegments);
+                 c->segment_sent == g->len && c->segment + 1 == c->plan.nsegments && !c->shrank);
+      if (c->shrank) { /* it went out padded with zeros: the answer ends with its ERROR */
+        HurrayError e = {0};
+        c->shrank = false;
+        response_fail(s, c, hurray__wire_file_short(g->file, &e), e.message);
+        continue;
+      }
       if (c->segment_sent == g->len) {
         c->segment++;
         c->segment_sent = 0;

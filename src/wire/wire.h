@@ -312,6 +312,12 @@ HURRAY_INTERNAL void hurray__wire_file_reset(WireFile *f);
 HURRAY_INTERNAL int hurray__wire_file_chunk(WireFile *f, uint64_t at, bool checked,
                                             uint8_t *stage, uint64_t *begin, size_t *len,
                                             HurrayError *error);
+/* HURRAY_OK if the file holds bytes [0, end) of the buffer now (one fstat), else HURRAY_EIO
+ * naming the tensor, the buffer's end and the file's size ("its file shrank while served"). */
+HURRAY_INTERNAL int hurray__wire_file_holds(const WireFile *f, uint64_t end, HurrayError *error);
+/* The error of a read of the buffer that came short: as hurray__wire_file_holds says for the
+ * whole buffer, or HURRAY_EIO saying so if the file has its size again. */
+HURRAY_INTERNAL int hurray__wire_file_short(const WireFile *f, HurrayError *error);
 /* Makes the verdict on the buffer hold for the file's identity now, reading the whole buffer
  * through `stage` (WIRE_CHECK_CHUNK bytes) unless a verdict for that identity is remembered:
  * HURRAY_OK when the bytes match the stored checksum; HURRAY_ECHECKSUM naming both checksums;
@@ -326,8 +332,10 @@ HURRAY_INTERNAL bool hurray__wire_file_verified(WireFile *f);
 
 /* A run of stream bytes of one buffer: `len` bytes at `offset` of compact buffer `buffer`, from
  * host memory `data`; or from byte `at` of the device buffer `device`, read through `queue`
- * (device.c); or from byte `at` of the served file's buffer `file` (check.c); or zeros (always
- * fewer than 64) when all three are NULL. With `by_fd` the run is the whole buffer, sent as a
+ * (device.c); or from byte `at` of the served file's buffer `file` (check.c), whose `data` is
+ * then where they are in the file's mapping, which nothing in user space reads (a page the file
+ * no longer has is SIGBUS) but the kernel may (writev: EFAULT there); or zeros (always fewer
+ * than 64) when all three are NULL. With `by_fd` the run is the whole buffer, sent as a
  * DATA_FD frame: bytes [fd_offset, fd_offset + len) of descriptor `fd`. */
 typedef struct WireSegment {
   const uint8_t *data;

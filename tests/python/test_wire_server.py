@@ -462,3 +462,41 @@ def test_large_rows_do_not_stall_other_clients(tmp_path):
             c.sock.close()
         print(f"worst latency of a small request: {worst * 1e3:.1f} ms")
         assert worst < 0.25, f"a small request waited {worst * 1e3:.0f} ms"
+
+
+def test_a_file_truncated_during_a_whole_answer_ends_it_with_an_error(tmp_path):
+    """Item 2, the file truncated while a WHOLE answer is on its way (the client has read part of
+    its first DATA frame): every frame that went out is whole -- the one under way is finished,
+    with zeros where the file no longer has bytes -- and the answer ends with ERROR
+    HURRAY_EIO for the request; the connection goes on (before: the server dropped it)."""
+    a = np.full(64 << 20, 7, np.uint8)
+    hurray.save(tmp_path / "a.hurray", {"a": a})
+    with serve_paths(tmp_path / "a.hurray") as server:
+        c = Client(server.address)
+        c.send(frame(TENSOR_REQUEST, 1, tensor_request("a")))
+        assert c.recv_frame()[0] == TENSOR_HEADER
+        head = c._exact(24)
+        assert HEADER.unpack(head)[1] == DATA
+        c._exact(256 << 10)
+        os.truncate(tmp_path / "a.hurray", 8192)
+        rest = HEADER.unpack(head)[5] - (256 << 10)
+        got = bytearray()
+        while len(got) < rest:
+            got += c._exact(min(rest - len(got), 1 << 20))
+        types = []
+        while True:
+            type_, _, rid, payload = c.recv_frame()
+            types.append(type_)
+            if type_ == ERROR:
+                break
+            assert type_ == DATA
+            got += payload[16:]
+        sent = got.rstrip(b"\0")  # the file's bytes, then zeros where it no longer had them
+        assert sent.count(7) == len(sent)
+        print(f"{len(sent)} bytes of the file after the truncation, then {len(got) - len(sent)} zeros")
+        assert rid == 1 and error_code(payload) == 15, types  # HURRAY_EIO
+        assert b"tensor 'a': its file shrank while served" in payload
+        c.send(frame(LIST, 2))
+        type_, _, rid, _ = c.recv_frame()
+        assert (type_, rid) == (0x11, 2)  # LIST_RESULT: the connection goes on
+        c.sock.close()
