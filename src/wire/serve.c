@@ -27,6 +27,10 @@ static WireSegment source_segment(const WireServed *s, const HurrayBufferList *l
     g.device = b;
     g.queue = s->queues[source];
     g.at = begin;
+  } else if (s->files != NULL) { /* read through the file; `data`: its mapping (wire.h) */
+    g.file = &s->files[source];
+    g.at = begin;
+    g.data = (const uint8_t *)b->data + begin;
   } else {
     g.data = (const uint8_t *)b->data + begin;
   }
@@ -70,9 +74,27 @@ static int device_queues(WireServed *s, const char *name, const HurrayBufferList
   return HURRAY_OK;
 }
 
+/* The served file's buffers of `s` (ADR-084): source buffer i at file_offsets[i] of `fd`. */
+static int served_files(WireServed *s, const HurrayBufferList *list, const uint64_t *checksums,
+                        int fd, const uint64_t *file_offsets, HurrayError *error) {
+  s->files = calloc(list->count + 1u, sizeof *s->files);
+  if (s->files == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  s->nbuffers = list->count; /* what reset resets the files of */
+  for (uint32_t i = 0; i < list->count; i++) {
+    int status = hurray__wire_file_init(&s->files[i], fd, file_offsets[i],
+                                        list->buffers[i]->desc.byte_size, checksums[i], i, error);
+    if (status != HURRAY_OK) {
+      for (uint32_t k = i; k < list->count; k++) s->files[k].fd = -1; /* not initialised */
+      return status;
+    }
+  }
+  return HURRAY_OK;
+}
+
 static int served_init(WireServed *s, const char *name, const HurrayTensorContext *context,
-                       const uint64_t *checksums, const uint8_t *metadata, uint32_t metadata_len,
-                       bool device_ok, HurrayError *error) {
+                       const uint64_t *checksums, int file_fd, const uint64_t *file_offsets,
+                       const uint8_t *metadata, uint32_t metadata_len, bool device_ok,
+                       HurrayError *error) {
   memset(s, 0, sizeof *s);
   s->fd = -1;
   size_t name_len = 0;
@@ -81,13 +103,17 @@ static int served_init(WireServed *s, const char *name, const HurrayTensorContex
   if (status != HURRAY_OK) return status;
   const HurrayBufferList *list = context->buffers;
   status = device_queues(s, name, list, device_ok, error);
+  if (status == HURRAY_OK && file_fd >= 0) {
+    status = served_files(s, list, checksums, file_fd, file_offsets, error);
+  }
   FileRuns runs = {0};
   uint8_t *stage = NULL;
   if (status == HURRAY_OK) {
     s->name = malloc(name_len + 1);
     s->buffers = calloc(list->count + 1u, sizeof *s->buffers);
-    if (s->device != HURRAY_DEVICE_CPU) stage = malloc(WIRE_STAGE_SIZE);
-    status = s->name && s->buffers && (stage || s->device == HURRAY_DEVICE_CPU)
+    bool staged = s->device != HURRAY_DEVICE_CPU || s->files != NULL;
+    if (staged) stage = malloc(WIRE_STAGE_SIZE);
+    status = s->name && s->buffers && (stage || !staged)
                  ? hurray__runs_make(&runs, context->tensor, error)
                  : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   }
@@ -98,6 +124,7 @@ static int served_init(WireServed *s, const char *name, const HurrayTensorContex
   if (status == HURRAY_OK) {
     memcpy(s->name, name, name_len + 1);
     s->name_len = name_len;
+    for (uint32_t i = 0; s->files != NULL && i < list->count; i++) s->files[i].tensor = s->name;
     s->nbuffers = list->count;
     uint64_t end = 0;
     for (size_t i = 0; i < runs.count; i++) {
@@ -129,8 +156,8 @@ static int served_init(WireServed *s, const char *name, const HurrayTensorContex
       if (checksums && whole) {
         w->checksum = checksums[i];
       } else {
-        status = hurray__wire_hash_buffer(s->segments, s->nsegments, i, stage, &w->checksum,
-                                          error);
+        status = hurray__wire_hash_buffer(s->segments, s->nsegments, i, stage, false,
+                                          &w->checksum, error);
       }
       s->total_bytes += size;
     }
@@ -152,7 +179,8 @@ static int served_init(WireServed *s, const char *name, const HurrayTensorContex
 int hurray__wire_served_init(WireServed *s, const char *name, const HurrayTensorContext *context,
                              const uint64_t *checksums, const uint8_t *metadata,
                              uint32_t metadata_len, HurrayError *error) {
-  return served_init(s, name, context, checksums, metadata, metadata_len, false, error);
+  return served_init(s, name, context, checksums, -1, NULL, metadata, metadata_len, false,
+                     error);
 }
 
 void hurray__wire_served_reset(WireServed *s) {
@@ -160,6 +188,10 @@ void hurray__wire_served_reset(WireServed *s) {
     hurray_device_queue_destroy(s->queues[i]);
   }
   free(s->queues);
+  for (uint32_t i = 0; s->files != NULL && i < s->nbuffers; i++) {
+    if (s->files[i].fd >= 0) hurray__wire_file_reset(&s->files[i]);
+  }
+  free(s->files);
   hurray__sink_reset(&s->record);
   free(s->name);
   free(s->buffers);
@@ -171,11 +203,13 @@ void hurray__wire_served_reset(WireServed *s) {
 }
 
 int hurray__wire_served_create(const char *name, HurrayTensorContext *context,
-                               const uint64_t *checksums, const uint8_t *metadata,
+                               const uint64_t *checksums, int file_fd,
+                               const uint64_t *file_offsets, const uint8_t *metadata,
                                uint32_t metadata_len, WireServed **out, HurrayError *error) {
   *out = NULL;
   WireServed *s = malloc(sizeof *s);
-  int status = s ? served_init(s, name, context, checksums, metadata, metadata_len, true, error)
+  int status = s ? served_init(s, name, context, checksums, file_fd, file_offsets, metadata,
+                               metadata_len, true, error)
                  : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   if (status != HURRAY_OK) {
     free(s);
@@ -333,8 +367,39 @@ static int served_device(const WireServed *s, const WireRequest *r, uint8_t *dev
                       hurray_device_name(s->device), s->device);
 }
 
-int hurray__wire_plan(const WireServed *s, const WireRequest *r, WirePlan *plan,
-                      HurrayError *error) {
+int hurray__wire_rows_checksum(const WireServed *s, const WireRequest *r, uint8_t *stage,
+                               uint64_t *out, HurrayError *error) {
+  RowSlice rows;
+  int status = slice_rows(s, r->start, r->stop, &rows, error);
+  if (status != HURRAY_OK) return status;
+  return hurray__wire_hash_buffer(rows.segments, rows.nsegments, 0, stage, true, out, error);
+}
+
+void hurray__wire_range_buffers(const WireServed *s, const WireRequest *r, uint32_t *first,
+                                uint32_t *end) {
+  *first = *end = 0;
+  if (r->range_kind == WIRE_RANGE_ROWS) {
+    const HurrayTensorDesc *t = s->context->tensor;
+    if (t->layout == HURRAY_LAYOUT_DENSE) {
+      *first = t->parts[0].buffer;
+      *end = *first + 1;
+    }
+    return;
+  }
+  if (r->range_kind != WIRE_RANGE_BYTES || r->start < 0 || r->stop <= r->start) return;
+  uint64_t at = 0; /* stream position of compact buffer i (= source buffer i) */
+  for (uint32_t i = 0; i < s->nbuffers; i++) {
+    uint64_t size = s->buffers[i].desc.byte_size;
+    if (size > 0 && at < (uint64_t)r->stop && (uint64_t)r->start < at + size) {
+      if (*end == 0) *first = i;
+      *end = i + 1;
+    }
+    at += size;
+  }
+}
+
+int hurray__wire_plan(const WireServed *s, const WireRequest *r, uint64_t rows_checksum,
+                      WirePlan *plan, HurrayError *error) {
   memset(plan, 0, sizeof *plan);
   uint8_t device = HURRAY_DEVICE_CPU;
   int status = served_device(s, r, &device, error);
@@ -350,21 +415,13 @@ int hurray__wire_plan(const WireServed *s, const WireRequest *r, WirePlan *plan,
   if (r->range_kind == WIRE_RANGE_ROWS) {
     status = slice_rows(s, r->start, r->stop, &rows, error);
     if (status != HURRAY_OK) return status;
-    uint8_t *stage = NULL;
-    if (s->device != HURRAY_DEVICE_CPU && (stage = malloc(WIRE_STAGE_SIZE)) == NULL) {
-      return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-    }
     row_buffer.desc = s->buffers[s->context->tensor->parts[0].buffer].desc;
     row_buffer.desc.byte_size = rows.len;
     row_buffer.desc.alignment = HURRAY_MIN_ALIGNMENT;
     row_buffer.role = HURRAY_ROLE_VALUES;
-    status = hurray__wire_hash_buffer(rows.segments, rows.nsegments, 0, stage,
-                                      &row_buffer.checksum, error);
-    free(stage);
-    if (status == HURRAY_OK) {
-      status = hurray__record_encode((const uint8_t *)s->name, s->name_len, &rows.desc, NULL,
-                                     NULL, NULL, 0, &row_record, error);
-    }
+    row_buffer.checksum = rows_checksum;
+    status = hurray__record_encode((const uint8_t *)s->name, s->name_len, &rows.desc, NULL, NULL,
+                                   NULL, 0, &row_record, error);
     if (status != HURRAY_OK) {
       hurray__sink_reset(&row_record);
       return status;

@@ -2,9 +2,16 @@
  *
  * Memory per connection is bounded: a frame header, the payload of one control frame (at most
  * WIRE_CONTROL_MAX bytes, SERVER_PUT_HEADER_MAX for an upload's header), the control frames
- * queued for it, and nothing for tensor data, which is written from the served buffers (the
- * file mapping or the registered memory) straight to the socket -- but for a tensor in device
- * memory, staged one chunk (WIRE_STAGE_SIZE) at a time through the device backend (device.c).
+ * queued for it, and nothing for tensor data, which is written from the registered memory or a
+ * served file's mapping straight to the socket -- but for a tensor in device memory, staged one
+ * chunk (WIRE_STAGE_SIZE) at a time through the device backend (device.c), and for a served
+ * file over TLS or in a range, read one check chunk at a time through its descriptor
+ * (check.c). Nothing in user space reads a served file's mapping, which a file truncated in
+ * place turns into SIGBUS; the kernel's copy of writev reports such a page as EFAULT (ADR-084).
+ *
+ * What reads a whole buffer or a whole ROWS slice -- verifying a served file's buffer against
+ * its stored checksum, hashing a slice -- runs on one checking thread, never on the loop: the
+ * connection waits (reading nothing more) while the loop serves the others (ADR-084).
  * A connection whose output is not drained is not read from (backpressure goes back to its
  * client through TCP), and one that makes no progress for idle_timeout_ms, or takes longer than
  * that over one frame, is closed.
@@ -21,6 +28,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +77,23 @@ typedef struct Upload {
   uint64_t charged; /* reserved of the server's upload_held, given back unless served */
 } Upload;
 
+struct Conn;
+
+/* A request whose bytes must be verified or hashed whole before its answer can be planned
+ * (ADR-084): a ROWS request of a tensor in CPU memory (the slice's checksum), and a ROWS or
+ * BYTES request of a served file's buffers not verified for the file as it is now. The checking
+ * thread runs it; the loop then answers it. */
+typedef struct Job {
+  struct Job *next;
+  struct Conn *conn; /* the connection waiting for it; NULL once that closed (loop only) */
+  WireServed *tensor;
+  WireRequest request;
+  uint64_t id;
+  int status;
+  HurrayError error;
+  uint64_t rows_checksum;
+} Job;
+
 typedef struct Conn {
   int fd;
   WireTlsConn *tls; /* NULL: plaintext */
@@ -98,6 +123,10 @@ typedef struct Conn {
   WirePlan plan;
   bool sending;
   bool frame_checks; /* a BYTES response in 1.1: each DATA frame carries its check (spec §6.4) */
+  bool checked;      /* a range: each chunk of a served file is checked as it is read (ADR-084) */
+  bool by_mapping;   /* the DATA frame being sent goes from a served file's mapping (writev) */
+  bool shrank;       /* ... and the file ended before it did: zeros finish it, then ERROR */
+  Job *job;          /* the request waiting for the checking thread: nothing else is read */
   uint64_t request_id;
   uint32_t segment;
   uint64_t segment_sent;
@@ -106,7 +135,9 @@ typedef struct Conn {
   size_t data_head_sent;
   uint64_t chunk_left;
   uint64_t chunk_size;
-  uint8_t *stage;  /* WIRE_STAGE_SIZE bytes while a response from device memory is sent */
+  uint8_t *stage;  /* WIRE_STAGE_SIZE bytes while a response from device memory or a file is
+                      sent; the frame's bytes start at stage_at */
+  size_t stage_at;
   /* a LIST answer, made one LIST_RESULT frame at a time as the socket takes them: entries
      [list_next, list_end) of the registry are still to go */
   bool listing;
@@ -149,6 +180,17 @@ struct HurrayServer {
   bool unix_bound;    /* the socket file this server bound, by device and inode */
   dev_t unix_dev;
   ino_t unix_ino;
+  /* the checking thread (ADR-084): jobs in order, and those done, under jobs_lock; done_fd
+     (an eventfd in the loop's epoll set) says there are done ones */
+  pthread_t checker;
+  bool checker_started;
+  bool checker_closing;
+  atomic_bool checks_stopping; /* a verification in progress gives up */
+  pthread_mutex_t jobs_lock;
+  pthread_cond_t jobs_more;
+  Job *jobs, *jobs_tail, *done;
+  int done_fd;
+  uint8_t *check_stage; /* WIRE_STAGE_SIZE bytes, the checking thread's */
   uint8_t scratch[1 << 16]; /* discarded upload bytes land here */
 };
 
@@ -245,13 +287,14 @@ int hurray_server_add_tensor(HurrayServer *server, const char *name, HurrayTenso
     return hurray__fail(error, HURRAY_EINVAL, "server or tensor is NULL");
   }
   WireServed *served = NULL;
-  int status = hurray__wire_served_create(name, tensor, NULL, NULL, 0, &served, error);
+  int status = hurray__wire_served_create(name, tensor, NULL, -1, NULL, NULL, 0, &served, error);
   if (status != HURRAY_OK) return status;
   return register_tensors(server, &served, 1, -1, error);
 }
 
-/* One tensor of an open file as a served tensor: its mapped buffers, stored checksums and
- * metadata, and where its buffers lie in the file's descriptor `fd` (-1: none). */
+/* One tensor of an open file as a served tensor: its buffers as they lie in the file's
+ * descriptor `fd` (read through it, never through the reader's mapping: ADR-084), its stored
+ * checksums and metadata. */
 static int served_from_file(const HurrayFileReader *reader, uint32_t index, int fd,
                             WireServed **out, HurrayError *error) {
   HurrayFileTensorInfo info;
@@ -275,10 +318,10 @@ static int served_from_file(const HurrayFileReader *reader, uint32_t index, int 
   HurrayTensorContext *context = NULL;
   if (status == HURRAY_OK) status = hurray_file_reader_get(reader, index, 0, &context, error);
   if (status == HURRAY_OK) {
-    status = hurray__wire_served_create(info.name, context, sums, encoded.data,
+    status = hurray__wire_served_create(info.name, context, sums, fd, offsets, encoded.data,
                                         (uint32_t)encoded.len, out, error);
   }
-  if (status == HURRAY_OK && fd >= 0) {
+  if (status == HURRAY_OK) { /* the same descriptor for DATA_FD */
     WireServed *t = *out;
     for (uint32_t k = 0; k < info.buffer_count; k++) {
       /* a compact buffer as long as the stored one is the stored one (as its checksum) */
@@ -301,15 +344,20 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
   if (server == NULL || path == NULL) {
     return hurray__fail(error, HURRAY_EINVAL, "server or path is NULL");
   }
-  /* The file's descriptor, for DATA_FD; kept only if it is the file the reader opened. */
+  /* The file's descriptor, which the tensors' bytes are read through (and DATA_FD passes):
+     it must be the file the reader opened. */
   int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int opened_errno = errno;
   HurrayFileReader *reader = NULL;
   int status = hurray_file_reader_open(path, 0, &reader, error);
   struct stat opened, now;
-  if (fd >= 0 && (fstat(fd, &opened) != 0 || stat(path, &now) != 0 ||
-                  opened.st_dev != now.st_dev || opened.st_ino != now.st_ino)) {
-    close(fd);
-    fd = -1;
+  if (status == HURRAY_OK && fd < 0) {
+    status = hurray__fail_errno(error, HURRAY_EIO, opened_errno, "open: %s",
+                                strerror(opened_errno));
+  } else if (status == HURRAY_OK &&
+             (fstat(fd, &opened) != 0 || stat(path, &now) != 0 ||
+              opened.st_dev != now.st_dev || opened.st_ino != now.st_ino)) {
+    status = hurray__fail(error, HURRAY_EIO, "the file was replaced while it was opened");
   }
   HurrayFileInfo info = {0};
   if (status == HURRAY_OK) status = hurray_file_reader_info(reader, &info, error);
@@ -329,6 +377,89 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
   }
   free(items);
   return status == HURRAY_OK ? status : hurray__error_prefix(error, status, "%s: ", path);
+}
+
+/* ---- the checking thread (ADR-084) -------------------------------------------------------- */
+
+static void run_job(HurrayServer *s, Job *j) {
+  uint32_t first = 0, end = 0;
+  hurray__wire_range_buffers(j->tensor, &j->request, &first, &end);
+  int status = HURRAY_OK;
+  for (uint32_t i = first; status == HURRAY_OK && j->tensor->files != NULL && i < end; i++) {
+    status = hurray__wire_file_verify(&j->tensor->files[i], s->check_stage, &s->checks_stopping,
+                                      &j->error);
+  }
+  if (status == HURRAY_OK && j->request.range_kind == WIRE_RANGE_ROWS) {
+    status = hurray__wire_rows_checksum(j->tensor, &j->request, s->check_stage,
+                                        &j->rows_checksum, &j->error);
+  }
+  j->status = status;
+}
+
+static void *checker_main(void *arg) {
+  HurrayServer *s = arg;
+  pthread_mutex_lock(&s->jobs_lock);
+  for (;;) {
+    while (s->jobs == NULL && !s->checker_closing) pthread_cond_wait(&s->jobs_more, &s->jobs_lock);
+    if (s->checker_closing) break;
+    Job *j = s->jobs;
+    s->jobs = j->next;
+    if (s->jobs == NULL) s->jobs_tail = NULL;
+    pthread_mutex_unlock(&s->jobs_lock);
+    run_job(s, j);
+    pthread_mutex_lock(&s->jobs_lock);
+    j->next = s->done;
+    s->done = j;
+    uint64_t one = 1;
+    ssize_t n = write(s->done_fd, &one, sizeof one);
+    (void)n;
+  }
+  pthread_mutex_unlock(&s->jobs_lock);
+  return NULL;
+}
+
+/* Starts the checking thread, every signal blocked in it. */
+static int checker_start(HurrayServer *s, HurrayError *error) {
+  s->check_stage = malloc(WIRE_STAGE_SIZE);
+  if (s->check_stage == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int err = pthread_create(&s->checker, NULL, checker_main, s);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (err != 0) {
+    return hurray__fail_errno(error, HURRAY_ENOMEM, err, "cannot start the checking thread: %s",
+                              strerror(err));
+  }
+  s->checker_started = true;
+  return HURRAY_OK;
+}
+
+static void free_jobs(Job *j) {
+  while (j != NULL) {
+    Job *next = j->next;
+    free(j);
+    j = next;
+  }
+}
+
+/* Ends the checking thread (a verification in progress gives up) and frees every job: their
+ * connections have closed. */
+static void checker_stop(HurrayServer *s) {
+  if (s->checker_started) {
+    atomic_store(&s->checks_stopping, true);
+    pthread_mutex_lock(&s->jobs_lock);
+    s->checker_closing = true;
+    pthread_cond_broadcast(&s->jobs_more);
+    pthread_mutex_unlock(&s->jobs_lock);
+    pthread_join(s->checker, NULL);
+    s->checker_started = false;
+  }
+  free_jobs(s->jobs);
+  free_jobs(s->done);
+  s->jobs = s->jobs_tail = s->done = NULL;
+  free(s->check_stage);
+  s->check_stage = NULL;
 }
 
 /* ---- create / destroy --------------------------------------------------------------------- */
@@ -365,9 +496,11 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   if (s != NULL) s->tls = tls;
   else hurray__wire_tls_destroy(tls);
   if (s == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  s->listen_fd = s->epoll_fd = s->wake_fd = -1;
+  s->listen_fd = s->epoll_fd = s->wake_fd = s->done_fd = -1;
   s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   pthread_mutex_init(&s->lock, NULL);
+  pthread_mutex_init(&s->jobs_lock, NULL);
+  pthread_cond_init(&s->jobs_more, NULL);
   s->flags = o.flags;
   s->max_connections = o.max_connections ? o.max_connections : 1024;
   s->max_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
@@ -414,12 +547,20 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   }
   s->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  s->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
   struct epoll_event wake = {.events = EPOLLIN, .data.ptr = &s->wake_fd};
-  if (s->epoll_fd < 0 || s->wake_fd < 0 ||
+  struct epoll_event done = {.events = EPOLLIN, .data.ptr = &s->done_fd};
+  if (s->epoll_fd < 0 || s->wake_fd < 0 || s->done_fd < 0 ||
       epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0 ||
-      epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->wake_fd, &wake) != 0) {
+      epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->wake_fd, &wake) != 0 ||
+      epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->done_fd, &done) != 0) {
     status = hurray__fail(error, HURRAY_EIO, "epoll: %s", strerror(errno));
+    hurray_server_destroy(s);
+    return status;
+  }
+  status = checker_start(s, error);
+  if (status != HURRAY_OK) {
     hurray_server_destroy(s);
     return status;
   }
@@ -456,7 +597,8 @@ void hurray_server_stop(HurrayServer *server) {
 static void account(HurrayServer *s, Conn *c) {
   uint64_t mem = sizeof *c + c->out.cap + c->plan.header.cap + (c->stage ? WIRE_STAGE_SIZE : 0) +
                  (c->tls ? 2 * WIRE_TLS_BUFFER : 0) +
-                 (c->payload ? c->h.length : 0) + (c->upload ? c->upload->bytes : 0);
+                 (c->payload ? c->h.length : 0) + (c->upload ? c->upload->bytes : 0) +
+                 (c->job ? sizeof *c->job : 0);
   pthread_mutex_lock(&s->lock);
   s->stats.buffered_bytes = s->stats.buffered_bytes - c->mem + mem;
   if (s->stats.buffered_bytes > s->stats.peak_buffered_bytes) {
@@ -485,6 +627,7 @@ static void upload_free(HurrayServer *s, Upload *u) {
 }
 
 static void conn_close(HurrayServer *s, Conn *c) {
+  if (c->job) c->job->conn = NULL; /* answered by nobody: freed when done */
   epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
   hurray__wire_tls_close(c->tls);
   if (c->tls_pending) s->tls_pending--;
@@ -642,24 +785,17 @@ static void list_frame(HurrayServer *s, Conn *c) {
   else if (end) c->listing = false;
 }
 
-static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, size_t len) {
-  WireRequest r;
+/* Answers request `r` (id `id`) for tensor `t`: its TENSOR_HEADER queued and its DATA frames
+ * to follow, or an ERROR. `rows_checksum`: for ROWS, the slice's XXH3-64. */
+static void respond(HurrayServer *s, Conn *c, WireServed *t, const WireRequest *r, uint64_t id,
+                    uint64_t rows_checksum) {
   HurrayError e = {0};
-  int status = hurray__wire_request_decode(p, len, &r, &e);
+  int status = hurray__wire_plan(t, r, rows_checksum, &c->plan, &e);
   if (status != HURRAY_OK) {
     send_error(c, id, status, e.message);
     return;
   }
-  pthread_mutex_lock(&s->lock);
-  WireServed *t = find_locked(s, r.name, r.name_len); /* never removed while running */
-  pthread_mutex_unlock(&s->lock);
-  status = t ? hurray__wire_plan(t, &r, &c->plan, &e)
-             : hurray__fail(&e, HURRAY_EINVAL, "no tensor named '%s'", r.name);
-  if (status != HURRAY_OK) {
-    send_error(c, id, status, e.message);
-    return;
-  }
-  if (c->fd_passing && r.range_kind == WIRE_RANGE_WHOLE && r.resume_offset == 0 &&
+  if (c->fd_passing && r->range_kind == WIRE_RANGE_WHOLE && r->resume_offset == 0 &&
       t->device == HURRAY_DEVICE_CPU) { /* host memory: device memory is staged as DATA */
     hurray__wire_plan_fds(t, &c->plan);
   }
@@ -667,7 +803,8 @@ static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, 
                             id, c->plan.header.data, c->plan.header.len, c->minor);
   hurray__sink_reset(&c->plan.header);
   c->sending = c->plan.nsegments > 0;
-  c->frame_checks = c->minor >= 1 && r.range_kind == WIRE_RANGE_BYTES;
+  c->frame_checks = c->minor >= 1 && r->range_kind == WIRE_RANGE_BYTES;
+  c->checked = r->range_kind != WIRE_RANGE_WHOLE;
   c->request_id = id;
   c->segment = 0;
   c->segment_sent = 0;
@@ -679,6 +816,76 @@ static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, 
     s->stats.transfers++; /* a response without data: its header is all of it */
     pthread_mutex_unlock(&s->lock);
   }
+}
+
+/* Whether a range request must wait for the checking thread (ADR-084): ROWS of a tensor in CPU
+ * memory (its slice is hashed whole), a range of a served file's buffer not verified for the
+ * file as it is now. */
+static bool needs_checks(WireServed *t, const WireRequest *r) {
+  if (r->range_kind == WIRE_RANGE_WHOLE || t->device != HURRAY_DEVICE_CPU) return false;
+  if (r->range_kind == WIRE_RANGE_ROWS) return true;
+  uint32_t first = 0, end = 0;
+  hurray__wire_range_buffers(t, r, &first, &end);
+  for (uint32_t i = first; t->files != NULL && i < end; i++) {
+    if (!hurray__wire_file_verified(&t->files[i])) return true;
+  }
+  return false;
+}
+
+/* Hands request `r` to the checking thread; the connection reads nothing more until it is
+ * answered (on_checked). */
+static void check_later(HurrayServer *s, Conn *c, WireServed *t, const WireRequest *r,
+                        uint64_t id) {
+  Job *j = calloc(1, sizeof *j);
+  if (j == NULL) {
+    send_error(c, id, HURRAY_ENOMEM, "out of memory");
+    return;
+  }
+  j->conn = c;
+  j->tensor = t;
+  j->request = *r;
+  j->id = id;
+  c->job = j;
+  pthread_mutex_lock(&s->jobs_lock);
+  if (s->jobs_tail) s->jobs_tail->next = j;
+  else s->jobs = j;
+  s->jobs_tail = j;
+  pthread_cond_signal(&s->jobs_more);
+  pthread_mutex_unlock(&s->jobs_lock);
+}
+
+static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, size_t len) {
+  WireRequest r;
+  HurrayError e = {0};
+  int status = hurray__wire_request_decode(p, len, &r, &e);
+  if (status != HURRAY_OK) {
+    send_error(c, id, status, e.message);
+    return;
+  }
+  pthread_mutex_lock(&s->lock);
+  WireServed *t = find_locked(s, r.name, r.name_len); /* never removed while running */
+  pthread_mutex_unlock(&s->lock);
+  if (t == NULL) {
+    hurray__fail(&e, HURRAY_EINVAL, "no tensor named '%s'", r.name);
+    send_error(c, id, HURRAY_EINVAL, e.message);
+    return;
+  }
+  if (needs_checks(t, &r)) {
+    check_later(s, c, t, &r, id);
+    return;
+  }
+  uint64_t rows_checksum = 0;
+  if (r.range_kind == WIRE_RANGE_ROWS) { /* device memory: its queues are the loop's */
+    uint8_t *stage = malloc(WIRE_STAGE_SIZE);
+    status = stage ? hurray__wire_rows_checksum(t, &r, stage, &rows_checksum, &e)
+                   : hurray__fail(&e, HURRAY_ENOMEM, "out of memory");
+    free(stage);
+    if (status != HURRAY_OK) {
+      send_error(c, id, status, e.message);
+      return;
+    }
+  }
+  respond(s, c, t, &r, id, rows_checksum);
 }
 
 static void refuse_upload(HurrayServer *s, Conn *c, Upload *u, int code, const char *message) {
@@ -712,7 +919,7 @@ static void upload_finish(HurrayServer *s, Conn *c) {
         status = hurray__fail(&e, HURRAY_ENOMEM, "out of memory");
       } else {
         for (uint32_t i = 0; i < u->tensor.nbuffers; i++) checksums[i] = u->tensor.buffers[i].checksum;
-        status = hurray__wire_served_create(u->tensor.record.name, context, checksums,
+        status = hurray__wire_served_create(u->tensor.record.name, context, checksums, -1, NULL,
                                             u->tensor.record.metadata,
                                             u->tensor.record.metadata_len, &t, &e);
         free(checksums);
@@ -903,7 +1110,7 @@ static bool conn_drain(HurrayServer *s, Conn *c) {
 static bool conn_read(HurrayServer *s, Conn *c) {
   if (c->draining) return conn_drain(s, c);
   for (int rounds = 0; rounds < 64; rounds++) {
-    if (c->phase == PHASE_CLOSING || c->sending || c->listing) return true;
+    if (c->phase == PHASE_CLOSING || c->sending || c->listing || c->job) return true;
     if (c->out.len > c->out_sent && c->upload == NULL) return true; /* backpressure */
     uint8_t *dest;
     size_t want;
@@ -1031,9 +1238,40 @@ static bool conn_read(HurrayServer *s, Conn *c) {
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
-/* Reads the next DATA frame's bytes of device segment `g` into the connection's stage,
- * shortening `*chunk` to what the stage holds; blocking (the event loop waits for the device).
- * A device that fails ends the connection with ERROR: a response cannot go on without bytes. */
+/* Ends the response being sent with ERROR for its request, between two of its frames: the
+ * connection goes on. */
+static void response_fail(HurrayServer *s, Conn *c, int code, const char *message) {
+  send_error(c, c->request_id, code, message);
+  c->sending = false;
+  hurray__wire_plan_reset(&c->plan);
+  free(c->stage);
+  c->stage = NULL;
+  account(s, c);
+}
+
+/* Whether the DATA frame of segment `g` being sent is staged: device memory, a served file read
+ * with pread (all but a plaintext WHOLE answer: by_mapping). */
+static bool staged(const Conn *c, const WireSegment *g) {
+  return g->device != NULL || (g->file != NULL && !c->by_mapping);
+}
+
+/* The zeros that finish a DATA frame from a served file's mapping once the file has turned out to
+ * end before the frame does (writev: EFAULT): the stage, zeroed; false if it cannot be had. */
+static bool shrank_under_frame(HurrayServer *s, Conn *c) {
+  if (c->stage == NULL) {
+    c->stage = malloc(WIRE_STAGE_SIZE);
+    account(s, c);
+  }
+  if (c->stage != NULL) memset(c->stage, 0, WIRE_STAGE_SIZE);
+  c->shrank = true;
+  return c->stage != NULL;
+}
+
+/* Reads the next DATA frame's bytes of staged segment `g` into the connection's stage,
+ * shortening `*chunk` to what the stage holds; blocking (the event loop waits for the device,
+ * or for one pread of a check chunk: ADR-084). For a range, a file's chunk is checked against
+ * its verified read. A failure (a device that fails, a file that shrank or changed) ends the
+ * response with ERROR: it cannot go on without its bytes. */
 static bool stage_chunk(HurrayServer *s, Conn *c, const WireSegment *g, uint64_t *chunk) {
   HurrayError e = {0};
   if (*chunk > WIRE_STAGE_SIZE) *chunk = WIRE_STAGE_SIZE;
@@ -1041,25 +1279,36 @@ static bool stage_chunk(HurrayServer *s, Conn *c, const WireSegment *g, uint64_t
     c->stage = malloc(WIRE_STAGE_SIZE);
     account(s, c);
   }
-  int status = c->stage ? hurray__wire_segment_read(g, c->segment_sent, c->stage, (size_t)*chunk,
-                                                    &e)
-                        : hurray__fail(&e, HURRAY_ENOMEM, "out of memory");
+  c->stage_at = 0;
+  int status = HURRAY_OK;
+  if (c->stage == NULL) {
+    status = hurray__fail(&e, HURRAY_ENOMEM, "out of memory");
+  } else if (g->file != NULL) { /* the check chunk holding the next byte, up to its end */
+    uint64_t at = g->at + c->segment_sent, begin = 0;
+    size_t len = 0;
+    status = hurray__wire_file_chunk(g->file, at, c->checked, c->stage, &begin, &len, &e);
+    c->stage_at = (size_t)(at - begin);
+    if (*chunk > begin + len - at) *chunk = begin + len - at;
+  } else {
+    status = hurray__wire_segment_read(g, c->segment_sent, c->stage, (size_t)*chunk, &e);
+  }
   if (status == HURRAY_OK) return true;
-  conn_fail(c, status, e.message);
+  response_fail(s, c, status, e.message);
   return false;
 }
 
 /* The bytes of the next DATA frame of segment `g`: staged, from memory, or zeros. */
 static const uint8_t *frame_bytes(const Conn *c, const WireSegment *g) {
-  return g->device ? c->stage + (c->chunk_size - c->chunk_left)
+  return c->shrank    ? c->stage
+         : staged(c, g) ? c->stage + c->stage_at + (c->chunk_size - c->chunk_left)
          : g->data ? g->data + c->segment_sent
                    : kZeros; /* gaps: < 64 bytes */
 }
 
 /* A DATA frame's check (spec §6.4): the low 32 bits of the XXH3-64 of its `n` bytes, which
- * are staged already when they come from device memory. */
+ * are staged already when they come from device memory or a file. */
 static uint32_t frame_check(const Conn *c, const WireSegment *g, uint64_t n) {
-  const uint8_t *from = g->device ? c->stage : frame_bytes(c, g);
+  const uint8_t *from = staged(c, g) ? c->stage + c->stage_at : frame_bytes(c, g);
   return (uint32_t)hurray__xxh3(from, (size_t)n);
 }
 
@@ -1101,7 +1350,19 @@ static bool conn_write(HurrayServer *s, Conn *c) {
       } else if (c->data_head_len == 0) { /* the next DATA frame */
         uint64_t left = g->len - c->segment_sent;
         uint64_t chunk = left < c->max_frame ? left : c->max_frame;
-        if (g->device != NULL && !stage_chunk(s, c, g, &chunk)) continue; /* failed: closing */
+        /* A WHOLE answer of a file over a plain socket goes from the file's mapping, which only
+           the kernel reads (writev): a page the file no longer has is EFAULT there, never
+           SIGBUS. Each frame begins only if the file holds it now. */
+        c->by_mapping = g->file != NULL && !c->checked && c->tls == NULL;
+        HurrayError e = {0};
+        if (c->by_mapping &&
+            hurray__wire_file_holds(g->file, g->at + c->segment_sent + chunk, &e) != HURRAY_OK) {
+          response_fail(s, c, e.code, e.message);
+          continue;
+        }
+        if (staged(c, g) && !stage_chunk(s, c, g, &chunk)) {
+          continue; /* failed: the ERROR goes */
+        }
         bool last = last_segment && chunk == left;
         WireHeader h = {WIRE_DATA, last ? WIRE_FLAG_END : 0, c->request_id, chunk + WIRE_DATA_FIXED};
         hurray__wire_header_encode(&h, c->data_head);
@@ -1118,7 +1379,9 @@ static bool conn_write(HurrayServer *s, Conn *c) {
                                       c->data_head_len - c->data_head_sent};
       }
       if (c->chunk_left > 0) {
-        iov[n_iov++] = (struct iovec){(void *)frame_bytes(c, g), (size_t)c->chunk_left};
+        size_t len = (size_t)(c->shrank && c->chunk_left > WIRE_STAGE_SIZE ? WIRE_STAGE_SIZE
+                                                                           : c->chunk_left);
+        iov[n_iov++] = (struct iovec){(void *)frame_bytes(c, g), len};
       }
       if (g->by_fd && c->data_head_sent == 0) attach = g->fd; /* with the frame's first byte */
     } else {
@@ -1126,6 +1389,9 @@ static bool conn_write(HurrayServer *s, Conn *c) {
     }
     ssize_t n = attach >= 0 ? hurray__wire_sendmsg(c->fd, iov, (size_t)n_iov, attach)
                             : hurray__wire_sendv(c->fd, c->tls, iov, n_iov);
+    if (n < 0 && errno == EFAULT && !control && c->by_mapping && !c->shrank) {
+      if (shrank_under_frame(s, c)) continue; /* the frame is finished with zeros */
+    }
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
       conn_close(s, c);
@@ -1155,7 +1421,13 @@ static bool conn_write(HurrayServer *s, Conn *c) {
     if (c->chunk_left == 0 && c->data_head_sent == c->data_head_len) {
       c->data_head_len = 0; /* the frame is out */
       count_sent(s, g, g->by_fd ? g->len : c->chunk_size,
-                 c->segment_sent == g->len && c->segment + 1 == c->plan.nsegments);
+                 c->segment_sent == g->len && c->segment + 1 == c->plan.nsegments && !c->shrank);
+      if (c->shrank) { /* it went out padded with zeros: the answer ends with its ERROR */
+        HurrayError e = {0};
+        c->shrank = false;
+        response_fail(s, c, hurray__wire_file_short(g->file, &e), e.message);
+        continue;
+      }
       if (c->segment_sent == g->len) {
         c->segment++;
         c->segment_sent = 0;
@@ -1190,7 +1462,7 @@ static void conn_interest(HurrayServer *s, Conn *c) {
   bool pending = c->out.len > c->out_sent || data_pending(c) || c->listing ||
                  hurray__wire_tls_unflushed(c->tls);
   bool reading = c->draining || (c->phase != PHASE_CLOSING && !c->sending && !c->listing &&
-                                  (!pending || c->upload != NULL));
+                                  !c->job && (!pending || c->upload != NULL));
   int read_want = hurray__wire_io_want(c->tls, true), write_want = hurray__wire_io_want(c->tls, false);
   if (c->phase == PHASE_TLS) { /* the handshake waits for one direction */
     reading = hurray__wire_tls_want(c->tls) == WIRE_WANT_READ;
@@ -1200,7 +1472,10 @@ static void conn_interest(HurrayServer *s, Conn *c) {
     pending = (pending && write_want == WIRE_WANT_WRITE) || (reading && read_want == WIRE_WANT_WRITE);
     reading = r;
   }
-  uint32_t events = (pending ? EPOLLOUT : 0u) | (reading ? EPOLLIN : 0u) | EPOLLRDHUP;
+  /* a connection waiting for the checking thread reads nothing: a half-close it would not act
+     on must not wake the loop until then (a hang-up still does) */
+  uint32_t events = (pending ? EPOLLOUT : 0u) | (reading ? EPOLLIN : 0u) |
+                    (c->job ? 0u : (uint32_t)EPOLLRDHUP);
   if (events != c->events) {
     struct epoll_event ev = {.events = events, .data.ptr = c};
     epoll_ctl(s->epoll_fd, EPOLL_CTL_MOD, c->fd, &ev);
@@ -1310,6 +1585,7 @@ static void sweep(HurrayServer *s) {
       }
       continue;
     }
+    if (c->job != NULL) continue; /* the server is the one working: no timeout */
     if (c->phase != PHASE_READY && now > c->handshake_deadline) {
       snprintf(message, sizeof message, "handshake not completed within %" PRIu32 " ms",
                s->handshake_ms);
@@ -1374,6 +1650,34 @@ static void conn_serve(HurrayServer *s, Conn *c, uint32_t ev) {
   }
 }
 
+/* The jobs the checking thread has done: each request answered, its connection served again. */
+static void on_checked(HurrayServer *s) {
+  uint64_t v;
+  ssize_t n = read(s->done_fd, &v, sizeof v);
+  (void)n;
+  pthread_mutex_lock(&s->jobs_lock);
+  Job *j = s->done;
+  s->done = NULL;
+  pthread_mutex_unlock(&s->jobs_lock);
+  while (j != NULL) {
+    Job *next = j->next;
+    Conn *c = j->conn;
+    if (c != NULL) {
+      c->job = NULL;
+      c->last_progress = hurray__wire_now_ms();
+      if (j->status == HURRAY_OK) {
+        respond(s, c, j->tensor, &j->request, j->id, j->rows_checksum);
+      } else {
+        send_error(c, j->id, j->status, j->error.message);
+      }
+      account(s, c);
+      conn_serve(s, c, EPOLLOUT);
+    }
+    free(j);
+    j = next;
+  }
+}
+
 int hurray_server_run(HurrayServer *s, HurrayError *error) {
   if (s == NULL) return hurray__fail(error, HURRAY_EINVAL, "server is NULL");
   struct epoll_event events[256];
@@ -1388,6 +1692,10 @@ int hurray_server_run(HurrayServer *s, HurrayError *error) {
       void *tag = events[i].data.ptr;
       if (tag == NULL) {
         on_accept(s);
+        continue;
+      }
+      if (tag == &s->done_fd) {
+        on_checked(s);
         continue;
       }
       if (tag == &s->wake_fd) {
@@ -1421,9 +1729,11 @@ int hurray_server_run(HurrayServer *s, HurrayError *error) {
 void hurray_server_destroy(HurrayServer *s) {
   if (s == NULL) return;
   while (s->conns) conn_close(s, s->conns);
+  checker_stop(s);
   if (s->listen_fd >= 0) close(s->listen_fd);
   if (s->epoll_fd >= 0) close(s->epoll_fd);
   if (s->wake_fd >= 0) close(s->wake_fd);
+  if (s->done_fd >= 0) close(s->done_fd);
   if (s->spare_fd >= 0) close(s->spare_fd);
   if (s->unix_bound) { /* only the socket it bound: never a file that failed bind or took its
                           place, nor another server's socket */
@@ -1443,5 +1753,7 @@ void hurray_server_destroy(HurrayServer *s) {
   free(s->secret);
   hurray__wire_tls_destroy(s->tls);
   pthread_mutex_destroy(&s->lock);
+  pthread_mutex_destroy(&s->jobs_lock);
+  pthread_cond_destroy(&s->jobs_more);
   free(s);
 }

@@ -5,6 +5,7 @@
  *   auth.c     the challenge-response MAC (HMAC-SHA-256, in-tree: ADR-073) and nonces
  *   net.c      addresses, the clock, and sendmsg/recvmsg that carry a file descriptor
  *   tls.c      the byte stream of a connection: the socket, or a TLS session over it (ADR-061)
+ *   check.c    a served file's buffers: read with pread, checked against the stored checksums
  *   device.c   segments in device memory: staged to the host in bounded chunks
  *   fdpass.c   the same-host fast path: a served tensor's memfd, and mapping a received fd
  *   verify.c   a received buffer's XXH3-64, hashed on a helper thread behind the receive
@@ -16,6 +17,7 @@
 #define HURRAY_WIRE_WIRE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -263,16 +265,83 @@ HURRAY_INTERNAL bool hurray__wire_mac_equal(const uint8_t a[WIRE_MAC_SIZE],
 HURRAY_INTERNAL int hurray__wire_nonce(uint8_t out[WIRE_NONCE_SIZE], HurrayError *error);
 
 
+/* ---- check.c (ADR-084) -------------------------------------------------------------------- */
+
+/* The most bytes of device memory or of a served file a server or client stages at once (per
+ * connection, or per transfer): a DATA frame from device memory or a file carries at most this
+ * many. */
+#define WIRE_STAGE_SIZE ((uint64_t)1 << 20)
+/* A served file's buffer is read and checked in chunks of this many bytes (the last one
+ * shorter), chunk k being bytes [k * WIRE_CHECK_CHUNK, (k + 1) * WIRE_CHECK_CHUNK) of it. */
+#define WIRE_CHECK_CHUNK WIRE_STAGE_SIZE
+enum { WIRE_UNVERIFIED = -1 };
+
+/* What a file is, as far as fstat tells: a verdict holds for this identity. */
+typedef struct WireFileId {
+  uint64_t dev, ino, size;
+  int64_t mtime_ns;
+} WireFileId;
+
+/* A source buffer of a served file: bytes [offset, offset + size) of the server's descriptor
+ * `fd` (borrowed), whose stored XXH3-64 is `checksum`. Under `lock`, what the last read of the
+ * whole buffer found, for file identity `id`: `verdict` HURRAY_OK with `chunks` the XXH3-64 of
+ * each check chunk of that read, HURRAY_ECHECKSUM (the read hashed to `actual`), or
+ * WIRE_UNVERIFIED. */
+typedef struct WireFile {
+  int fd;
+  uint64_t offset, size, checksum;
+  uint32_t buffer;    /* its index in the tensor, and the tensor's name: for messages */
+  const char *tensor;
+  pthread_mutex_t lock;
+  int verdict;
+  WireFileId id;
+  uint64_t actual;
+  uint64_t *chunks;
+} WireFile;
+
+/* HURRAY_EOVERFLOW for a buffer past any file offset. */
+HURRAY_INTERNAL int hurray__wire_file_init(WireFile *f, int fd, uint64_t offset, uint64_t size,
+                                           uint64_t checksum, uint32_t buffer,
+                                           HurrayError *error);
+HURRAY_INTERNAL void hurray__wire_file_reset(WireFile *f);
+/* Reads the check chunk holding byte `at` of the buffer whole into `stage` (WIRE_CHECK_CHUNK
+ * bytes): it is bytes [*begin, *begin + *len) of the buffer. HURRAY_EIO naming the buffer and
+ * the file's size now when the file has shrunk below it (or for a failed read). `checked`: the
+ * chunk must hash as the same chunk did in the verified read (hurray__wire_file_verify first),
+ * else HURRAY_ECHECKSUM naming its bytes. Thread-safe. */
+HURRAY_INTERNAL int hurray__wire_file_chunk(WireFile *f, uint64_t at, bool checked,
+                                            uint8_t *stage, uint64_t *begin, size_t *len,
+                                            HurrayError *error);
+/* HURRAY_OK if the file holds bytes [0, end) of the buffer now (one fstat), else HURRAY_EIO
+ * naming the tensor, the buffer's end and the file's size ("its file shrank while served"). */
+HURRAY_INTERNAL int hurray__wire_file_holds(const WireFile *f, uint64_t end, HurrayError *error);
+/* The error of a read of the buffer that came short: as hurray__wire_file_holds says for the
+ * whole buffer, or HURRAY_EIO saying so if the file has its size again. */
+HURRAY_INTERNAL int hurray__wire_file_short(const WireFile *f, HurrayError *error);
+/* Makes the verdict on the buffer hold for the file's identity now, reading the whole buffer
+ * through `stage` (WIRE_CHECK_CHUNK bytes) unless a verdict for that identity is remembered:
+ * HURRAY_OK when the bytes match the stored checksum; HURRAY_ECHECKSUM naming both checksums;
+ * HURRAY_EIO (shrunk, a failed read); HURRAY_ESTATE once `cancel` is set. Thread-safe; reads the
+ * whole buffer, so it runs on the server's checking thread, never its event loop. */
+HURRAY_INTERNAL int hurray__wire_file_verify(WireFile *f, uint8_t *stage,
+                                             const atomic_bool *cancel, HurrayError *error);
+/* Whether the verdict remembered is HURRAY_OK for the file's identity now (one fstat). */
+HURRAY_INTERNAL bool hurray__wire_file_verified(WireFile *f);
+
 /* ---- serve.c ------------------------------------------------------------------------------ */
 
 /* A run of stream bytes of one buffer: `len` bytes at `offset` of compact buffer `buffer`, from
  * host memory `data`; or from byte `at` of the device buffer `device`, read through `queue`
- * (device.c); or zeros (always fewer than 64) when both are NULL. With `by_fd` the run is the
- * whole buffer, sent as a DATA_FD frame: bytes [fd_offset, fd_offset + len) of descriptor `fd`. */
+ * (device.c); or from byte `at` of the served file's buffer `file` (check.c), whose `data` is
+ * then where they are in the file's mapping, which nothing in user space reads (a page the file
+ * no longer has is SIGBUS) but the kernel may (writev: EFAULT there); or zeros (always fewer
+ * than 64) when all three are NULL. With `by_fd` the run is the whole buffer, sent as a
+ * DATA_FD frame: bytes [fd_offset, fd_offset + len) of descriptor `fd`. */
 typedef struct WireSegment {
   const uint8_t *data;
   const HurrayBuffer *device;
   HurrayDeviceQueue *queue;
+  WireFile *file;
   uint64_t at;
   uint64_t len;
   uint64_t offset;
@@ -283,21 +352,19 @@ typedef struct WireSegment {
   uint64_t fd_offset;
 } WireSegment;
 
-/* The most bytes of device memory a server or client stages at once (per connection, or per
- * transfer): a DATA frame from device memory carries at most this many. */
-#define WIRE_STAGE_SIZE ((uint64_t)1 << 20)
-
 /* ---- device.c ----------------------------------------------------------------------------- */
 
 /* Copies `n` bytes of segment `g`, from its byte `from` on, to `dst`: host bytes, zeros, or
- * device memory through the segment's queue (blocking; it waits on the buffer's sync state). */
+ * device memory through the segment's queue (blocking; it waits on the buffer's sync state).
+ * Not for file segments, which are read a check chunk at a time (hurray__wire_file_chunk). */
 HURRAY_INTERNAL int hurray__wire_segment_read(const WireSegment *g, uint64_t from, void *dst,
                                               size_t n, HurrayError *error);
-/* XXH3-64 of compact buffer `buffer`: its segments in order, device ones staged through
- * `stage` (WIRE_STAGE_SIZE bytes, may be NULL when no segment is in device memory). */
+/* XXH3-64 of compact buffer `buffer`: its segments in order, device and file ones staged
+ * through `stage` (WIRE_STAGE_SIZE bytes, may be NULL when no segment is in device memory or a
+ * file); `checked`: every chunk of a file read is checked (hurray__wire_file_chunk). */
 HURRAY_INTERNAL int hurray__wire_hash_buffer(const WireSegment *segments, size_t n,
-                                             uint32_t buffer, uint8_t *stage, uint64_t *out,
-                                             HurrayError *error);
+                                             uint32_t buffer, uint8_t *stage, bool checked,
+                                             uint64_t *out, HurrayError *error);
 
 /* A tensor a server serves, as it goes on the wire: each buffer reduced to the bytes its arrays
  * address (hurray__runs_make), the tensor record re-based onto those compact buffers, each
@@ -314,6 +381,7 @@ typedef struct WireServed {
                                    Appendix A) */
   WireBuffer *buffers;          /* the compact buffers' table entries, as for the CPU */
   HurrayDeviceQueue **queues;   /* per source buffer: NULL for CPU memory */
+  WireFile *files;              /* per source buffer of a served file; NULL for memory */
   WireSegment *segments;        /* the whole stream, in order */
   size_t nsegments;
   uint64_t total_bytes;
@@ -331,9 +399,13 @@ typedef struct WireServed {
 /* SINK for `context`, whose buffers must be CPU memory, or memory of one device with a backend
  * (ADR-062), that does not change while served. `checksums` (may be NULL): the XXH3-64 of each
  * source buffer as it is, used where a compact buffer is the whole source buffer (a file's
- * tensors), instead of hashing it. `metadata`: encoded, copied. */
+ * tensors), instead of hashing it. `file_fd` (-1: none): the buffers are those of a served file,
+ * source buffer i being bytes [file_offsets[i], + its size) of descriptor `file_fd` (borrowed,
+ * open while served), with `checksums` its stored ones: they are read from the descriptor,
+ * never from `context`'s memory (ADR-084). `metadata`: encoded, copied. */
 HURRAY_INTERNAL int hurray__wire_served_create(const char *name, HurrayTensorContext *context,
-                                               const uint64_t *checksums,
+                                               const uint64_t *checksums, int file_fd,
+                                               const uint64_t *file_offsets,
                                                const uint8_t *metadata, uint32_t metadata_len,
                                                WireServed **out, HurrayError *error);
 HURRAY_INTERNAL void hurray__wire_served_destroy(WireServed *served);
@@ -353,9 +425,23 @@ typedef struct WirePlan {
 } WirePlan;
 
 /* Plans the response to `request` for `served`: the device rule (spec §6.2), rows or bytes,
- * the resume offset. Fails with the status an ERROR frame then carries. */
+ * the resume offset; `rows_checksum`: for ROWS, the slice's XXH3-64 (hurray__wire_rows_checksum).
+ * Fails with the status an ERROR frame then carries. Reads none of the tensor's bytes. */
 HURRAY_INTERNAL int hurray__wire_plan(const WireServed *served, const WireRequest *request,
-                                      WirePlan *plan, HurrayError *error);
+                                      uint64_t rows_checksum, WirePlan *plan,
+                                      HurrayError *error);
+/* The XXH3-64 of the bytes ROWS `request` sends, staged through `stage` (WIRE_STAGE_SIZE bytes,
+ * may be NULL for a tensor in CPU memory): for a served file, from reads whose every chunk is
+ * checked (hurray__wire_file_chunk), so that the buffer must be verified first. Reads the whole
+ * slice: off the event loop, but for a tensor in device memory. The errors of plan for rows. */
+HURRAY_INTERNAL int hurray__wire_rows_checksum(const WireServed *served,
+                                               const WireRequest *request, uint8_t *stage,
+                                               uint64_t *out, HurrayError *error);
+/* The source buffers [*first, *end) whose bytes `request` (ROWS or BYTES) sends, for the
+ * checks of ADR-084; empty for a range outside the tensor (which plan refuses). */
+HURRAY_INTERNAL void hurray__wire_range_buffers(const WireServed *served,
+                                                const WireRequest *request, uint32_t *first,
+                                                uint32_t *end);
 HURRAY_INTERNAL void hurray__wire_plan_reset(WirePlan *plan);
 /* Rewrites a WHOLE plan from offset 0 so that every buffer that can go by descriptor does
  * (DATA_FD), making `served`'s memfd first if it has no descriptor. A buffer goes by descriptor

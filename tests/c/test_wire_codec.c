@@ -173,9 +173,9 @@ static const char kData[] =
 /* The golden tensor "x" served, and `plan` for the whole of it (request 7 of §9.5). */
 static WireServed *golden_plan(WirePlan *plan) {
   WireServed *served = NULL;
-  OK(hurray__wire_served_create("x", sample_golden_pair(), NULL, NULL, 0, &served, E));
+  OK(hurray__wire_served_create("x", sample_golden_pair(), NULL, -1, NULL, NULL, 0, &served, E));
   WireRequest r = {.name_len = 1, .name = "x"};
-  OK(hurray__wire_plan(served, &r, plan, E));
+  OK(hurray__wire_plan(served, &r, 0, plan, E));
   return served;
 }
 

@@ -1,6 +1,7 @@
 /* test_wire_server.c -- the server's care for what is not its own and for what it holds (issue
  * 20): a Unix socket path it did not bind is never unlinked, frames before setup are refused from
- * their header, uploads are bounded server-wide, and served names are found through an index.
+ * their header, uploads are bounded server-wide, served names are found through an index, and a
+ * served file is read through its descriptor, each range vouched for by its stored checksum.
  * The abuse that needs a server in another process (its RSS, its CPU time, its descriptor limit)
  * is in tests/python/test_wire_server.py. */
 #define _GNU_SOURCE
@@ -268,6 +269,163 @@ static void names_found_through_an_index(void **state) {
   assert_true(took < 15.0);
 }
 
+/* ---- items 2, 3: a served file is read through its descriptor and checked ----------------- */
+
+enum { CHECKED_SIZE = 3 * WIRE_CHECK_CHUNK + 1000 };
+
+/* A file of CHECKED_SIZE pattern bytes at `name`: its descriptor, and the XXH3-64 of them. */
+static int pattern_file(const char *name, uint64_t *checksum) {
+  uint8_t *bytes = malloc(CHECKED_SIZE);
+  assert_non_null(bytes);
+  for (size_t i = 0; i < CHECKED_SIZE; i++) bytes[i] = (uint8_t)(i * 13 % 251);
+  *checksum = hurray__xxh3(bytes, CHECKED_SIZE);
+  int fd = open(path_of(name), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, bytes, CHECKED_SIZE, 0), CHECKED_SIZE);
+  free(bytes);
+  return fd;
+}
+
+/* Flips a bit of byte `at` of `fd`, its mtime put back: fstat sees no change. */
+static void flip_quietly(int fd, off_t at) {
+  struct stat st;
+  assert_int_equal(fstat(fd, &st), 0);
+  uint8_t b = 0;
+  assert_int_equal(pread(fd, &b, 1, at), 1);
+  b ^= 0x10;
+  assert_int_equal(pwrite(fd, &b, 1, at), 1);
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  assert_int_equal(futimens(fd, times), 0);
+}
+
+static void file_reads_survive_truncation(void **state) {
+  (void)state;
+  uint64_t sum = 0;
+  int fd = pattern_file("shrinks", &sum);
+  WireFile f;
+  OK(hurray__wire_file_init(&f, fd, 0, CHECKED_SIZE, sum, 2, E));
+  f.tensor = "w";
+  uint8_t *stage = malloc(WIRE_CHECK_CHUNK);
+  atomic_bool cancel = false;
+  OK(hurray__wire_file_verify(&f, stage, &cancel, E));
+  assert_true(hurray__wire_file_verified(&f));
+  uint64_t begin = 0;
+  size_t len = 0;
+  OK(hurray__wire_file_chunk(&f, 3 * WIRE_CHECK_CHUNK + 10, true, stage, &begin, &len, E));
+  assert_int_equal(begin, 3 * WIRE_CHECK_CHUNK);
+  assert_int_equal(len, 1000);
+  assert_int_equal(stage[5], (uint8_t)((3 * WIRE_CHECK_CHUNK + 5) * 13 % 251));
+  assert_int_equal(ftruncate(fd, WIRE_CHECK_CHUNK), 0); /* the mapping would SIGBUS now */
+  HurrayError error = {0};
+  assert_int_equal(hurray__wire_file_chunk(&f, 2 * WIRE_CHECK_CHUNK, false, stage, &begin, &len,
+                                           &error),
+                   HURRAY_EIO);
+  assert_string_equal(error.message,
+                      "tensor 'w': its file shrank while served: buffer 2 needs bytes up to "
+                      "3146728 of it, which now ends at byte 1048576");
+  assert_false(hurray__wire_file_verified(&f)); /* another file now */
+  assert_int_equal(hurray__wire_file_verify(&f, stage, &cancel, &error), HURRAY_EIO);
+  OK(hurray__wire_file_chunk(&f, 0, true, stage, &begin, &len, E)); /* what is left is right */
+  hurray__wire_file_reset(&f);
+  free(stage);
+  close(fd);
+}
+
+static void file_ranges_vouched_for_by_the_stored_checksum(void **state) {
+  (void)state;
+  uint64_t sum = 0;
+  int fd = pattern_file("flipped", &sum);
+  uint8_t *stage = malloc(WIRE_CHECK_CHUNK);
+  atomic_bool cancel = false;
+  HurrayError error = {0};
+  uint64_t begin = 0;
+  size_t len = 0;
+  WireFile f;
+  /* a buffer whose bytes are not what its stored checksum says: every checked read refused */
+  OK(hurray__wire_file_init(&f, fd, 0, CHECKED_SIZE, sum ^ 1, 0, E));
+  f.tensor = "w";
+  assert_int_equal(hurray__wire_file_chunk(&f, 0, true, stage, &begin, &len, &error),
+                   HURRAY_ECHECKSUM); /* never verified */
+  assert_int_equal(hurray__wire_file_verify(&f, stage, &cancel, &error), HURRAY_ECHECKSUM);
+  assert_non_null(strstr(error.message, "tensor 'w' buffer 0 does not match its stored checksum"));
+  assert_int_equal(hurray__wire_file_chunk(&f, 0, true, stage, &begin, &len, &error),
+                   HURRAY_ECHECKSUM);
+  OK(hurray__wire_file_chunk(&f, 0, false, stage, &begin, &len, E)); /* unchecked: as is */
+  hurray__wire_file_reset(&f);
+  /* verified, then a bit flipped with nothing to show for it: its chunk refused, others not */
+  OK(hurray__wire_file_init(&f, fd, 0, CHECKED_SIZE, sum, 0, E));
+  f.tensor = "w";
+  OK(hurray__wire_file_verify(&f, stage, &cancel, E));
+  flip_quietly(fd, WIRE_CHECK_CHUNK + 7);
+  assert_true(hurray__wire_file_verified(&f)); /* its identity is the same */
+  assert_int_equal(hurray__wire_file_chunk(&f, WIRE_CHECK_CHUNK + 100, true, stage, &begin, &len,
+                                           &error),
+                   HURRAY_ECHECKSUM);
+  assert_string_equal(error.message,
+                      "tensor 'w' buffer 0: bytes [1048576, 2097152) changed in the file since "
+                      "they were verified against its stored checksum");
+  OK(hurray__wire_file_chunk(&f, 0, true, stage, &begin, &len, E));
+  OK(hurray__wire_file_chunk(&f, 2 * WIRE_CHECK_CHUNK, true, stage, &begin, &len, E));
+  /* a verification in progress gives up when the server stops */
+  assert_int_equal(ftruncate(fd, CHECKED_SIZE + 1), 0); /* a new identity: verified again */
+  atomic_store(&cancel, true);
+  assert_int_equal(hurray__wire_file_verify(&f, stage, &cancel, &error), HURRAY_ESTATE);
+  hurray__wire_file_reset(&f);
+  free(stage);
+  close(fd);
+}
+
+/* Through a server: a range of a truncated file is an ERROR for the request, and the same
+ * connection goes on; a range of a corrupted buffer is HURRAY_ECHECKSUM. */
+static void served_file_truncated_or_corrupted(void **state) {
+  (void)state;
+  HurrayTensorContext *t = bytes_tensor(CHECKED_SIZE, 3), *small = bytes_tensor(10, 1);
+  HurrayFileWriter *w = NULL;
+  OK(hurray_file_writer_create(path_of("served.hurray"), NULL, &w, E));
+  OK(hurray_file_writer_add(w, "big", t->tensor, t->buffers, NULL, E));
+  OK(hurray_file_writer_add(w, "small", small->tensor, small->buffers, NULL, E));
+  OK(hurray_file_writer_finish(w, E));
+  hurray_file_writer_destroy(w);
+  HurrayFileReader *reader = NULL;
+  HurrayFileBufferInfo info;
+  OK(hurray_file_reader_open(path_of("served.hurray"), 0, &reader, E));
+  OK(hurray_file_reader_buffer_info(reader, 0, 0, &info, E));
+  hurray_file_reader_destroy(reader);
+  Running r;
+  start(&r, NULL);
+  OK(hurray_server_add_file(r.server, path_of("served.hurray"), E));
+  go(&r);
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  uint8_t *got = malloc(CHECKED_SIZE);
+  HurrayError error = {0};
+  int fd = open(path_of("served.hurray"), O_RDWR | O_CLOEXEC);
+  assert_true(fd >= 0);
+  flip_quietly(fd, (off_t)info.offset + 5);
+  assert_int_equal(hurray_client_read(c, "big", 2 << 20, 3 << 20, got, NULL, &error),
+                   HURRAY_ECHECKSUM);
+  assert_non_null(strstr(error.message, "tensor 'big' buffer 0 does not match"));
+  flip_quietly(fd, (off_t)info.offset + 5); /* put back: the verdict stays until the file moves */
+  assert_int_equal(ftruncate(fd, (off_t)info.offset + 4096), 0);
+  assert_int_equal(hurray_client_read(c, "big", 2 << 20, 3 << 20, got, NULL, &error), HURRAY_EIO);
+  assert_non_null(strstr(error.message, "tensor 'big': its file shrank while served"));
+  assert_int_equal(hurray_client_read(c, "big", 0, 100, got, NULL, &error), HURRAY_EIO);
+  HurrayTensorContext *back = NULL; /* the whole tensor, the same connection */
+  assert_int_equal(hurray_client_get(c, "big", NULL, &back, &error), HURRAY_EIO);
+  assert_non_null(strstr(error.message, "shrank"));
+  HurrayRemoteTensor *items = NULL;
+  uint32_t count = 0;
+  OK(hurray_client_list(c, &items, &count, E));
+  assert_int_equal(count, 2);
+  free(items);
+  close(fd);
+  free(got);
+  hurray_client_destroy(c);
+  finish(&r);
+  hurray_tensor_context_release(t);
+  hurray_tensor_context_release(small);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -277,6 +435,9 @@ int main(void) {
       cmocka_unit_test(pre_auth_frames_refused_from_header),
       cmocka_unit_test(uploads_bounded_server_wide),
       cmocka_unit_test(names_found_through_an_index),
+      cmocka_unit_test(file_reads_survive_truncation),
+      cmocka_unit_test(file_ranges_vouched_for_by_the_stored_checksum),
+      cmocka_unit_test(served_file_truncated_or_corrupted),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }
