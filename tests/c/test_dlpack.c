@@ -389,6 +389,7 @@ static void strides_and_byte_offset(void **state) {
   } views[] = {
       {2, {5, 4}, {1, 5}, 8, 2, 2 + 4 + 15},   /* the transpose of 4 x 5 from element 2 */
       {1, {4, 0}, {-1, 0}, 12, 3, 0},          /* reversed */
+      {1, {64, 0}, {-1, 0}, 252, 63, 0},       /* reversed, reaching 252 bytes below */
       {2, {2, 3}, {-6, 2}, 40, 10, 10 - 6 + 4}, /* rows reversed, every other column */
   };
   for (size_t v = 0; v < sizeof views / sizeof views[0]; v++) {
@@ -422,6 +423,13 @@ static void strides_and_byte_offset(void **state) {
     for (int32_t k = 0; k < part->ndim; k++) {
       assert_int_equal(part->strides[k], views[v].strides[k]);
     }
+    /* The buffer holds every element, from the lowest one up. */
+    uint64_t begin = 0, end = 0;
+    assert_int_equal(hurray_array_span(part, &begin, &end, NULL), HURRAY_OK);
+    assert_true(end <= back->buffers->buffers[0]->desc.byte_size);
+    const uint8_t *base = back->buffers->buffers[0]->data;
+    assert_true(base + begin >= (const uint8_t *)values);
+    assert_int_equal(first[last], views[v].last);
     hurray_tensor_context_release(back);
     assert_int_equal(counts.buffer, 1);
     assert_int_equal(counts.owner, 1);
