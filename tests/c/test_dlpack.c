@@ -497,6 +497,42 @@ static void read_only(void **state) {
   free(x);
 }
 
+/* A 0-d tensor and an empty one over no memory at all (data NULL) go out and come back. */
+static void scalar_and_empty(void **state) {
+  (void)state;
+  double *x = aligned_alloc(64, 64);
+  assert_non_null(x);
+  x[0] = 2.5;
+  int64_t empty[2] = {0, 3};
+  const Spec specs[] = {
+      {.data = x, .byte_size = 64, .dtype = HURRAY_DTYPE_FLOAT64, .ndim = 0},
+      {.data = NULL, .byte_size = 0, .dtype = HURRAY_DTYPE_FLOAT64, .ndim = 2, .shape = empty},
+  };
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    Counts counts = {0, 0};
+    HurrayTensorContext *context = make_context(&specs[i], &counts);
+    HurrayError error = {0};
+    HurrayDLManagedTensorVersioned *m = NULL;
+    assert_int_equal(hurray_tensor_to_dlpack(context, 0, &m, &error), HURRAY_OK);
+    assert_int_equal(m->dl_tensor.ndim, specs[i].ndim);
+    assert_ptr_equal(m->dl_tensor.data, specs[i].data);
+    HurrayTensorContext *back = NULL;
+    if (hurray_tensor_from_dlpack(m, 0, &back, &error) != HURRAY_OK) fail_msg("%s", error.message);
+    assert_int_equal(hurray_tensor_context_check(back, 0, NULL), HURRAY_OK);
+    assert_int_equal(back->tensor->ndim, specs[i].ndim);
+    if (specs[i].data != NULL) {
+      assert_true(*(const double *)hurray_tensor_context_data(back, 0) == 2.5);
+    } else {
+      assert_int_equal(back->tensor->shape[0], 0);
+      assert_null(back->buffers->buffers[0]->data);
+    }
+    hurray_tensor_context_release(back);
+    assert_int_equal(counts.buffer, 1);
+    assert_int_equal(counts.owner, 1);
+  }
+  free(x);
+}
+
 /* ---- what DLPack cannot carry, and what the producer may not be asked -------------------- */
 
 /* Layouts other than DENSE, data that is not ready, and bad arguments: refused, the context
@@ -700,6 +736,7 @@ int main(void) {
       cmocka_unit_test(devices_without_a_mapping),
       cmocka_unit_test(strides_and_byte_offset),
       cmocka_unit_test(read_only),
+      cmocka_unit_test(scalar_and_empty),
       cmocka_unit_test(export_refusals),
       cmocka_unit_test(hostile_inputs),
       cmocka_unit_test(other_major_version_read_no_further),
