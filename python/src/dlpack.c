@@ -347,17 +347,16 @@ PyObject *hurray__py_tensor_dlpack(PyObject *op, PyObject *const *args, Py_ssize
 
   const HurrayArray *values = hurray__py_tensor_values(st, self);
   if (values == NULL) return NULL;
-  /* What DLPack cannot carry (a layout, a dtype, a device), refused by the core as
-   * hurray_tensor_to_dlpack refuses it, with the route that carries it. */
-  HurrayDLDevice device;
+  /* A layout or a dtype DLPack cannot carry, refused by the core as hurray_tensor_to_dlpack
+   * refuses it, with the route that carries it. */
   HurrayError error; /* only its message is read, and only on failure */
   error.message[0] = '\0';
-  int status = hurray__dlpack_exportable(self->desc, self->context->buffers, &device, &error);
-  if (status == HURRAY_EUNSUPPORTED) {
-    return hurray__py_raise_statusf(st, status, "%s" NATIVE_ROUTE, error.message);
+  if (hurray__dlpack_carries(self->desc, &error) != HURRAY_OK) {
+    return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED, "%s" NATIVE_ROUTE, error.message);
   }
-  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
   const HurrayBuffer *buffer = hurray__py_tensor_buffer(self, values);
+  HurrayDLDevice device;
+  if (buffer_dl_device(st, buffer, &device) < 0) return NULL;
   PyObject *dl_device = a[HURRAY_PY_DL_DL_DEVICE];
   if (dl_device != NULL && dl_device != Py_None) {
     HurrayDLDevice wanted;

@@ -205,8 +205,7 @@ int hurray__dlpack_check_version(const HurrayDLPackVersion *version, HurrayError
  * The producer's side
  * ============================================================================================ */
 
-int hurray__dlpack_exportable(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
-                              HurrayDLDevice *device, HurrayError *error) {
+int hurray__dlpack_carries(const HurrayTensorDesc *tensor, HurrayError *error) {
   if (tensor->layout != HURRAY_LAYOUT_DENSE) {
     return hurray__fail(error, HURRAY_EUNSUPPORTED,
                         "DLPack carries dense tensors only; this one is %s",
@@ -219,11 +218,6 @@ int hurray__dlpack_exportable(const HurrayTensorDesc *tensor, const HurrayBuffer
                         "%s has no DLPack dtype (DLPack has no code for packed %d-bit integers)",
                         dtype->name, (int)dtype->bits);
   }
-  const HurrayBufferDesc *desc = &buffers->buffers[values->buffer]->desc;
-  int status =
-      hurray_device_to_dlpack(desc->device_tag, desc->memory_class, &device->device_type, error);
-  if (status != HURRAY_OK) return status;
-  device->device_id = desc->device_id;
   return HURRAY_OK;
 }
 
@@ -311,11 +305,14 @@ static int export_context(HurrayTensorContext *context, uint32_t flags, int vers
   }
   int status = hurray_tensor_context_check(context, 0, error);
   if (status != HURRAY_OK) return status;
-  HurrayDLDevice device;
-  status = hurray__dlpack_exportable(context->tensor, context->buffers, &device, error);
+  status = hurray__dlpack_carries(context->tensor, error);
   if (status != HURRAY_OK) return status;
   const HurrayArray *values = &context->tensor->parts[0];
   const HurrayBuffer *buffer = context->buffers->buffers[values->buffer];
+  HurrayDLDevice device = {.device_id = buffer->desc.device_id};
+  status = hurray_device_to_dlpack(buffer->desc.device_tag, buffer->desc.memory_class,
+                                   &device.device_type, error);
+  if (status != HURRAY_OK) return status;
   status = check_sync(buffer, what, error);
   if (status != HURRAY_OK) return status;
   if (!versioned && (context->flags & HURRAY_BUFFER_READ_ONLY) != 0) {

@@ -49,14 +49,12 @@ HURRAY_INTERNAL int hurray__dlpack_check(const HurrayDLTensor *dl, uint64_t flag
 HURRAY_INTERNAL int hurray__dlpack_check_version(const HurrayDLPackVersion *version,
                                                  HurrayError *error);
 
-/* Whether DLPack carries `tensor` (its values in `buffers`): a DENSE layout, a dtype with a
- * DLPack form, a device with a DLPack device type. HURRAY_OK with `device` set, or
- * HURRAY_EUNSUPPORTED (or the status of an invalid device) naming what DLPack lacks. */
-HURRAY_INTERNAL int hurray__dlpack_exportable(const HurrayTensorDesc *tensor,
-                                              const HurrayBufferList *buffers,
-                                              HurrayDLDevice *device, HurrayError *error);
+/* Whether DLPack carries the layout and the dtype of `tensor`: HURRAY_OK for a DENSE tensor of
+ * a dtype with a DLPack form, else HURRAY_EUNSUPPORTED naming what DLPack lacks. Its device is
+ * the other question (hurray_device_to_dlpack). */
+HURRAY_INTERNAL int hurray__dlpack_carries(const HurrayTensorDesc *tensor, HurrayError *error);
 
-/* Fills `dl` over `values` in `buffer` on `device` (from hurray__dlpack_exportable): shape
+/* Fills `dl` over `values` in `buffer` on `device` (hurray_device_to_dlpack's): shape
  * and explicit strides into `dims` (2 * ndim entries, which `dl` then points to); on address
  * devices the byte offset folded into `data` (byte_offset 0), on handle devices `data` the
  * handle and byte_offset the offset. */
