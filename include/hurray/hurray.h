@@ -301,6 +301,74 @@ HURRAY_API int hurray_device_from_dlpack(int32_t dl_device_type, uint8_t *tag,
                                          uint8_t *memory_class, HurrayError *error);
 
 /* ============================================================================================
+ * The DLPack ABI (DLPack 1.x, docs/spec/buffer-protocol.md "DLPack mapping", ADR-083)
+ *
+ * DLPack's structs under Hurray names, written from the DLPack specification (dlpack.h 1.0 to
+ * 1.3): each is layout-compatible with its dlpack.h twin (HurrayDLTensor with DLTensor,
+ * HurrayDLManagedTensor with DLManagedTensor, HurrayDLManagedTensorVersioned with
+ * DLManagedTensorVersioned, ...), so a consumer that includes dlpack.h as well casts a pointer
+ * of one to the other; the names never clash. The layouts are pinned by tests/c/test_abi.c.
+ * The integers are DLPack's and never change.
+ * ============================================================================================ */
+
+/* The version of the versioned struct Hurray produces and reads. A consumer that sees another
+ * major version reads nothing past `version` but may still call `deleter`; minor versions only
+ * add enum values, never move a field. */
+#define HURRAY_DLPACK_MAJOR_VERSION 1u
+#define HURRAY_DLPACK_MINOR_VERSION 1u
+
+/* DLDeviceType kDLCPU (the others: hurray_device_to_dlpack). */
+#define HURRAY_DLPACK_CPU 1
+
+/* HurrayDLManagedTensorVersioned.flags */
+#define HURRAY_DLPACK_FLAG_READ_ONLY (UINT64_C(1) << 0)
+#define HURRAY_DLPACK_FLAG_IS_COPIED (UINT64_C(1) << 1)
+#define HURRAY_DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED (UINT64_C(1) << 2)
+
+typedef struct HurrayDLDevice {
+  int32_t device_type; /* DLDeviceType */
+  int32_t device_id;
+} HurrayDLDevice;
+
+typedef struct HurrayDLDataType {
+  uint8_t code;   /* DLDataTypeCode */
+  uint8_t bits;   /* bits per lane */
+  uint16_t lanes; /* 1 for scalars */
+} HurrayDLDataType;
+
+typedef struct HurrayDLTensor {
+  void *data; /* with byte_offset: the address of element (0, ..., 0); opaque on some devices */
+  HurrayDLDevice device;
+  int32_t ndim;
+  HurrayDLDataType dtype;
+  int64_t *shape;
+  int64_t *strides; /* in elements; NULL from old producers means row-major compact */
+  uint64_t byte_offset;
+} HurrayDLTensor;
+
+/* The legacy struct (DLPack < 1.0). It cannot say "read-only" or "copied". */
+typedef struct HurrayDLManagedTensor {
+  HurrayDLTensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct HurrayDLManagedTensor *self);
+} HurrayDLManagedTensor;
+
+typedef struct HurrayDLPackVersion {
+  uint32_t major;
+  uint32_t minor;
+} HurrayDLPackVersion;
+
+/* The versioned struct (DLPack >= 1.0). Everything up to and including `flags` keeps its place
+ * in every future version. */
+typedef struct HurrayDLManagedTensorVersioned {
+  HurrayDLPackVersion version;
+  void *manager_ctx;
+  void (*deleter)(struct HurrayDLManagedTensorVersioned *self);
+  uint64_t flags;
+  HurrayDLTensor dl_tensor;
+} HurrayDLManagedTensorVersioned;
+
+/* ============================================================================================
  * The buffer descriptor and its fixed 16-byte encoding (docs/spec/buffer-protocol.md)
  *
  *   offset size field
@@ -601,6 +669,60 @@ HURRAY_API void *hurray_tensor_context_data(const HurrayTensorContext *context, 
 
 /* Calls context->release(context) if it is set. NULL is a no-op. */
 HURRAY_API void hurray_tensor_context_release(HurrayTensorContext *context);
+
+/* ============================================================================================
+ * DLPack in C (ADR-083): HurrayTensorContext <-> DLPack managed tensors
+ *
+ * Zero-copy exchanges with C and C++ runtimes that speak DLPack, with the mapping table
+ * (docs/spec/buffer-protocol.md, "DLPack mapping") and the refusals of the Python binding's
+ * __dlpack__ and hurray.from_dlpack, which run the same code. The managed structs are the
+ * HurrayDL* twins of dlpack.h's above.
+ * ============================================================================================ */
+
+/* hurray_tensor_to_dlpack exports the dense tensor of `context` without copying: on success
+ * the managed tensor (*out) owns the context, and its deleter releases it (each buffer's
+ * release and the producer's owner, once) and frees the managed tensor, once, on whatever
+ * thread calls it; on failure *out is NULL and the caller keeps the context. The context is
+ * checked first (hurray_tensor_context_check). dl_tensor.data is the address of element
+ * (0, ..., 0) with byte_offset 0 on address devices; on Metal, WebGPU and OpenCL it is the
+ * buffer object and byte_offset the offset. Strides are always given (in elements). The
+ * managed tensor's flags carry HURRAY_DLPACK_FLAG_READ_ONLY when the context is read-only; the
+ * `flags` argument is reserved and must be 0. HURRAY_EUNSUPPORTED where DLPack cannot carry
+ * the tensor: a layout other than DENSE, a dtype without a DLPack form (int4, uint4, int2,
+ * uint2, uint1), a device without a DLPack device type (peer memory, ROCm unified memory,
+ * private tags), or data that is not ready (only READY buffers, and CUDA or ROCm buffers
+ * ordered on the default stream 0x1, are exported: a managed tensor says nothing of streams).
+ * HURRAY_EINVAL for a NULL context or out. Thread-safe on distinct contexts. */
+HURRAY_API int hurray_tensor_to_dlpack(HurrayTensorContext *context, uint32_t flags,
+                                       HurrayDLManagedTensorVersioned **out, HurrayError *error);
+/* The same as a legacy HurrayDLManagedTensor (DLPack < 1.0), for consumers that read only
+ * that. It has no flags, so a read-only context is refused (HURRAY_EUNSUPPORTED). */
+HURRAY_API int hurray_tensor_to_dlpack_legacy(HurrayTensorContext *context, uint32_t flags,
+                                              HurrayDLManagedTensor **out, HurrayError *error);
+
+/* hurray_tensor_from_dlpack takes a managed tensor from any DLPack producer and gives a
+ * context over the same memory, without copying: one DENSE tensor, one buffer (role VALUES)
+ * on the DLPack device's (tag, memory class), read-only when the managed tensor says
+ * HURRAY_DLPACK_FLAG_READ_ONLY or `flags` holds HURRAY_BUFFER_READ_ONLY (the only flag
+ * allowed). Data on CUDA and ROCm is recorded as ordered on the default stream (sync mode
+ * STREAM, handle 0x1), as DLPack promises a consumer that passes no stream; elsewhere READY.
+ * Everything the managed tensor says is checked before anything is taken, exactly as
+ * hurray.from_dlpack checks it: the major version (another one: HURRAY_EABI, nothing past
+ * `version` is read), dimensions (at most HURRAY_MAX_NDIM), the dtype and the device (a DLPack
+ * type Hurray does not name: HURRAY_EUNSUPPORTED), extents and strides with overflow-checked
+ * arithmetic (HURRAY_ELAYOUT, HURRAY_ELIMIT, HURRAY_EOVERFLOW), memory that wraps the address
+ * space, a NULL shape or NULL data with elements (HURRAY_EINVAL). Ownership moves on success
+ * only: the context then owns the managed tensor and its release calls the producer's deleter
+ * exactly once (on the thread that releases it). On failure *out is NULL and the deleter was
+ * not called: the caller still owns the managed tensor and calls its deleter, as DLPack asks
+ * of a consumer that refuses a tensor (one of another major version included). NULL `managed`
+ * or `out`: HURRAY_EINVAL. Thread-safe on distinct managed tensors. */
+HURRAY_API int hurray_tensor_from_dlpack(HurrayDLManagedTensorVersioned *managed, uint32_t flags,
+                                         HurrayTensorContext **out, HurrayError *error);
+/* The same for a legacy HurrayDLManagedTensor, which has no version and no flags (writable
+ * unless `flags` holds HURRAY_BUFFER_READ_ONLY); NULL strides mean row-major. */
+HURRAY_API int hurray_tensor_from_dlpack_legacy(HurrayDLManagedTensor *managed, uint32_t flags,
+                                                HurrayTensorContext **out, HurrayError *error);
 
 /* ============================================================================================
  * Device runtimes (ADR-047)

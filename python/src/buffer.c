@@ -78,7 +78,7 @@ static int byte_span(HurrayState *st, HurrayTensorObject *self, const char *oper
                      HurrayHostView *host, PyObject **copy) {
   *copy = NULL;
   if (hurray__py_tensor_host_view(st, self, operation, host) < 0) return -1;
-  if (!hurray__py_array_is_c_contiguous(host->array)) {
+  if (!hurray__array_is_c_contiguous(host->array)) {
     hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
                      "%s gives the bytes of C-contiguous tensors only; tobytes() copies this one "
                      "in C order, memoryview(t) and np.asarray(t) read it typed",
@@ -125,7 +125,7 @@ static int typed_export(HurrayState *st, HurrayTensorObject *self, Py_buffer *vi
   }
   if (refuse_read_only(st, &host, flags) < 0) return -1;
   const HurrayArray *array = host.array;
-  int contiguous = hurray__py_array_is_c_contiguous(array);
+  int contiguous = hurray__array_is_c_contiguous(array);
   if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && !contiguous) {
     hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
                      "the tensor is not C-contiguous and the consumer takes no strides; "
@@ -154,8 +154,8 @@ static int typed_export(HurrayState *st, HurrayTensorObject *self, Py_buffer *vi
     }
     int64_t strides[HURRAY_MAX_NDIM];
     int64_t row_major[HURRAY_MAX_NDIM];
-    hurray__py_array_strides(array, strides);
-    hurray__py_row_major_strides(array->ndim, array->shape, row_major);
+    hurray__array_strides(array, strides);
+    hurray__row_major_strides(array->ndim, array->shape, row_major);
     for (int32_t i = 0; i < array->ndim; i++) {
       dims[i] = (Py_ssize_t)array->shape[i];
       /* Validated: |stride * itemsize| fits for every dimension of extent > 1; the others are

@@ -1,11 +1,12 @@
 /* dlpack.c -- DLPack interoperability: Tensor.__dlpack__, Tensor.__dlpack_device__ and
  * hurray.from_dlpack (docs/impl/python-bindings.md, "DLPack Interoperability").
  *
- * Devices and dtypes are translated by hurray-core (hurray_device_to_dlpack,
- * hurray_device_from_dlpack, HurrayDTypeInfo.dlpack_*, hurray_dtype_from_dlpack), so the
- * mapping table has one home. What has no DLPack form -- PEER memory, ROCm UNIFIED, private
- * tags, DLPack devices Hurray does not name, int4 and the other packed integers -- raises
- * hurray.UnsupportedError, a builtins.BufferError as DLPack callers expect.
+ * What DLPack carries, how a tensor is laid into a DLTensor and what a received DLTensor must
+ * satisfy are hurray-core's (src/core/dlpack.h, shared with the C functions hurray_tensor_to_dlpack
+ * and hurray_tensor_from_dlpack, ADR-083), so the mapping table, the refusals and the checks have
+ * one home. What has no DLPack form -- PEER memory, ROCm UNIFIED, private tags, DLPack devices
+ * Hurray does not name, int4 and the other packed integers -- raises hurray.UnsupportedError, a
+ * builtins.BufferError as DLPack callers expect.
  *
  * Producer. One heap block per export holds the managed struct (versioned or legacy), its
  * shape and strides, and a strong reference to the exported Tensor. Two holders keep the block:
@@ -17,11 +18,10 @@
  * (PyGILState_Ensure) where its caller does not hold it; nothing runs once the interpreter is
  * finalising.
  *
- * Consumer. The capsule is checked completely before it is renamed -- the DLPack tensor by
- * dlpack_check.c, plain C that the fuzz_dlpack target drives too -- so a rejected capsule is
- * released by its own destructor (the producer's deleter runs once). After the rename the
- * managed tensor is owned by the new Tensor's context, whose owner release calls the deleter
- * exactly once.
+ * Consumer. The capsule is checked completely before it is renamed -- the DLPack tensor by the
+ * core's hurray__dlpack_check, which the fuzz_dlpack target drives too -- so a rejected capsule is
+ * released by its own destructor (the producer's deleter runs once). After the rename the managed
+ * tensor is owned by the new Tensor's context, whose owner release calls the deleter exactly once.
  *
  * Streams (stream.c, one judgement shared with the native protocol, ADR-054). A producer
  * validates `stream` by DLPack's rules for the device and exports buffers whose data is READY
@@ -37,8 +37,14 @@
 
 #include <string.h>
 
-#include "dlpack_abi.h"
-#include "dlpack_check.h"
+#include "dlpack.h"
+
+/* PyCapsule names: a consumer renames the capsule to the "used_" name before it takes
+ * ownership, so the producer's capsule destructor leaves a consumed tensor alone. */
+#define HURRAY_DL_CAPSULE_LEGACY "dltensor"
+#define HURRAY_DL_CAPSULE_LEGACY_USED "used_dltensor"
+#define HURRAY_DL_CAPSULE_VERSIONED "dltensor_versioned"
+#define HURRAY_DL_CAPSULE_VERSIONED_USED "used_dltensor_versioned"
 
 /* ============================================================================================
  * Producer
@@ -209,51 +215,28 @@ static int buffer_dl_device(HurrayState *st, const HurrayBuffer *buffer, HurrayD
   return 0;
 }
 
-/* The capsule over `tensor`, whose values are of `dtype` (the export keeps it alive). The
- * device comes by address: its fields were stored one by one, and a load of the whole struct
- * (passing it by value) would stall on them. */
-static PyObject *make_capsule(HurrayTensorObject *tensor, const HurrayDTypeInfo *dtype,
-                              const HurrayDLDevice *device, int versioned, uint64_t flags) {
+/* The capsule over `tensor` (the export keeps it alive), laid out by the core
+ * (hurray__dlpack_fill). The device comes by address: its fields were stored one by one, and a
+ * load of the whole struct (passing it by value) would stall on them. */
+static PyObject *make_capsule(HurrayTensorObject *tensor, const HurrayDLDevice *device,
+                              int versioned, uint64_t flags) {
   const HurrayArray *values = &tensor->desc->parts[0];
   const HurrayBuffer *buffer = hurray__py_tensor_buffer(tensor, values);
-  int32_t ndim = values->ndim;
-  /* Not zeroed: every field of the managed struct is set below. */
-  DLExport *export = PyMem_Malloc(sizeof(DLExport) + 2 * (size_t)ndim * sizeof(int64_t));
+  /* Not zeroed: every field of the managed struct is set here and by hurray__dlpack_fill. */
+  DLExport *export =
+      PyMem_Malloc(sizeof(DLExport) + 2 * (size_t)values->ndim * sizeof(int64_t));
   if (export == NULL) return PyErr_NoMemory();
-  int64_t *shape = export->dims;
-  int64_t *strides = export->dims + ndim;
-  if (ndim > 0) memcpy(shape, values->shape, (size_t)ndim * sizeof *shape);
-  /* Always explicit strides: DLPack >= 1.2 no longer allows NULL, and old consumers accept
-   * them. */
-  hurray__py_array_strides(values, strides);
-
   HurrayDLTensor *dl =
       versioned ? &export->managed.versioned.dl_tensor : &export->managed.legacy.dl_tensor;
-  if (hurray__py_address_form(buffer->desc.device_tag)) {
-    /* Fold the offset into the pointer, as NumPy and PyTorch do: consumers that ignore
-     * byte_offset (a known pitfall) still read the right bytes. */
-    dl->data = buffer->data == NULL ? NULL : hurray__py_buffer_at(buffer, values->byte_offset);
-    dl->byte_offset = 0;
-  } else {
-    dl->data = buffer->data; /* may be an opaque handle: only byte_offset may move */
-    dl->byte_offset = values->byte_offset;
-  }
-  dl->device.device_type = device->device_type;
-  dl->device.device_id = device->device_id;
-  dl->ndim = ndim;
-  dl->dtype.code = dtype->dlpack_code;
-  dl->dtype.bits = dtype->dlpack_bits;
-  dl->dtype.lanes = dtype->dlpack_lanes;
-  dl->shape = shape;
-  dl->strides = strides;
+  hurray__dlpack_fill(values, buffer, device, export->dims, dl);
   export->tensor = Py_NewRef((PyObject *)tensor);
   export->holders = 2;
 
   PyObject *capsule;
   if (versioned) {
     HurrayDLManagedTensorVersioned *m = &export->managed.versioned;
-    m->version.major = HURRAY_DL_MAJOR_VERSION;
-    m->version.minor = HURRAY_DL_MINOR_VERSION;
+    m->version.major = HURRAY_DLPACK_MAJOR_VERSION;
+    m->version.minor = HURRAY_DLPACK_MINOR_VERSION;
     m->manager_ctx = export;
     m->deleter = versioned_deleter;
     m->flags = flags;
@@ -364,17 +347,12 @@ PyObject *hurray__py_tensor_dlpack(PyObject *op, PyObject *const *args, Py_ssize
 
   const HurrayArray *values = hurray__py_tensor_values(st, self);
   if (values == NULL) return NULL;
-  if (self->desc->layout != HURRAY_LAYOUT_DENSE) {
-    return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
-                            "DLPack carries dense tensors only; this one is %s" NATIVE_ROUTE,
-                            hurray_layout_name((int)self->desc->layout));
-  }
-  const HurrayDTypeInfo *dtype = hurray_dtype_info(values->dtype);
-  if (dtype->dlpack_lanes == 0) {
-    return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
-                            "%s has no DLPack dtype (DLPack has no code for packed %d-bit "
-                            "integers)" NATIVE_ROUTE,
-                            dtype->name, (int)dtype->bits);
+  /* A layout or a dtype DLPack cannot carry, refused by the core as hurray_tensor_to_dlpack
+   * refuses it, with the route that carries it. */
+  HurrayError error; /* only its message is read, and only on failure */
+  error.message[0] = '\0';
+  if (hurray__dlpack_carries(self->desc, &error) != HURRAY_OK) {
+    return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED, "%s" NATIVE_ROUTE, error.message);
   }
   const HurrayBuffer *buffer = hurray__py_tensor_buffer(self, values);
   HurrayDLDevice device;
@@ -413,14 +391,14 @@ PyObject *hurray__py_tensor_dlpack(PyObject *op, PyObject *const *args, Py_ssize
     make_copy = 1; /* copy=None: the copy is needed to keep the source read-only */
   }
   if (!make_copy) {
-    uint64_t flags = readonly ? HURRAY_DL_FLAG_READ_ONLY : 0;
-    return make_capsule(self, dtype, &device, versioned, flags);
+    uint64_t flags = readonly ? HURRAY_DLPACK_FLAG_READ_ONLY : 0;
+    return make_capsule(self, &device, versioned, flags);
   }
   PyObject *copied = hurray__py_tensor_copy(st, self, "__dlpack__ (copying)");
   if (copied == NULL) return NULL;
-  HurrayDLDevice cpu = {HURRAY_DL_CPU, 0};
-  PyObject *capsule =
-      make_capsule((HurrayTensorObject *)copied, dtype, &cpu, versioned, HURRAY_DL_FLAG_IS_COPIED);
+  HurrayDLDevice cpu = {HURRAY_DLPACK_CPU, 0};
+  PyObject *capsule = make_capsule((HurrayTensorObject *)copied, &cpu, versioned,
+                                   HURRAY_DLPACK_FLAG_IS_COPIED);
   Py_DECREF(copied);
   return capsule;
 }
@@ -517,14 +495,14 @@ HurrayOwnerReleaseFn hurray__py_dl_import_release_held(HurrayOwnerReleaseFn rele
   return NULL;
 }
 
-/* Everything a capsule says, checked and translated (dlpack_check.c), before anything is
- * taken from it. */
+/* Everything a capsule says, checked and translated (the core's hurray__dlpack_check, as
+ * hurray_tensor_from_dlpack checks it), before anything is taken from it. */
 static int translate(HurrayState *st, const HurrayDLTensor *dl, uint64_t flags,
                      HurrayDLImport *out, HurrayPyMemory *memory) {
   HurrayError error;
   error.message[0] = '\0';
-  int status = hurray__py_dl_check(dl, flags, out, &error);
-  if (status == HURRAY_DL_EBROKEN) {
+  int status = hurray__dlpack_check(dl, flags, out, &error);
+  if (status == HURRAY_DLPACK_EBROKEN) {
     hurray__py_raise(st, HURRAY_PY_EXC_BUFFER, "%s", error.message);
     return -1;
   }
@@ -533,13 +511,13 @@ static int translate(HurrayState *st, const HurrayDLTensor *dl, uint64_t flags,
     return -1;
   }
   /* from_dlpack passes no stream, so a producer with streams made the data safe on the
-   * (legacy) default stream: STREAM on cudaStreamLegacy / HIP's null stream, named 0x1. */
-  int streams = hurray__py_stream_device(out->tag);
+   * (legacy) default stream: the check gives STREAM on cudaStreamLegacy / HIP's null stream,
+   * named 0x1. */
   *memory = (HurrayPyMemory){
       .tag = out->tag,
       .memory_class = out->memory_class,
-      .sync_mode = streams ? HURRAY_SYNC_STREAM : HURRAY_SYNC_READY,
-      .sync_handle = streams ? (void *)(uintptr_t)1 : NULL,
+      .sync_mode = out->sync_mode,
+      .sync_handle = out->sync_handle,
       .device_id = out->device_id,
       .readonly = out->readonly,
       .acyclic = 1, /* the owner is the managed tensor: nothing the collector could visit */
@@ -674,15 +652,11 @@ static PyObject *from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t
   uint64_t flags = 0;
   if (versioned) {
     HurrayDLManagedTensorVersioned *m = managed;
-    if (m->version.major != HURRAY_DL_MAJOR_VERSION) {
+    HurrayError error;
+    if (hurray__dlpack_check_version(&m->version, &error) != HURRAY_OK) {
       /* Only `version` and `deleter` may be read: take it, release it, reject it. */
-      unsigned major = m->version.major, minor = m->version.minor;
       if (PyCapsule_SetName(capsule, used_name) == 0 && m->deleter != NULL) m->deleter(m);
-      if (!PyErr_Occurred()) {
-        hurray__py_raise(st, HURRAY_PY_EXC_ABI,
-                         "DLPack %u.%u is not supported: this consumer reads major version %u",
-                         major, minor, HURRAY_DL_MAJOR_VERSION);
-      }
+      if (!PyErr_Occurred()) hurray__py_raise(st, HURRAY_PY_EXC_ABI, "%s", error.message);
       return hurray__py_drop_and_fail(capsule);
     }
     dl = &m->dl_tensor;
@@ -707,7 +681,7 @@ static PyObject *from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t
 
   if (PyCapsule_SetName(capsule, used_name) < 0) return hurray__py_drop_and_fail(capsule);
   Py_DECREF(capsule); /* renamed: its destructor leaves the managed tensor to us */
-  /* translate() checked everything hurray_array_span would (dlpack_check.h). */
+  /* translate() checked everything hurray_array_span would (the core's dlpack.h). */
   PyObject *tensor = hurray__py_tensor_from_checked(
       st, imported.start, imported.size, &memory, &imported.array, managed,
       versioned ? import_release_versioned : import_release_legacy);

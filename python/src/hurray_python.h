@@ -1,14 +1,15 @@
 /* hurray_python.h -- private header of the hurray._hurray extension (hurray-python).
  *
  * The extension is one module, hurray._hurray, written over hurray-ffi (include/hurray/hurray.h)
- * and nothing else of the core. Its sources are split by concern:
+ * and, of the static core's internals, only its array geometry (src/core/geometry.h) and its
+ * DLPack exchange (src/core/dlpack.h), which C callers reach through the public
+ * hurray_tensor_to_dlpack / hurray_tensor_from_dlpack. Its sources are split by concern:
  *
  *   module.c   module definition (PEP 489 multi-phase init), module state, argument parsing
  *   errors.c   the exception hierarchy and the one Hurray status -> exception mapping
  *   modes.c    compliance modes (ADR-022): strict / relaxed, hurray.mode, array API admission
  *   dtype.c    hurray.dtype: one immutable singleton per entry of the C dtype table
  *   device.c   hurray.Device and the parsing of device / memory class / sync mode arguments
- *   geometry.c strides, contiguity and byte spans of arrays (plain C: geometry.h)
  *   tensor.c   hurray.Tensor's core: owner references, construction primitives, lifetime,
  *              properties, __array_namespace__, repr and the type
  *   tensor_new.c  the constructors over described memory: Tensor(), from_address, from_parts
@@ -18,9 +19,8 @@
  *   array_dispatch.c  the per-call dispatch of the array object's binary operators in C
  *   numpy.c    __array__ and hurray.from_numpy
  *   stream.c   the stream rules of DLPack, shared by __dlpack__ and __hurray__
- *   dlpack.c   __dlpack__, __dlpack_device__ and hurray.from_dlpack
- *   dlpack_check.c  the checks of a DLPack tensor a consumer receives (plain C:
- *              dlpack_check.h, driven by fuzz/fuzz_dlpack.c too)
+ *   dlpack.c   __dlpack__, __dlpack_device__ and hurray.from_dlpack, over hurray-core's DLPack
+ *              exchange (src/core/dlpack.h: the mapping, refusals and checks, ADR-083)
  *   native.c   the native interchange protocol (Layer 8c): __hurray__ and hurray.from_hurray
  *   file.c     the file container (Layer 8b): hurray.save, load, open, File and convert
  *   device_memory.c  Tensor.to_device: host <-> device copies through the device runtimes
@@ -546,7 +546,7 @@ PyObject *hurray__py_tensor_from_memory(HurrayState *st, void *data, uint64_t si
 
 /* hurray__py_tensor_from_memory for an array its caller has already checked as
  * hurray_array_span does (shape, dtype, reserved bytes, offsets without overflow), with every
- * byte it addresses in [data, data + size): from_dlpack, whose import check (dlpack_check.c)
+ * byte it addresses in [data, data + size): from_dlpack, whose import check (the core's dlpack.c)
  * guarantees that, and from_numpy for all but extreme arrays (numpy.c, tensor_over). Nothing is
  * checked twice. */
 PyObject *hurray__py_tensor_from_checked(HurrayState *st, void *data, uint64_t size,
@@ -698,8 +698,6 @@ PyObject *hurray__py_tensor_array(PyObject *self, PyObject *const *args, Py_ssiz
  * by waiting on the host through the device runtime (1: hand the buffer over as READY), else
  * hurray.BufferError (-1). */
 int hurray__py_stream_check(HurrayState *st, PyObject *stream, const HurrayBuffer *buffer);
-/* Whether the devices of `tag` have streams (CUDA, ROCm). */
-int hurray__py_stream_device(int tag);
 
 /* ============================================================================================
  * dlpack.c

@@ -4,7 +4,6 @@
 
 #include <string.h>
 
-#include "dlpack_abi.h"
 
 /* ---- argument parsing ---------------------------------------------------------------------- */
 
@@ -258,7 +257,8 @@ static int hurray_exec(PyObject *module) {
       intern(&st->str_hurray, "__hurray__") < 0) {
     return -1;
   }
-  st->dl_max_version = Py_BuildValue("(II)", HURRAY_DL_MAJOR_VERSION, HURRAY_DL_MINOR_VERSION);
+  st->dl_max_version =
+      Py_BuildValue("(II)", HURRAY_DLPACK_MAJOR_VERSION, HURRAY_DLPACK_MINOR_VERSION);
   if (st->dl_max_version == NULL) return -1;
   st->dl_kwnames = PyTuple_Pack(1, st->dlpack_keywords.names[HURRAY_PY_DL_MAX_VERSION]);
   if (st->dl_kwnames == NULL) return -1;

@@ -261,7 +261,7 @@ static PyObject *ndarray_view(HurrayState *st, PyObject *self) {
   if (dtype == NULL) return NULL;
   const HurrayArray *array = host.array;
   int64_t strides[HURRAY_MAX_NDIM];
-  hurray__py_array_strides(array, strides);
+  hurray__array_strides(array, strides);
   uint64_t itemsize = host.dtype->bits / 8;
   PyObject *shape = PyTuple_New(array->ndim);
   PyObject *byte_strides = PyTuple_New(array->ndim);
@@ -485,7 +485,7 @@ static PyObject *tensor_over(HurrayState *st, const HurrayDTypeInfo *info, char 
   }
   int64_t lo = 0, hi = 0;
   if (failure == NULL &&
-      hurray__py_relative_span(ndim, shape, strides, (uint64_t)itemsize, &lo, &hi) < 0) {
+      hurray__relative_span(ndim, shape, strides, (uint64_t)itemsize, &lo, &hi) < 0) {
     failure = "span";
   }
   if (failure != NULL) {
@@ -514,7 +514,7 @@ static PyObject *tensor_over(HurrayState *st, const HurrayDTypeInfo *info, char 
   }
   /* What hurray_array_span checks holds by construction: ndim and extents in range, a mapped
    * dtype, zero reserved bytes, and every element in [start, start + hi - lo), without overflow
-   * in bytes (hurray__py_relative_span) or in bits (the span is under INT64_MAX / 8). Every
+   * in bytes (hurray__relative_span) or in bits (the span is under INT64_MAX / 8). Every
    * operation of the array API ends here, so it is not checked twice. */
   return hurray__py_tensor_from_checked(st, start, (uint64_t)(hi - lo), memory, &array, owner,
                                         owner_release);

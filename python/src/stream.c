@@ -45,11 +45,6 @@ static StreamFamily stream_family(int tag) {
   }
 }
 
-int hurray__py_stream_device(int tag) {
-  StreamFamily family = stream_family(tag);
-  return family == STREAMS_CUDA || family == STREAMS_ROCM;
-}
-
 static int stream_arg(HurrayState *st, PyObject *stream, int tag, HurrayPyStream *out) {
   StreamFamily family = stream_family(tag);
   out->no_sync = 0;

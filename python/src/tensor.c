@@ -251,7 +251,7 @@ PyObject *hurray__py_tensor_wrap(HurrayState *st, HurrayBuffer *buffer, const Hu
 PyObject *hurray__py_tensor_from_memory(HurrayState *st, void *data, uint64_t size,
                                         const HurrayPyMemory *memory, const HurrayArray *array,
                                         void *owner, HurrayOwnerReleaseFn owner_release) {
-  if (hurray__py_address_form(memory->tag)) {
+  if (hurray__address_form(memory->tag)) {
     /* Every byte the array addresses lies in the `size` bytes at `data`: checked before the
      * address is rounded down, since the bytes below `data` are not the caller's to address. */
     uint64_t begin = 0, end = 0;
@@ -279,14 +279,9 @@ PyObject *hurray__py_tensor_from_checked(HurrayState *st, void *data, uint64_t s
    * whole just after that store (a stall), were it copied here. */
   uint64_t byte_offset = array->byte_offset;
   uintptr_t base = (uintptr_t)data;
-  if (hurray__py_address_form(memory->tag)) {
-    uint64_t slack = (uint64_t)(base % HURRAY_MIN_ALIGNMENT);
-    base -= (uintptr_t)slack;
-    if (__builtin_add_overflow(size, slack, &size) ||
-        __builtin_add_overflow(byte_offset, slack, &byte_offset)) {
-      if (owner_release != NULL) owner_release(owner);
-      return hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "buffer size overflows 64 bits");
-    }
+  if (hurray__align_foreign(memory->tag, &base, &size, &byte_offset) < 0) {
+    if (owner_release != NULL) owner_release(owner);
+    return hurray__py_raise_statusf(st, HURRAY_EOVERFLOW, "buffer size overflows 64 bits");
   }
   if (memory->tag == HURRAY_DEVICE_CPU && memory->memory_class == HURRAY_MEM_DEVICE &&
       memory->sync_mode == HURRAY_SYNC_READY && memory->peer_device_id == 0 &&
@@ -540,7 +535,7 @@ static PyObject *get_strides(PyObject *op, void *c) {
   VALUES_OR_NULL(values);
   if (SELF->desc->layout != HURRAY_LAYOUT_DENSE) Py_RETURN_NONE;
   int64_t strides[HURRAY_MAX_NDIM];
-  hurray__py_array_strides(values, strides);
+  hurray__array_strides(values, strides);
   return int64_tuple(values->ndim, strides);
 }
 

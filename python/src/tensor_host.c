@@ -15,7 +15,7 @@
  * there (legal, and common from DLPack producers) never overflows. */
 static int host_byte_strides(HurrayState *st, const HurrayArray *array, uint64_t itemsize,
                              int64_t *out) {
-  hurray__py_array_strides(array, out);
+  hurray__array_strides(array, out);
   for (int32_t i = 0; i < array->ndim; i++) {
     if (array->shape[i] <= 1) {
       out[i] = 0;
@@ -86,7 +86,7 @@ static int host_copy_prepare(HurrayState *st, HurrayTensorObject *self, const ch
                              (unsigned long long)copy->nbytes);
     return -1;
   }
-  copy->contiguous = hurray__py_array_is_c_contiguous(array);
+  copy->contiguous = hurray__array_is_c_contiguous(array);
   if (copy->contiguous) return 0;
   if (dtype->bits % 8 != 0) {
     hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,

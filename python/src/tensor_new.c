@@ -288,7 +288,7 @@ PyObject *hurray__py_tensor_from_address(PyObject *cls, PyObject *const *args, P
     return NULL;
   }
   /* Unsafe by design (ADR-035), but memory never wraps past the top of the address space. */
-  if (hurray__py_address_form(memory.tag) && byte_size > 0 &&
+  if (hurray__address_form(memory.tag) && byte_size > 0 &&
       byte_size - 1 > UINTPTR_MAX - (uintptr_t)address) {
     return hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
                             "%llu bytes at address %p: the range wraps the address space",

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "geometry.h"
 #include "internal.h"
 
 /* ---- HurrayBuffer -------------------------------------------------------------------------- */
@@ -20,8 +21,7 @@ static int check_flags(const char *what, uint32_t flags, uint32_t known, HurrayE
 }
 
 bool hurray__buffer_has_address(const HurrayBufferDesc *desc) {
-  return desc->device_tag != HURRAY_DEVICE_METAL && desc->device_tag != HURRAY_DEVICE_WEBGPU &&
-         desc->device_tag != HURRAY_DEVICE_OPENCL;
+  return hurray__address_form(desc->device_tag);
 }
 
 static int check_data(void *data, const HurrayBufferDesc *desc, HurrayError *error) {

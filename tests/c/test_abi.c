@@ -37,7 +37,39 @@ PIN_OFFSET(HurrayTensorContext, abi_version, 0);
 PIN_OFFSET(HurrayTensorContext, flags, 4);
 PIN_OFFSET(HurrayTensorContext, release, 8);
 
+/* DLPack's structs (ADR-083): pointer-size independent parts. */
+PIN_SIZE(HurrayDLDevice, 8);
+PIN_OFFSET(HurrayDLDevice, device_type, 0);
+PIN_OFFSET(HurrayDLDevice, device_id, 4);
+PIN_SIZE(HurrayDLDataType, 4);
+PIN_OFFSET(HurrayDLDataType, code, 0);
+PIN_OFFSET(HurrayDLDataType, bits, 1);
+PIN_OFFSET(HurrayDLDataType, lanes, 2);
+PIN_SIZE(HurrayDLPackVersion, 8);
+PIN_OFFSET(HurrayDLPackVersion, major, 0);
+PIN_OFFSET(HurrayDLPackVersion, minor, 4);
+
 #if UINTPTR_MAX == UINT64_MAX /* LP64 / LLP64: the platforms Hurray ships for */
+/* dlpack.h's layouts, field by field (ADR-083): a dlpack.h consumer casts between them. */
+PIN_SIZE(HurrayDLTensor, 48);
+PIN_OFFSET(HurrayDLTensor, data, 0);
+PIN_OFFSET(HurrayDLTensor, device, 8);
+PIN_OFFSET(HurrayDLTensor, ndim, 16);
+PIN_OFFSET(HurrayDLTensor, dtype, 20);
+PIN_OFFSET(HurrayDLTensor, shape, 24);
+PIN_OFFSET(HurrayDLTensor, strides, 32);
+PIN_OFFSET(HurrayDLTensor, byte_offset, 40);
+PIN_SIZE(HurrayDLManagedTensor, 64);
+PIN_OFFSET(HurrayDLManagedTensor, dl_tensor, 0);
+PIN_OFFSET(HurrayDLManagedTensor, manager_ctx, 48);
+PIN_OFFSET(HurrayDLManagedTensor, deleter, 56);
+PIN_SIZE(HurrayDLManagedTensorVersioned, 80);
+PIN_OFFSET(HurrayDLManagedTensorVersioned, version, 0);
+PIN_OFFSET(HurrayDLManagedTensorVersioned, manager_ctx, 8);
+PIN_OFFSET(HurrayDLManagedTensorVersioned, deleter, 16);
+PIN_OFFSET(HurrayDLManagedTensorVersioned, flags, 24);
+PIN_OFFSET(HurrayDLManagedTensorVersioned, dl_tensor, 32);
+
 PIN_SIZE(HurrayDTypeInfo, 16);
 PIN_OFFSET(HurrayDTypeInfo, name, 0);
 PIN_OFFSET(HurrayDTypeInfo, code, 8);

@@ -1,11 +1,10 @@
-/* geometry.c -- array geometry shared by the extension's files and the DLPack import check
- * (dlpack_check.c): strides, contiguity and the byte span of an array. Plain C, no Python, so
- * the DLPack fuzz target (fuzz/fuzz_dlpack.c) links it too. */
+/* geometry.c -- array geometry (geometry.h): strides, contiguity and the byte span of an array,
+ * for the DLPack exchange (dlpack.c) and the Python binding. */
 #include "geometry.h"
 
 #include <string.h>
 
-void hurray__py_row_major_strides(int32_t ndim, const int64_t *shape, int64_t *strides) {
+void hurray__row_major_strides(int32_t ndim, const int64_t *shape, int64_t *strides) {
   int64_t step = 1;
   for (int32_t i = ndim - 1; i >= 0; i--) {
     strides[i] = step;
@@ -14,15 +13,15 @@ void hurray__py_row_major_strides(int32_t ndim, const int64_t *shape, int64_t *s
   }
 }
 
-void hurray__py_array_strides(const HurrayArray *array, int64_t *strides) {
+void hurray__array_strides(const HurrayArray *array, int64_t *strides) {
   if (array->strides != NULL) {
     if (array->ndim > 0) memcpy(strides, array->strides, (size_t)array->ndim * sizeof *strides);
   } else {
-    hurray__py_row_major_strides(array->ndim, array->shape, strides);
+    hurray__row_major_strides(array->ndim, array->shape, strides);
   }
 }
 
-int hurray__py_array_is_c_contiguous(const HurrayArray *array) {
+int hurray__array_is_c_contiguous(const HurrayArray *array) {
   if (array->strides == NULL) return 1;
   int64_t step = 1;
   for (int32_t i = array->ndim - 1; i >= 0; i--) {
@@ -34,8 +33,8 @@ int hurray__py_array_is_c_contiguous(const HurrayArray *array) {
   return 1;
 }
 
-int hurray__py_relative_span(int32_t ndim, const int64_t *shape, const int64_t *strides,
-                             uint64_t itemsize, int64_t *lo, int64_t *hi) {
+int hurray__relative_span(int32_t ndim, const int64_t *shape, const int64_t *strides,
+                          uint64_t itemsize, int64_t *lo, int64_t *hi) {
   int64_t low = 0, high = 0;
   for (int32_t i = 0; i < ndim; i++) {
     if (shape[i] == 0) {
