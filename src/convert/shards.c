@@ -89,7 +89,7 @@ static int read_weight_map(TextCursor *j, FileArena *arena, FileSink *members,
 /* Numbers the shards in file-name order and sorts the tensors by name. */
 static int number_shards(IndexMember *members, uint32_t count, FileArena *arena,
                          ShardIndex *out, HurrayError *error) {
-  qsort(members, count, sizeof *members, by_shard_then_name);
+  if (count > 1) qsort(members, count, sizeof *members, by_shard_then_name); /* NULL when 0 */
   out->entries = hurray__arena_alloc(arena, (count ? count : 1) * sizeof *out->entries);
   out->shards = hurray__arena_alloc(arena, (count ? count : 1) * sizeof *out->shards);
   if (out->entries == NULL || out->shards == NULL)
@@ -105,7 +105,7 @@ static int number_shards(IndexMember *members, uint32_t count, FileArena *arena,
     out->entries[i] = (FileShardEntry){.name = members[i].name, .shard = out->shard_count - 1};
   }
   out->count = count;
-  qsort(out->entries, count, sizeof *out->entries, entry_by_name);
+  if (count > 1) qsort(out->entries, count, sizeof *out->entries, entry_by_name);
   for (uint32_t i = 1; i < count; i++) {
     if (strcmp(out->entries[i].name, out->entries[i - 1].name) == 0) {
       return hurray__fail(error, HURRAY_EFORMAT,
@@ -600,6 +600,23 @@ static int finish_shard(HurrayShardWriter *w, HurrayError *error) {
   return status;
 }
 
+/* Finishes the shard being written, if any, and starts the next one in the staging directory. */
+static int next_shard(HurrayShardWriter *w, HurrayError *error) {
+  int status = finish_shard(w, error);
+  if (status == HURRAY_OK && w->shards == CONV_MAX_SHARDS) {
+    status = hurray__fail(error, HURRAY_ELIMIT, "a checkpoint holds at most %u shards",
+                          CONV_MAX_SHARDS);
+  }
+  char *path = status == HURRAY_OK ? staged_path(w, w->shards) : NULL;
+  if (status == HURRAY_OK && path == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  if (status == HURRAY_OK) status = hurray_file_writer_create(path, &w->options, &w->writer, error);
+  free(path);
+  if (status != HURRAY_OK) return status;
+  w->shards++;
+  w->filled = 0;
+  return HURRAY_OK;
+}
+
 int hurray_shard_writer_next(HurrayShardWriter *w, const char *name, uint64_t bytes,
                              HurrayFileWriter **out, HurrayError *error) {
   if (w == NULL || name == NULL || out == NULL) {
@@ -614,18 +631,8 @@ int hurray_shard_writer_next(HurrayShardWriter *w, const char *name, uint64_t by
   }
   if (status != HURRAY_OK) return status;
   if (w->writer == NULL || (w->filled > 0 && bytes > w->max_shard_size - (w->filled < w->max_shard_size ? w->filled : w->max_shard_size))) {
-    status = finish_shard(w, error);
-    if (status == HURRAY_OK && w->shards == CONV_MAX_SHARDS) {
-      status = hurray__fail(error, HURRAY_ELIMIT, "a checkpoint holds at most %u shards",
-                            CONV_MAX_SHARDS);
-    }
-    char *path = status == HURRAY_OK ? staged_path(w, w->shards) : NULL;
-    if (status == HURRAY_OK && path == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-    if (status == HURRAY_OK) status = hurray_file_writer_create(path, &w->options, &w->writer, error);
-    free(path);
+    status = next_shard(w, error);
     if (status != HURRAY_OK) return writer_fail(w, status);
-    w->shards++;
-    w->filled = 0;
   }
   uint32_t shard = w->shards - 1;
   hurray__sink_bytes(&w->names, name, len + 1);
@@ -663,7 +670,13 @@ static void remove_stale_shards(const HurrayShardWriter *w) {
 int hurray_shard_writer_finish(HurrayShardWriter *w, HurrayError *error) {
   if (w == NULL) return hurray__fail(error, HURRAY_EINVAL, "hurray_shard_writer_finish: writer is NULL");
   if (w->failed) return hurray__fail(error, HURRAY_ESTATE, "the shard writer has failed");
-  int status = finish_shard(w, error);
+  /* No tensors: an index with an empty weight_map and no shard, as save_pretrained writes it.
+   * The metadata lives in the shards, so with none it would be lost: refused instead. */
+  int status = w->count == 0 && w->metadata != NULL
+                   ? hurray__fail(error, HURRAY_EINVAL,
+                                  "a sharded checkpoint of no tensors has no shard to keep the file "
+                                  "metadata in; write it as one file")
+                   : finish_shard(w, error);
   const char **names = calloc(w->count + 1, sizeof *names);
   char **shards = calloc(w->shards + 1, sizeof *shards);
   if (status == HURRAY_OK && (names == NULL || shards == NULL))

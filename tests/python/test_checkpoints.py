@@ -320,6 +320,16 @@ def test_an_index_of_no_tensors_is_an_empty_checkpoint(tmp_path):
         assert len(f) == 0 and f.metadata == {}
 
 
+def test_a_sharded_save_of_no_tensors_writes_an_empty_index_and_keeps_no_metadata_silently(
+        tmp_path):
+    hurray.save(tmp_path / "ckpt", {}, max_shard_size="1KB")
+    assert os.listdir(tmp_path / "ckpt") == ["model.hurray.index.json"]  # as save_pretrained
+    assert hurray.load(tmp_path / "ckpt") == {}
+    with pytest.raises(hurray.InvalidArgumentError, match="no shard to keep the file metadata"):
+        hurray.save(tmp_path / "meta", {}, {"config": {"n_layer": 0}}, max_shard_size="1KB")
+    assert not (tmp_path / "meta" / "model.hurray.index.json").exists()
+
+
 def test_a_directory_that_is_no_checkpoint_says_why(tmp_path):
     with pytest.raises(FileNotFoundError, match="holds no checkpoint index"):
         hurray.load(tmp_path)
