@@ -1155,7 +1155,8 @@ typedef void (*HurrayFileProgressFn)(void *context, uint64_t done, uint64_t tota
  * HURRAY_FILE_WHOLE it first checks all of the index that open may leave unchecked, which
  * HURRAY_FILE_INDEX checks alone.
  * HURRAY_ECHECKSUM naming the tensor and the buffer at the first mismatch. `progress` may be
- * NULL; it is called at least once per buffer and every 64 MiB. Memory use is bounded
+ * NULL; it is called with 0 done at the start, then at least once per buffer and every
+ * 64 MiB, in order, ending at the total. Memory use is bounded
  * (PREAD readers hash through a 1 MiB buffer). */
 HURRAY_API int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
                                          HurrayFileProgressFn progress, void *context,

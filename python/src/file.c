@@ -503,7 +503,7 @@ typedef struct SaveItem {
 
 static const char *const kSaveNames[] = {"path",    "tensors",        "metadata",
                                          "alignment", "tensor_metadata", "durable",
-                                         "max_shard_size", NULL};
+                                         "max_shard_size", "progress", NULL};
 enum {
   SV_PATH,
   SV_TENSORS,
@@ -512,15 +512,36 @@ enum {
   SV_TENSOR_METADATA,
   SV_DURABLE,
   SV_MAX_SHARD_SIZE,
+  SV_PROGRESS,
   SV_COUNT
 };
+
+/* The bytes a tensor's arrays address, as the writer writes them (spans summed; the tensor is
+ * valid, so every span is). */
+static uint64_t addressed_bytes(const HurrayTensorDesc *t) {
+  uint64_t bytes = 0;
+  for (uint32_t k = 0; k < t->nparts; k++) {
+    uint64_t begin = 0, end = 0;
+    if (hurray_array_span(&t->parts[k], &begin, &end, NULL) == HURRAY_OK) bytes += end - begin;
+  }
+  for (uint32_t k = 0; k < t->nchildren; k++) bytes += addressed_bytes(&t->children[k]);
+  return bytes;
+}
+
+/* After a tensor is written: its bytes reported as done. */
+static void progress_tensor(HurrayPyProgress *progress, const HurrayTensorDesc *tensor) {
+  if (progress->fn == NULL) return;
+  progress->before += addressed_bytes(tensor);
+  hurray__py_progress_call(progress, 0, progress->total);
+}
 
 /* Writes items [begin, end) to a Hurray file at `cpath`, with the GIL released around every
  * call that touches the disk. -1 with an exception (Ctrl-C included); else the status, the
  * error filled on failure. Nothing appears at `cpath` unless it returns HURRAY_OK. */
 static int write_items(const char *cpath, const HurrayFileWriterOptions *options,
                        const SaveItem *items, Py_ssize_t begin, Py_ssize_t end,
-                       const HurrayMetaValue *file_metadata, HurrayError *error) {
+                       const HurrayMetaValue *file_metadata, HurrayPyProgress *progress,
+                       HurrayError *error) {
   HurrayFileWriter *writer = NULL;
   int status;
   Py_BEGIN_ALLOW_THREADS;
@@ -532,6 +553,8 @@ static int write_items(const char *cpath, const HurrayFileWriterOptions *options
     status = hurray_file_writer_add(writer, items[i].name, context->tensor, context->buffers,
                                     items[i].metadata, error);
     Py_END_ALLOW_THREADS;
+    if (status == HURRAY_OK) progress_tensor(progress, context->tensor);
+    if (status == HURRAY_OK && progress->failed) status = -1; /* it raised: abandon the file */
     if (status == HURRAY_OK && PyErr_CheckSignals() < 0) status = -1; /* Ctrl-C: abandon it */
   }
   if (status == HURRAY_OK) status = hurray_file_writer_set_metadata(writer, file_metadata, error);
@@ -569,24 +592,13 @@ static int shard_size_arg(HurrayState *st, PyObject *obj, uint64_t *out) {
   return -1;
 }
 
-/* The bytes a tensor's arrays address, as the writer writes them (spans summed; the tensor is
- * valid, so every span is). */
-static uint64_t addressed_bytes(const HurrayTensorDesc *t) {
-  uint64_t bytes = 0;
-  for (uint32_t k = 0; k < t->nparts; k++) {
-    uint64_t begin = 0, end = 0;
-    if (hurray_array_span(&t->parts[k], &begin, &end, NULL) == HURRAY_OK) bytes += end - begin;
-  }
-  for (uint32_t k = 0; k < t->nchildren; k++) bytes += addressed_bytes(&t->children[k]);
-  return bytes;
-}
-
 /* A sharded save (file-format.md §12, ADR-090) through hurray-core's shard writer: every
  * shard is staged beside the index and moved into place with it only once all are complete,
  * so a failure leaves a previous checkpoint as it was. -1 with an exception. */
 static int save_shards(HurrayState *st, PyObject *path_obj, const char *cpath,
                        const HurrayFileWriterOptions *options, const SaveItem *items,
-                       Py_ssize_t n, uint64_t max, const HurrayMetaValue *file_metadata) {
+                       Py_ssize_t n, uint64_t max, const HurrayMetaValue *file_metadata,
+                       HurrayPyProgress *progress) {
   HurrayShardWriter *shards = NULL;
   HurrayError error = {0};
   int status;
@@ -604,6 +616,8 @@ static int save_shards(HurrayState *st, PyObject *path_obj, const char *cpath,
                                       items[i].metadata, &error);
     }
     Py_END_ALLOW_THREADS;
+    if (status == HURRAY_OK) progress_tensor(progress, context->tensor);
+    if (status == HURRAY_OK && progress->failed) status = -1; /* it raised: abandon the save */
     if (status == HURRAY_OK && PyErr_CheckSignals() < 0) status = -1; /* Ctrl-C: abandon it */
   }
   if (status == HURRAY_OK) {
@@ -632,6 +646,7 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
   HurrayError error = {0};
   int status = HURRAY_OK;
   uint64_t max_shard_size = 0;
+  HurrayPyProgress progress = {0};
 
   long long alignment = HURRAY_FILE_DEFAULT_ALIGNMENT;
   if (a[SV_ALIGNMENT] != NULL &&
@@ -735,11 +750,18 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
   const HurrayFileWriterOptions options = {
       .alignment = (uint32_t)alignment, .flags = durable ? 0 : HURRAY_FILE_WRITE_NOT_DURABLE};
   const char *cpath = PyBytes_AS_STRING(path);
+  if (hurray__py_progress_arg(a[SV_PROGRESS], &progress) < 0) goto done;
+  for (Py_ssize_t i = 0; progress.fn != NULL && i < n; i++) {
+    progress.total += addressed_bytes(((HurrayTensorObject *)items[i].tensor)->context->tensor);
+  }
+  hurray__py_progress_call(&progress, 0, progress.total); /* the start: 0 of the total */
+  if (progress.failed) goto done;
   if (max_shard_size > 0) {
-    if (save_shards(st, a[SV_PATH], cpath, &options, items, n, max_shard_size, file_metadata) < 0)
+    if (save_shards(st, a[SV_PATH], cpath, &options, items, n, max_shard_size, file_metadata,
+                    &progress) < 0)
       goto done;
   } else {
-    status = write_items(cpath, &options, items, 0, n, file_metadata, &error);
+    status = write_items(cpath, &options, items, 0, n, file_metadata, &progress, &error);
     if (status < 0) goto done;
     if (status != HURRAY_OK) {
       hurray__py_raise_path(st, status, &error, a[SV_PATH], NULL);
@@ -749,6 +771,7 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
   result = Py_NewRef(Py_None);
 
 done:
+  if (hurray__py_progress_end(&progress) < 0) Py_CLEAR(result);
   for (Py_ssize_t i = 0; items != NULL && i < n; i++) Py_XDECREF(items[i].tensor);
   PyMem_Free(items);
   arena_free(&arena);
@@ -1058,13 +1081,14 @@ static PyObject *file_get_info(PyObject *op, void *closure) {
                        (unsigned long long)info.data_bytes);
 }
 
-static const char *const kVerifyNames[] = {"name", NULL};
+static const char *const kVerifyNames[] = {"name", "progress", NULL};
 
 static PyObject *file_verify(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames) {
   static const HurrayPyParser parser = {"verify", kVerifyNames, 0, 1, 0};
-  PyObject *name = NULL;
-  if (hurray__py_parse(&parser, args, nargs, kwnames, &name) < 0) return NULL;
+  PyObject *a[2];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
+  PyObject *name = a[0];
   HurrayState *st = hurray__py_state_of(op);
   HurrayFileReader *reader = file_reader(st, FILE_SELF);
   if (reader == NULL) return NULL;
@@ -1074,14 +1098,18 @@ static PyObject *file_verify(PyObject *op, PyObject *const *args, Py_ssize_t nar
     if (found < 0) return NULL;
     index = (uint32_t)found;
   }
+  HurrayPyProgress progress = {0};
+  if (hurray__py_progress_arg(a[1], &progress) < 0) return NULL;
   HurrayError error = {0};
   int status;
   file_enter(FILE_SELF);
   Py_BEGIN_ALLOW_THREADS;
-  status = hurray_file_reader_verify(reader, index, NULL, NULL, &error);
+  status = hurray_file_reader_verify(reader, index, progress.fn ? hurray__py_progress_call : NULL,
+                                     &progress, &error);
   Py_END_ALLOW_THREADS;
   file_leave(FILE_SELF);
-  if (status != HURRAY_OK) return hurray__py_raise_path(st, status, &error, FILE_SELF->path, NULL);
+  if (status != HURRAY_OK) hurray__py_raise_path(st, status, &error, FILE_SELF->path, NULL);
+  if (hurray__py_progress_end(&progress) < 0 || status != HURRAY_OK) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -1284,7 +1312,7 @@ static PyMethodDef file_methods[] = {
                "...     f.tensor_metadata(\"w\")\n"
                "{'scale': 0.5}\n")},
     {"verify", HURRAY_PY_CFUNC(file_verify), METH_FASTCALL | METH_KEYWORDS,
-     PyDoc_STR("verify($self, /, name=None)\n"
+     PyDoc_STR("verify($self, /, name=None, *, progress=None)\n"
                "--\n"
                "\n"
                "Check the checksums of one tensor's buffers, or of every tensor's.\n"
@@ -1297,6 +1325,10 @@ static PyMethodDef file_methods[] = {
                "----------\n"
                "name : str, optional\n"
                "    The tensor; by default every tensor, in file order.\n"
+               "progress : callable or bool, optional\n"
+               "    Called as ``progress(done, total)`` in bytes checked, from 0 to\n"
+               "    the total; True draws a bar on stderr when it is a terminal. What\n"
+               "    it raises is raised once the check is over.\n"
                "\n"
                "Raises\n"
                "------\n"
@@ -1509,12 +1541,12 @@ static PyObject *open_file(PyObject *module, PyObject *const *args, Py_ssize_t n
   return (PyObject *)self;
 }
 
-static const char *const kLoadNames[] = {"path", "mmap", "verify", "writable", NULL};
+static const char *const kLoadNames[] = {"path", "mmap", "verify", "writable", "progress", NULL};
 
 static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *kwnames) {
   static const HurrayPyParser parser = {"load", kLoadNames, 0, 1, 1};
-  PyObject *a[4];
+  PyObject *a[5];
   if (refuse_placement("load", kwnames) < 0) return NULL;
   if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
   HurrayState *st = PyModule_GetState(module);
@@ -1524,18 +1556,29 @@ static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
   if (mmap < 0 || verify < 0 || writable < 0) return NULL;
   uint32_t count = 0;
   PyObject *display = NULL;
+  HurrayPyProgress progress = {0};
+  if (hurray__py_progress_arg(a[4], &progress) < 0) return NULL;
   HurrayFileReader *reader = open_reader(st, a[0], mmap, writable, &count, &display);
-  if (reader == NULL) return NULL;
+  if (reader == NULL) return hurray__py_progress_end(&progress), NULL;
   HurrayError error = {0};
-  int status = HURRAY_OK;
-  if (verify) {
+  HurrayFileInfo file_info;
+  int status = hurray_file_reader_info(reader, &file_info, &error);
+  /* Each pass over the data counts: verifying reads it all, and so does copying it in;
+   * a mapped load reads nothing, and reports its data done at the end. */
+  uint64_t passes = (uint64_t)verify + (uint64_t)!mmap;
+  progress.total = file_info.data_bytes * (passes ? passes : 1);
+  hurray__py_progress_call(&progress, 0, progress.total);
+  if (status == HURRAY_OK && verify && !progress.failed) {
     Py_BEGIN_ALLOW_THREADS;
-    status = hurray_file_reader_verify(reader, HURRAY_FILE_WHOLE, NULL, NULL, &error);
+    status = hurray_file_reader_verify(reader, HURRAY_FILE_WHOLE,
+                                       progress.fn ? hurray__py_progress_call : NULL, &progress,
+                                       &error);
     Py_END_ALLOW_THREADS;
+    progress.before = file_info.data_bytes;
   }
   PyObject *result =
       status == HURRAY_OK ? PyDict_New() : hurray__py_raise_path(st, status, &error, display, NULL);
-  for (uint32_t i = 0; result != NULL && i < count; i++) {
+  for (uint32_t i = 0; result != NULL && !progress.failed && i < count; i++) {
     HurrayFileTensorInfo info;
     HurrayTensorContext *context = NULL;
     status = hurray_file_reader_tensor_info(reader, i, &info, &error);
@@ -1553,9 +1596,18 @@ static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                            : hurray__py_raise_path(st, status, &error, display, NULL);
     if (tensor == NULL || PyDict_SetItemString(result, info.name, tensor) < 0) Py_CLEAR(result);
     Py_XDECREF(tensor);
+    if (result != NULL && !mmap && progress.fn != NULL) {
+      progress.before += info.data_bytes;
+      hurray__py_progress_call(&progress, 0, progress.total);
+    }
+  }
+  if (result != NULL && mmap && !verify && progress.fn != NULL) {
+    progress.before = progress.total;
+    hurray__py_progress_call(&progress, 0, progress.total);
   }
   hurray_file_reader_destroy(reader); /* the tensors keep the mapping */
   Py_DECREF(display);
+  if (hurray__py_progress_end(&progress) < 0) Py_CLEAR(result);
   return result;
 }
 
@@ -1565,7 +1617,8 @@ static PyObject *load(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
 static const char *const kConvertNames[] = {"input",         "output",  "alignment",
                                             "name",          "metadata_as_json",
-                                            "drop_metadata", "durable", "max_shard_size", NULL};
+                                            "drop_metadata", "durable", "max_shard_size",
+                                            "progress",      NULL};
 enum {
   CV_INPUT,
   CV_OUTPUT,
@@ -1575,6 +1628,7 @@ enum {
   CV_DROP,
   CV_DURABLE,
   CV_MAX_SHARD_SIZE,
+  CV_PROGRESS,
   CV_COUNT
 };
 
@@ -1606,6 +1660,12 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
 
   PyObject *input = NULL, *output = NULL, *result = NULL;
   Arena arena = {NULL};
+  HurrayPyProgress progress = {0};
+  if (hurray__py_progress_arg(a[CV_PROGRESS], &progress) < 0) return NULL;
+  if (progress.fn != NULL) {
+    options.progress = hurray__py_progress_call;
+    options.progress_context = &progress;
+  }
   if (a[CV_NAME] != NULL && a[CV_NAME] != Py_None) {
     if (!PyUnicode_Check(a[CV_NAME])) {
       return PyErr_Format(PyExc_TypeError, "name must be a str or None, not %.200s",
@@ -1628,6 +1688,7 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
                                                                        a[CV_OUTPUT]);
 
 done:
+  if (hurray__py_progress_end(&progress) < 0) Py_CLEAR(result);
   Py_XDECREF(input);
   Py_XDECREF(output);
   arena_free(&arena);
@@ -1638,7 +1699,7 @@ PyMethodDef hurray__py_file_functions[] = {
     {"save", HURRAY_PY_CFUNC(save), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
          "save($module, /, path, tensors, metadata=None, *, alignment=64, tensor_metadata=None, "
-         "durable=True, max_shard_size=None)\n"
+         "durable=True, max_shard_size=None, progress=None)\n"
          "--\n"
          "\n"
          "Write tensors to a Hurray file, atomically.\n"
@@ -1685,6 +1746,11 @@ PyMethodDef hurray__py_file_functions[] = {
          "    `metadata`. The shards are written aside and moved into place with\n"
          "    the index only once all are complete, so a failed save leaves a\n"
          "    previous checkpoint as it was. `load` and `open` read the directory.\n"
+         "progress : callable or bool, optional\n"
+         "    Called as ``progress(done, total)`` in data bytes written: with 0\n"
+         "    at the start, then after each tensor, ending at the total. True\n"
+         "    draws a bar on stderr when it is a terminal. An exception it raises\n"
+         "    abandons the save (nothing appears at `path`) and is raised.\n"
          "\n"
          "Raises\n"
          "------\n"
@@ -1735,7 +1801,8 @@ PyMethodDef hurray__py_file_functions[] = {
          ">>> list(hurray.load(\"checkpoint\"))\n"
          "['layer0', 'layer1', 'layer2', 'layer3']\n")},
     {"load", HURRAY_PY_CFUNC(load), METH_FASTCALL | METH_KEYWORDS,
-     PyDoc_STR("load($module, /, path, *, mmap=True, verify=False, writable=False)\n"
+     PyDoc_STR("load($module, /, path, *, mmap=True, verify=False, writable=False, "
+               "progress=None)\n"
                "--\n"
                "\n"
                "Load every tensor of a file.\n"
@@ -1775,6 +1842,12 @@ PyMethodDef hurray__py_file_functions[] = {
                "    capsule, which cannot say read-only, so a read-only tensor is\n"
                "    exported to it as a copy). Tensors read with mmap=False are\n"
                "    writable either way.\n"
+               "progress : callable or bool, optional\n"
+               "    Called as ``progress(done, total)`` in bytes, from 0 to the total,\n"
+               "    which counts the data once for each pass over it: verifying and\n"
+               "    reading with mmap=False are a pass each; a mapped load reads\n"
+               "    nothing and reports its data done at the end. True draws a bar on\n"
+               "    stderr when it is a terminal. What it raises is raised.\n"
                "\n"
                "Returns\n"
                "-------\n"
@@ -1878,7 +1951,7 @@ PyMethodDef hurray__py_file_functions[] = {
     {"convert", HURRAY_PY_CFUNC(convert), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("convert($module, /, input, output, *, alignment=None, name=None, "
                "metadata_as_json=False, drop_metadata=False, durable=True, "
-               "max_shard_size=None)\n"
+               "max_shard_size=None, progress=None)\n"
                "--\n"
                "\n"
                "Convert a tensor file between Hurray, safetensors, .npy and .npz.\n"
@@ -1915,6 +1988,11 @@ PyMethodDef hurray__py_file_functions[] = {
                "    Write `output` as a sharded checkpoint of Hurray shards, as\n"
                "    ``save(max_shard_size=...)`` does: `output` is its directory or\n"
                "    ``NAME.hurray.index.json``.\n"
+               "progress : callable or bool, optional\n"
+               "    Called as ``progress(done, total)`` in data bytes written, from 0,\n"
+               "    at least every 64 MiB and after each tensor, to the total. True\n"
+               "    draws a bar on stderr when it is a terminal. What it raises is\n"
+               "    raised once the conversion is over (the output is complete).\n"
                "\n"
                "Raises\n"
                "------\n"

@@ -86,6 +86,24 @@ static inline void hurray__py_error_restore(HurrayPySavedError *saved) {
 #endif
 }
 
+/* progress= (progress.c): `fn` NULL when there is none to call. A call reports
+ * `before` + done of `total` (or of the callee's total when `total` is 0), so a function that
+ * makes several core calls reports one run from 0 to its total. */
+typedef struct HurrayPyProgress {
+  PyObject *fn; /* strong */
+  int failed;
+  HurrayPySavedError error;
+  uint64_t before, total;
+} HurrayPyProgress;
+
+/* progress= as given: None/False none, True a bar on a terminal's stderr, else a callable.
+ * -1 with TypeError. */
+int hurray__py_progress_arg(PyObject *obj, HurrayPyProgress *p);
+/* A HurrayFileProgressFn (and the client's): takes the GIL, calls fn(before + done, total). */
+void hurray__py_progress_call(void *context, uint64_t done, uint64_t total);
+/* Drops fn; -1 with the callable's exception restored if it raised, else 0. */
+int hurray__py_progress_end(HurrayPyProgress *p);
+
 /* Whether the calling thread holds the GIL, from its thread state alone: cheap, unlike
  * PyGILState_Ensure/Release, and unlike PyGILState_Check never "yes" for a thread that does not
  * hold it (on 3.11 it answers 1 to everyone once a subinterpreter exists). On 3.11 the thread

@@ -228,46 +228,18 @@ static PyObject *client_list(PyObject *op, PyObject *unused) {
   return result;
 }
 
-/* Calls a Python progress callable from the transfer's thread, which runs without the GIL. The
- * first exception it raises is kept and raised once the transfer is over; later calls are
- * skipped. */
-typedef struct Progress {
-  PyObject *fn;
-  int failed;
-  HurrayPySavedError error;
-} Progress;
-
-static void progress_call(void *context, uint64_t done, uint64_t total) {
-  Progress *p = context;
-  if (p->failed) return;
-  PyGILState_STATE gil = PyGILState_Ensure();
-  PyObject *r = PyObject_CallFunction(p->fn, "KK", (unsigned long long)done,
-                                      (unsigned long long)total);
-  if (r == NULL) {
-    p->failed = 1;
-    hurray__py_error_save(&p->error);
-  }
-  Py_XDECREF(r);
-  PyGILState_Release(gil);
-}
-
 /* retries= and progress= of get and read, into `options` (progress through `progress`). */
 static int transfer_args(HurrayState *st, PyObject *retries_obj, PyObject *progress_obj,
-                         HurrayGetOptions *options, Progress *progress) {
+                         HurrayGetOptions *options, HurrayPyProgress *progress) {
   long long retries = 0;
   if (retries_obj != NULL &&
       hurray__py_int_in_range(st, retries_obj, 0, 1000, "retries", &retries) < 0) {
     return -1;
   }
   options->retries = (uint32_t)retries;
-  if (progress_obj != NULL && progress_obj != Py_None) {
-    if (!PyCallable_Check(progress_obj)) {
-      PyErr_Format(PyExc_TypeError, "progress must be callable, not %.200s",
-                   Py_TYPE(progress_obj)->tp_name);
-      return -1;
-    }
-    progress->fn = progress_obj;
-    options->progress = progress_call;
+  if (hurray__py_progress_arg(progress_obj, progress) < 0) return -1;
+  if (progress->fn != NULL) {
+    options->progress = hurray__py_progress_call;
     options->progress_context = progress;
   }
   return 0;
@@ -360,10 +332,10 @@ static PyObject *client_get(PyObject *op, PyObject *const *args, Py_ssize_t narg
   int fallback = a[G_FALLBACK] == NULL ? 0 : PyObject_IsTrue(a[G_FALLBACK]);
   if (fallback < 0) return NULL;
   if (fallback) options.flags |= HURRAY_GET_FALLBACK;
-  Progress progress = {0};
+  HurrayPyProgress progress = {0};
   if (transfer_args(st, a[G_RETRIES], a[G_PROGRESS], &options, &progress) < 0) return NULL;
   HurrayClient *client = client_enter(st, CLIENT_SELF);
-  if (client == NULL) return NULL;
+  if (client == NULL) return hurray__py_progress_end(&progress), NULL;
   HurrayTensorContext *context = NULL;
   HurrayError error = {0};
   int status = HURRAY_OK;
@@ -383,9 +355,8 @@ static PyObject *client_get(PyObject *op, PyObject *const *args, Py_ssize_t narg
   hurray_device_queue_destroy(options.queue);
   Py_END_ALLOW_THREADS;
   CLIENT_SELF->busy = 0;
-  if (progress.failed) {
+  if (hurray__py_progress_end(&progress) < 0) {
     hurray_tensor_context_release(context);
-    hurray__py_error_restore(&progress.error);
     return NULL;
   }
   if (status != HURRAY_OK) return raise_request_error(st, status, &error);
@@ -418,8 +389,6 @@ static PyObject *client_read(PyObject *op, PyObject *const *args, Py_ssize_t nar
                             (unsigned long long)start, (unsigned long long)stop);
   }
   HurrayGetOptions options = {0};
-  Progress progress = {0};
-  if (transfer_args(st, a[R_RETRIES], a[R_PROGRESS], &options, &progress) < 0) return NULL;
   Py_ssize_t n = (Py_ssize_t)(stop - start);
   Py_buffer view = {0};
   PyObject *result = NULL;
@@ -439,6 +408,12 @@ static PyObject *client_read(PyObject *op, PyObject *const *args, Py_ssize_t nar
     if (result == NULL) return NULL;
     dst = PyBytes_AS_STRING(result);
   }
+  HurrayPyProgress progress = {0};
+  if (transfer_args(st, a[R_RETRIES], a[R_PROGRESS], &options, &progress) < 0) {
+    if (view.obj != NULL) PyBuffer_Release(&view);
+    Py_DECREF(result);
+    return NULL;
+  }
   HurrayClient *client = client_enter(st, CLIENT_SELF);
   HurrayError error = {0};
   int status = HURRAY_OK;
@@ -449,13 +424,8 @@ static PyObject *client_read(PyObject *op, PyObject *const *args, Py_ssize_t nar
     CLIENT_SELF->busy = 0;
   }
   if (view.obj != NULL) PyBuffer_Release(&view);
-  if (client == NULL) {
+  if (hurray__py_progress_end(&progress) < 0 || client == NULL) {
     Py_DECREF(result);
-    return NULL;
-  }
-  if (progress.failed) {
-    Py_DECREF(result);
-    hurray__py_error_restore(&progress.error);
     return NULL;
   }
   if (status != HURRAY_OK) {
@@ -659,9 +629,10 @@ static PyMethodDef client_methods[] = {
          "retries : int, optional\n"
          "    Reconnections allowed when the connection drops mid-transfer; each\n"
          "    resumes at the first byte not yet received.\n"
-         "progress : callable, optional\n"
-         "    Called as ``progress(done, total)`` in bytes as the data arrives. An\n"
-         "    exception it raises is raised once the transfer is over.\n\n"
+         "progress : callable or bool, optional\n"
+         "    Called as ``progress(done, total)`` in bytes as the data arrives; True\n"
+         "    draws a bar on stderr when it is a terminal. An exception it raises\n"
+         "    is raised once the transfer is over.\n\n"
          "Returns\n-------\n"
          "hurray.Tensor\n"
          "    The tensor in new memory of the device the server answered on (``cpu``\n"
@@ -716,8 +687,9 @@ static PyMethodDef client_methods[] = {
          "retries : int, optional\n"
          "    Reconnections allowed when the connection drops mid-transfer; each\n"
          "    resumes after the last checked frame.\n"
-         "progress : callable, optional\n"
-         "    Called as ``progress(done, total)`` in bytes of the range.\n\n"
+         "progress : callable or bool, optional\n"
+         "    Called as ``progress(done, total)`` in bytes of the range; True\n"
+         "    draws a bar on stderr when it is a terminal.\n\n"
          "Returns\n-------\n"
          "bytes or object\n"
          "    The new ``bytes``, or `out` filled.\n\n"

@@ -1119,6 +1119,7 @@ int hurray_file_reader_verify(const HurrayFileReader *reader, uint32_t index,
   }
   FileProgress p = {.fn = progress, .context = context};
   for (uint32_t i = first; i < last; i++) p.total += tensor_at(reader, i)->data_bytes;
+  if (progress != NULL) progress(context, 0, p.total); /* the start */
   for (uint32_t i = first; i < last; i++) {
     const ReaderTensor *t = tensor_at(reader, i);
     for (uint32_t k = 0; k < t->buffer_count; k++) {
