@@ -350,8 +350,8 @@ fi
 run 2 serve
 has "FILE missing"
 run 5 serve nonesuch.hurray -a 127.0.0.1:0
-run 2 serve good.hurray -a example.com:80
-has "not a numeric IPv4/IPv6 address"
+run 2 serve good.hurray -a bad_name:80
+has "neither a numeric IPv4/IPv6 address nor a host name"
 run 2 serve --max-upload-total 0 good.hurray
 has "--max-upload-total must be a positive number"
 "$hurray" serve -a 127.0.0.1:0 good.hurray >served.txt 2>&1 &
