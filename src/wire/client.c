@@ -241,13 +241,14 @@ static int tls_handshake(HurrayClient *c, const char *text, HurrayError *error) 
   return status == HURRAY_OK ? status : hurray__error_prefix(error, status, "%s: ", text);
 }
 
-static int open_socket(HurrayClient *c, HurrayError *error) {
-  char text[160];
-  hurray__wire_address_format(&c->address, text, sizeof text);
-  c->fd = socket(c->address.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+/* Connects to one socket address of the server, within the call's deadline. */
+static int connect_one(HurrayClient *c, const WireAddress *a, HurrayError *error) {
+  char text[WIRE_MAX_HOST + 64];
+  hurray__wire_address_format(a, text, sizeof text);
+  c->fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (c->fd < 0) return hurray__fail(error, HURRAY_EIO, "socket: %s", strerror(errno));
   c->broken = false;
-  if (connect(c->fd, (struct sockaddr *)c->address.storage, c->address.length) != 0) {
+  if (connect(c->fd, (const struct sockaddr *)a->storage, a->length) != 0) {
     if (errno != EINPROGRESS && errno != EAGAIN) {
       int e = errno;
       return broken(c, hurray__fail_errno(error, HURRAY_ECONNECTION, e, "cannot connect to %s: %s",
@@ -263,6 +264,26 @@ static int open_socket(HurrayClient *c, HurrayError *error) {
                                           "cannot connect to %s: %s", text, strerror(err)));
     }
   }
+  return HURRAY_OK;
+}
+
+/* Connects to the server's address -- each address of its name in the resolver's order until
+ * one accepts, all within the call's deadline -- then sets the socket up (and TLS). */
+static int open_socket(HurrayClient *c, HurrayError *error) {
+  char text[WIRE_MAX_HOST + 64];
+  hurray__wire_address_format(&c->address, text, sizeof text);
+  WireAddress found[WIRE_MAX_RESOLVED];
+  size_t n = 0;
+  int status = hurray__wire_address_resolve(&c->address, false, found, &n, error);
+  if (status != HURRAY_OK) return broken(c, status);
+  size_t tried = 0;
+  status = HURRAY_ECONNECTION;
+  while (tried < n && status == HURRAY_ECONNECTION) status = connect_one(c, &found[tried++], error);
+  if (status != HURRAY_OK && n > 1) {
+    return hurray__error_prefix(error, status, "%s (tried %zu of its %zu addresses): ", text,
+                                tried, n);
+  }
+  if (status != HURRAY_OK) return status;
   if (c->address.family != AF_UNIX) {
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

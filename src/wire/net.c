@@ -1,10 +1,11 @@
-/* net.c -- addresses, descriptor passing and the clock of the wire protocol. Addresses are
- * numeric (or "localhost"): no name lookup happens, so parsing never blocks and never leaves
- * the host on its own. Descriptors travel only over Unix-domain sockets (spec §6.6); these two
+/* net.c -- addresses, descriptor passing and the clock of the wire protocol. Parsing an
+ * address never looks a name up (it never blocks); a host name is resolved by getaddrinfo
+ * when a client connects or a server binds (ADR-091). Descriptors travel only over Unix-domain sockets (spec §6.6); these two
  * calls are the only place the byte stream meets ancillary data. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,19 @@ static int parse_port(const char *text, const char *p, uint16_t *port, HurrayErr
   return HURRAY_OK;
 }
 
+/* A host name as RFC 1123 spells one: labels of letters, digits and '-', joined by '.'. */
+static bool valid_name(const char *host) {
+  size_t n = strlen(host);
+  if (n == 0 || n > WIRE_MAX_HOST || host[0] == '.' || host[0] == '-') return false;
+  for (size_t i = 0; i < n; i++) {
+    char ch = host[i];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || (ch == '.' && host[i + 1] != '.');
+    if (!ok) return false;
+  }
+  return true;
+}
+
 int hurray__wire_address_parse(const char *text, WireAddress *out, HurrayError *error) {
   if (text == NULL) return hurray__fail(error, HURRAY_EINVAL, "address is NULL");
   memset(out, 0, sizeof *out);
@@ -106,7 +120,7 @@ int hurray__wire_address_parse(const char *text, WireAddress *out, HurrayError *
     s += 10;
     out->tls = true;
   }
-  char host[64];
+  char host[WIRE_MAX_HOST + 1];
   const char *port_text = NULL;
   if (*s == '[') {
     const char *close = strchr(s, ']');
@@ -125,13 +139,11 @@ int hurray__wire_address_parse(const char *text, WireAddress *out, HurrayError *
     host[colon - s] = '\0';
     port_text = colon + 1;
   }
-  uint16_t port = 0;
-  int status = parse_port(text, port_text, &port, error);
+  int status = parse_port(text, port_text, &out->port, error);
   if (status != HURRAY_OK) return status;
   memcpy(out->host, host, sizeof host);
-  if (strcmp(host, "localhost") == 0) strcpy(host, "127.0.0.1");
-  struct sockaddr_in in4 = {.sin_family = AF_INET, .sin_port = htons(port)};
-  struct sockaddr_in6 in6 = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
+  struct sockaddr_in in4 = {.sin_family = AF_INET, .sin_port = htons(out->port)};
+  struct sockaddr_in6 in6 = {.sin6_family = AF_INET6, .sin6_port = htons(out->port)};
   if (inet_pton(AF_INET, host, &in4.sin_addr) == 1) {
     memcpy(out->storage, &in4, sizeof in4);
     out->family = AF_INET;
@@ -140,10 +152,52 @@ int hurray__wire_address_parse(const char *text, WireAddress *out, HurrayError *
     memcpy(out->storage, &in6, sizeof in6);
     out->family = AF_INET6;
     out->length = sizeof in6;
-  } else {
+  } else if (*s == '[' || !valid_name(host)) {
     return hurray__fail(error, HURRAY_EINVAL,
-                        "address '%s': '%s' is not a numeric IPv4/IPv6 address or localhost",
+                        "address '%s': '%s' is neither a numeric IPv4/IPv6 address nor a host "
+                        "name (letters, digits, '-' and '.')",
                         text, host);
+  } else {
+    out->family = AF_UNSPEC;
+    out->named = true;
+  }
+  return HURRAY_OK;
+}
+
+int hurray__wire_address_resolve(const WireAddress *a, bool passive, WireAddress out[],
+                                 size_t *n, HurrayError *error) {
+  *n = 0;
+  if (!a->named) {
+    out[(*n)++] = *a;
+    return HURRAY_OK;
+  }
+  char port[8];
+  snprintf(port, sizeof port, "%u", a->port);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
+  struct addrinfo *found = NULL;
+  int rc = getaddrinfo(a->host, port, &hints, &found);
+  if (rc != 0) {
+    return hurray__fail(error, HURRAY_ECONNECTION, "cannot resolve the host name '%s': %s",
+                        a->host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+  }
+  for (const struct addrinfo *i = found; i != NULL && *n < WIRE_MAX_RESOLVED; i = i->ai_next) {
+    if ((i->ai_family != AF_INET && i->ai_family != AF_INET6) ||
+        i->ai_addrlen > sizeof out->storage) {
+      continue;
+    }
+    WireAddress *r = &out[(*n)++];
+    *r = *a;
+    r->named = false;
+    r->family = i->ai_family;
+    r->length = (uint32_t)i->ai_addrlen;
+    memset(r->storage, 0, sizeof r->storage);
+    memcpy(r->storage, i->ai_addr, i->ai_addrlen);
+  }
+  freeaddrinfo(found);
+  if (*n == 0) {
+    return hurray__fail(error, HURRAY_ECONNECTION,
+                        "the host name '%s' has no IPv4 or IPv6 stream address", a->host);
   }
   return HURRAY_OK;
 }
@@ -151,7 +205,9 @@ int hurray__wire_address_parse(const char *text, WireAddress *out, HurrayError *
 void hurray__wire_address_format(const WireAddress *a, char *out, size_t size) {
   char host[INET6_ADDRSTRLEN] = "";
   const char *scheme = a->tls ? "hurrays://" : "";
-  if (a->family == AF_UNIX) {
+  if (a->named) {
+    snprintf(out, size, "%s%s:%u", scheme, a->host, a->port);
+  } else if (a->family == AF_UNIX) {
     struct sockaddr_un un;
     memcpy(&un, a->storage, sizeof un);
     snprintf(out, size, "unix:%s", un.sun_path);

@@ -464,6 +464,32 @@ static void checker_stop(HurrayServer *s) {
 
 /* ---- create / destroy --------------------------------------------------------------------- */
 
+/* Binds and listens on one socket address; s->address becomes the address bound (its port
+ * chosen by the kernel where 0 was asked). */
+static int listen_on(HurrayServer *s, const WireAddress *address, HurrayError *error) {
+  if (s->listen_fd >= 0) close(s->listen_fd);
+  s->address = *address;
+  s->listen_fd = socket(address->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (s->listen_fd >= 0 && address->family != AF_UNIX) {
+    setsockopt(s->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  }
+  socklen_t len = address->length;
+  if (s->listen_fd < 0 ||
+      bind(s->listen_fd, (const struct sockaddr *)address->storage, address->length) != 0 ||
+      listen(s->listen_fd, 4096) != 0 ||
+      (address->family != AF_UNIX &&
+       getsockname(s->listen_fd, (struct sockaddr *)s->address.storage, &len) != 0)) {
+    int e = errno;
+    char text[WIRE_MAX_HOST + 64];
+    hurray__wire_address_format(address, text, sizeof text);
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    s->listen_fd = -1;
+    return hurray__fail(error, HURRAY_EIO, "cannot listen on %s: %s", text, strerror(e));
+  }
+  return HURRAY_OK;
+}
+
 int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
                          HurrayError *error) {
   if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
@@ -517,24 +543,20 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
     memcpy(s->secret, o.secret, o.secret_len);
     s->secret_len = o.secret_len;
   }
-  s->address = address;
-  s->listen_fd = socket(address.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int one = 1;
-  if (s->listen_fd >= 0 && address.family != AF_UNIX) {
-    setsockopt(s->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  WireAddress found[WIRE_MAX_RESOLVED];
+  size_t n = 0;
+  status = hurray__wire_address_resolve(&address, true, found, &n, error);
+  for (size_t i = 0; status == HURRAY_OK && i < n; i++) { /* the first that binds; else the
+                                                              last one's error */
+    status = listen_on(s, &found[i], error);
+    if (status != HURRAY_OK && i + 1 < n) status = HURRAY_OK;
+    else break;
   }
-  socklen_t len = address.length;
-  if (s->listen_fd < 0 ||
-      bind(s->listen_fd, (struct sockaddr *)address.storage, address.length) != 0 ||
-      listen(s->listen_fd, 4096) != 0 ||
-      (address.family != AF_UNIX &&
-       getsockname(s->listen_fd, (struct sockaddr *)s->address.storage, &len) != 0)) {
-    char text[160];
-    hurray__wire_address_format(&address, text, sizeof text);
-    status = hurray__fail(error, HURRAY_EIO, "cannot listen on %s: %s", text, strerror(errno));
+  if (status != HURRAY_OK) {
     hurray_server_destroy(s);
     return status;
   }
+  address = s->address;
   if (address.family == AF_UNIX) { /* the socket file it made: the one destroy may unlink */
     struct sockaddr_un un;
     struct stat st;

@@ -527,19 +527,32 @@ HURRAY_INTERNAL int hurray__client_stream(HurrayClient *client, const char *name
 
 /* ---- net.c -------------------------------------------------------------------------------- */
 
+#define WIRE_MAX_HOST 253   /* a DNS name's longest text */
+#define WIRE_MAX_RESOLVED 16 /* addresses of one name tried, in order */
+
 typedef struct WireAddress {
   int family; /* AF_INET, AF_INET6, AF_UNIX */
   uint8_t storage[128];
   uint32_t length; /* socklen_t */
   bool tls;        /* "hurrays://" */
-  char host[64];   /* the host as written ("localhost", "10.0.0.1", "::1"); "" for unix */
+  bool named;      /* HOST is a name: family is AF_UNSPEC until hurray__wire_address_resolve */
+  uint16_t port;   /* the port as written (host order) */
+  char host[WIRE_MAX_HOST + 1]; /* as written ("localhost", "10.0.0.1", "::1"); "" for unix */
 } WireAddress;
 
 /* Parses "HOST:PORT", "[V6]:PORT", "hurray://HOST:PORT", "hurrays://HOST:PORT" (TLS),
- * "unix:PATH" or "hurray+unix://PATH". HOST is a numeric address or "localhost" (no name
- * lookup). HURRAY_EINVAL naming the text. */
+ * "unix:PATH" or "hurray+unix://PATH". HOST is a numeric address (the address is complete) or
+ * a host name of 1..253 letters, digits, '-' and '.' (`named`: no lookup happens here, so
+ * parsing never blocks). HURRAY_EINVAL naming the text. */
 HURRAY_INTERNAL int hurray__wire_address_parse(const char *text, WireAddress *out,
                                                HurrayError *error);
+/* The socket addresses `a` stands for, in the resolver's order: `a` itself unless it is named,
+ * else getaddrinfo's IPv4 and IPv6 stream addresses for its host and port (at most
+ * WIRE_MAX_RESOLVED, each a numeric copy of `a` keeping `host` and `tls`). HURRAY_ECONNECTION
+ * naming the host and the resolver's reason where the name does not resolve. */
+HURRAY_INTERNAL int hurray__wire_address_resolve(const WireAddress *a, bool passive,
+                                                 WireAddress out[], size_t *n,
+                                                 HurrayError *error);
 HURRAY_INTERNAL void hurray__wire_address_format(const WireAddress *a, char *out, size_t size);
 
 /* sendmsg(MSG_NOSIGNAL | MSG_DONTWAIT) of `iov`, with descriptor `fd` attached (SCM_RIGHTS)

@@ -350,8 +350,8 @@ fi
 run 2 serve
 has "FILE missing"
 run 5 serve nonesuch.hurray -a 127.0.0.1:0
-run 2 serve good.hurray -a example.com:80
-has "not a numeric IPv4/IPv6 address"
+run 2 serve good.hurray -a bad_name:80
+has "neither a numeric IPv4/IPv6 address nor a host name"
 run 2 serve --max-upload-total 0 good.hurray
 has "--max-upload-total must be a positive number"
 "$hurray" serve -a 127.0.0.1:0 good.hurray >served.txt 2>&1 &
@@ -362,6 +362,21 @@ address=$(sed -n 's/^serving 1 file on \([0-9.:]*\)$/\1/p' served.txt)
 [ -n "$address" ] || { last="hurray serve"; out=$(cat served.txt); fail "no address printed"; }
 run 0 ls "$address"
 has "per_channel  per_channel int8 [4, 3]  3 buffers  32 B"
+# a host name goes through the resolver: localhost, and a name of /etc/hosts that lists ::1
+# before 127.0.0.1 (inside a user and mount namespace, where this machine allows one): the
+# client tries each address in order, the first refused (the server is on IPv4 only)
+port=${address##*:}
+run 0 ls "localhost:$port"
+has "scalar  dense float64 []  1 buffer  8 B"
+run 2 ls "bad_name:$port"
+has "nor a host name"
+printf '::1 hurray-test.example\n127.0.0.1 hurray-test.example\n' >hosts.txt
+if unshare -rm true 2>/dev/null; then
+  out=$(unshare -rm sh -c 'mount --bind hosts.txt /etc/hosts && exec "$0" ls "$1"' "$hurray" \
+    "hurray-test.example:$port" 2>&1)
+  last="ls hurray-test.example (::1 first)"
+  has "scalar  dense float64 []  1 buffer  8 B"
+fi
 has "paged  paged bfloat16 [2, 10, 4]  2 buffers  216 B"
 has "scalar  dense float64 []  1 buffer  8 B"
 has "composite  composite  2 buffers  96 B"

@@ -429,10 +429,22 @@ def test_loopback_by_default_unix_sockets_and_bad_addresses(tmp_path):
         with hurray.connect(s.address) as c:
             assert np.asarray(c.get("x")).tolist() == [0, 1, 2, 3, 4]
     assert not os.path.exists(path)
-    with pytest.raises(hurray.InvalidArgumentError, match="not a numeric IPv4/IPv6 address"):
-        hurray.serve(address="example.com:80")
+    with pytest.raises(hurray.InvalidArgumentError,
+                       match="neither a numeric IPv4/IPv6 address nor a host name"):
+        hurray.serve(address="bad_name:80")
+    with pytest.raises(hurray.ConnectionLostError, match="cannot resolve the host name"):
+        hurray.connect("nonexistent-host.invalid:7700")
     with pytest.raises(hurray.ConnectionLostError, match="cannot connect"):
         hurray.connect(f"unix:{tmp_path / 'nobody'}")
+
+
+def test_host_names_go_through_the_resolver():
+    # a server bound by name gets the numeric address it bound; a client by name reaches it
+    with hurray.serve({"x": np.arange(3)}, address="localhost:0") as s:
+        host, port = s.address.rsplit(":", 1)
+        assert host in ("127.0.0.1", "[::1]")
+        with hurray.connect(f"localhost:{port}", timeout=5) as c:
+            assert np.asarray(c.get("x")).tolist() == [0, 1, 2]
 
 
 def wait_transfers(server, n):
