@@ -839,8 +839,10 @@ HURRAY_API int hurray_device_wait(HurrayDeviceQueue *queue, const HurrayBuffer *
 
 #define HURRAY_FILE_HEADER_SIZE 64
 #define HURRAY_FILE_VERSION_MAJOR 2 /* the format version this library writes and reads */
-#define HURRAY_FILE_VERSION_MINOR 1 /* the highest minor read; 2.1 adds NULL and INTEGER
-                                       metadata, and a writer writes 2.0 unless a file uses them */
+#define HURRAY_FILE_VERSION_MINOR 2 /* the highest minor read; 2.1 adds NULL and INTEGER
+                                       metadata, 2.2 shared buffers (one buffer's bytes under
+                                       several tensors); a writer writes the lowest minor whose
+                                       features the file uses */
 #define HURRAY_FILE_DEFAULT_ALIGNMENT 64u
 #define HURRAY_FILE_MAX_ALIGNMENT (1u << 21) /* 2 MiB: a huge page */
 #define HURRAY_FILE_MAX_TENSORS (1u << 20)

@@ -189,7 +189,11 @@ typedef struct FileBufferEntry {
   uint64_t offset;
   uint64_t checksum;
   uint8_t role;
+  bool shared; /* the bytes of an earlier tensor's buffer, written once (spec §4, 2.2) */
 } FileBufferEntry;
+
+/* Bit 7 of a record's role byte: the buffer is shared (spec §6.1). */
+#define FILE_BUFFER_SHARED 0x80u
 
 /* Encodes a tensor record in the wire's fixed-width form (interchange.md Appendix A). `rebase` NULL
  * keeps byte offsets. The descriptor is checked only as far as the encoding needs (counts,

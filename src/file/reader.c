@@ -281,7 +281,8 @@ static int read_index_header(HurrayFileReader *r, HurrayError *error) {
 /* ---- records (spec §6), validated on first use -------------------------------------------- */
 
 /* Checks the decoded buffer entries of a Hurray file's record (spec §4): in the data region,
- * in order, not overlapping; an offset is a multiple of A by construction. */
+ * in order, not overlapping (a shared buffer repeats an earlier one's bytes, and is exempt:
+ * check_index matches it with that one); an offset is a multiple of A by construction. */
 static int check_buffers(const HurrayFileReader *r, const FileRecord *record, HurrayError *error) {
   uint64_t previous_end = HURRAY_FILE_HEADER_SIZE;
   for (uint32_t k = 0; k < record->buffer_count; k++) {
@@ -295,10 +296,12 @@ static int check_buffers(const HurrayFileReader *r, const FileRecord *record, Hu
                           k, b->offset, b->desc.byte_size, HURRAY_FILE_HEADER_SIZE,
                           r->info.index_offset);
     }
+    if (b->shared) continue;
     if (b->offset < previous_end) {
       return hurray__fail(error, HURRAY_EFORMAT,
-                          "buffers %" PRIu32 " and %" PRIu32 " overlap or are out of file order",
-                          k - 1, k);
+                          "buffer %" PRIu32
+                          " overlaps the buffer before it or is out of file order",
+                          k);
     }
     previous_end = end;
   }
@@ -481,6 +484,27 @@ static int use_tensor(const HurrayFileReader *reader, uint32_t index, const char
 
 /* ---- the whole index, eagerly (verify) ---------------------------------------------------- */
 
+/* A shared buffer (spec §4) has the offset, size and checksum of an unshared buffer before it:
+ * found by its offset among `seen`, which are in file order. */
+static int find_shared(const FileBufferEntry *const *seen, uint32_t count,
+                       const FileBufferEntry *b, uint32_t i, const char *name, uint32_t k,
+                       HurrayError *error) {
+  uint32_t lo = 0, hi = count;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (seen[mid]->offset < b->offset) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo < count && seen[lo]->offset == b->offset &&
+      seen[lo]->desc.byte_size == b->desc.byte_size && seen[lo]->checksum == b->checksum) {
+    return HURRAY_OK;
+  }
+  return hurray__fail(error, HURRAY_EFORMAT,
+                      "tensor %" PRIu32 " '%s', buffer %" PRIu32
+                      ": it is shared, but no buffer before it has its offset, size and checksum",
+                      i, name, k);
+}
+
 /* Everything a lazy reader may defer (spec §9): every chunk, record, bucket and the bucket
  * table's order, the buffers' file order and the index header's totals, the file metadata.
  * Under the lock. */
@@ -503,26 +527,44 @@ static int check_index(HurrayFileReader *r, HurrayError *error) {
     status = validate_bucket(r, b, error);
   }
   uint64_t buffers = 0, bytes = 0, previous_end = HURRAY_FILE_HEADER_SIZE;
+  bool overflow = false;
   for (uint32_t i = 0; i < count && status == HURRAY_OK; i++) {
+    buffers += tensor_at(r, i)->buffer_count;
+    overflow |= hurray__add_u64(bytes, tensor_at(r, i)->data_bytes, &bytes); /* shared: 2^64 */
+  }
+  if (status == HURRAY_OK &&
+      (overflow || buffers != r->info.buffer_count || bytes != r->info.data_bytes)) {
+    status = hurray__fail(error, HURRAY_EFORMAT,
+                          "the index header counts %" PRIu32 " buffers of %" PRIu64
+                          " bytes but the records hold %" PRIu64 " of %" PRIu64 "%s",
+                          r->info.buffer_count, r->info.data_bytes, buffers, bytes,
+                          overflow ? " (overflowing)" : "");
+  }
+  /* The unshared buffers so far, in file order, for each shared one to be found among. */
+  const FileBufferEntry **seen = NULL;
+  if (status == HURRAY_OK && r->view_ops == NULL && buffers > 0) {
+    seen = malloc((size_t)buffers * sizeof *seen);
+    if (seen == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  uint32_t unshared = 0;
+  for (uint32_t i = 0; seen != NULL && i < count && status == HURRAY_OK; i++) {
     const ReaderTensor *t = tensor_at(r, i);
     for (uint32_t k = 0; k < t->buffer_count && status == HURRAY_OK; k++) {
-      if (r->view_ops == NULL && t->buffers[k].offset < previous_end) {
+      const FileBufferEntry *b = &t->buffers[k];
+      if (b->shared) {
+        status = find_shared(seen, unshared, b, i, t->name, k, error);
+      } else if (b->offset < previous_end) {
         status = hurray__fail(error, HURRAY_EFORMAT,
                               "tensor %" PRIu32 " '%s', buffer %" PRIu32
                               ": it overlaps the buffer before it or is out of file order",
                               i, t->name, k);
+      } else {
+        seen[unshared++] = b;
+        previous_end = b->offset + b->desc.byte_size;
       }
-      previous_end = t->buffers[k].offset + t->buffers[k].desc.byte_size;
     }
-    buffers += t->buffer_count;
-    bytes += t->data_bytes; /* disjoint regions of the file: cannot overflow */
   }
-  if (status == HURRAY_OK && (buffers != r->info.buffer_count || bytes != r->info.data_bytes)) {
-    status = hurray__fail(error, HURRAY_EFORMAT,
-                          "the index header counts %" PRIu32 " buffers of %" PRIu64
-                          " bytes but the records hold %" PRIu64 " of %" PRIu64,
-                          r->info.buffer_count, r->info.data_bytes, buffers, bytes);
-  }
+  free(seen);
   if (status == HURRAY_OK) {
     status =
         hurray__meta_decode(r->index + r->metadata_offset, r->metadata_length, NULL, NULL, error);
@@ -1023,31 +1065,35 @@ int hurray_file_reader_get_rows(const HurrayFileReader *reader, uint32_t index, 
   return status;
 }
 
-/* The end of the buffer before buffer `k` of tensor `index` in the file (of the header for the
- * first), and, in `*last`, whether it is the file's last buffer. Tensors around it are made
- * ready as far as it takes to find buffers. */
+/* The last unshared buffer of tensor `t` before buffer `k` (k = buffer_count: of all), or NULL. */
+static const FileBufferEntry *last_unshared(const ReaderTensor *t, uint32_t k) {
+  while (k-- > 0) {
+    if (!t->buffers[k].shared) return &t->buffers[k];
+  }
+  return NULL;
+}
+
+/* Where the padding before unshared buffer `k` of tensor `index` begins (the end of the
+ * unshared buffer before it in the file, or of the header), and whether it is the file's last
+ * unshared buffer. Tensors around it are made ready as far as it takes to find buffers.
+ * Shared buffers own no bytes of the file (spec §4). Under the lock. */
 static int buffer_neighbours(HurrayFileReader *r, uint32_t index, uint32_t k, uint64_t *before,
                              bool *last, HurrayError *error) {
   const ReaderTensor *t = tensor_at(r, index);
   int status = HURRAY_OK;
   *before = HURRAY_FILE_HEADER_SIZE;
-  if (k > 0) {
-    *before = t->buffers[k - 1].offset + t->buffers[k - 1].desc.byte_size;
-  } else {
-    for (uint32_t j = index; j-- > 0 && status == HURRAY_OK;) {
-      status = ready_locked(r, j, error);
-      const ReaderTensor *p = tensor_at(r, j);
-      if (status == HURRAY_OK && p->buffer_count > 0) {
-        *before = p->buffers[p->buffer_count - 1].offset +
-                  p->buffers[p->buffer_count - 1].desc.byte_size;
-        break;
-      }
-    }
+  const FileBufferEntry *previous = last_unshared(t, k);
+  for (uint32_t j = index; previous == NULL && j-- > 0 && status == HURRAY_OK;) {
+    status = ready_locked(r, j, error);
+    const ReaderTensor *p = tensor_at(r, j);
+    if (status == HURRAY_OK) previous = last_unshared(p, p->buffer_count);
   }
-  *last = k + 1 == t->buffer_count;
+  if (previous != NULL) *before = previous->offset + previous->desc.byte_size;
+  *last = last_unshared(t, t->buffer_count) == &t->buffers[k];
   for (uint32_t j = index + 1; *last && j < r->info.tensor_count && status == HURRAY_OK; j++) {
     status = ready_locked(r, j, error);
-    if (status == HURRAY_OK && tensor_at(r, j)->buffer_count > 0) *last = false;
+    const ReaderTensor *n = tensor_at(r, j);
+    if (status == HURRAY_OK && last_unshared(n, n->buffer_count) != NULL) *last = false;
   }
   if (status == HURRAY_OK && t->buffers[k].offset < *before) {
     status = hurray__fail(error, HURRAY_EFORMAT,
@@ -1065,6 +1111,7 @@ static int check_padding(const HurrayFileReader *reader, uint32_t index, uint32_
   HurrayFileReader *r = mutable(reader);
   uint64_t before = 0;
   bool last = false;
+  if (tensor_at(r, index)->buffers[k].shared) return HURRAY_OK; /* its bytes' owner checks it */
   pthread_mutex_lock(&r->lock);
   int status = buffer_neighbours(r, index, k, &before, &last, error);
   pthread_mutex_unlock(&r->lock);

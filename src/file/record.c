@@ -184,7 +184,8 @@ static int encode_record(Encoder *e, const uint8_t *name, size_t name_len,
     hurray__sink_varint(out, metadata_len);
     hurray__sink_varint(out, count);
     for (uint32_t i = 0; i < count; i++) {
-      hurray__sink_u8(out, buffers[i].role);
+      uint8_t shared = buffers[i].shared ? FILE_BUFFER_SHARED : 0;
+      hurray__sink_u8(out, (uint8_t)(buffers[i].role | shared));
       hurray__sink_varint(out, buffers[i].offset >> offset_shift);
       hurray__sink_varint(out, buffers[i].desc.byte_size);
       hurray__sink_u64(out, buffers[i].checksum);
@@ -476,11 +477,12 @@ static int take_buffers(Decoder *d, unsigned offset_shift, FileRecord *record) {
     const uint8_t *p = NULL;
     uint64_t units = 0, size = 0;
     status = hurray__take(&d->cursor, 1, &p, d->error);
-    if (status == HURRAY_OK && hurray_buffer_role_name(p[0]) == NULL) {
+    uint8_t role = status == HURRAY_OK ? (uint8_t)(p[0] & ~FILE_BUFFER_SHARED) : 0;
+    bool shared = status == HURRAY_OK && (p[0] & FILE_BUFFER_SHARED) != 0;
+    if (status == HURRAY_OK && hurray_buffer_role_name(role) == NULL) {
       status = hurray__fail(d->error, HURRAY_EFORMAT, "buffer %" PRIu64 ": role %u is unknown", i,
-                            p[0]);
+                            role);
     }
-    uint8_t role = status == HURRAY_OK ? p[0] : 0;
     if (status == HURRAY_OK) status = hurray__take_varint(&d->cursor, &units, d->error);
     if (status == HURRAY_OK && units > UINT64_MAX >> offset_shift) {
       status = hurray__fail(d->error, HURRAY_EBOUNDS,
@@ -497,7 +499,8 @@ static int take_buffers(Decoder *d, unsigned offset_shift, FileRecord *record) {
                                             .sync_mode = HURRAY_SYNC_READY},
                                    .offset = units << offset_shift,
                                    .checksum = hurray__load_le64(p),
-                                   .role = role};
+                                   .role = role,
+                                   .shared = shared};
   }
   record->buffers = entries;
   record->buffer_count = (uint32_t)count;

@@ -35,6 +35,13 @@ struct HurrayFileWriter {
   uint32_t tensor_count, tensor_capacity;
   FileBufferEntry *buffers;
   uint32_t buffer_count, buffer_capacity;
+  /* Where each buffer's bytes came from, for add to write the same memory once (spec §4's
+   * shared buffers): the first byte the plan lays out, parallel to buffers; NULL for streamed
+   * ones. `sources_by_data` is an open-addressing set of buffer + 1 keyed by (that, size);
+   * entries past buffer_count or no longer matching (a discarded tensor's) are skipped. */
+  const void **source_data;
+  uint32_t *sources_by_data;
+  uint32_t source_slots, source_count;
   uint32_t *names; /* open addressing set of committed names: tensor + 1, 0 empty */
   uint32_t name_slots;
   uint64_t records_bytes; /* sum of record_len */
@@ -122,6 +129,8 @@ void hurray_file_writer_destroy(HurrayFileWriter *writer) {
   }
   free(writer->tensors);
   free(writer->buffers);
+  free(writer->source_data);
+  free(writer->sources_by_data);
   free(writer->names);
   free(writer->open_name);
   hurray__sink_reset(&writer->metadata);
@@ -222,7 +231,8 @@ static void discard_tensor(HurrayFileWriter *w) {
   if (w->state == IN_TENSOR) w->state = IDLE;
 }
 
-static int open_buffer(HurrayFileWriter *w, int role, HurrayError *error) {
+/* Room for one more buffer entry in the open tensor, the buffer before it closed. */
+static int reserve_entry(HurrayFileWriter *w, int role, HurrayError *error) {
   if (hurray_buffer_role_name(role) == NULL) {
     return hurray__fail(error, HURRAY_EINVAL, "buffer role %d is unknown", role);
   }
@@ -236,12 +246,22 @@ static int open_buffer(HurrayFileWriter *w, int role, HurrayError *error) {
     FileBufferEntry *grown = realloc(w->buffers, capacity * sizeof *grown);
     if (grown == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
     w->buffers = grown;
+    const void **sources = realloc(w->source_data, capacity * sizeof *sources);
+    if (sources == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    w->source_data = sources;
     w->buffer_capacity = capacity;
   }
   close_buffer(w);
+  w->source_data[w->buffer_count] = NULL; /* streamed, until add says where it came from */
+  return HURRAY_OK;
+}
+
+static int open_buffer(HurrayFileWriter *w, int role, HurrayError *error) {
+  int status = reserve_entry(w, role, error);
+  if (status != HURRAY_OK) return status;
   uint64_t at = position(w);
   uint64_t aligned = (at + w->alignment - 1) & ~(uint64_t)(w->alignment - 1);
-  int status = emit_zeros(w, aligned - at, error);
+  status = emit_zeros(w, aligned - at, error);
   if (status != HURRAY_OK) return status;
   w->buffers[w->buffer_count++] = (FileBufferEntry){.desc = {.alignment = w->alignment,
                                                              .device_tag = HURRAY_DEVICE_CPU,
@@ -369,20 +389,124 @@ int hurray_file_writer_end_tensor(HurrayFileWriter *writer, const HurrayTensorDe
 
 /* ---- writing a tensor from memory --------------------------------------------------------- */
 
-/* Streams buffer `index` of the list as the plan lays it out. */
-static int stream_buffer(HurrayFileWriter *w, const FileRuns *plan, const HurrayBufferList *list,
-                         uint32_t index, HurrayError *error) {
+/* ---- shared buffers: the same memory written once (spec §4) ------------------------------- */
+
+static uint32_t source_hash(const void *data, uint64_t size) {
+  uint64_t key[2] = {(uint64_t)(uintptr_t)data, size};
+  return (uint32_t)hurray__xxh3(key, sizeof key);
+}
+
+/* The slot for (data, size): the one holding a live buffer with them, else the first empty. */
+static uint32_t *source_slot(const HurrayFileWriter *w, const void *data, uint64_t size) {
+  uint32_t mask = w->source_slots - 1;
+  for (uint32_t i = source_hash(data, size) & mask;; i = (i + 1) & mask) {
+    uint32_t b = w->sources_by_data[i];
+    if (b == 0 || (b <= w->buffer_count && w->source_data[b - 1] == data &&
+                   !w->buffers[b - 1].shared && w->buffers[b - 1].desc.byte_size == size)) {
+      return &w->sources_by_data[i];
+    }
+  }
+}
+
+/* Records that buffer `b` holds the bytes of `data` it was streamed from (`size` of them).
+ * Failing to (out of memory) only means the memory may be written again later. */
+static void remember_source(HurrayFileWriter *w, uint32_t b, const void *data, uint64_t size) {
+  if (size == 0) return;
+  if (2 * (w->source_count + 1) > w->source_slots) { /* grow and rehash the live ones */
+    uint32_t slots = w->source_slots ? w->source_slots * 2 : 256;
+    uint32_t *grown = calloc(slots, sizeof *grown);
+    if (grown == NULL) return;
+    free(w->sources_by_data);
+    w->sources_by_data = grown;
+    w->source_slots = slots;
+    w->source_count = 0;
+    for (uint32_t j = 0; j < b; j++) {
+      const FileBufferEntry *e = &w->buffers[j];
+      if (w->source_data[j] == NULL || e->shared) continue;
+      uint32_t *slot = source_slot(w, w->source_data[j], e->desc.byte_size);
+      if (*slot == 0) w->source_count++;
+      *slot = j + 1;
+    }
+  }
+  w->source_data[b] = data;
+  uint32_t *slot = source_slot(w, data, size);
+  if (*slot == 0) w->source_count++;
+  *slot = b + 1;
+}
+
+/* Where buffer `index`'s planned bytes begin in its memory, and how many the plan lays out:
+ * the identity of what is written, so views of one storage at other offsets are not shared. */
+static uint64_t planned_span(const FileRuns *plan, uint32_t index, uint64_t *start) {
+  uint64_t size = 0;
+  bool first = true;
+  for (size_t i = 0; i < plan->count; i++) { /* runs are sorted by (buffer, begin) */
+    const FileRun *run = &plan->runs[i];
+    if (run->buffer != index) continue;
+    if (first) *start = run->begin;
+    first = false;
+    size = run->placed + (run->end - run->begin);
+  }
+  return size;
+}
+
+/* Feeds buffer `index` of the list, as the plan lays it out, to `sink` (the output, or a
+ * hasher alone). */
+typedef int (*BytesFn)(HurrayFileWriter *w, const void *data, size_t len, HurrayError *error);
+
+static int lay_out(HurrayFileWriter *w, const FileRuns *plan, const uint8_t *data, uint32_t index,
+                   BytesFn sink, HurrayError *error) {
   static const uint8_t zeros[HURRAY_MIN_ALIGNMENT];
-  int status = open_buffer(w, list->roles[index], error);
-  const uint8_t *data = list->buffers[index]->data;
+  uint64_t at = 0;
+  int status = HURRAY_OK;
   for (size_t i = 0; i < plan->count && status == HURRAY_OK; i++) {
     const FileRun *run = &plan->runs[i];
     if (run->buffer != index) continue;
-    uint64_t gap = run->placed - w->buffers[w->buffer_count - 1].desc.byte_size;
-    status = stream(w, zeros, (size_t)gap, error);
+    status = sink(w, zeros, (size_t)(run->placed - at), error); /* a gap under 64 bytes */
     if (status == HURRAY_OK)
-      status = stream(w, data + run->begin, (size_t)(run->end - run->begin), error);
+      status = sink(w, data + run->begin, (size_t)(run->end - run->begin), error);
+    at = run->placed + (run->end - run->begin);
   }
+  return status;
+}
+
+static int hash_only(HurrayFileWriter *w, const void *data, size_t len, HurrayError *error) {
+  (void)error;
+  hurray__hasher_update(w->hasher, data, len);
+  return HURRAY_OK;
+}
+
+/* Buffer `index` of the list as a shared entry, when the same memory span was written before
+ * in this file as the same bytes (their hash equal: memory reused for other contents since is
+ * written anew). 1 if shared, 0 if it must be written, or a failure. */
+static int share_if_written(HurrayFileWriter *w, const FileRuns *plan,
+                            const HurrayBufferList *list, uint32_t index, const void *span,
+                            uint64_t size, HurrayError *error) {
+  uint32_t original = w->source_slots > 0 && size > 0 ? *source_slot(w, span, size) : 0;
+  if (original == 0) return 0;
+  close_buffer(w); /* the hasher is the open buffer's until then */
+  hurray__hasher_reset(w->hasher);
+  lay_out(w, plan, list->buffers[index]->data, index, hash_only, error);
+  if (hurray__hasher_digest(w->hasher) != w->buffers[original - 1].checksum) return 0;
+  int status = reserve_entry(w, list->roles[index], error);
+  if (status != HURRAY_OK) return status;
+  FileBufferEntry shared = w->buffers[original - 1];
+  shared.role = (uint8_t)list->roles[index];
+  shared.shared = true;
+  w->buffers[w->buffer_count++] = shared;
+  return 1;
+}
+
+/* Streams buffer `index` of the list as the plan lays it out, or shares it. */
+static int stream_buffer(HurrayFileWriter *w, const FileRuns *plan, const HurrayBufferList *list,
+                         uint32_t index, HurrayError *error) {
+  const uint8_t *data = list->buffers[index]->data;
+  uint64_t start = 0;
+  uint64_t size = planned_span(plan, index, &start);
+  int status = share_if_written(w, plan, list, index, data + start, size, error);
+  if (status != 0) return status > 0 ? HURRAY_OK : status;
+  status = open_buffer(w, list->roles[index], error);
+  if (status == HURRAY_OK) status = lay_out(w, plan, data, index, stream, error);
+  if (status == HURRAY_OK) remember_source(w, w->buffer_count - 1, data + start, size);
   return status;
 }
 
@@ -506,8 +630,11 @@ int hurray_file_writer_finish(HurrayFileWriter *writer, HurrayError *error) {
   uint8_t h[HURRAY_FILE_HEADER_SIZE] = {0};
   memcpy(h, FILE_MAGIC, FILE_MAGIC_SIZE);
   hurray__store_le16(h + HDR_VERSION_MAJOR, HURRAY_FILE_VERSION_MAJOR);
-  hurray__store_le16(h + HDR_VERSION_MINOR,
-                     w->records_minor > w->metadata_minor ? w->records_minor : w->metadata_minor);
+  uint16_t minor = w->records_minor > w->metadata_minor ? w->records_minor : w->metadata_minor;
+  for (uint32_t i = 0; i < w->buffer_count && minor < 2; i++) {
+    if (w->buffers[i].shared) minor = 2; /* 2.2: shared buffers */
+  }
+  hurray__store_le16(h + HDR_VERSION_MINOR, minor);
   h[HDR_ALIGNMENT_LOG2] = (uint8_t)__builtin_ctz(w->alignment);
   hurray__store_le64(h + HDR_FILE_SIZE, file_size);
   hurray__store_le64(h + HDR_INDEX_OFFSET, index_offset);

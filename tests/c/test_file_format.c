@@ -255,6 +255,90 @@ static void expect_refused(Image im, int status, const char *words) {
   free(im.bytes);
 }
 
+/* ---- shared buffers (spec §4, format 2.2) -------------------------------------------------- */
+
+/* "a" and "b": one float32 [4] tensor added twice from the same memory (a tied weight), or with
+ * that memory refilled in between when `refill`. */
+static Image tied_image(bool refill) {
+  const char *path = path_of("tied.hurray");
+  HurrayFileWriter *w = NULL;
+  OK(hurray_file_writer_create(path, NULL, &w, E));
+  static const int64_t shape[] = {4};
+  const float values[] = {1.0f, 2.0f, 3.0f, 4.0f};
+  HurrayBufferList *list = sample_list();
+  sample_append(list, values, sizeof values, HURRAY_ROLE_VALUES);
+  const HurrayArray part = SAMPLE_ARRAY(HURRAY_DTYPE_FLOAT32, 1, shape, NULL, 0, 0);
+  const HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = shape,
+                                 .parts = &part, .nparts = 1, .dtype = HURRAY_DTYPE_FLOAT32};
+  OK(hurray_file_writer_add(w, "a", &desc, list, NULL, E));
+  if (refill) ((float *)list->buffers[0]->data)[3] = 5.0f; /* memory reused for other values */
+  OK(hurray_file_writer_add(w, "b", &desc, list, NULL, E));
+  hurray_buffer_list_destroy(list);
+  OK(hurray_file_writer_finish(w, E));
+  hurray_file_writer_destroy(w);
+  return image_read(path);
+}
+
+/* Byte 4 of a record named by one letter without metadata: its first buffer's role byte. */
+enum { ROLE_BYTE = 4 };
+
+static void the_same_memory_is_written_once_as_a_shared_buffer(void **state) {
+  (void)state;
+  Image tied = tied_image(false), refilled = tied_image(true);
+  assert_int_equal(tied.bytes[10], 2); /* format 2.2, for the shared buffer */
+  assert_int_equal(refilled.bytes[10], 0);
+  assert_int_equal(record_of(tied, 0)[ROLE_BYTE], HURRAY_ROLE_VALUES);
+  assert_int_equal(record_of(tied, 1)[ROLE_BYTE], 0x80 | HURRAY_ROLE_VALUES);
+  assert_int_equal(record_of(refilled, 1)[ROLE_BYTE], HURRAY_ROLE_VALUES);
+  assert_true(index_offset(tied) < index_offset(refilled)); /* 16 data bytes, not 2 x 64 */
+  for (uint32_t way = 0; way < 2; way++) {
+    image_write(tied, path_of("tied.hurray"));
+    HurrayFileReader *r = NULL;
+    OK(hurray_file_reader_open(path_of("tied.hurray"), way ? HURRAY_FILE_OPEN_PREAD : 0, &r, E));
+    OK(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, E));
+    HurrayFileInfo info;
+    OK(hurray_file_reader_info(r, &info, E));
+    assert_int_equal(info.buffer_count, 2);
+    assert_int_equal(info.data_bytes, 32); /* each tensor's 16 bytes, as the tensors hold them */
+    HurrayTensorContext *a = NULL, *b = NULL;
+    OK(hurray_file_reader_get(r, 0, HURRAY_FILE_GET_VERIFY, &a, E));
+    OK(hurray_file_reader_get(r, 1, HURRAY_FILE_GET_VERIFY, &b, E));
+    assert_memory_equal(a->buffers->buffers[0]->data, b->buffers->buffers[0]->data, 16);
+    assert_int_equal(((const float *)b->buffers->buffers[0]->data)[3], 4);
+    if (way == 0) /* mapped: one memory under both names */
+      assert_ptr_equal(a->buffers->buffers[0]->data, b->buffers->buffers[0]->data);
+    hurray_tensor_context_release(a);
+    hurray_tensor_context_release(b);
+    hurray_file_reader_destroy(r);
+  }
+  HurrayFileReader *r = NULL; /* refilled: two buffers, each with its own values */
+  image_write(refilled, path_of("refilled.hurray"));
+  OK(hurray_file_reader_open(path_of("refilled.hurray"), 0, &r, E));
+  HurrayTensorContext *b = NULL;
+  OK(hurray_file_reader_get(r, 1, HURRAY_FILE_GET_VERIFY, &b, E));
+  assert_true(((const float *)b->buffers->buffers[0]->data)[3] == 5.0f);
+  hurray_tensor_context_release(b);
+  hurray_file_reader_destroy(r);
+  free(refilled.bytes);
+
+  Image im = image_copy(tied); /* the repeat not marked shared: two tensors on one region */
+  record_of(im, 1)[ROLE_BYTE] = HURRAY_ROLE_VALUES;
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "tensor 1 'b', buffer 0: it overlaps the buffer before it");
+  im = image_copy(tied); /* the first marked shared: nothing before it to share */
+  record_of(im, 0)[ROLE_BYTE] = 0x80 | HURRAY_ROLE_VALUES;
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT,
+                 "tensor 0 'a', buffer 0: it is shared, but no buffer before it has its offset, "
+                 "size and checksum");
+  im = image_copy(tied); /* shared, with another checksum than the bytes it repeats */
+  uint8_t *checksum = record_of(im, 1) + ROLE_BYTE + 3;
+  checksum[0] ^= 1;
+  reseal(im);
+  expect_refused(im, HURRAY_EFORMAT, "tensor 1 'b', buffer 0: it is shared, but no buffer");
+  free(tied.bytes);
+}
+
 /* ---- golden bytes ------------------------------------------------------------------------- */
 
 // clang-format off
@@ -443,11 +527,11 @@ static void header_violations_are_named(void **state) {
   im = image_copy(tiny); /* format 1.0 is refused, by name (ADR-056) */
   im.bytes[8] = 1;
   expect_refused(im, HURRAY_EUNSUPPORTED, "unsupported file format version 1.0 (this reader "
-                                          "reads 2.0 to 2.1)");
+                                          "reads 2.0 to 2.2)");
 
   im = image_copy(tiny);
-  im.bytes[10] = 2; /* a newer minor than this reader */
-  expect_refused(im, HURRAY_EUNSUPPORTED, "version 2.2");
+  im.bytes[10] = HURRAY_FILE_VERSION_MINOR + 1; /* a newer minor than this reader */
+  expect_refused(im, HURRAY_EUNSUPPORTED, "version 2.3");
 
   im = image_copy(tiny);
   im.bytes[50] = 1;
@@ -699,7 +783,7 @@ static void overlapping_buffers_are_refused(void **state) {
   assert_int_equal(entries[1], 1);
   entries[11 + 1] = 1; /* buffer 1 at buffer 0's offset */
   reseal(im);
-  expect_refused(im, HURRAY_EFORMAT, "buffers 0 and 1 overlap");
+  expect_refused(im, HURRAY_EFORMAT, "buffer 1 overlaps the buffer before it");
 }
 
 /* A file of two dense tensors called "aaaa" and "aaab". */
@@ -1111,6 +1195,7 @@ int main(void) {
       cmocka_unit_test(two_tensor_tables_are_checked),
       cmocka_unit_test(data_padding_is_checked_by_verify),
       cmocka_unit_test(verify_reports_a_file_that_shrank),
+      cmocka_unit_test(the_same_memory_is_written_once_as_a_shared_buffer),
       cmocka_unit_test(overlapping_buffers_are_refused),
       cmocka_unit_test(duplicate_names_are_refused),
       cmocka_unit_test(a_bad_record_matters_only_when_used),

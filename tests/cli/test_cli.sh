@@ -45,7 +45,7 @@ has "6  the network or the peer refused"
 run 0 -h
 has "usage: hurray [--version] [--help] COMMAND"
 run 0 --version
-has "file format 2.1"
+has "file format 2.2"
 has "C ABI 4"
 run 2 --nope
 has "hurray: unknown option '--nope'"

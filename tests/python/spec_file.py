@@ -20,7 +20,7 @@ import numpy as np
 import xxhash
 
 MAGIC = b"\x89HRY\r\n\x1a\n"
-VERSION = (2, 1)
+VERSION = (2, 2)
 HEADER_SIZE = 64
 INDEX_HEADER_SIZE = 64
 INDEX_LIMIT = 1 << 28
@@ -337,6 +337,7 @@ class SpecBuffer:
     size: int
     checksum: int
     data: bytes
+    shared: bool = False  # the bytes of an earlier tensor's buffer (§4, 2.2)
 
 
 @dataclass
@@ -632,29 +633,33 @@ class _Reader:
         entries = []
         for _ in range(buffer_count):
             role = c.u8()
+            shared, role = bool(role & 0x80), role & 0x7F
             if role >= len(ROLES):
                 raise SpecFileError("EFORMAT", f"{c.what}: unknown buffer role {role}")
             offset = c.varint(field="a buffer offset") * self.alignment
             if offset > U64_MAX:
                 raise SpecFileError("EBOUNDS", f"{c.what}: a buffer offset overflows")
             size, checksum = c.varint(field="a buffer size"), c.u64()
-            entries.append((ROLES[role], offset, size, checksum))
+            entries.append((ROLES[role], offset, size, checksum, shared))
         node = self._node(c, 0)
         raw_metadata = c.take(metadata_length)
         if c.at != end:
             raise SpecFileError("EFORMAT", f"{c.what} has trailing bytes")
         metadata = _decode_metadata(raw_metadata, f"the metadata of tensor {t}")
         previous_end = None
-        for k, (_, offset, size, _) in enumerate(entries):
+        for k, (_, offset, size, _, shared) in enumerate(entries):
             if offset < HEADER_SIZE or offset + size > self.index_offset:
                 raise SpecFileError("EBOUNDS", f"{c.what}: buffer {k} lies outside the data "
                                     "region")
+            if shared:
+                continue
             if previous_end is not None and offset < previous_end:
-                raise SpecFileError("EFORMAT", f"{c.what}: buffers {k - 1} and {k} overlap or "
-                                    "are out of file order")
+                raise SpecFileError("EFORMAT", f"{c.what}: buffer {k} overlaps the buffer "
+                                    "before it or is out of file order")
             previous_end = offset + size
-        buffers = [SpecBuffer(role, offset, size, checksum, self.data[offset:offset + size])
-                   for role, offset, size, checksum in entries]
+        buffers = [SpecBuffer(role, offset, size, checksum, self.data[offset:offset + size],
+                              shared)
+                   for role, offset, size, checksum, shared in entries]
         _validate(node, buffers, 0, [0])
         self.records[t] = SpecTensor(name, buffers, node, metadata)
         return self.records[t]
@@ -741,8 +746,18 @@ class _Reader:
     def _data(self, records):
         """Buffers in file order across tensors, their checksums and zero padding."""
         at = HEADER_SIZE
+        written = {}  # offset -> (size, checksum) of the unshared buffers so far
         for r in records:
             for k, buf in enumerate(r.buffers):
+                if buf.shared:
+                    if written.get(buf.offset) != (buf.size, buf.checksum):
+                        raise SpecFileError("EFORMAT", f"buffer {k} of '{r.name}' is shared, but "
+                                            "no buffer before it has its offset, size and "
+                                            "checksum")
+                    if xxh3(buf.data) != buf.checksum:
+                        raise SpecFileError("ECHECKSUM", f"tensor '{r.name}' buffer {k}")
+                    continue
+                written[buf.offset] = (buf.size, buf.checksum)
                 if buf.offset < at:
                     raise SpecFileError("EFORMAT", f"buffer {k} of '{r.name}' overlaps or is "
                                         "out of file order")

@@ -353,3 +353,58 @@ def test_a_corrupt_hurray_shard_fails_verification_naming_it(tmp_path):
     with pytest.raises(hurray.ChecksumError, match="shard 'model-00002-of-00002.hurray': tensor 'b'"):
         hurray.load(tmp_path, verify=True)
     assert np.array_equal(np.asarray(hurray.load(tmp_path)["a"]), np.arange(64.0))
+
+
+# ---- tied weights: the same storage written once (file-format.md §4, ADR-093) -------------------
+
+def test_tied_weights_are_written_once_and_stay_tied(tmp_path):
+    import spec_file
+    config, model = tiny_gpt2()
+    sd = model.state_dict()
+    assert sd["lm_head.weight"].data_ptr() == sd["transformer.wte.weight"].data_ptr()
+    tied = sd["lm_head.weight"].nbytes
+    hurray.save(tmp_path / "tied.hurray", sd)
+    untied = {k: v.clone() for k, v in sd.items()}
+    hurray.save(tmp_path / "untied.hurray", untied)
+    saved = (tmp_path / "untied.hurray").stat().st_size - (tmp_path / "tied.hurray").stat().st_size
+    assert tied <= saved < tied + 4096  # one copy of the embedding fewer
+    # an independent reader of the spec reads the file and finds the bytes shared
+    spec = spec_file.read((tmp_path / "tied.hurray").read_bytes())
+    assert spec.version == (2, 2)
+    wte, head = spec.tensors["transformer.wte.weight"], spec.tensors["lm_head.weight"]
+    assert head.buffers[0].shared and head.buffers[0].offset == wte.buffers[0].offset
+    loaded = hurray.load(tmp_path / "tied.hurray", verify=True)
+    as_torch = state_dict_of(loaded)
+    assert as_torch["lm_head.weight"].data_ptr() == as_torch["transformer.wte.weight"].data_ptr()
+    fresh = transformers.GPT2LMHeadModel(config).eval()
+    fresh.load_state_dict(as_torch)
+    assert fresh.lm_head.weight.data_ptr() == fresh.transformer.wte.weight.data_ptr()
+    assert torch.equal(outputs(fresh), outputs(model))
+    # the untied file stays 2.0, each tensor its own bytes
+    assert spec_file.read((tmp_path / "untied.hurray").read_bytes()).version == (2, 0)
+
+
+def test_a_copying_load_gives_each_name_its_own_memory_with_the_same_values(tmp_path):
+    shared = np.arange(1024, dtype=np.float32)
+    hurray.save(tmp_path / "m.hurray", {"a": shared, "b": shared})
+    assert (tmp_path / "m.hurray").stat().st_size < 2 * shared.nbytes
+    loaded = hurray.load(tmp_path / "m.hurray", mmap=False, verify=True)
+    a, b = np.asarray(loaded["a"]), np.asarray(loaded["b"])
+    assert np.array_equal(a, shared) and np.array_equal(b, shared)
+    a[0] = -1  # fresh, writable memory per tensor, as mmap=False promises
+    assert b[0] == 0
+
+
+def test_only_the_same_span_of_memory_is_shared_not_equal_bytes_elsewhere(tmp_path):
+    import spec_file
+    storage = torch.zeros(2048)  # all equal bytes: only the memory they come from tells them apart
+    tensors = {"rows": storage.view(2, 1024), "cols": storage.view(1024, 2),
+               "low": storage[:1024], "high": storage[1024:]}
+    hurray.save(tmp_path / "views.hurray", tensors)
+    spec = spec_file.read((tmp_path / "views.hurray").read_bytes())
+    shared = {name: t.buffers[0].shared for name, t in spec.tensors.items()}
+    assert shared == {"rows": False, "cols": True, "low": False, "high": False}
+    assert spec.tensors["cols"].buffers[0].offset == spec.tensors["rows"].buffers[0].offset
+    loaded = hurray.load(tmp_path / "views.hurray", verify=True)
+    for name, t in tensors.items():
+        assert torch.equal(torch.from_dlpack(loaded[name]), t), name

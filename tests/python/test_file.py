@@ -719,8 +719,10 @@ def test_paths_may_be_str_bytes_or_pathlike(path):
 KILL_WRITER = textwrap.dedent("""
     import sys, hurray
     path, mib = sys.argv[1], int(sys.argv[2])
-    chunk = hurray.Tensor(bytearray(64 << 20), hurray.uint8, [64 << 20])
-    hurray.save(path, {f"t{i}": chunk for i in range(mib // 64)})
+    big = memoryview(bytearray((64 << 20) + 64))  # a view at another address for each tensor,
+    chunks = [hurray.Tensor(big[i:i + (64 << 20)], hurray.uint8, [64 << 20])  # so none is shared
+              for i in range(mib // 64)]
+    hurray.save(path, {f"t{i}": chunk for i, chunk in enumerate(chunks)})
 """)
 
 

@@ -424,7 +424,7 @@ REFUSED = {
     "another format": (lambda: b"PK\x03\x04", "EFORMAT"),
     "a prefix of the magic": (lambda: BASE[:5], "EFORMAT"),
     "truncated header": (lambda: BASE[:40], "EFORMAT"),
-    "version 2.2": (lambda: patched(10, "<H", 2), "EUNSUPPORTED"),
+    "version 2.3": (lambda: patched(10, "<H", 3), "EUNSUPPORTED"),
     "version 1.0": (lambda: patched(8, "<H", 1), "EUNSUPPORTED"),
     "header checksum": (lambda: patched(56, "<B", BASE[56] ^ 1, sealed=False), "ECHECKSUM"),
     "reserved header bytes": (lambda: patched(14, "<H", 1), "EFORMAT"),
