@@ -1,9 +1,13 @@
 /* test_file_roundtrip.c -- every layout through a file and back, by every way of reading it
  * (mapped, pread, from memory, mapped writable): descriptors, elements, roles, metadata, O(1)
  * lookup, row slices, the writer's compaction, alignment, tensors outliving their reader, and
- * writes through writable views staying private. */
-#define _POSIX_C_SOURCE 200809L
+ * writes through writable views staying private, and a save that verifies though another thread
+ * changes its memory meanwhile. */
+#define _GNU_SOURCE /* sched_yield */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -646,6 +650,62 @@ static void verification_reports_progress(void **state) {
   }
 }
 
+/* Keeps changing the bytes of a buffer that is being saved, until told to stop. */
+typedef struct Scribbler {
+  volatile uint8_t *bytes;
+  size_t size;
+  atomic_bool stop;
+  atomic_ulong writes;
+} Scribbler;
+
+static void *scribble(void *arg) {
+  Scribbler *s = arg;
+  uint64_t x = 0x9E3779B97F4A7C15u;
+  while (!atomic_load(&s->stop)) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift: anywhere in the buffer */
+    s->bytes[x % s->size] += 1;
+    atomic_fetch_add(&s->writes, 1);
+  }
+  return NULL;
+}
+
+/* Spec §10: the checksum covers exactly the bytes that reach the file, so the save verifies
+ * whatever another thread does to the memory while it is written (large buffers are written
+ * in pieces while a second thread hashes them back from the file). */
+static void a_save_verifies_though_its_memory_changes_meanwhile(void **state) {
+  (void)state;
+  enum { SIZE = 24u << 20 };
+  static const int64_t shape[] = {SIZE};
+  HurrayArray part = SAMPLE_ARRAY(HURRAY_DTYPE_UINT8, 1, shape, NULL, 0, 0);
+  HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = shape,
+                           .parts = &part, .nparts = 1, .dtype = HURRAY_DTYPE_UINT8};
+  HurrayBufferList *list = sample_list();
+  HurrayBuffer *buffer = NULL;
+  OK(hurray_buffer_alloc(SIZE, 0, HURRAY_ALLOC_ZERO, &buffer, E));
+  OK(hurray_buffer_list_append(list, buffer, HURRAY_ROLE_VALUES, NULL, E));
+  Scribbler scribbler = {.bytes = buffer->data, .size = SIZE};
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, scribble, &scribbler), 0);
+  while (atomic_load(&scribbler.writes) == 0) sched_yield();
+  const char *path = path_of("scribbled.hurray");
+  for (int round = 0; round < 3; round++) {
+    HurrayFileWriter *w = NULL;
+    OK(hurray_file_writer_create(path, NULL, &w, E));
+    OK(hurray_file_writer_add(w, "moving", &desc, list, NULL, E));
+    OK(hurray_file_writer_add(w, "moving.again", &desc, list, NULL, E)); /* shared or not */
+    OK(hurray_file_writer_finish(w, E));
+    hurray_file_writer_destroy(w);
+    HurrayFileReader *r = NULL;
+    OK(hurray_file_reader_open(path, 0, &r, E));
+    OK(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, E));
+    hurray_file_reader_destroy(r);
+  }
+  atomic_store(&scribbler.stop, true);
+  pthread_join(thread, NULL);
+  assert_true(atomic_load(&scribbler.writes) > 1000); /* the memory did change meanwhile */
+  hurray_buffer_list_destroy(list);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_layout_round_trips_in_every_mode),
@@ -659,6 +719,7 @@ int main(void) {
       cmocka_unit_test(bad_metadata_is_refused_by_the_writer),
       cmocka_unit_test(many_tensors_are_found_by_name),
       cmocka_unit_test(verification_reports_progress),
+      cmocka_unit_test(a_save_verifies_though_its_memory_changes_meanwhile),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }
