@@ -444,6 +444,8 @@ typedef struct FileOutput {
   bool renamed;     /* commit renamed it into place */
   char *temp_path;  /* NULL before open, while unnamed and once renamed into place */
   uint64_t flushed; /* bytes [0, flushed) were handed to the kernel */
+  uint64_t reserved; /* bytes [0, reserved) have blocks allocated (fallocate) */
+  bool reserve_unsupported;
   size_t staged;    /* then `staged` bytes wait in `stage` */
   uint8_t *stage;
 } FileOutput;
