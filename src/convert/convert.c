@@ -457,6 +457,12 @@ static int writer_chunk(void *context, const uint8_t *bytes, size_t len, HurrayE
   return hurray_file_writer_write(context, bytes, len, error);
 }
 
+/* For chunks a foreign input's stream read or inflated into memory of its own. */
+static int writer_owned_chunk(void *context, const uint8_t *bytes, size_t len,
+                              HurrayError *error) {
+  return hurray__file_writer_write_owned(context, bytes, len, error);
+}
+
 /* ---- what an output can hold -------------------------------------------------------------- */
 
 static int check_holdable(const ConvArray *a, int format, HurrayError *error) {
@@ -567,6 +573,7 @@ static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions
       status = hurray_file_writer_begin_tensor(w, a->name, error);
       if (status == HURRAY_OK)
         status = hurray_file_writer_begin_buffer(w, HURRAY_ROLE_VALUES, error);
+      pipe->fn = writer_owned_chunk; /* read or inflated into memory of the stream's own */
       if (status == HURRAY_OK)
         status = hurray__source_stream(s, a, 0, a->region_size, pipe_chunk, pipe, error);
       if (status == HURRAY_OK) status = hurray_file_writer_end_tensor(w, &desc, NULL, error);

@@ -192,6 +192,11 @@ typedef struct FileBufferEntry {
   bool shared; /* the bytes of an earlier tensor's buffer, written once (spec §4, 2.2) */
 } FileBufferEntry;
 
+/* hurray_file_writer_write of bytes the caller owns and leaves unchanged until it returns (a
+ * chunk it read a file into): hashed as given rather than read back from the file. */
+HURRAY_INTERNAL int hurray__file_writer_write_owned(HurrayFileWriter *writer, const void *data,
+                                                    size_t size, HurrayError *error);
+
 /* Bit 7 of a record's role byte: the buffer is shared (spec §6.1). */
 #define FILE_BUFFER_SHARED 0x80u
 
@@ -459,9 +464,12 @@ HURRAY_INTERNAL int hurray__output_write(FileOutput *o, const void *data, size_t
                                          HurrayError *error);
 /* Appends bytes and adds to `hasher` exactly the bytes that reach the file, even while another
  * thread changes `data`: small writes are hashed in the stage they are copied to, large ones as
- * read back from the file (from 4 MiB, by a second thread while the rest is written). */
+ * read back from the file (from 4 MiB, by a second thread while the rest is written). `owned`:
+ * the caller's private bytes, which nothing changes until this returns (a chunk it read into),
+ * hashed as they are and written once. */
 HURRAY_INTERNAL int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len,
-                                                FileHasher *hasher, HurrayError *error);
+                                                FileHasher *hasher, bool owned,
+                                                HurrayError *error);
 HURRAY_INTERNAL int hurray__output_zeros(FileOutput *o, uint64_t len, HurrayError *error);
 /* The length written so far: where the next byte goes. */
 static inline uint64_t hurray__output_position(const FileOutput *o) {

@@ -467,7 +467,7 @@ static int write_hashing_back(FileOutput *o, const uint8_t *data, size_t len, ui
 }
 
 int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len, FileHasher *hasher,
-                                HurrayError *error) {
+                                bool owned, HurrayError *error) {
   if (o->failed) return hurray__fail(error, HURRAY_EIO, "%s: an earlier write failed", o->path);
   int status = len > STAGE_SIZE - o->staged ? flush(o, error) : HURRAY_OK;
   if (status != HURRAY_OK) return status;
@@ -477,9 +477,13 @@ int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len, Fil
     o->staged += len;
     return HURRAY_OK;
   }
-  /* Straight from the caller's memory (the kernel's copy fails cleanly where the memory went
-   * away), then hashed as read back through the empty stage. */
-  status = write_hashing_back(o, data, len, o->flushed, hasher, error);
+  if (owned) { /* bytes nobody changes meanwhile: hashed as they are, then written */
+    hurray__hasher_update(hasher, data, len);
+    status = pwrite_all(o, data, len, o->flushed, error);
+  } else { /* straight from the caller's memory (the kernel's copy fails cleanly where the
+            * memory went away), then hashed as read back through the empty stage */
+    status = write_hashing_back(o, data, len, o->flushed, hasher, error);
+  }
   if (status == HURRAY_OK) o->flushed += len;
   return status;
 }

@@ -275,13 +275,19 @@ static int open_buffer(HurrayFileWriter *w, int role, HurrayError *error) {
 }
 
 /* Appends bytes to the open buffer. */
-static int stream(HurrayFileWriter *w, const void *data, size_t len, HurrayError *error) {
+static int stream_bytes(HurrayFileWriter *w, const void *data, size_t len, bool owned,
+                        HurrayError *error) {
   FileBufferEntry *b = &w->buffers[w->buffer_count - 1];
   if (len > UINT64_MAX - b->offset - b->desc.byte_size) {
     return hurray__fail(error, HURRAY_EOVERFLOW, "the buffer's size overflows");
   }
   b->desc.byte_size += len;
-  return checked(w, hurray__output_write_hashed(&w->out, data, len, w->hasher, error));
+  return checked(w, hurray__output_write_hashed(&w->out, data, len, w->hasher, owned, error));
+}
+
+/* The caller's memory, which may change while it is written. */
+static int stream(HurrayFileWriter *w, const void *data, size_t len, HurrayError *error) {
+  return stream_bytes(w, data, len, false, error);
 }
 
 static int check_index_limit(uint32_t tensors, uint64_t records, uint64_t metadata,
@@ -359,18 +365,28 @@ int hurray_file_writer_begin_buffer(HurrayFileWriter *writer, int role, HurrayEr
   return status;
 }
 
-int hurray_file_writer_write(HurrayFileWriter *writer, const void *data, size_t size,
-                             HurrayError *error) {
+static int write_bytes(HurrayFileWriter *writer, const void *data, size_t size, bool owned,
+                       HurrayError *error) {
   int status = check_state(writer, IN_TENSOR_OK, "hurray_file_writer_write", error);
   if (status == HURRAY_OK && !writer->buffer_open) {
     status = hurray__fail(error, HURRAY_ESTATE, "hurray_file_writer_write: no buffer is open");
   }
   if (status != HURRAY_OK) return status;
   status = data != NULL || size == 0
-               ? stream(writer, data, size, error)
+               ? stream_bytes(writer, data, size, owned, error)
                : hurray__fail(error, HURRAY_EINVAL, "data is NULL but size is %zu", size);
   if (status != HURRAY_OK) discard_tensor(writer);
   return status;
+}
+
+int hurray_file_writer_write(HurrayFileWriter *writer, const void *data, size_t size,
+                             HurrayError *error) {
+  return write_bytes(writer, data, size, false, error);
+}
+
+int hurray__file_writer_write_owned(HurrayFileWriter *writer, const void *data, size_t size,
+                                    HurrayError *error) {
+  return write_bytes(writer, data, size, true, error);
 }
 
 int hurray_file_writer_end_tensor(HurrayFileWriter *writer, const HurrayTensorDesc *tensor,
