@@ -63,8 +63,8 @@ static const char *pep3118_format(int code) {
   }
 }
 
-static int refuse_read_only(HurrayState *st, const HurrayHostView *host, int flags) {
-  if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE && host->readonly) {
+static int refuse_read_only(HurrayState *st, int readonly, int flags) {
+  if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE && readonly) {
     hurray__py_raise(st, HURRAY_PY_EXC_BUFFER, "the tensor is read-only");
     return -1;
   }
@@ -108,11 +108,26 @@ static int byte_span(HurrayState *st, HurrayTensorObject *self, const char *oper
   return 0;
 }
 
-/* A typed export: the tensor's format, shape and byte strides. view->internal holds the shape
- * and strides (freed by hurray__py_tensor_releasebuffer). */
-static int typed_export(HurrayState *st, HurrayTensorObject *self, Py_buffer *view, int flags) {
+/* What every typed export of a tensor hands out: computed once, at the first (make_export),
+ * after the checks that depend on the tensor alone. `dims` holds the shape, then the byte
+ * strides. */
+typedef struct HurrayPyExport {
+  void *buf;
+  Py_ssize_t len, itemsize;
+  const char *format;
+  int ndim;
+  bool c_contiguous, f_contiguous;
+  Py_ssize_t dims[];
+} HurrayPyExport;
+
+void hurray__py_tensor_export_free(HurrayTensorObject *self) {
+  PyMem_Free(self->export);
+  self->export = NULL;
+}
+
+static HurrayPyExport *make_export(HurrayState *st, HurrayTensorObject *self) {
   HurrayHostView host;
-  if (hurray__py_tensor_host_view(st, self, "the buffer protocol", &host) < 0) return -1;
+  if (hurray__py_tensor_host_view(st, self, "the buffer protocol", &host) < 0) return NULL;
   const char *format = pep3118_format(host.dtype->code);
   if (format == NULL) {
     hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
@@ -121,78 +136,93 @@ static int typed_export(HurrayState *st, HurrayTensorObject *self, Py_buffer *vi
                      "from_dlpack keep the dtype, t.bytes_view() and tobytes() give the raw "
                      "bytes",
                      host.dtype->name);
-    return -1;
+    return NULL;
   }
-  if (refuse_read_only(st, &host, flags) < 0) return -1;
   const HurrayArray *array = host.array;
-  int contiguous = hurray__array_is_c_contiguous(array);
-  if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && !contiguous) {
-    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
-                     "the tensor is not C-contiguous and the consumer takes no strides; "
-                     "tobytes() copies it in C order");
-    return -1;
-  }
   uint64_t numel = 0;
   HurrayError error = {0};
   int status = hurray_array_numel(array, &numel, &error);
   Py_ssize_t itemsize = host.dtype->bits / 8;
   if (status != HURRAY_OK) {
     hurray__py_raise_status(st, status, &error);
-    return -1;
+    return NULL;
   }
   if (numel > (uint64_t)(PY_SSIZE_T_MAX / itemsize)) {
     hurray__py_raise_statusf(st, HURRAY_ELIMIT, "%llu elements do not fit a Py_ssize_t of bytes",
                              (unsigned long long)numel);
+    return NULL;
+  }
+  HurrayPyExport *e = PyMem_Malloc(sizeof *e + 2 * (size_t)array->ndim * sizeof e->dims[0]);
+  if (e == NULL) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  int64_t strides[HURRAY_MAX_NDIM];
+  int64_t row_major[HURRAY_MAX_NDIM];
+  hurray__array_strides(array, strides);
+  hurray__row_major_strides(array->ndim, array->shape, row_major);
+  for (int32_t i = 0; i < array->ndim; i++) {
+    e->dims[i] = (Py_ssize_t)array->shape[i];
+    /* Validated: |stride * itemsize| fits for every dimension of extent > 1; the others are
+     * never stepped and get their row-major stride. */
+    int64_t step = array->shape[i] > 1 ? strides[i] : row_major[i];
+    e->dims[array->ndim + i] = (Py_ssize_t)(step * itemsize);
+  }
+  e->buf = hurray__py_buffer_at(host.buffer, array->byte_offset);
+  e->len = (Py_ssize_t)numel * itemsize;
+  e->itemsize = itemsize;
+  e->format = format;
+  e->ndim = array->ndim;
+  Py_buffer probe = {.buf = e->buf, .len = e->len, .itemsize = itemsize, .ndim = e->ndim,
+                     .shape = e->ndim ? e->dims : NULL,
+                     .strides = e->ndim ? e->dims + e->ndim : NULL};
+  e->c_contiguous = PyBuffer_IsContiguous(&probe, 'C');
+  e->f_contiguous = PyBuffer_IsContiguous(&probe, 'F');
+  return e;
+}
+
+/* A typed export: the tensor's format, shape and byte strides, from its kept export. */
+static int typed_export(HurrayState *st, HurrayTensorObject *self, Py_buffer *view, int flags) {
+  if (hurray__py_tensor_live(st, self) < 0) return -1;
+  if (self->export == NULL && (self->export = make_export(st, self)) == NULL) return -1;
+  const HurrayPyExport *e = self->export;
+  int readonly = hurray__py_tensor_readonly(self);
+  if (refuse_read_only(st, readonly, flags) < 0) return -1;
+  if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && !e->c_contiguous) {
+    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
+                     "the tensor is not C-contiguous and the consumer takes no strides; "
+                     "tobytes() copies it in C order");
     return -1;
   }
-  Py_ssize_t *dims = NULL;
-  if (array->ndim > 0) {
-    dims = PyMem_Malloc(2 * (size_t)array->ndim * sizeof *dims);
-    if (dims == NULL) {
-      PyErr_NoMemory();
-      return -1;
-    }
-    int64_t strides[HURRAY_MAX_NDIM];
-    int64_t row_major[HURRAY_MAX_NDIM];
-    hurray__array_strides(array, strides);
-    hurray__row_major_strides(array->ndim, array->shape, row_major);
-    for (int32_t i = 0; i < array->ndim; i++) {
-      dims[i] = (Py_ssize_t)array->shape[i];
-      /* Validated: |stride * itemsize| fits for every dimension of extent > 1; the others are
-       * never stepped and get their row-major stride. */
-      int64_t step = array->shape[i] > 1 ? strides[i] : row_major[i];
-      dims[array->ndim + i] = (Py_ssize_t)(step * itemsize);
-    }
+  char order = (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS ? 'A'
+               : (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS ? 'F'
+               : (flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS ? 'C'
+                                                                    : 0;
+  bool fits = order == 0 || (order == 'C' && e->c_contiguous) ||
+              (order == 'F' && e->f_contiguous) ||
+              (order == 'A' && (e->c_contiguous || e->f_contiguous));
+  if (!fits) {
+    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
+                     "the consumer asks for %s-contiguous memory and the tensor is not; "
+                     "tobytes() copies it in C order",
+                     order == 'A' ? "C- or Fortran" : order == 'F' ? "Fortran" : "C");
+    return -1;
   }
-  view->buf = hurray__py_buffer_at(host.buffer, array->byte_offset);
-  view->obj = NULL;
-  view->len = (Py_ssize_t)numel * itemsize;
-  view->itemsize = itemsize;
-  view->readonly = host.readonly;
-  view->format = (char *)format;
-  view->ndim = array->ndim;
-  view->shape = dims;
-  view->strides = dims == NULL ? NULL : dims + array->ndim;
+  view->buf = e->buf;
+  view->len = e->len;
+  view->itemsize = e->itemsize;
+  view->readonly = readonly;
+  view->format = (char *)e->format;
+  view->ndim = e->ndim;
+  view->shape = e->ndim > 0 ? (Py_ssize_t *)e->dims : NULL;
+  view->strides = e->ndim > 0 ? (Py_ssize_t *)e->dims + e->ndim : NULL;
   view->suboffsets = NULL;
-  view->internal = dims;
+  view->internal = NULL;
   if ((flags & PyBUF_ND) != PyBUF_ND) { /* one dimension of bytes' worth of items, C order */
     view->ndim = 1;
     view->shape = NULL;
   }
   if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES) view->strides = NULL;
-  const char *order = (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS ? "A"
-                      : (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS ? "F"
-                      : (flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS ? "C"
-                                                                           : NULL;
-  if (order != NULL && !PyBuffer_IsContiguous(view, order[0])) {
-    PyMem_Free(dims);
-    view->internal = NULL;
-    hurray__py_raise(st, HURRAY_PY_EXC_BUFFER,
-                     "the consumer asks for %s-contiguous memory and the tensor is not; "
-                     "tobytes() copies it in C order",
-                     order[0] == 'A' ? "C- or Fortran" : order[0] == 'F' ? "Fortran" : "C");
-    return -1;
-  }
   view->obj = Py_NewRef((PyObject *)self);
   self->exports++;
   return 0;
@@ -215,8 +245,7 @@ int hurray__py_tensor_getbuffer(PyObject *op, Py_buffer *view, int flags) {
 }
 
 void hurray__py_tensor_releasebuffer(PyObject *op, Py_buffer *view) {
-  PyMem_Free(view->internal);
-  view->internal = NULL;
+  (void)view; /* its shape and strides are the tensor's kept export */
   ((HurrayTensorObject *)op)->exports--;
 }
 

@@ -450,8 +450,14 @@ typedef struct HurrayTensorObject {
    * dtype are exactly the tensor's (from_numpy): the array API engine computes on it without
    * building a view (hurray__py_tensor_ndarray). NULL otherwise. */
   PyObject *ndarray;
+  /* The typed buffer export (buffer.c), made at the first one and kept: a tensor's
+   * descriptor and memory never change, so later exports only check the consumer's flags. */
+  struct HurrayPyExport *export;
   HurrayPyInline storage;
 } HurrayTensorObject;
+
+/* Frees a tensor's kept export (tensor_dealloc). */
+void hurray__py_tensor_export_free(HurrayTensorObject *self);
 
 extern PyType_Spec hurray__py_tensor_spec;
 

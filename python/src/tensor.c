@@ -97,6 +97,7 @@ PyObject *hurray__py_tensor_adopt(HurrayState *st, HurrayTensorContext *context)
   self->exports = 0;
   self->weakreflist = NULL;
   self->ndarray = NULL;
+  self->export = NULL;
   PyObject_GC_Track(self);
   return (PyObject *)self;
 }
@@ -178,6 +179,7 @@ static PyObject *tensor_inline(HurrayState *st, void *data, uint64_t size,
   self->exports = 0;
   self->weakreflist = NULL;
   self->ndarray = NULL;
+  self->export = NULL;
   if (!memory->acyclic) PyObject_GC_Track(self);
   return (PyObject *)self;
 }
@@ -370,6 +372,7 @@ static void tensor_dealloc(PyObject *op) {
     self->context = NULL;
     release_context(context);
   }
+  hurray__py_tensor_export_free(self);
   type->tp_free(op);
   Py_DECREF(type);
   Py_TRASHCAN_END
