@@ -101,20 +101,14 @@ static void release_aligned(HurrayBuffer *self) {
   free(self->data);
 }
 
-/* Where a buffer's memory comes from, by size (ADR-094, amending ADR-058):
- * - below FRESH_PAGES_BYTES, aligned_alloc: the allocator recycles it as it does np.empty's and
- *   torch.empty's (glibc raises its mmap threshold to the size of a block freed, up to 32 MiB),
- *   so a load repeated at one size meets pages already faulted in rather than faulting and
- *   zeroing fresh ones every time; a block of HUGE_ADVICE_BYTES or more has its whole pages
- *   advised huge, as NumPy advises its arrays of 4 MiB and more;
- * - from FRESH_PAGES_BYTES on, where malloc would map fresh pages anyway, an anonymous mapping
- *   at a multiple of HUGE_PAGE (or of the alignment, if larger) that the kernel is asked to back
- *   with transparent huge pages: filling 1 GiB of 4 KiB pages takes 262,144 page faults, of
- *   2 MiB pages 512, which is most of what a copying load costs beyond the copy. It ends at the
- *   page after the last byte, so only whole huge pages become huge and no memory is spent past
- *   the buffer. Where the kernel has no transparent huge pages, or they are "never", the advice
- *   does nothing; where mmap fails, aligned_alloc is used. */
-enum { FRESH_PAGES_BYTES = 32u << 20, HUGE_ADVICE_BYTES = 4u << 20, HUGE_PAGE = 2u << 20 };
+/* Large buffers are anonymous mappings the kernel is asked to back with transparent huge
+ * pages (ADR-058): filling 1 GiB of 4 KiB pages takes 262,144 page faults, of 2 MiB pages 512,
+ * which is most of what a copying load costs beyond the copy. The mapping starts at a multiple
+ * of HUGE_PAGE (or of the alignment, if larger) and ends at the page after the last byte, so
+ * only whole huge pages become huge and no memory is spent past the buffer. Where the kernel
+ * has no transparent huge pages, or they are "never", the advice does nothing and the mapping
+ * is ordinary pages, as malloc would give; where mmap fails, aligned_alloc is used. */
+enum { HUGE_PAGE = 2u << 20 };
 
 static size_t page_size(void) {
   long page = sysconf(_SC_PAGESIZE);
@@ -149,8 +143,8 @@ static void *map_huge(uint64_t byte_size, uint32_t alignment) {
 }
 
 /* A zero-byte buffer gets no memory at all: data is NULL, as the contract allows, so every
- * consumer meets the NULL case in its own tests rather than in the field. FRESH_PAGES_BYTES or
- * more are mapped (map_huge, zero already); smaller sizes are rounded up to a multiple of the
+ * consumer meets the NULL case in its own tests rather than in the field. At least HUGE_PAGE
+ * bytes are mapped (map_huge, zero already); smaller sizes are rounded up to a multiple of the
  * alignment, as aligned_alloc requires. `*release` is how the memory is given back. */
 static int allocate_aligned(uint64_t byte_size, uint32_t alignment, bool zero, void **data,
                             HurrayBufferReleaseFn *release, HurrayError *error) {
@@ -163,7 +157,7 @@ static int allocate_aligned(uint64_t byte_size, uint32_t alignment, bool zero, v
                         "%" PRIu64 " bytes aligned to %" PRIu32 " do not fit in memory", byte_size,
                         alignment);
   }
-  if (byte_size >= FRESH_PAGES_BYTES && (*data = map_huge(byte_size, alignment)) != NULL) {
+  if (byte_size >= HUGE_PAGE && (*data = map_huge(byte_size, alignment)) != NULL) {
     *release = release_mapped;
     return HURRAY_OK;
   }
@@ -174,14 +168,6 @@ static int allocate_aligned(uint64_t byte_size, uint32_t alignment, bool zero, v
                         "cannot allocate %" PRIu64 " bytes aligned to %" PRIu32, byte_size,
                         alignment);
   }
-#ifdef MADV_HUGEPAGE
-  if (byte_size >= HUGE_ADVICE_BYTES) { /* a hint, on the whole pages inside: may be refused */
-    size_t page = page_size();
-    uintptr_t first = ((uintptr_t)*data + page - 1) & ~(uintptr_t)(page - 1);
-    uintptr_t end = ((uintptr_t)*data + (size_t)byte_size) & ~(uintptr_t)(page - 1);
-    if (end > first) (void)madvise((void *)first, end - first, MADV_HUGEPAGE);
-  }
-#endif
   if (zero) memset(*data, 0, (size_t)byte_size);
   return HURRAY_OK;
 }
