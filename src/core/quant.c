@@ -155,10 +155,15 @@ static inline uint64_t load_le(const uint8_t *p, int bytes) {
   return v;
 }
 
-/* The raw code of the element at `bit` (a sub-byte element never straddles a byte). */
+/* The raw code of the element at `bit`. Of the sub-byte dtypes only the 6-bit floats cross a
+ * byte boundary, and then the next byte is the element's own (inside the validated span). */
 static inline uint64_t part_raw(const Part *p, int64_t bit) {
   const uint8_t *b = p->data + (bit >> 3);
-  if (p->bits < 8) return (uint64_t)(*b >> (bit & 7)) & ((1u << p->bits) - 1);
+  if (p->bits < 8) {
+    unsigned shift = (unsigned)(bit & 7), v = b[0];
+    if (shift + p->bits > 8) v |= (unsigned)b[1] << 8;
+    return (uint64_t)(v >> shift) & ((1u << p->bits) - 1);
+  }
   return load_le(b, p->bits / 8);
 }
 

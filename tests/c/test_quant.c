@@ -111,6 +111,8 @@ static float ref_value(int dtype, uint64_t raw) {
       return ref_fields((uint32_t)raw >> 7, ((uint32_t)raw >> 2) & 31, (uint32_t)raw & 3, 2, 15);
     case HURRAY_DTYPE_FLOAT8_E8M0FNU:
       return raw == 0xFF ? nan_of(0) : ref_pow2((int)raw - 127);
+    case HURRAY_DTYPE_FLOAT6_E2M3FN:
+      return ref_fields((uint32_t)raw >> 5, ((uint32_t)raw >> 3) & 3, (uint32_t)raw & 7, 3, 1);
     case HURRAY_DTYPE_FLOAT4_E2M1FN:
       return ref_fields((uint32_t)raw >> 3, ((uint32_t)raw >> 1) & 3, (uint32_t)raw & 1, 1, 1);
     default: break;
@@ -169,7 +171,7 @@ static uint64_t lay_out(Arr *a, int flip, int64_t pad) {
     a->strides[flip] = -a->strides[flip];
   }
   /* byte_offset must be a whole byte: pad the start up to one */
-  int64_t per_byte = bits < 8 ? 8 / bits : 1;
+  int64_t per_byte = bits == 6 ? 4 : bits < 8 ? 8 / bits : 1; /* elements in whole bytes */
   start = (start + per_byte - 1) / per_byte * per_byte;
   a->byte_offset = (uint64_t)(start * bits / 8);
   return (uint64_t)((elems + start + per_byte) * bits / 8 + 8);
@@ -302,7 +304,8 @@ static void dequantize_matches_reference(void **state) {
                                HURRAY_DTYPE_UINT8, HURRAY_DTYPE_INT16, HURRAY_DTYPE_INT32,
                                HURRAY_DTYPE_UINT64, HURRAY_DTYPE_FLOAT16, HURRAY_DTYPE_BFLOAT16,
                                HURRAY_DTYPE_FLOAT32, HURRAY_DTYPE_FLOAT8_E4M3FN,
-                               HURRAY_DTYPE_FLOAT8_E5M2, HURRAY_DTYPE_FLOAT4_E2M1FN};
+                               HURRAY_DTYPE_FLOAT8_E5M2, HURRAY_DTYPE_FLOAT4_E2M1FN,
+                               HURRAY_DTYPE_FLOAT6_E2M3FN};
   static const int scales[] = {HURRAY_DTYPE_FLOAT32, HURRAY_DTYPE_FLOAT16, HURRAY_DTYPE_BFLOAT16,
                                HURRAY_DTYPE_FLOAT8_E8M0FNU};
   static const int zeros[] = {0, HURRAY_DTYPE_FLOAT32, HURRAY_DTYPE_INT8, HURRAY_DTYPE_UINT4};
