@@ -146,7 +146,8 @@ typedef struct Part {
   int64_t strides[HURRAY_MAX_NDIM];  /* in elements */
   int32_t ndim;
   uint8_t dtype, bits, kind;
-  float lut[256]; /* bits <= 8 */
+  float lut[256];     /* bits <= 8 */
+  float pair[256][2]; /* bits == 4: the two elements of each byte, low nibble first */
 } Part;
 
 static inline uint64_t load_le(const uint8_t *p, int bytes) {
@@ -177,7 +178,7 @@ static inline int64_t sign_extend(uint64_t raw, int bits) {
   return (int64_t)(raw ^ half) - (int64_t)half;
 }
 
-static float part_float(const Part *p, int64_t bit) {
+static inline float part_float(const Part *p, int64_t bit) {
   uint64_t raw = part_raw(p, bit);
   if (p->bits <= 8) return p->lut[raw];
   switch (p->dtype) {
@@ -195,20 +196,17 @@ static float part_float(const Part *p, int64_t bit) {
 }
 
 /* dst[k] = element at bit + k * stride elements, for k < len, as float32. */
-static void decode_row(const Part *p, int64_t bit, int64_t stride, int64_t len, float *dst) {
+static inline void decode_row(const Part *p, int64_t bit, int64_t stride, int64_t len,
+                              float *dst) {
   const int bits = p->bits;
   int64_t k = 0;
   if (bits < 8 && stride == 1) {
     for (; k < len && (bit & 7) != 0; k++, bit += bits) dst[k] = p->lut[part_raw(p, bit)];
     const uint8_t *b = p->data + (bit >> 3);
-    if (bits == 4 && p->kind != HURRAY_KIND_FLOAT) {
-      int32_t sub = p->kind == HURRAY_KIND_SIGNED ? 8 : 0;
+    if (bits == 4) { /* a byte at a time: one 8-byte load and store */
       int64_t pairs = (len - k) / 2;
       float *d = dst + k;
-      for (int64_t i = 0; i < pairs; i++) {
-        d[2 * i] = (float)((int32_t)((b[i] & 15u) ^ (uint32_t)sub) - sub);
-        d[2 * i + 1] = (float)((int32_t)((b[i] >> 4) ^ (uint32_t)sub) - sub);
-      }
+      for (int64_t i = 0; i < pairs; i++) memcpy(d + 2 * i, p->pair[b[i]], sizeof p->pair[0]);
       k += 2 * pairs;
       bit += 8 * pairs;
     }
@@ -277,6 +275,10 @@ static int part_open(const HurrayTensorDesc *tensor, const HurrayBufferList *buf
     }
   }
   if (info->bits <= 8) small_lut(info, p->lut);
+  for (uint32_t b = 0; info->bits == 4 && b < 256; b++) {
+    p->pair[b][0] = p->lut[b & 15];
+    p->pair[b][1] = p->lut[b >> 4];
+  }
   return HURRAY_OK;
 }
 
@@ -324,8 +326,9 @@ static void map_scales(Plan *plan, uint32_t i, int32_t axis, int64_t block_size)
 
 static inline int64_t map_offset(const Map *m, const int64_t *idx, int32_t n) {
   int64_t off = 0;
-  for (int32_t k = 0; k < n; k++) {
-    if (m->div[k] != 0) off += (idx[k] / m->div[k]) * m->mult[k];
+  for (int32_t k = 0; k < n; k++) { /* div is 1 but on the axis: no division per row there */
+    if (m->div[k] == 1) off += idx[k] * m->mult[k];
+    else if (m->div[k] != 0) off += (idx[k] / m->div[k]) * m->mult[k];
   }
   return off;
 }
@@ -426,16 +429,30 @@ static void store_row(const float *src, int64_t n, int dtype, uint8_t *out) {
 
 /* Applies the row's scales (and zero points or mins) to x[0..len), the elements k0.. of the row
  * whose scale parts start at bits sb[1], sb[2]. */
-static void scale_row(const Plan *plan, const int64_t *sb, int64_t k0, int64_t len, float *x) {
+static inline void scale_row(const Plan *plan, const int64_t *sb, int64_t k0, int64_t len,
+                             float *x) {
   const Part *s = &plan->parts[1];
   const Part *z = plan->nparts > 2 ? &plan->parts[2] : NULL;
   const int last = plan->ndim - 1;
   const int per_channel = plan->layout == HURRAY_LAYOUT_PER_CHANNEL;
   int64_t rep = plan->rep;
+  if (rep >= plan->shape[last]) { /* one scale for the row: short rows (GGUF's blocks) */
+    float sv = part_float(s, sb[1]);
+    if (z == NULL) {
+      for (int64_t i = 0; i < len; i++) x[i] = x[i] * sv;
+    } else if (per_channel) {
+      float zv = part_float(z, sb[2]);
+      for (int64_t i = 0; i < len; i++) x[i] = (x[i] - zv) * sv;
+    } else {
+      float zv = part_float(z, sb[2]);
+      for (int64_t i = 0; i < len; i++) x[i] = x[i] * sv + zv;
+    }
+    return;
+  }
   int64_t k = 0;
-  while (k < len) {
-    int64_t group = (k0 + k) / rep;
-    int64_t end = rep >= plan->shape[last] ? len : (group + 1) * rep - k0;
+  int64_t group = k0 / rep; /* then one group after another */
+  for (; k < len; group++) {
+    int64_t end = (group + 1) * rep - k0;
     if (end > len) end = len;
     if (rep == 1) {
       float zbuf[ROW_CHUNK], sbuf[ROW_CHUNK];
@@ -494,11 +511,17 @@ static void plan_run(const Plan *plan, int dtype, uint8_t *out) {
   const int64_t vstride = plan->maps[0].mult[last];
   int64_t idx[HURRAY_MAX_NDIM] = {0};
   float buf[ROW_CHUNK];
+  /* Each part's first bit in the row, and what the next row along dimension last - 1 adds to
+   * it (recomputed from the index where that dimension carries or divides). */
+  int64_t sb[HURRAY_MAX_PARTS], step[HURRAY_MAX_PARTS];
+  const int inner = last - 1;
+  int recompute = 1;
   for (;;) {
-    int64_t sb[HURRAY_MAX_PARTS];
-    for (uint32_t i = 0; i < plan->nparts; i++) {
-      sb[i] = plan->parts[i].bit0 +
-              map_offset(&plan->maps[i], idx, last) * plan->parts[i].bits;
+    for (uint32_t i = 0; recompute && i < plan->nparts; i++) {
+      const Part *p = &plan->parts[i];
+      sb[i] = p->bit0 + map_offset(&plan->maps[i], idx, last) * p->bits;
+      int64_t div = inner >= 0 ? plan->maps[i].div[inner] : 0;
+      step[i] = div == 1 ? plan->maps[i].mult[inner] * p->bits : div == 0 ? 0 : -1;
     }
     if (item == 1) {
       unpack_row(v, sb[0], vstride, n, out);
@@ -512,7 +535,17 @@ static void plan_run(const Plan *plan, int dtype, uint8_t *out) {
       }
     }
     out += (size_t)n * item;
-    int k = last - 1;
+    if (inner < 0) return;
+    if (++idx[inner] < plan->shape[inner]) {
+      recompute = 0;
+      for (uint32_t i = 0; i < plan->nparts; i++) {
+        if (step[i] < 0) recompute = 1;
+        sb[i] += step[i];
+      }
+      continue;
+    }
+    recompute = 1;
+    int k = inner;
     for (; k >= 0; k--) {
       if (++idx[k] < plan->shape[k]) break;
       idx[k] = 0;

@@ -610,7 +610,7 @@ static void quantize_refuses(void **state) {
   assert_int_equal(hurray_quantize_sizes(2, shape, &o, &vb, &sb, &error), HURRAY_OK);
   assert_int_equal(vb, 4);
   assert_int_equal(sb, 8);
-  uint8_t values[4];
+  uint8_t values[8];
   float scales[2];
   assert_int_equal(hurray_quantize(&t, list, &o, values, 3, scales, 8, &error), HURRAY_EINVAL);
   o.dtype = HURRAY_DTYPE_UINT4;
