@@ -4,7 +4,9 @@ Three quantised tensors of 64M elements, each dequantised to float32 (256 MiB of
 int4 per channel (one float32 scale per row of 4096), and GGUF's Q8_0 and Q4_0 blocks,
 described in place over the file's bytes by Hurray block tensors whose parts share one buffer
 (``Tensor.from_parts``; Q4_0's mins, -8 * d, in a small buffer beside them). Each is timed
-as ``hurray.dequantize`` (a new tensor, as users call it) against
+as ``hurray.dequantize(t)`` (a new tensor: its pages are faulted in and zeroed by the kernel
+as it writes them) and as ``hurray.dequantize(t, out=...)`` into memory written before,
+against
 
 - ``gguf.quants.dequantize`` on the same bytes (NumPy; int4 per channel has no GGUF type, so
   its reference is the NumPy expression ``unpack(q) * scales``), and
@@ -13,7 +15,9 @@ as ``hurray.dequantize`` (a new tensor, as users call it) against
   result pays too).
 
 Each time is the best of `--rounds` (the NumPy reference: of `--slow-rounds`); ratios are
-hurray's time over the other's (below 1: hurray is faster). The output of each is checked
+hurray's time over the other's (below 1: hurray is faster): `new` compares the new tensor with
+the copy into new memory, `out=` the call with out= with the copy into written memory. The
+output of each is checked
 against the reference first: equal values (Q4_0's zeros may differ in sign, see
 tests/python/test_quant.py).
 
@@ -100,21 +104,25 @@ def main():
     copy_new = best(lambda: np.array(src), args.rounds)
     print(f"memcpy {args.mib} MiB: {copy_warm * 1e3:.1f} ms into written memory "
           f"({args.mib / 1024 / copy_warm:.1f} GiB/s), {copy_new * 1e3:.1f} ms into new memory")
-    print(f"{'tensor':22} {'hurray ms':>10} {'reference ms':>13} {'x faster':>9} "
-          f"{'/ memcpy':>9} {'/ memcpy new':>13}")
+    print(f"{'tensor':18} {'new ms':>7} {'out= ms':>8} {'NumPy ms':>9} {'NumPy/out=':>11} "
+          f"{'new/memcpy new':>15} {'out=/memcpy':>12}")
     for name, make in (("int4 per channel", int4_per_channel),
-                       ("Q8_0 (one buffer)", lambda k: gguf_blocks(k, T.Q8_0)),
-                       ("Q4_0 (one buffer)", lambda k: gguf_blocks(k, T.Q4_0))):
+                       ("Q8_0, one buffer", lambda k: gguf_blocks(k, T.Q8_0)),
+                       ("Q4_0, one buffer", lambda k: gguf_blocks(k, T.Q4_0))):
         t, reference = make(n)
         got = np.asarray(hurray.dequantize(t)).reshape(-1)
         want = reference().reshape(-1)
         if not np.array_equal(got, want):
             sys.exit(f"{name}: hurray.dequantize differs from the reference")
         del got, want
+        into = hurray.from_numpy(np.empty(t.shape, np.float32))
+        hurray.dequantize(t, out=into)
         ours = best(lambda: hurray.dequantize(t), args.rounds)
+        ours_out = best(lambda: hurray.dequantize(t, out=into), args.rounds)
         ref = best(reference, args.slow_rounds)
-        print(f"{name:22} {ours * 1e3:10.1f} {ref * 1e3:13.1f} {ref / ours:9.1f} "
-              f"{ours / copy_warm:9.2f} {ours / copy_new:13.2f}")
+        print(f"{name:18} {ours * 1e3:7.1f} {ours_out * 1e3:8.1f} {ref * 1e3:9.1f} "
+              f"{ref / ours_out:11.1f} {ours / copy_new:15.2f} {ours_out / copy_warm:12.2f}")
+        del into
 
 
 if __name__ == "__main__":

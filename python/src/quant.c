@@ -22,12 +22,46 @@ static const HurrayDTypeInfo *dtype_or(HurrayState *st, PyObject *obj, int fallb
   return hurray__py_dtype_arg(st, obj);
 }
 
-static const char *const kDequantizeNames[] = {"t", "dtype", NULL};
+/* dequantize(t, out=...): the kernel into `out`, a writable, row-major dense CPU tensor of
+ * t's shape and `dtype`. Returns a new reference to `out`. */
+static PyObject *dequantize_into(HurrayState *st, HurrayTensorObject *t,
+                                 const HurrayDTypeInfo *dtype, PyObject *out_obj) {
+  if (!Py_IS_TYPE(out_obj, st->tensor_type)) {
+    return PyErr_Format(PyExc_TypeError, "dequantize(out=) takes a hurray.Tensor, not %.200s",
+                        Py_TYPE(out_obj)->tp_name);
+  }
+  HurrayTensorObject *out = (HurrayTensorObject *)out_obj;
+  HurrayHostView view;
+  if (hurray__py_tensor_host_view(st, out, "dequantize(out=)", &view) < 0) return NULL;
+  const HurrayArray *a = view.array;
+  int same_shape = a->ndim == t->desc->ndim &&
+                   memcmp(a->shape, t->desc->shape, (size_t)a->ndim * sizeof *a->shape) == 0;
+  if (view.readonly || a->dtype != dtype->code || !same_shape ||
+      !hurray__array_is_c_contiguous(a)) {
+    return hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
+                            "dequantize(out=) needs a writable, row-major %s tensor of the "
+                            "input's shape; this one is %s%s, %s%s",
+                            dtype->name, view.readonly ? "read-only, " : "", view.dtype->name,
+                            same_shape ? "of that shape" : "of another shape",
+                            hurray__array_is_c_contiguous(a) ? "" : ", strided");
+  }
+  void *data = hurray__py_buffer_at(view.buffer, view.begin);
+  uint64_t size = view.end - view.begin;
+  HurrayError error = {0};
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = hurray_dequantize(t->desc, t->context->buffers, dtype->code, data, size, &error);
+  Py_END_ALLOW_THREADS
+  if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
+  return Py_NewRef(out_obj);
+}
+
+static const char *const kDequantizeNames[] = {"t", "dtype", "out", NULL};
 
 static PyObject *dequantize(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames) {
   static const HurrayPyParser parser = {"dequantize", kDequantizeNames, 1, 2, 1};
-  PyObject *a[2];
+  PyObject *a[3];
   if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0) return NULL;
   HurrayState *st = PyModule_GetState(module);
   if (!Py_IS_TYPE(a[0], st->tensor_type)) {
@@ -38,6 +72,7 @@ static PyObject *dequantize(PyObject *module, PyObject *const *args, Py_ssize_t 
   if (hurray__py_tensor_live(st, t) < 0) return NULL;
   const HurrayDTypeInfo *dtype = dtype_or(st, a[1], HURRAY_DTYPE_FLOAT32);
   if (dtype == NULL) return NULL;
+  if (a[2] != NULL && a[2] != Py_None) return dequantize_into(st, t, dtype, a[2]);
   HurrayBuffer *out = NULL;
   HurrayError error = {0};
   int status;
@@ -110,7 +145,7 @@ static PyObject *quantize(PyObject *module, PyObject *const *args, Py_ssize_t na
 PyMethodDef hurray__py_quant_functions[] = {
     {"dequantize", HURRAY_PY_CFUNC(dequantize), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
-         "dequantize($module, t, /, dtype=None)\n"
+         "dequantize($module, t, /, dtype=None, *, out=None)\n"
          "--\n"
          "\n"
          "The numbers a quantised tensor stands for, in a new dense tensor.\n"
@@ -131,11 +166,15 @@ PyMethodDef hurray__py_quant_functions[] = {
          "    float32 (the default), float16 or bfloat16. int8 or uint8 unpack a\n"
          "    dense tensor of packed integers instead: int4 and int2 to int8, uint4,\n"
          "    uint2 and uint1 to either.\n"
+         "out : hurray.Tensor, optional\n"
+         "    A writable, row-major dense CPU tensor of `t`'s shape and `dtype` to\n"
+         "    write the result into (say, ``hurray.from_numpy(np.empty(...))``).\n"
          "\n"
          "Returns\n"
          "-------\n"
          "hurray.Tensor\n"
-         "    A dense, row-major tensor of `t`'s shape and `dtype`, in new memory.\n"
+         "    A dense, row-major tensor of `t`'s shape and `dtype`, in new memory;\n"
+         "    `out` itself when given.\n"
          "\n"
          "Raises\n"
          "------\n"
@@ -143,6 +182,8 @@ PyMethodDef hurray__py_quant_functions[] = {
          "    `dtype` is none of those, or does not hold the values (int4 to uint8).\n"
          "hurray.UnsupportedError\n"
          "    `t` is sparse, paged or composite, or not in CPU memory.\n"
+         "hurray.InvalidArgumentError\n"
+         "    `out` is read-only, strided, or of another dtype or shape.\n"
          "\n"
          "Examples\n"
          "--------\n"
@@ -153,6 +194,10 @@ PyMethodDef hurray__py_quant_functions[] = {
          "[[7.0, -4.0], [1.75, 0.5]]\n"
          ">>> hurray.dequantize(q, hurray.dtype.bfloat16).dtype.name\n"
          "'bfloat16'\n"
+         ">>> out = np.empty((2, 2), np.float32)\n"
+         ">>> _ = hurray.dequantize(q, out=hurray.from_numpy(out))\n"
+         ">>> out.tolist()\n"
+         "[[7.0, -4.0], [1.75, 0.5]]\n"
          ">>> packed = hurray.Tensor(bytes([0x21, 0xF8]), hurray.dtype.int4, [4])\n"
          ">>> hurray.dequantize(packed, hurray.int8).tolist()\n"
          "[1, 2, -8, -1]\n")},

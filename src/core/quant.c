@@ -216,7 +216,15 @@ static inline void decode_row(const Part *p, int64_t bit, int64_t stride, int64_
   if (bits < 8 && stride * bits == 8) { /* one element per byte, at the same bit */
     const uint8_t *b = p->data + (bit >> 3);
     unsigned shift = (unsigned)(bit & 7), mask = (1u << bits) - 1;
-    for (; k < len; k++) dst[k] = p->lut[(b[k] >> shift) & mask];
+    if (p->kind == HURRAY_KIND_FLOAT) {
+      for (; k < len; k++) dst[k] = p->lut[(b[k] >> shift) & mask];
+    } else { /* integers by arithmetic, which vectorises (GGUF's Q4_0 halves) */
+      int32_t half = p->kind == HURRAY_KIND_SIGNED ? (int32_t)(mask + 1) / 2 : 0;
+      for (; k < len; k++) {
+        unsigned code = ((unsigned)b[k] >> shift) & mask;
+        dst[k] = (float)((int32_t)(code ^ (unsigned)half) - half);
+      }
+    }
     return;
   }
   if (stride == 1) {

@@ -370,3 +370,21 @@ def test_relaxed_mode_computes_on_quantised_tensors():
         xp.astype(q, xp.float32)
     with pytest.raises(TypeError, match="relaxed mode"):
         q * 2
+
+
+def test_dequantize_into_out():
+    t = hurray.quantize(RNG.standard_normal((3, 40)).astype(np.float32), "int8")
+    out = np.full((3, 40), np.nan, np.float32)
+    assert hurray.dequantize(t, out=hurray.from_numpy(out)).shape == (3, 40)
+    same(out, np.asarray(hurray.dequantize(t)))
+    half = np.empty((3, 40), np.float16)
+    hurray.dequantize(t, D.float16, out=hurray.from_numpy(half))
+    same(half, np.asarray(hurray.dequantize(t, D.float16)))
+    for bad in (np.empty((3, 40), np.float64), np.empty((40, 3), np.float32),
+                np.empty((3, 80), np.float32)[:, ::2]):
+        with pytest.raises(hurray.InvalidArgumentError, match="row-major float32"):
+            hurray.dequantize(t, out=hurray.from_numpy(bad))
+    readonly = np.empty((3, 40), np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises(hurray.InvalidArgumentError, match="read-only"):
+        hurray.dequantize(t, out=hurray.from_numpy(readonly))
