@@ -570,24 +570,33 @@ static int plan_bytes(const Plan *plan, int dtype, uint64_t *bytes, HurrayError 
   return HURRAY_OK;
 }
 
+/* A checked plan for dequantising `tensor` to `dtype` (heap: free it) and its output bytes. */
+static int plan_prepare(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                        int dtype, Plan **out, uint64_t *bytes, HurrayError *error) {
+  *out = malloc(sizeof **out);
+  if (*out == NULL) return hurray__fail(error, HURRAY_ENOMEM, "dequantize: no memory");
+  int status = plan_open(tensor, buffers, "dequantize", *out, error);
+  if (status == HURRAY_OK) status = plan_output(*out, dtype, error);
+  if (status == HURRAY_OK) status = plan_bytes(*out, dtype, bytes, error);
+  return status;
+}
+
 int hurray_dequantize(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers, int dtype,
                       void *out, uint64_t out_size, HurrayError *error) {
-  Plan *plan = malloc(sizeof *plan);
-  if (plan == NULL) return hurray__fail(error, HURRAY_ENOMEM, "dequantize: no memory");
+  Plan *plan = NULL;
   uint64_t bytes = 0;
-  int status = plan_open(tensor, buffers, "dequantize", plan, error);
-  if (status == HURRAY_OK) status = plan_output(plan, dtype, error);
-  if (status == HURRAY_OK) status = plan_bytes(plan, dtype, &bytes, error);
+  int status = plan_prepare(tensor, buffers, dtype, &plan, &bytes, error);
   if (status == HURRAY_OK && out_size < bytes) {
     status = hurray__fail(error, HURRAY_EINVAL,
                           "out holds %llu bytes; the %llu %s elements need %llu",
                           (unsigned long long)out_size, (unsigned long long)plan->numel,
                           hurray_dtype_info(dtype)->name, (unsigned long long)bytes);
   }
-  if (status == HURRAY_OK && bytes > 0 &&
-      (out == NULL || (uintptr_t)out % out_itemsize(dtype) != 0)) {
-    status = hurray__fail(error, out == NULL ? HURRAY_EINVAL : HURRAY_EALIGN,
-                          out == NULL ? "out is NULL" : "out is not aligned to its %zu-byte elements",
+  if (status == HURRAY_OK && bytes > 0 && out == NULL) {
+    status = hurray__fail(error, HURRAY_EINVAL, "dequantize: out is NULL");
+  }
+  if (status == HURRAY_OK && bytes > 0 && (uintptr_t)out % out_itemsize(dtype) != 0) {
+    status = hurray__fail(error, HURRAY_EALIGN, "out is not aligned to its %zu-byte elements",
                           out_itemsize(dtype));
   }
   if (status == HURRAY_OK) plan_run(plan, dtype, out);
@@ -599,12 +608,9 @@ int hurray_dequantize_buffer(const HurrayTensorDesc *tensor, const HurrayBufferL
                              int dtype, HurrayBuffer **out, HurrayError *error) {
   if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "dequantize: out is NULL");
   *out = NULL;
-  Plan *plan = malloc(sizeof *plan);
-  if (plan == NULL) return hurray__fail(error, HURRAY_ENOMEM, "dequantize: no memory");
+  Plan *plan = NULL;
   uint64_t bytes = 0;
-  int status = plan_open(tensor, buffers, "dequantize", plan, error);
-  if (status == HURRAY_OK) status = plan_output(plan, dtype, error);
-  if (status == HURRAY_OK) status = plan_bytes(plan, dtype, &bytes, error);
+  int status = plan_prepare(tensor, buffers, dtype, &plan, &bytes, error);
   if (status == HURRAY_OK) status = hurray_buffer_alloc(bytes, 0, 0, out, error);
   if (status == HURRAY_OK) plan_run(plan, dtype, (*out)->data);
   free(plan);

@@ -295,6 +295,15 @@ static void run_case(const Case *c, int flip, int64_t pad, int out_dtype) {
   hurray_buffer_list_destroy(list);
 }
 
+/* Appends a new CPU buffer of `size` bytes holding a copy of `data` (`bytes` of it). */
+static void append_copy(HurrayBufferList *list, const void *data, size_t bytes, uint64_t size,
+                        int role) {
+  HurrayBuffer *b = NULL;
+  assert_int_equal(hurray_buffer_alloc(size, 0, 0, &b, NULL), HURRAY_OK);
+  if (bytes > 0) memcpy(b->data, data, bytes);
+  assert_int_equal(hurray_buffer_list_append(list, b, role, NULL, NULL), HURRAY_OK);
+}
+
 /* ---- tests -------------------------------------------------------------------------------- */
 
 static void dequantize_matches_reference(void **state) {
@@ -345,14 +354,9 @@ static void worked_example_per_channel(void **state) {
   uint8_t values[64] = {0x21, 0x43, 0xEF, 0xCD, 0x87, 0x50};
   float scales[16] = {0.5f, 0.25f, 2.0f};
   HurrayBufferList *list = NULL;
-  HurrayBuffer *b = NULL;
   assert_int_equal(hurray_buffer_list_create(2, &list, NULL), HURRAY_OK);
-  assert_int_equal(hurray_buffer_alloc(64, 0, 0, &b, NULL), HURRAY_OK);
-  memcpy(b->data, values, 64);
-  assert_int_equal(hurray_buffer_list_append(list, b, HURRAY_ROLE_VALUES, NULL, NULL), HURRAY_OK);
-  assert_int_equal(hurray_buffer_alloc(64, 0, 0, &b, NULL), HURRAY_OK);
-  memcpy(b->data, scales, 64);
-  assert_int_equal(hurray_buffer_list_append(list, b, HURRAY_ROLE_SCALES, NULL, NULL), HURRAY_OK);
+  append_copy(list, values, sizeof values, 64, HURRAY_ROLE_VALUES);
+  append_copy(list, scales, sizeof scales, 64, HURRAY_ROLE_SCALES);
   const int64_t shape[2] = {3, 4}, sshape[1] = {3};
   HurrayArray parts[2] = {{.shape = shape, .ndim = 2, .buffer = 0, .dtype = HURRAY_DTYPE_INT4},
                           {.shape = sshape, .ndim = 1, .buffer = 1, .dtype = HURRAY_DTYPE_FLOAT32}};
@@ -400,11 +404,8 @@ static void worked_example_interleaved(void **state) {
       0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0xB0, 0x87, 0x87, 0x87, 0x87,
       0x87, 0x87, 0x87, 0x87, 0x87, 0x87, 0x87, 0x87, 0x87, 0x87, 0x87, 0x87};
   HurrayBufferList *list = NULL;
-  HurrayBuffer *b = NULL;
   assert_int_equal(hurray_buffer_list_create(1, &list, NULL), HURRAY_OK);
-  assert_int_equal(hurray_buffer_alloc(72, 0, 0, &b, NULL), HURRAY_OK);
-  memcpy(b->data, bytes, 72);
-  assert_int_equal(hurray_buffer_list_append(list, b, HURRAY_ROLE_MIXED, NULL, NULL), HURRAY_OK);
+  append_copy(list, bytes, sizeof bytes, 72, HURRAY_ROLE_MIXED);
   const int64_t shape[3] = {2, 2, 32}, vs[3] = {72, 36, 1};
   const int64_t sshape[3] = {2, 2, 1}, ss[3] = {18, 9, 1};
   HurrayArray parts[2] = {
@@ -431,11 +432,8 @@ static void worked_example_interleaved(void **state) {
 /* A dense float32 tensor over `data` (row-major or with the given strides). */
 static HurrayBufferList *float_list(const float *data, size_t count) {
   HurrayBufferList *list = NULL;
-  HurrayBuffer *b = NULL;
   assert_int_equal(hurray_buffer_list_create(1, &list, NULL), HURRAY_OK);
-  assert_int_equal(hurray_buffer_alloc(count * 4, 0, 0, &b, NULL), HURRAY_OK);
-  if (count > 0) memcpy(b->data, data, count * 4);
-  assert_int_equal(hurray_buffer_list_append(list, b, HURRAY_ROLE_VALUES, NULL, NULL), HURRAY_OK);
+  append_copy(list, data, count * 4, count * 4, HURRAY_ROLE_VALUES);
   return list;
 }
 
