@@ -308,7 +308,7 @@ def convert(input: _Path, output: _Path, *, alignment: int | None = None,
 
 def dequantize(t: Tensor, /, dtype: _DType | None = None, *,
                out: Tensor | None = None) -> Tensor: ...
-def quantize(x: Tensor | Any, dtype: _DType, /, layout: str = "per_channel",
+def quantize(x: Tensor | Any, dtype: _DType, /, *, layout: str = "per_channel",
              axis: int | None = None, block_size: int | None = None,
              scale_dtype: _DType | None = None) -> Tensor: ...
 

@@ -203,7 +203,7 @@ PyMethodDef hurray__py_quant_functions[] = {
          "[1, 2, -8, -1]\n")},
     {"quantize", HURRAY_PY_CFUNC(quantize), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
-         "quantize($module, x, dtype, /, layout='per_channel', axis=None,\n"
+         "quantize($module, x, dtype, /, *, layout='per_channel', axis=None,\n"
          "         block_size=None, scale_dtype=None)\n"
          "--\n"
          "\n"
