@@ -309,6 +309,8 @@ typedef struct Plan {
   Part parts[HURRAY_MAX_PARTS];
   Map maps[HURRAY_MAX_PARTS];
   int64_t rep; /* along the last dimension, one scale per `rep` elements (>= row: per row) */
+  int64_t steps[HURRAY_MAX_PARTS][HURRAY_MAX_NDIM]; /* bits per index of dimension k */
+  uint8_t divides[HURRAY_MAX_NDIM]; /* a part's offset divides dimension k's index */
 } Plan;
 
 static void map_values(Plan *plan, uint32_t i) {
@@ -386,6 +388,14 @@ static int plan_open(const HurrayTensorDesc *tensor, const HurrayBufferList *buf
       plan->rep = tensor->layout == HURRAY_LAYOUT_PER_CHANNEL ? 1 : tensor->block_size;
     } else if (tensor->layout == HURRAY_LAYOUT_BLOCK) {
       plan->rep = 1; /* the scales' last dimension is the row's */
+    }
+  }
+  for (int32_t k = 0; k < plan->ndim; k++) {
+    plan->divides[k] = 0;
+    for (uint32_t i = 0; i < plan->nparts; i++) {
+      int64_t div = plan->maps[i].div[k];
+      plan->steps[i][k] = div == 1 ? plan->maps[i].mult[k] * plan->parts[i].bits : 0;
+      if (div > 1) plan->divides[k] = 1;
     }
   }
   return HURRAY_OK;
@@ -519,17 +529,16 @@ static void plan_run(const Plan *plan, int dtype, uint8_t *out) {
   const int64_t vstride = plan->maps[0].mult[last];
   int64_t idx[HURRAY_MAX_NDIM] = {0};
   float buf[ROW_CHUNK];
-  /* Each part's first bit in the row, and what the next row along dimension last - 1 adds to
-   * it (recomputed from the index where that dimension carries or divides). */
-  int64_t sb[HURRAY_MAX_PARTS], step[HURRAY_MAX_PARTS];
+  /* Each part's first bit in the row, stepped as the index moves: step[i][k] bits per index of
+   * dimension k, except where the part's offset divides that index (a block axis before the
+   * last), whose moves recompute the offsets from the index. */
+  int64_t sb[HURRAY_MAX_PARTS];
+  const int64_t (*step)[HURRAY_MAX_NDIM] = plan->steps;
   const int inner = last - 1;
   int recompute = 1;
   for (;;) {
     for (uint32_t i = 0; recompute && i < plan->nparts; i++) {
-      const Part *p = &plan->parts[i];
-      sb[i] = p->bit0 + map_offset(&plan->maps[i], idx, last) * p->bits;
-      int64_t div = inner >= 0 ? plan->maps[i].div[inner] : 0;
-      step[i] = div == 1 ? plan->maps[i].mult[inner] * p->bits : div == 0 ? 0 : -1;
+      sb[i] = plan->parts[i].bit0 + map_offset(&plan->maps[i], idx, last) * plan->parts[i].bits;
     }
     if (item == 1) {
       unpack_row(v, sb[0], vstride, n, out);
@@ -543,19 +552,15 @@ static void plan_run(const Plan *plan, int dtype, uint8_t *out) {
       }
     }
     out += (size_t)n * item;
-    if (inner < 0) return;
-    if (++idx[inner] < plan->shape[inner]) {
-      recompute = 0;
-      for (uint32_t i = 0; i < plan->nparts; i++) {
-        if (step[i] < 0) recompute = 1;
-        sb[i] += step[i];
-      }
-      continue;
-    }
-    recompute = 1;
+    recompute = 0;
     int k = inner;
     for (; k >= 0; k--) {
-      if (++idx[k] < plan->shape[k]) break;
+      int carry = ++idx[k] == plan->shape[k];
+      recompute |= plan->divides[k];
+      for (uint32_t i = 0; i < plan->nparts; i++) {
+        sb[i] += carry ? -(plan->shape[k] - 1) * step[i][k] : step[i][k];
+      }
+      if (!carry) break;
       idx[k] = 0;
     }
     if (k < 0) return;
