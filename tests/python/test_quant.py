@@ -388,3 +388,29 @@ def test_dequantize_into_out():
     readonly.flags.writeable = False
     with pytest.raises(hurray.InvalidArgumentError, match="read-only"):
         hurray.dequantize(t, out=hurray.from_numpy(readonly))
+
+
+def test_kernels_release_the_gil():
+    """While one thread dequantises 64M elements, another runs Python: with the GIL held
+    through the call, no bytecode of the other thread would run in its middle half."""
+    import threading
+    import time
+
+    t = hurray.quantize(np.ones((4096, 1 << 14), np.float32), "int4")
+    span, done = [], threading.Event()
+
+    def work():
+        t0 = time.perf_counter()
+        hurray.dequantize(t)
+        span.extend((t0, time.perf_counter()))
+        done.set()
+
+    seen = []
+    worker = threading.Thread(target=work)
+    worker.start()
+    while not done.is_set():
+        seen.append(time.perf_counter())
+    worker.join()
+    t0, t1 = span
+    quarter = (t1 - t0) / 4
+    assert any(t0 + quarter < s < t1 - quarter for s in seen)
