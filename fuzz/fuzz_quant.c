@@ -3,7 +3,9 @@
  *
  * Invariants checked (abort on violation): a tensor that does not validate is refused by the
  * kernels with validation's status; the two dequantise entry points agree on status and, when
- * they succeed, on every output byte; a quantised tensor validates and dequantises.
+ * they succeed, on every output byte; the same tensor with a trailing dimension of extent 1
+ * (rows of one element: the kernels' other paths) dequantises to the same bytes; a quantised
+ * tensor validates and dequantises.
  *
  * Input (a read past the end gives 0, so every prefix is a description):
  *   head    := nbuf:u8 (1 + nbuf % 3) buffer[nbuf] layout:u8 (% 4) dtype:u8 ndim:u8 (% 4)
@@ -53,6 +55,43 @@ static void check_quantize(const HurrayTensorDesc *t, const HurrayBufferList *li
   }
   hurray_buffer_destroy(out);
   hurray_tensor_context_release(q);
+}
+
+/* `t` (which dequantised to `want`) with shape [..., 1]: every part of the tensor's rank gains
+ * the trailing dimension too (per-channel scales keep theirs). */
+static void check_trailing_one(const HurrayTensorDesc *t, const HurrayBufferList *list, int dtype,
+                               const uint8_t *want) {
+  int64_t shape[4], pshape[3][4], pstrides[3][4];
+  HurrayArray parts[3];
+  HurrayTensorDesc u = *t;
+  memcpy(shape, t->shape, (size_t)t->ndim * sizeof *shape);
+  shape[t->ndim] = 1;
+  u.ndim = t->ndim + 1;
+  u.shape = shape;
+  for (uint32_t i = 0; i < t->nparts; i++) {
+    parts[i] = t->parts[i];
+    const HurrayArray *a = &t->parts[i];
+    if (a->ndim != t->ndim || (t->layout == HURRAY_LAYOUT_PER_CHANNEL && i > 0)) continue;
+    int64_t s = 1;
+    for (int32_t k = a->ndim - 1; k >= 0; k--) { /* row-major strides where absent */
+      pstrides[i][k] = a->strides != NULL ? a->strides[k] : s;
+      s *= a->shape[k] > 0 ? a->shape[k] : 1;
+    }
+    memcpy(pshape[i], a->shape, (size_t)a->ndim * sizeof *pshape[i]);
+    pshape[i][a->ndim] = 1;
+    pstrides[i][a->ndim] = 1;
+    parts[i].ndim = a->ndim + 1;
+    parts[i].shape = pshape[i];
+    parts[i].strides = pstrides[i];
+  }
+  u.parts = parts;
+  HurrayBuffer *got = NULL;
+  HurrayError error;
+  if (hurray_dequantize_buffer(&u, list, dtype, &got, &error) != HURRAY_OK) abort();
+  if (got->desc.byte_size > 0 && memcmp(got->data, want, (size_t)got->desc.byte_size) != 0) {
+    abort();
+  }
+  hurray_buffer_destroy(got);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -114,6 +153,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   }
   hurray_buffer_destroy(made);
+  if (a == HURRAY_OK && t.ndim < 3) check_trailing_one(&t, list, out_dtype, out);
   check_quantize(&t, list, qbits, qblock);
   hurray_buffer_list_destroy(list);
   return 0;

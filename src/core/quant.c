@@ -540,7 +540,31 @@ static void plan_run(const Plan *plan, int dtype, uint8_t *out) {
     for (uint32_t i = 0; recompute && i < plan->nparts; i++) {
       sb[i] = plan->parts[i].bit0 + map_offset(&plan->maps[i], idx, last) * plan->parts[i].bits;
     }
-    if (item == 1) {
+    if (item == 4 && n <= ROW_CHUNK && inner >= 0 && !plan->divides[inner]) {
+      /* Short float32 rows (GGUF's blocks): every row left along dimension `inner`, and along
+       * `inner - 1` too where that one steps as well, without the index; the state is then
+       * that of the last row done. */
+      const int outer = inner >= 1 && idx[inner] == 0 && !plan->divides[inner - 1];
+      const int64_t runs = outer ? plan->shape[inner - 1] - idx[inner - 1] : 1;
+      const int64_t rows = plan->shape[inner] - idx[inner];
+      int64_t at[HURRAY_MAX_PARTS];
+      for (int64_t r2 = 0; r2 < runs; r2++) {
+        for (uint32_t i = 0; i < plan->nparts; i++) {
+          at[i] = sb[i] + (outer ? r2 * step[i][inner - 1] : 0);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+          float *x = (float *)(void *)out;
+          decode_row(v, at[0], vstride, n, x);
+          if (plan->nparts > 1) scale_row(plan, at, 0, n, x);
+          out += (size_t)n * 4;
+          for (uint32_t i = 0; i < plan->nparts; i++) at[i] += step[i][inner];
+        }
+      }
+      for (uint32_t i = 0; i < plan->nparts; i++) sb[i] = at[i] - step[i][inner];
+      out -= (size_t)n * 4;
+      idx[inner] = plan->shape[inner] - 1;
+      if (outer) idx[inner - 1] = plan->shape[inner - 1] - 1;
+    } else if (item == 1) {
       unpack_row(v, sb[0], vstride, n, out);
     } else {
       for (int64_t k0 = 0; k0 < n; k0 += ROW_CHUNK) {
