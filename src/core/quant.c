@@ -808,11 +808,16 @@ int hurray_quantize(const HurrayTensorDesc *tensor, const HurrayBufferList *buff
     uint64_t flat = 0;
     for (;;) {
       int64_t vb = v->bit0 + map_offset(&plan->maps[0], idx, last) * v->bits;
+      /* the row's first scale; along the row one per element, per block, or the same */
+      const uint64_t s0 = scale_index(&g, block, options->block_size, idx, 0);
+      const int along = g.axis == last;
       for (int64_t k0 = 0; k0 < n && status == HURRAY_OK; k0 += ROW_CHUNK) {
         int64_t len = n - k0 < ROW_CHUNK ? n - k0 : ROW_CHUNK;
         decode_row(v, vb + k0 * vstride * v->bits, vstride, len, buf);
         for (int64_t k = 0; k < len; k++) {
-          uint64_t s = scale_index(&g, block, options->block_size, idx, k0 + k);
+          uint64_t e = (uint64_t)(k0 + k);
+          uint64_t s = !block ? (along ? e : s0)
+                              : s0 + (along ? e / (uint64_t)options->block_size : e);
           float x = buf[k];
           if (pass == 0) {
             float a = x < 0 ? -x : x;
