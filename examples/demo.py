@@ -62,38 +62,22 @@ for name, w in weights.items():
 
 
 # ============================================================================================
-# 2. Quantise one matrix to per-channel int4 with float32 scales
+# 2. Quantise one matrix to per-channel int4 with float32 scales (hurray.quantize)
 # ============================================================================================
-
-
-def quantise_int4(w):
-    """Symmetric per-row int4: q = round(w / scale) in [-8, 7], scale = max|row| / 7.
-    Returns a PER_CHANNEL hurray.Tensor over two buffers: packed int4 values (two per byte,
-    the first element in the low nibble) and one float32 scale per row."""
-    scales = (np.abs(w).max(axis=1) / 7.0).astype(np.float32)
-    q = np.clip(np.rint(w / scales[:, None]), -8, 7).astype(np.int8)
-    nibbles = (q & 0x0F).astype(np.uint8).reshape(-1)
-    packed = nibbles[0::2] | (nibbles[1::2] << 4)
-    values = hurray.Tensor(packed, hurray.dtype.int4, list(w.shape))  # zero-copy over `packed`
-    return hurray.Tensor.from_parts("per_channel", [values, hurray.from_numpy(scales)], axis=0)
 
 
 def dequantise(t):
     """A consumer of the native protocol: anything with __hurray__ in, float32 NumPy out."""
     t = hurray.from_hurray(t)  # one HurrayTensorContext: descriptor and every buffer, no copy
     assert t.layout == "per_channel" and t.dtype == hurray.dtype.int4 and t.axis == 0
-    values, scales = t.parts[0], t.parts[1]
-    packed = np.frombuffer(values.bytes_view(), dtype=np.uint8)  # the mapped bytes themselves
-    nibbles = np.empty(packed.size * 2, dtype=np.uint8)
-    nibbles[0::2], nibbles[1::2] = packed & 0x0F, packed >> 4
-    q = nibbles.view(np.int8).reshape(t.shape)
-    q = np.where(q > 7, q - 16, q).astype(np.float32)  # sign-extend the nibbles
-    return q * np.from_dlpack(scales)[:, None]
+    return np.asarray(hurray.dequantize(t))  # (values - 0) * scales in hurray-core, no GIL
 
 
 step("quantise mlp.up.weight to per-channel int4")
 original = weights["mlp.up.weight"]
-quantised = quantise_int4(original)
+# Symmetric per-row int4 (hurray-core's kernel): scale = max|row| / 7, q = round(w / scale),
+# ties to even, in [-7, 7]; packed values (two per byte) and one float32 scale per row.
+quantised = hurray.quantize(original, hurray.dtype.int4, layout="per_channel", axis=0)
 weights["mlp.up.weight"] = quantised
 print(f"  {quantised.layout}, {quantised.dtype.name}, shape {quantised.shape}, axis {quantised.axis}")
 for buffer in quantised.buffers:
@@ -185,7 +169,7 @@ else:
     assert np.array_equal(te, weights["embed"])
     print("  (PyTorch not installed) np.from_dlpack(embed) equal: True")
 
-step("quantised -> native protocol consumer -> dequantised")
+step("quantised -> native protocol consumer -> hurray.dequantize")
 dq = dequantise(q)
 error = np.abs(dq - original)
 bound = float(np.abs(original).max(axis=1).max() / 7.0 / 2)

@@ -725,6 +725,59 @@ HURRAY_API int hurray_tensor_from_dlpack_legacy(HurrayDLManagedTensor *managed, 
                                                 HurrayTensorContext **out, HurrayError *error);
 
 /* ============================================================================================
+ * Quantisation kernels (ADR-085, docs/spec/buffer-protocol.md section 8.9)
+ *
+ * Plain C over CPU buffers (any other device: HURRAY_EUNSUPPORTED), any strides. Every tensor is
+ * validated against its buffers first (hurray_tensor_validate). Results are row-major and
+ * contiguous in the tensor's logical shape. Arithmetic is float32, each step rounded to nearest
+ * even: PER_CHANNEL x = (v - z) * s, BLOCK x = v * s + m, DENSE x = v.
+ * ============================================================================================ */
+
+/* Dequantises a DENSE, PER_CHANNEL or BLOCK tensor -- values of any integer or real float dtype,
+ * scales of any float dtype, zero points or mins of any float or integer dtype -- into `out`,
+ * `dtype` FLOAT32, FLOAT16 or BFLOAT16 (rounded to nearest even once, from float32). INT8 or
+ * UINT8 unpack a DENSE tensor of integers that fit: int4, int2, int8 to INT8; uint4, uint2,
+ * uint1 to either; uint8 to UINT8. `out_size` must hold numel * itemsize bytes and `out` be
+ * aligned to the itemsize (HURRAY_EINVAL, HURRAY_EALIGN). Safe to call without any lock. */
+HURRAY_API int hurray_dequantize(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                                 int dtype, void *out, uint64_t out_size, HurrayError *error);
+/* The same into a new 64-byte aligned CPU buffer of exactly numel * itemsize bytes. */
+HURRAY_API int hurray_dequantize_buffer(const HurrayTensorDesc *tensor,
+                                        const HurrayBufferList *buffers, int dtype,
+                                        HurrayBuffer **out, HurrayError *error);
+
+typedef struct HurrayQuantizeOptions {
+  uint32_t layout;     /* HURRAY_LAYOUT_PER_CHANNEL or HURRAY_LAYOUT_BLOCK */
+  int32_t axis;        /* 0 <= axis < ndim */
+  int64_t block_size;  /* BLOCK: elements per block, 1 .. 2^62; PER_CHANNEL: 0 */
+  uint8_t dtype;       /* the values: HURRAY_DTYPE_INT4 or HURRAY_DTYPE_INT8 */
+  uint8_t scale_dtype; /* HURRAY_DTYPE_FLOAT32, FLOAT16 or BFLOAT16 */
+  uint8_t reserved[6];
+  uint64_t reserved1;
+} HurrayQuantizeOptions;
+
+/* Bytes of the packed values and of the scales hurray_quantize writes for a tensor of `shape`. */
+HURRAY_API int hurray_quantize_sizes(int32_t ndim, const int64_t *shape,
+                                     const HurrayQuantizeOptions *options, uint64_t *values_bytes,
+                                     uint64_t *scales_bytes, HurrayError *error);
+/* Symmetric round-to-nearest quantisation of a DENSE tensor of floats (rank >= 1): per group
+ * (a channel of `axis`, or a block of `block_size` along it) s = amax / qmax (qmax 7 for int4,
+ * 127 for int8) rounded to scale_dtype, and q = clamp(round_half_even(x / s), -qmax, qmax); a
+ * group of zeros has s = 0 and q = 0; NaN or infinity is refused (HURRAY_EINVAL naming the
+ * element). Writes the values packed, row-major in the tensor's shape, and the scales row-major:
+ * [shape[axis]] for PER_CHANNEL, shape with shape[axis] -> ceil(shape[axis] / block_size) for
+ * BLOCK. */
+HURRAY_API int hurray_quantize(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                               const HurrayQuantizeOptions *options, void *values,
+                               uint64_t values_size, void *scales, uint64_t scales_size,
+                               HurrayError *error);
+/* hurray_quantize into two new CPU buffers (roles VALUES and SCALES), handed over as the
+ * context of the PER_CHANNEL or BLOCK tensor they make (no owner; release it once). */
+HURRAY_API int hurray_quantize_new(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                                   const HurrayQuantizeOptions *options,
+                                   HurrayTensorContext **out, HurrayError *error);
+
+/* ============================================================================================
  * Device runtimes (ADR-047)
  *
  * Moving bytes between the host and a device's memory needs the device's runtime. hurray-core

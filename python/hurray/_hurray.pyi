@@ -306,6 +306,12 @@ def convert(input: _Path, output: _Path, *, alignment: int | None = None,
             drop_metadata: builtins.bool = False, durable: builtins.bool = True,
             max_shard_size: int | str | None = None, progress: _Progress = None) -> None: ...
 
+def dequantize(t: Tensor, /, dtype: _DType | None = None, *,
+               out: Tensor | None = None) -> Tensor: ...
+def quantize(x: Tensor | Any, dtype: _DType, /, *, layout: str = "per_channel",
+             axis: int | None = None, block_size: int | None = None,
+             scale_dtype: _DType | None = None) -> Tensor: ...
+
 _T = TypeVar("_T")
 _W = TypeVar("_W")  # a writable buffer that Client.read fills and returns
 

@@ -24,6 +24,7 @@
  *   native.c   the native interchange protocol (Layer 8c): __hurray__ and hurray.from_hurray
  *   file.c     the file container (Layer 8b): hurray.save, load, open, File and convert
  *   device_memory.c  Tensor.to_device: host <-> device copies through the device runtimes
+ *   quant.c    hurray.dequantize and hurray.quantize over the core's kernels (ADR-085)
  *
  * There are no static PyObject globals: every Python object the extension keeps lives in the
  * module state (HurrayState), reached from a type with PyType_GetModuleState. Cross-file
@@ -769,6 +770,12 @@ PyObject *hurray__py_as_any_tensor(PyObject *module, HurrayState *st, PyObject *
 extern PyType_Spec hurray__py_client_spec;
 extern PyType_Spec hurray__py_server_spec;
 extern PyMethodDef hurray__py_wire_functions[];
+
+/* ============================================================================================
+ * quant.c: hurray.dequantize, hurray.quantize (ADR-085)
+ * ============================================================================================ */
+
+extern PyMethodDef hurray__py_quant_functions[];
 
 /* ============================================================================================
  * device_memory.c

@@ -271,7 +271,8 @@ static int hurray_exec(PyObject *module) {
       PyModule_AddFunctions(module, hurray__py_dlpack_functions) < 0 ||
       PyModule_AddFunctions(module, hurray__py_native_functions) < 0 ||
       PyModule_AddFunctions(module, hurray__py_file_functions) < 0 ||
-      PyModule_AddFunctions(module, hurray__py_wire_functions) < 0) {
+      PyModule_AddFunctions(module, hurray__py_wire_functions) < 0 ||
+      PyModule_AddFunctions(module, hurray__py_quant_functions) < 0) {
     return -1;
   }
   if (PyModule_AddStringConstant(module, "__version__", hurray_version_string()) < 0 ||

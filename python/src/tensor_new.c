@@ -505,12 +505,30 @@ PyObject *hurray__py_tensor_from_parts(PyObject *cls, PyObject *const *args, Py_
   HurrayError error = {0};
   int status = hurray_buffer_list_create(p.nparts, &list, &error);
   uint32_t flags = 0;
+  /* Parts over the same memory (the same bytes, descriptor and flags: views of one buffer,
+   * such as the values and scales of interleaved blocks) share one buffer, whose role is
+   * MIXED when theirs differ. */
+  const HurrayBuffer *sources[HURRAY_MAX_PARTS];
   for (uint32_t i = 0; status == HURRAY_OK && i < p.nparts; i++) {
     HurrayTensorObject *part = p.tensors[i];
     flags |= part->context->flags;
+    sources[i] = hurray__py_tensor_buffer(part, &p.arrays[i]);
+    uint32_t shared = i;
+    for (uint32_t j = 0; j < i && shared == i; j++) {
+      if (sources[j]->data == sources[i]->data && sources[j]->flags == sources[i]->flags &&
+          memcmp(&sources[j]->desc, &sources[i]->desc, sizeof sources[i]->desc) == 0) {
+        shared = j;
+      }
+    }
+    if (shared < i) {
+      p.arrays[i].buffer = p.arrays[shared].buffer;
+      if (list->roles[p.arrays[i].buffer] != rule->roles[i]) {
+        list->roles[p.arrays[i].buffer] = HURRAY_ROLE_MIXED;
+      }
+      continue;
+    }
     uint32_t index = list->count;
-    status = hurray__py_share_buffer(list, hurray__py_tensor_buffer(part, &p.arrays[i]),
-                                     rule->roles[i], &error);
+    status = hurray__py_share_buffer(list, sources[i], rule->roles[i], &error);
     p.arrays[i].buffer = index;
   }
   for (uint32_t i = 0; status == HURRAY_OK && i < p.nchildren; i++) {
@@ -730,6 +748,10 @@ const char hurray__py_tensor_from_parts_doc[] =
     "buffer, on whatever device, memory class and sync state it is. Nothing\n"
     "is copied; the parts are kept alive, and the result is read-only if any\n"
     "of them is. ``t.parts`` and ``t.children`` give the pieces back.\n"
+    "Parts that are views of the same memory (the same bytes, device and\n"
+    "read-only flag -- say, tensors made over one bytes object) share one\n"
+    "buffer, of role 'mixed' when their roles differ: a block tensor whose\n"
+    "scales are interleaved with its values (GGUF's blocks) is one buffer.\n"
     "\n"
     "Parameters\n"
     "----------\n"
@@ -777,6 +799,14 @@ const char hurray__py_tensor_from_parts_doc[] =
     "('per_channel', hurray.int8, (4, 3))\n"
     ">>> [b[\"role\"] for b in w.buffers]\n"
     "['values', 'scales']\n"
+    ">>> raw = struct.pack(\"<e16b\", 0.5, *range(16)) * 2  # 2 blocks: scale, 16 int8\n"
+    ">>> q = hurray.Tensor(raw, hurray.int8, [2, 16], strides=[18, 1], byte_offset=2)\n"
+    ">>> d = hurray.Tensor(raw, hurray.dtype.float16, [2, 1], strides=[9, 1])\n"
+    ">>> blocks = hurray.Tensor.from_parts(\"block\", [q, d], axis=1, block_size=16)\n"
+    ">>> [b[\"role\"] for b in blocks.buffers]  # one buffer of 36 bytes\n"
+    "['mixed']\n"
+    ">>> hurray.dequantize(blocks).tolist()[1][:4]\n"
+    "[0.0, 0.5, 1.0, 1.5]\n"
     ">>> indices = hurray.Tensor(struct.pack(\"4q\", 0, 1, 2, 0), hurray.int64, [2, "
     "2])\n"
     ">>> nonzero = hurray.Tensor(struct.pack(\"2f\", 1, 2), hurray.float32, [2])\n"

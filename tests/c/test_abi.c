@@ -222,6 +222,15 @@ PIN_OFFSET(HurrayGetOptions, progress, 32);
 PIN_OFFSET(HurrayGetOptions, progress_context, 40);
 PIN_OFFSET(HurrayGetOptions, queue, 48);
 PIN_OFFSET(HurrayGetOptions, reserved, 56);
+
+PIN_SIZE(HurrayQuantizeOptions, 32);
+PIN_OFFSET(HurrayQuantizeOptions, layout, 0);
+PIN_OFFSET(HurrayQuantizeOptions, axis, 4);
+PIN_OFFSET(HurrayQuantizeOptions, block_size, 8);
+PIN_OFFSET(HurrayQuantizeOptions, dtype, 16);
+PIN_OFFSET(HurrayQuantizeOptions, scale_dtype, 17);
+PIN_OFFSET(HurrayQuantizeOptions, reserved, 18);
+PIN_OFFSET(HurrayQuantizeOptions, reserved1, 24);
 #endif
 
 /* Signatures of the functions added since the ABI version was last raised: a changed one fails

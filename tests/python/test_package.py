@@ -78,6 +78,9 @@ SIGNATURES = {
     hurray.from_dlpack: "(x, /, *, device=None, copy=None)",
     hurray.from_hurray: "(obj, /)",
     hurray.from_numpy: "(arr, /)",
+    hurray.dequantize: "(t, /, dtype=None, *, out=None)",
+    hurray.quantize: "(x, dtype, /, *, layout='per_channel', axis=None, block_size=None, "
+                     "scale_dtype=None)",
     hurray.set_mode: "(name, /)",
     hurray.get_mode: "()",
     hurray.mode: "(name, /)",

@@ -137,6 +137,9 @@ def to_np(x):
                 from error
         if dtype.tier != 1 and _get_mode() != "relaxed":
             raise mode_error(dtype.name) from None
+        numbers = dequantized(x)
+        if numbers is not None:
+            return numbers
         raise TypeError(
             f"hurray.array_api cannot compute on {dtype.name} tensors: a storage format only "
             f"(ADR-053): {error}"
@@ -146,12 +149,28 @@ def to_np(x):
     return a
 
 
+def dequantized(x):
+    """Relaxed mode's numbers of a quantised tensor (ADR-086), or None for any other: a
+    per_channel or block tensor dequantised to float32, a dense one of packed integers (int4,
+    uint4, int2, uint2, uint1) unpacked to int8 or uint8, by hurray-core's kernels. The array is
+    new memory, read-only, since a write to it would not reach the tensor."""
+    if x.layout in ("per_channel", "block"):
+        a = to_np(_hurray.dequantize(x))
+    elif x.layout == "dense" and x.dtype.tier == 3:
+        a = to_np(_hurray.dequantize(x, H["int8"] if x.dtype.kind == "i" else H["uint8"]))
+    else:
+        return None
+    a.flags.writeable = False
+    return a
+
+
 def check_writable(a):
     """Raise unless the NumPy view `a` of a tensor may be written (before any write)."""
     if not a.flags.writeable:
         raise _hurray.InvalidArgumentError(
             "this hurray.Tensor is read-only (its memory came from a read-only source, such as "
-            "bytes or a loaded file): write to a copy, hurray.array_api.asarray(x, copy=True)"
+            "bytes or a loaded file, or it is quantised, its numbers computed from its parts): "
+            "write to a copy, hurray.array_api.asarray(x, copy=True)"
         )
 
 

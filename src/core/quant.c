@@ -1,0 +1,927 @@
+/* quant.c -- the quantisation kernels (ADR-085, buffer-protocol.md §8.9): dequantisation of
+ * DENSE, PER_CHANNEL and BLOCK tensors to float32, float16 or bfloat16, unpacking of packed
+ * integers to int8/uint8, and symmetric round-to-nearest quantisation to int4/int8.
+ *
+ * Every kernel walks its tensor row by row along the last logical dimension: a row of values is
+ * decoded to float32 (fast paths for contiguous and byte-strided elements, a generic reader for
+ * any other stride), its scales, zero points or mins are applied -- one per row, one per block
+ * of the row, or one per element --, and the row is stored in the output dtype. Arithmetic is
+ * float32, each operation rounded to nearest even (no fused multiply-add: the library is built
+ * as ISO C11, which leaves contraction off). */
+#include <stdlib.h>
+
+#include "internal.h"
+
+#define ROW_CHUNK 512 /* elements decoded at once */
+
+/* ---- scalar conversions -------------------------------------------------------------------- */
+
+static inline float f32_of_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline uint32_t bits_of_f32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static inline float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t em = h & 0x7FFFu;
+  if (em >= 0x7C00u) return f32_of_bits(sign | 0x7F800000u | ((em & 0x3FFu) << 13));
+  if (em >= 0x0400u) return f32_of_bits(sign | ((em << 13) + 0x38000000u));
+  return f32_of_bits(sign | bits_of_f32((float)em * 0x1p-24f)); /* subnormal: exact */
+}
+
+/* Round to nearest even; NaN becomes the quiet NaN 0x7E00 of its sign. */
+static inline uint16_t f32_to_f16(float f) {
+  uint32_t x = bits_of_f32(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7FFFFFFFu;
+  uint32_t o;
+  if (x >= 0x47800000u) { /* 2^16 and above, inf, NaN */
+    o = x > 0x7F800000u ? 0x7E00u : 0x7C00u;
+  } else if (x < 0x38800000u) { /* below 2^-14: the addition rounds to the subnormal grid */
+    const uint32_t magic = 0x3F000000u; /* 0.5: its ulp is 2^-24 */
+    o = bits_of_f32(f32_of_bits(x) + f32_of_bits(magic)) - magic;
+  } else {
+    uint32_t odd = (x >> 13) & 1u;
+    x += 0xC8000FFFu + odd; /* rebias the exponent by -112 and round */
+    o = x >> 13;
+  }
+  return (uint16_t)(o | sign);
+}
+
+static inline float bf16_to_f32(uint16_t h) { return f32_of_bits((uint32_t)h << 16); }
+
+static inline uint16_t f32_to_bf16(float f) {
+  uint32_t x = bits_of_f32(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((x >> 16) | 0x40u);
+  x += 0x7FFFu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+/* roundTiesToEven of |y| < 2^22 (adding 1.5 * 2^23 leaves no fraction bits). */
+static inline float round_even(float y) {
+  const float magic = 0x1.8p23f;
+  return (y + magic) - magic;
+}
+
+/* ---- the float value of every code of a dtype of at most 8 bits ---------------------------- */
+
+static float pow2(int e) {
+  float p = 1.0f;
+  for (; e > 0; e--) p *= 2.0f;
+  for (; e < 0; e++) p *= 0.5f;
+  return p;
+}
+
+enum { MF_IEEE, MF_FN, MF_FNUZ, MF_FINITE, MF_E8M0 };
+typedef struct MiniFloat {
+  uint8_t code, ebits, mbits, bias, special;
+} MiniFloat;
+/* dtypes.md §4: sign, exponent and mantissa bits, bias, and where the NaNs and infinities are */
+static const MiniFloat kMiniFloats[] = {
+    {HURRAY_DTYPE_FLOAT8_E4M3FN, 4, 3, 7, MF_FN},
+    {HURRAY_DTYPE_FLOAT8_E5M2, 5, 2, 15, MF_IEEE},
+    {HURRAY_DTYPE_FLOAT8_E4M3FNUZ, 4, 3, 8, MF_FNUZ},
+    {HURRAY_DTYPE_FLOAT8_E5M2FNUZ, 5, 2, 16, MF_FNUZ},
+    {HURRAY_DTYPE_FLOAT8_E8M0FNU, 8, 0, 127, MF_E8M0},
+    {HURRAY_DTYPE_FLOAT8_E3M4, 3, 4, 3, MF_IEEE},
+    {HURRAY_DTYPE_FLOAT8_E4M3, 4, 3, 7, MF_IEEE},
+    {HURRAY_DTYPE_FLOAT8_E4M3B11FNUZ, 4, 3, 11, MF_FNUZ},
+    {HURRAY_DTYPE_FLOAT6_E2M3FN, 2, 3, 1, MF_FINITE},
+    {HURRAY_DTYPE_FLOAT6_E3M2FN, 3, 2, 3, MF_FINITE},
+    {HURRAY_DTYPE_FLOAT4_E2M1FN, 2, 1, 1, MF_FINITE},
+};
+
+static float minifloat_value(const MiniFloat *m, uint32_t c) {
+  if (m->special == MF_E8M0) return c == 0xFFu ? f32_of_bits(0x7FC00000u) : pow2((int)c - 127);
+  uint32_t emask = (1u << m->ebits) - 1, mmask = (1u << m->mbits) - 1;
+  uint32_t sign = (c >> (m->ebits + m->mbits)) & 1u;
+  uint32_t e = (c >> m->mbits) & emask, man = c & mmask;
+  float v;
+  if ((m->special == MF_FNUZ && c == 0x80u) ||
+      (m->special == MF_FN && e == emask && man == mmask) ||
+      (m->special == MF_IEEE && e == emask && man != 0)) {
+    return f32_of_bits(sign ? 0xFFC00000u : 0x7FC00000u);
+  }
+  if (m->special == MF_IEEE && e == emask) {
+    v = f32_of_bits(0x7F800000u);
+  } else if (e == 0) {
+    v = (float)man * pow2(1 - (int)m->bias - (int)m->mbits);
+  } else {
+    v = (float)(man + (1u << m->mbits)) * pow2((int)e - (int)m->bias - (int)m->mbits);
+  }
+  return sign ? -v : v;
+}
+
+/* lut[c] for every code c of a dtype of at most 8 bits (integers and minifloats). */
+static void small_lut(const HurrayDTypeInfo *info, float *lut) {
+  uint32_t codes = 1u << info->bits;
+  const MiniFloat *mf = NULL;
+  for (size_t i = 0; i < sizeof kMiniFloats / sizeof kMiniFloats[0]; i++) {
+    if (kMiniFloats[i].code == info->code) mf = &kMiniFloats[i];
+  }
+  for (uint32_t c = 0; c < codes; c++) {
+    if (mf != NULL) {
+      lut[c] = minifloat_value(mf, c);
+    } else if (info->kind == HURRAY_KIND_SIGNED) {
+      uint32_t half = codes >> 1;
+      lut[c] = (float)((int32_t)(c ^ half) - (int32_t)half);
+    } else {
+      lut[c] = (float)c; /* unsigned integers */
+    }
+  }
+}
+
+/* ---- reading one part -------------------------------------------------------------------- */
+
+typedef struct Part {
+  const uint8_t *data;
+  int64_t bit0;                      /* bit of element (0, ..., 0) */
+  int64_t strides[HURRAY_MAX_NDIM];  /* in elements */
+  int32_t ndim;
+  uint8_t dtype, bits, kind;
+  float lut[256];     /* bits <= 8 */
+  float pair[256][2]; /* bits == 4: the two elements of each byte, low nibble first */
+} Part;
+
+static inline uint64_t load_le(const uint8_t *p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* The raw code of the element at `bit`. Of the sub-byte dtypes only the 6-bit floats cross a
+ * byte boundary, and then the next byte is the element's own (inside the validated span). */
+static inline uint64_t part_raw(const Part *p, int64_t bit) {
+  const uint8_t *b = p->data + (bit >> 3);
+  if (p->bits < 8) {
+    unsigned shift = (unsigned)(bit & 7), v = b[0];
+    if (shift + p->bits > 8) v |= (unsigned)b[1] << 8;
+    return (uint64_t)(v >> shift) & ((1u << p->bits) - 1);
+  }
+  return load_le(b, p->bits / 8);
+}
+
+static inline int64_t sign_extend(uint64_t raw, int bits) {
+  if (bits == 64) {
+    int64_t v;
+    memcpy(&v, &raw, sizeof v);
+    return v;
+  }
+  uint64_t half = (uint64_t)1 << (bits - 1);
+  return (int64_t)(raw ^ half) - (int64_t)half;
+}
+
+static inline float part_float(const Part *p, int64_t bit) {
+  uint64_t raw = part_raw(p, bit);
+  if (p->bits <= 8) return p->lut[raw];
+  switch (p->dtype) {
+    case HURRAY_DTYPE_FLOAT16: return f16_to_f32((uint16_t)raw);
+    case HURRAY_DTYPE_BFLOAT16: return bf16_to_f32((uint16_t)raw);
+    case HURRAY_DTYPE_FLOAT32: return f32_of_bits((uint32_t)raw);
+    case HURRAY_DTYPE_FLOAT64: {
+      double d;
+      memcpy(&d, &raw, sizeof d);
+      return (float)d;
+    }
+    default: break;
+  }
+  return p->kind == HURRAY_KIND_SIGNED ? (float)sign_extend(raw, p->bits) : (float)raw;
+}
+
+/* dst[k] = element at bit + k * stride elements, for k < len, as float32. */
+static inline void decode_row(const Part *p, int64_t bit, int64_t stride, int64_t len,
+                              float *dst) {
+  const int bits = p->bits;
+  int64_t k = 0;
+  if (bits < 8 && stride == 1) {
+    for (; k < len && (bit & 7) != 0; k++, bit += bits) dst[k] = p->lut[part_raw(p, bit)];
+    const uint8_t *b = p->data + (bit >> 3);
+    if (bits == 4) { /* a byte at a time: one 8-byte load and store */
+      int64_t pairs = (len - k) / 2;
+      float *d = dst + k;
+      for (int64_t i = 0; i < pairs; i++) memcpy(d + 2 * i, p->pair[b[i]], sizeof p->pair[0]);
+      k += 2 * pairs;
+      bit += 8 * pairs;
+    }
+    for (; k < len; k++, bit += bits) dst[k] = p->lut[part_raw(p, bit)];
+    return;
+  }
+  if (bits < 8 && stride * bits == 8) { /* one element per byte, at the same bit */
+    const uint8_t *b = p->data + (bit >> 3);
+    unsigned shift = (unsigned)(bit & 7), mask = (1u << bits) - 1;
+    if (p->kind == HURRAY_KIND_FLOAT) {
+      for (; k < len; k++) dst[k] = p->lut[(b[k] >> shift) & mask];
+    } else { /* integers by arithmetic, which vectorises (GGUF's Q4_0 halves) */
+      int32_t half = p->kind == HURRAY_KIND_SIGNED ? (int32_t)(mask + 1) / 2 : 0;
+      for (; k < len; k++) {
+        unsigned code = ((unsigned)b[k] >> shift) & mask;
+        dst[k] = (float)((int32_t)(code ^ (unsigned)half) - half);
+      }
+    }
+    return;
+  }
+  if (stride == 1) {
+    const uint8_t *b = p->data + (bit >> 3);
+    switch (p->dtype) {
+      case HURRAY_DTYPE_INT8:
+        for (; k < len; k++) dst[k] = (float)((int32_t)(b[k] ^ 0x80u) - 128);
+        return;
+      case HURRAY_DTYPE_UINT8:
+        for (; k < len; k++) dst[k] = (float)b[k];
+        return;
+      case HURRAY_DTYPE_FLOAT16:
+        for (; k < len; k++) dst[k] = f16_to_f32((uint16_t)load_le(b + 2 * k, 2));
+        return;
+      case HURRAY_DTYPE_BFLOAT16:
+        for (; k < len; k++) dst[k] = bf16_to_f32((uint16_t)load_le(b + 2 * k, 2));
+        return;
+      case HURRAY_DTYPE_FLOAT32:
+        for (; k < len; k++) dst[k] = f32_of_bits((uint32_t)load_le(b + 4 * k, 4));
+        return;
+      default: break;
+    }
+  }
+  int64_t step = stride * bits;
+  for (; k < len; k++, bit += step) dst[k] = part_float(p, bit);
+}
+
+static int part_open(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                     uint32_t index, const char *what, Part *p, HurrayError *error) {
+  const HurrayArray *a = &tensor->parts[index];
+  const HurrayBuffer *buffer = buffers->buffers[a->buffer];
+  if (buffer->desc.device_tag != HURRAY_DEVICE_CPU) {
+    const char *name = hurray_device_name(buffer->desc.device_tag);
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "the kernels read CPU memory; the %s (buffer %u) are on %s", what,
+                        a->buffer, name != NULL ? name : "a private device");
+  }
+  const HurrayDTypeInfo *info = hurray_dtype_info(a->dtype);
+  if (info->kind == HURRAY_KIND_BOOL || info->kind == HURRAY_KIND_COMPLEX) {
+    return hurray__fail(error, HURRAY_EDTYPE, "the %s are %s: no number to dequantise", what,
+                        info->name);
+  }
+  p->data = buffer->data;
+  p->bit0 = (int64_t)a->byte_offset * 8; /* validated: byte_offset <= (2^63 - 1) / 8 */
+  p->ndim = a->ndim;
+  p->dtype = info->code;
+  p->bits = info->bits;
+  p->kind = info->kind;
+  if (a->strides != NULL) {
+    memcpy(p->strides, a->strides, (size_t)a->ndim * sizeof *p->strides);
+  } else {
+    int64_t s = 1; /* validated: row-major strides of a non-empty array fit int64 */
+    for (int32_t k = a->ndim - 1; k >= 0; k--) {
+      p->strides[k] = s;
+      s *= a->shape[k] > 0 ? a->shape[k] : 1;
+    }
+  }
+  if (info->bits <= 8) small_lut(info, p->lut);
+  for (uint32_t b = 0; info->bits == 4 && b < 256; b++) {
+    p->pair[b][0] = p->lut[b & 15];
+    p->pair[b][1] = p->lut[b >> 4];
+  }
+  return HURRAY_OK;
+}
+
+/* ---- the walk over rows --------------------------------------------------------------------- */
+
+/* How a part of scales (or zero points, mins) follows the logical index: its element for
+ * logical index i is at offset sum_k (i_k / div[k]) * mult[k] (div 0: that dimension does not
+ * move it). */
+typedef struct Map {
+  int64_t div[HURRAY_MAX_NDIM];
+  int64_t mult[HURRAY_MAX_NDIM];
+} Map;
+
+typedef struct Plan {
+  uint32_t layout;
+  int32_t ndim; /* at least 1: a rank-0 tensor is walked as shape [1] */
+  int64_t shape[HURRAY_MAX_NDIM];
+  uint64_t numel;
+  uint32_t nparts;
+  Part parts[HURRAY_MAX_PARTS];
+  Map maps[HURRAY_MAX_PARTS];
+  int64_t rep; /* along the last dimension, one scale per `rep` elements (>= row: per row) */
+  int64_t steps[HURRAY_MAX_PARTS][HURRAY_MAX_NDIM]; /* bits per index of dimension k */
+  uint8_t divides[HURRAY_MAX_NDIM]; /* a part's offset divides dimension k's index */
+} Plan;
+
+static void map_values(Plan *plan, uint32_t i) {
+  Part *p = &plan->parts[i];
+  for (int32_t k = 0; k < plan->ndim; k++) {
+    plan->maps[i].div[k] = 1;
+    plan->maps[i].mult[k] = p->ndim == 0 ? 0 : p->strides[k];
+  }
+}
+
+static void map_scales(Plan *plan, uint32_t i, int32_t axis, int64_t block_size) {
+  Part *p = &plan->parts[i];
+  for (int32_t k = 0; k < plan->ndim; k++) {
+    if (plan->layout == HURRAY_LAYOUT_PER_CHANNEL) {
+      plan->maps[i].div[k] = k == axis ? 1 : 0;
+      plan->maps[i].mult[k] = k == axis ? p->strides[0] : 0;
+    } else {
+      plan->maps[i].div[k] = k == axis ? block_size : 1;
+      plan->maps[i].mult[k] = p->strides[k];
+    }
+  }
+}
+
+static inline int64_t map_offset(const Map *m, const int64_t *idx, int32_t n) {
+  int64_t off = 0;
+  for (int32_t k = 0; k < n; k++) { /* div is 1 but on the axis: no division per row there */
+    if (m->div[k] == 1) off += idx[k] * m->mult[k];
+    else if (m->div[k] != 0) off += (idx[k] / m->div[k]) * m->mult[k];
+  }
+  return off;
+}
+
+static const char *const kPartNames[2][3] = {{"values", "scales", "zero points"},
+                                             {"values", "scales", "mins"}};
+
+static int plan_open(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                     const char *verb, Plan *plan, HurrayError *error) {
+  if (tensor == NULL || buffers == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "%s: tensor and buffers must not be NULL", verb);
+  }
+  int status = hurray_tensor_validate(tensor, buffers, 0, error);
+  if (status != HURRAY_OK) return status;
+  if (tensor->layout != HURRAY_LAYOUT_DENSE && tensor->layout != HURRAY_LAYOUT_PER_CHANNEL &&
+      tensor->layout != HURRAY_LAYOUT_BLOCK) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "%s takes dense, per_channel and block tensors, not a %s tensor", verb,
+                        hurray_layout_name((int)tensor->layout));
+  }
+  plan->layout = tensor->layout;
+  plan->ndim = tensor->ndim > 0 ? tensor->ndim : 1;
+  plan->numel = 1;
+  int wraps = 0; /* zero strides let a small buffer hold more elements than 2^64 */
+  for (int32_t k = 0; k < plan->ndim; k++) {
+    plan->shape[k] = tensor->ndim > 0 ? tensor->shape[k] : 1;
+    wraps |= __builtin_mul_overflow(plan->numel, (uint64_t)plan->shape[k], &plan->numel);
+  }
+  if (wraps && plan->numel != 0) {
+    return hurray__fail(error, HURRAY_EOVERFLOW, "%s: the tensor's element count overflows",
+                        verb);
+  }
+  plan->nparts = tensor->nparts;
+  const char *const *names = kPartNames[tensor->layout == HURRAY_LAYOUT_BLOCK];
+  for (uint32_t i = 0; i < tensor->nparts; i++) {
+    status = part_open(tensor, buffers, i, names[i], &plan->parts[i], error);
+    if (status != HURRAY_OK) return status;
+  }
+  map_values(plan, 0);
+  int64_t row = plan->shape[plan->ndim - 1];
+  plan->rep = row > 0 ? row : 1;
+  if (tensor->layout != HURRAY_LAYOUT_DENSE) {
+    for (uint32_t i = 1; i < tensor->nparts; i++) {
+      map_scales(plan, i, tensor->axis, tensor->block_size);
+    }
+    if (tensor->axis == plan->ndim - 1) {
+      plan->rep = tensor->layout == HURRAY_LAYOUT_PER_CHANNEL ? 1 : tensor->block_size;
+    } else if (tensor->layout == HURRAY_LAYOUT_BLOCK) {
+      plan->rep = 1; /* the scales' last dimension is the row's */
+    }
+  }
+  for (int32_t k = 0; k < plan->ndim; k++) {
+    plan->divides[k] = 0;
+    for (uint32_t i = 0; i < plan->nparts; i++) {
+      int64_t div = plan->maps[i].div[k];
+      plan->steps[i][k] = div == 1 ? plan->maps[i].mult[k] * plan->parts[i].bits : 0;
+      if (div > 1) plan->divides[k] = 1;
+    }
+  }
+  return HURRAY_OK;
+}
+
+static size_t out_itemsize(int dtype) {
+  if (dtype == HURRAY_DTYPE_FLOAT32) return 4;
+  return dtype == HURRAY_DTYPE_INT8 || dtype == HURRAY_DTYPE_UINT8 ? 1 : 2;
+}
+
+/* Checks the output dtype against the plan: float32, float16, bfloat16 for any layout; int8 or
+ * uint8 for a dense tensor of integers that fit it (the unpack of int4, uint4, int2, ...). */
+static int plan_output(const Plan *plan, int dtype, HurrayError *error) {
+  if (dtype == HURRAY_DTYPE_FLOAT32 || dtype == HURRAY_DTYPE_FLOAT16 ||
+      dtype == HURRAY_DTYPE_BFLOAT16) {
+    return HURRAY_OK;
+  }
+  const Part *v = &plan->parts[0];
+  const HurrayDTypeInfo *info = hurray_dtype_info(dtype);
+  if (dtype == HURRAY_DTYPE_INT8 || dtype == HURRAY_DTYPE_UINT8) {
+    int integer = plan->layout == HURRAY_LAYOUT_DENSE && v->bits <= 8 &&
+                  v->kind != HURRAY_KIND_FLOAT;
+    int fits = dtype == HURRAY_DTYPE_UINT8 ? v->kind == HURRAY_KIND_UNSIGNED
+                                           : v->kind == HURRAY_KIND_SIGNED || v->bits < 8;
+    if (integer && fits) return HURRAY_OK;
+    return hurray__fail(error, HURRAY_EDTYPE,
+                        "%s unpacks dense integer tensors whose values it holds (int4, int2 to "
+                        "int8; uint4, uint2, uint1 to either); not a %s tensor of %s",
+                        info->name, hurray_layout_name((int)plan->layout),
+                        hurray_dtype_info(v->dtype)->name);
+  }
+  return hurray__fail(error, HURRAY_EDTYPE,
+                      "dequantisation gives float32, float16 or bfloat16 (int8 or uint8 to "
+                      "unpack packed integers), not %s",
+                      info != NULL ? info->name : "an unknown dtype");
+}
+
+static void store_row(const float *src, int64_t n, int dtype, uint8_t *out) {
+  if (dtype == HURRAY_DTYPE_FLOAT16) {
+    uint16_t *o = (uint16_t *)(void *)out;
+    for (int64_t k = 0; k < n; k++) o[k] = f32_to_f16(src[k]);
+  } else if (dtype == HURRAY_DTYPE_BFLOAT16) {
+    uint16_t *o = (uint16_t *)(void *)out;
+    for (int64_t k = 0; k < n; k++) o[k] = f32_to_bf16(src[k]);
+  } else if ((const void *)src != (void *)out) {
+    memcpy(out, src, (size_t)n * sizeof *src);
+  }
+}
+
+/* Applies the row's scales (and zero points or mins) to x[0..len), the elements k0.. of the row
+ * whose scale parts start at bits sb[1], sb[2]. */
+static inline void scale_row(const Plan *plan, const int64_t *sb, int64_t k0, int64_t len,
+                             float *x) {
+  const Part *s = &plan->parts[1];
+  const Part *z = plan->nparts > 2 ? &plan->parts[2] : NULL;
+  const int last = plan->ndim - 1;
+  const int per_channel = plan->layout == HURRAY_LAYOUT_PER_CHANNEL;
+  int64_t rep = plan->rep;
+  if (rep >= plan->shape[last]) { /* one scale for the row: short rows (GGUF's blocks) */
+    float sv = part_float(s, sb[1]);
+    if (z == NULL) {
+      for (int64_t i = 0; i < len; i++) x[i] = x[i] * sv;
+    } else if (per_channel) {
+      float zv = part_float(z, sb[2]);
+      for (int64_t i = 0; i < len; i++) x[i] = (x[i] - zv) * sv;
+    } else {
+      float zv = part_float(z, sb[2]);
+      for (int64_t i = 0; i < len; i++) x[i] = x[i] * sv + zv;
+    }
+    return;
+  }
+  int64_t k = 0;
+  int64_t group = k0 / rep; /* then one group after another */
+  for (; k < len; group++) {
+    int64_t end = (group + 1) * rep - k0;
+    if (end > len) end = len;
+    if (rep == 1) {
+      float zbuf[ROW_CHUNK], sbuf[ROW_CHUNK];
+      decode_row(s, sb[1] + (k0 + k) * plan->maps[1].mult[last] * s->bits,
+                 plan->maps[1].mult[last], len - k, sbuf);
+      if (z != NULL) {
+        decode_row(z, sb[2] + (k0 + k) * plan->maps[2].mult[last] * z->bits,
+                   plan->maps[2].mult[last], len - k, zbuf);
+      }
+      float *xk = x + k;
+      int64_t m = len - k;
+      if (z == NULL) {
+        for (int64_t i = 0; i < m; i++) xk[i] = xk[i] * sbuf[i];
+      } else if (per_channel) {
+        for (int64_t i = 0; i < m; i++) xk[i] = (xk[i] - zbuf[i]) * sbuf[i];
+      } else {
+        for (int64_t i = 0; i < m; i++) xk[i] = xk[i] * sbuf[i] + zbuf[i];
+      }
+      return;
+    }
+    float sv = part_float(s, sb[1] + group * plan->maps[1].mult[last] * s->bits);
+    float *xk = x + k;
+    int64_t m = end - k;
+    if (z == NULL) {
+      for (int64_t i = 0; i < m; i++) xk[i] = xk[i] * sv;
+    } else {
+      float zv = part_float(z, sb[2] + group * plan->maps[2].mult[last] * z->bits);
+      if (per_channel) {
+        for (int64_t i = 0; i < m; i++) xk[i] = (xk[i] - zv) * sv;
+      } else {
+        for (int64_t i = 0; i < m; i++) xk[i] = xk[i] * sv + zv;
+      }
+    }
+    k = end;
+  }
+}
+
+static void unpack_row(const Part *p, int64_t bit, int64_t stride, int64_t len, uint8_t *dst) {
+  int64_t step = stride * p->bits;
+  if (p->kind == HURRAY_KIND_SIGNED) {
+    for (int64_t k = 0; k < len; k++, bit += step) {
+      dst[k] = (uint8_t)(sign_extend(part_raw(p, bit), p->bits) & 0xFF);
+    }
+  } else {
+    for (int64_t k = 0; k < len; k++, bit += step) dst[k] = (uint8_t)part_raw(p, bit);
+  }
+}
+
+/* Runs a checked plan into `out` (numel * itemsize bytes, aligned for the dtype). */
+static void plan_run(const Plan *plan, int dtype, uint8_t *out) {
+  if (plan->numel == 0) return;
+  const int last = plan->ndim - 1;
+  const int64_t n = plan->shape[last];
+  const size_t item = out_itemsize(dtype);
+  const Part *v = &plan->parts[0];
+  const int64_t vstride = plan->maps[0].mult[last];
+  int64_t idx[HURRAY_MAX_NDIM] = {0};
+  float buf[ROW_CHUNK];
+  /* Each part's first bit in the row, stepped as the index moves: step[i][k] bits per index of
+   * dimension k, except where the part's offset divides that index (a block axis before the
+   * last), whose moves recompute the offsets from the index. */
+  int64_t sb[HURRAY_MAX_PARTS];
+  const int64_t (*step)[HURRAY_MAX_NDIM] = plan->steps;
+  const int inner = last - 1;
+  int recompute = 1;
+  for (;;) {
+    for (uint32_t i = 0; recompute && i < plan->nparts; i++) {
+      sb[i] = plan->parts[i].bit0 + map_offset(&plan->maps[i], idx, last) * plan->parts[i].bits;
+    }
+    if (item == 4 && n <= ROW_CHUNK && inner >= 0 && !plan->divides[inner]) {
+      /* Short float32 rows (GGUF's blocks): every row left along dimension `inner`, and along
+       * `inner - 1` too where that one steps as well, without the index; the state is then
+       * that of the last row done. */
+      const int outer = inner >= 1 && idx[inner] == 0 && !plan->divides[inner - 1];
+      const int64_t runs = outer ? plan->shape[inner - 1] - idx[inner - 1] : 1;
+      const int64_t rows = plan->shape[inner] - idx[inner];
+      int64_t at[HURRAY_MAX_PARTS];
+      for (int64_t r2 = 0; r2 < runs; r2++) {
+        for (uint32_t i = 0; i < plan->nparts; i++) {
+          at[i] = sb[i] + (outer ? r2 * step[i][inner - 1] : 0);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+          float *x = (float *)(void *)out;
+          decode_row(v, at[0], vstride, n, x);
+          if (plan->nparts > 1) scale_row(plan, at, 0, n, x);
+          out += (size_t)n * 4;
+          for (uint32_t i = 0; i < plan->nparts; i++) at[i] += step[i][inner];
+        }
+      }
+      for (uint32_t i = 0; i < plan->nparts; i++) sb[i] = at[i] - step[i][inner];
+      out -= (size_t)n * 4;
+      idx[inner] = plan->shape[inner] - 1;
+      if (outer) idx[inner - 1] = plan->shape[inner - 1] - 1;
+    } else if (item == 1) {
+      unpack_row(v, sb[0], vstride, n, out);
+    } else {
+      for (int64_t k0 = 0; k0 < n; k0 += ROW_CHUNK) {
+        int64_t len = n - k0 < ROW_CHUNK ? n - k0 : ROW_CHUNK;
+        float *x = dtype == HURRAY_DTYPE_FLOAT32 ? (float *)(void *)(out + 4 * k0) : buf;
+        decode_row(v, sb[0] + k0 * vstride * v->bits, vstride, len, x);
+        if (plan->nparts > 1) scale_row(plan, sb, k0, len, x);
+        store_row(x, len, dtype, out + (size_t)k0 * item);
+      }
+    }
+    out += (size_t)n * item;
+    recompute = 0;
+    int k = inner;
+    for (; k >= 0; k--) {
+      int carry = ++idx[k] == plan->shape[k];
+      recompute |= plan->divides[k];
+      for (uint32_t i = 0; i < plan->nparts; i++) {
+        sb[i] += carry ? -(plan->shape[k] - 1) * step[i][k] : step[i][k];
+      }
+      if (!carry) break;
+      idx[k] = 0;
+    }
+    if (k < 0) return;
+  }
+}
+
+static int plan_bytes(const Plan *plan, int dtype, uint64_t *bytes, HurrayError *error) {
+  if (__builtin_mul_overflow(plan->numel, (uint64_t)out_itemsize(dtype), bytes)) {
+    return hurray__fail(error, HURRAY_EOVERFLOW, "the result of %llu elements overflows",
+                        (unsigned long long)plan->numel);
+  }
+  return HURRAY_OK;
+}
+
+/* A checked plan for dequantising `tensor` to `dtype` (heap: free it) and its output bytes. */
+static int plan_prepare(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                        int dtype, Plan **out, uint64_t *bytes, HurrayError *error) {
+  *out = malloc(sizeof **out);
+  if (*out == NULL) return hurray__fail(error, HURRAY_ENOMEM, "dequantize: no memory");
+  int status = plan_open(tensor, buffers, "dequantize", *out, error);
+  if (status == HURRAY_OK) status = plan_output(*out, dtype, error);
+  if (status == HURRAY_OK) status = plan_bytes(*out, dtype, bytes, error);
+  return status;
+}
+
+int hurray_dequantize(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers, int dtype,
+                      void *out, uint64_t out_size, HurrayError *error) {
+  Plan *plan = NULL;
+  uint64_t bytes = 0;
+  int status = plan_prepare(tensor, buffers, dtype, &plan, &bytes, error);
+  if (status == HURRAY_OK && out_size < bytes) {
+    status = hurray__fail(error, HURRAY_EINVAL,
+                          "out holds %llu bytes; the %llu %s elements need %llu",
+                          (unsigned long long)out_size, (unsigned long long)plan->numel,
+                          hurray_dtype_info(dtype)->name, (unsigned long long)bytes);
+  }
+  if (status == HURRAY_OK && bytes > 0 && out == NULL) {
+    status = hurray__fail(error, HURRAY_EINVAL, "dequantize: out is NULL");
+  }
+  if (status == HURRAY_OK && bytes > 0 && (uintptr_t)out % out_itemsize(dtype) != 0) {
+    status = hurray__fail(error, HURRAY_EALIGN, "out is not aligned to its %zu-byte elements",
+                          out_itemsize(dtype));
+  }
+  if (status == HURRAY_OK) plan_run(plan, dtype, out);
+  free(plan);
+  return status;
+}
+
+int hurray_dequantize_buffer(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                             int dtype, HurrayBuffer **out, HurrayError *error) {
+  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "dequantize: out is NULL");
+  *out = NULL;
+  Plan *plan = NULL;
+  uint64_t bytes = 0;
+  int status = plan_prepare(tensor, buffers, dtype, &plan, &bytes, error);
+  if (status == HURRAY_OK) status = hurray_buffer_alloc(bytes, 0, 0, out, error);
+  if (status == HURRAY_OK) plan_run(plan, dtype, (*out)->data);
+  free(plan);
+  return status;
+}
+
+/* ---- quantisation ------------------------------------------------------------------------ */
+
+typedef struct QuantGeometry {
+  int32_t ndim, axis;
+  int64_t shape[HURRAY_MAX_NDIM];
+  int64_t scale_shape[HURRAY_MAX_NDIM]; /* row-major, ndim dims (per_channel: 1 dim) */
+  int32_t scale_ndim;
+  uint64_t numel, nscales, values_bytes, scales_bytes;
+} QuantGeometry;
+
+static int quant_geometry(int32_t ndim, const int64_t *shape,
+                          const HurrayQuantizeOptions *o, QuantGeometry *g, HurrayError *error) {
+  if (o == NULL) return hurray__fail(error, HURRAY_EINVAL, "quantize: options is NULL");
+  if (!hurray__all_zero(o->reserved, sizeof o->reserved) || o->reserved1 != 0) {
+    return hurray__fail(error, HURRAY_EINVAL, "quantize: reserved option fields must be zero");
+  }
+  if (o->layout != HURRAY_LAYOUT_PER_CHANNEL && o->layout != HURRAY_LAYOUT_BLOCK) {
+    const char *name = hurray_layout_name((int)o->layout);
+    return hurray__fail(error, HURRAY_ELAYOUT,
+                        "quantize makes per_channel or block tensors, not %s",
+                        name != NULL ? name : "an unknown layout");
+  }
+  if (o->dtype != HURRAY_DTYPE_INT4 && o->dtype != HURRAY_DTYPE_INT8) {
+    const HurrayDTypeInfo *info = hurray_dtype_info(o->dtype);
+    return hurray__fail(error, HURRAY_EDTYPE, "quantize makes int4 or int8 values, not %s",
+                        info != NULL ? info->name : "an unknown dtype");
+  }
+  if (o->scale_dtype != HURRAY_DTYPE_FLOAT32 && o->scale_dtype != HURRAY_DTYPE_FLOAT16 &&
+      o->scale_dtype != HURRAY_DTYPE_BFLOAT16) {
+    const HurrayDTypeInfo *info = hurray_dtype_info(o->scale_dtype);
+    return hurray__fail(error, HURRAY_EDTYPE,
+                        "quantize makes float32, float16 or bfloat16 scales, not %s",
+                        info != NULL ? info->name : "an unknown dtype");
+  }
+  if (ndim < 1 || ndim > HURRAY_MAX_NDIM || shape == NULL) {
+    return hurray__fail(error, HURRAY_ELAYOUT, "quantize takes a tensor of rank 1 to %d, not %d",
+                        HURRAY_MAX_NDIM, (int)ndim);
+  }
+  if (o->axis < 0 || o->axis >= ndim) {
+    return hurray__fail(error, HURRAY_ELAYOUT, "axis %d is not in [0, %d)", (int)o->axis,
+                        (int)ndim);
+  }
+  int block = o->layout == HURRAY_LAYOUT_BLOCK;
+  if (block ? o->block_size < 1 || o->block_size > HURRAY_MAX_DIM : o->block_size != 0) {
+    return hurray__fail(error, HURRAY_ELAYOUT,
+                        block ? "block_size %lld is not in [1, 2^62]"
+                              : "block_size is %lld; per_channel takes 0",
+                        (long long)o->block_size);
+  }
+  g->ndim = ndim;
+  g->axis = o->axis;
+  g->numel = 1;
+  g->nscales = 1;
+  for (int32_t k = 0; k < ndim; k++) {
+    if (shape[k] < 0 || shape[k] > HURRAY_MAX_DIM) {
+      return hurray__fail(error, HURRAY_ELIMIT, "extent %lld of dimension %d is not in [0, 2^62]",
+                          (long long)shape[k], (int)k);
+    }
+    g->shape[k] = shape[k];
+    g->scale_shape[k] = k != o->axis ? shape[k]
+                        : block     ? shape[k] / o->block_size + (shape[k] % o->block_size != 0)
+                                    : shape[k];
+    if (__builtin_mul_overflow(g->numel, (uint64_t)shape[k], &g->numel)) {
+      return hurray__fail(error, HURRAY_EOVERFLOW, "the tensor's element count overflows");
+    }
+    if (block && __builtin_mul_overflow(g->nscales, (uint64_t)g->scale_shape[k], &g->nscales)) {
+      return hurray__fail(error, HURRAY_EOVERFLOW, "the scales' element count overflows");
+    }
+  }
+  if (!block) {
+    g->scale_ndim = 1;
+    g->scale_shape[0] = shape[o->axis];
+    g->nscales = (uint64_t)shape[o->axis];
+  } else {
+    g->scale_ndim = ndim;
+  }
+  if (hurray_dtype_storage_bytes(o->dtype, g->numel, &g->values_bytes, error) != HURRAY_OK ||
+      hurray_dtype_storage_bytes(o->scale_dtype, g->nscales, &g->scales_bytes, error) !=
+          HURRAY_OK) {
+    return HURRAY_EOVERFLOW;
+  }
+  return HURRAY_OK;
+}
+
+int hurray_quantize_sizes(int32_t ndim, const int64_t *shape, const HurrayQuantizeOptions *options,
+                          uint64_t *values_bytes, uint64_t *scales_bytes, HurrayError *error) {
+  QuantGeometry g;
+  int status = quant_geometry(ndim, shape, options, &g, error);
+  if (status != HURRAY_OK) return status;
+  if (values_bytes != NULL) *values_bytes = g.values_bytes;
+  if (scales_bytes != NULL) *scales_bytes = g.scales_bytes;
+  return HURRAY_OK;
+}
+
+/* The flat (row-major) scale index of logical index idx, last-dimension element k. */
+static uint64_t scale_index(const QuantGeometry *g, int block, int64_t block_size,
+                            const int64_t *idx, int64_t k) {
+  if (!block) return (uint64_t)(g->axis == g->ndim - 1 ? k : idx[g->axis]);
+  uint64_t flat = 0;
+  for (int32_t d = 0; d < g->ndim; d++) {
+    int64_t i = d == g->ndim - 1 ? k : idx[d];
+    if (d == g->axis) i /= block_size;
+    flat = flat * (uint64_t)g->scale_shape[d] + (uint64_t)i;
+  }
+  return flat;
+}
+
+int hurray_quantize(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                    const HurrayQuantizeOptions *options, void *values, uint64_t values_size,
+                    void *scales, uint64_t scales_size, HurrayError *error) {
+  Plan *plan = malloc(sizeof *plan);
+  if (plan == NULL) return hurray__fail(error, HURRAY_ENOMEM, "quantize: no memory");
+  float *group = NULL;
+  QuantGeometry g;
+  int status = plan_open(tensor, buffers, "quantize", plan, error);
+  if (status == HURRAY_OK && (tensor->layout != HURRAY_LAYOUT_DENSE ||
+                              plan->parts[0].kind != HURRAY_KIND_FLOAT)) {
+    status = hurray__fail(error, HURRAY_EDTYPE,
+                          "quantize takes a dense tensor of floats, not a %s tensor of %s",
+                          hurray_layout_name((int)tensor->layout),
+                          hurray_dtype_info(tensor->dtype)->name);
+  }
+  if (status == HURRAY_OK) status = quant_geometry(tensor->ndim, tensor->shape, options, &g, error);
+  if (status == HURRAY_OK && (values_size < g.values_bytes || scales_size < g.scales_bytes)) {
+    status = hurray__fail(error, HURRAY_EINVAL,
+                          "values hold %llu bytes and scales %llu; the result needs %llu and %llu",
+                          (unsigned long long)values_size, (unsigned long long)scales_size,
+                          (unsigned long long)g.values_bytes, (unsigned long long)g.scales_bytes);
+  }
+  if (status == HURRAY_OK && ((g.values_bytes > 0 && values == NULL) ||
+                              (g.scales_bytes > 0 && scales == NULL))) {
+    status = hurray__fail(error, HURRAY_EINVAL, "quantize: values or scales is NULL");
+  }
+  if (status == HURRAY_OK && g.scales_bytes > 0 &&
+      (uintptr_t)scales % (options->scale_dtype == HURRAY_DTYPE_FLOAT32 ? 4u : 2u) != 0) {
+    status = hurray__fail(error, HURRAY_EALIGN, "scales is not aligned to its elements");
+  }
+  if (status == HURRAY_OK && g.nscales > 0) {
+    group = calloc((size_t)g.nscales, sizeof *group);
+    if (group == NULL) {
+      status = hurray__fail(error, HURRAY_ENOMEM, "quantize: no memory for %llu scales",
+                            (unsigned long long)g.nscales);
+    }
+  }
+  if (status != HURRAY_OK || g.numel == 0) {
+    free(plan);
+    free(group);
+    return status;
+  }
+  const int block = options->layout == HURRAY_LAYOUT_BLOCK;
+  const int last = plan->ndim - 1;
+  const int64_t n = plan->shape[last];
+  const Part *v = &plan->parts[0];
+  const int64_t vstride = plan->maps[0].mult[last];
+  const float qmax = options->dtype == HURRAY_DTYPE_INT4 ? 7.0f : 127.0f;
+  float buf[ROW_CHUNK];
+  memset(values, 0, (size_t)g.values_bytes);
+  for (int pass = 0; pass < 2 && status == HURRAY_OK; pass++) {
+    int64_t idx[HURRAY_MAX_NDIM] = {0};
+    uint64_t flat = 0;
+    for (;;) {
+      int64_t vb = v->bit0 + map_offset(&plan->maps[0], idx, last) * v->bits;
+      /* the row's first scale; along the row one per element, per block, or the same */
+      const uint64_t s0 = scale_index(&g, block, options->block_size, idx, 0);
+      const int along = g.axis == last;
+      for (int64_t k0 = 0; k0 < n && status == HURRAY_OK; k0 += ROW_CHUNK) {
+        int64_t len = n - k0 < ROW_CHUNK ? n - k0 : ROW_CHUNK;
+        decode_row(v, vb + k0 * vstride * v->bits, vstride, len, buf);
+        for (int64_t k = 0; k < len; k++) {
+          uint64_t e = (uint64_t)(k0 + k);
+          uint64_t s = !block ? (along ? e : s0)
+                              : s0 + (along ? e / (uint64_t)options->block_size : e);
+          float x = buf[k];
+          if (pass == 0) {
+            float a = x < 0 ? -x : x;
+            if (!(a <= 0x1.fffffep127f)) {
+              status = hurray__fail(error, HURRAY_EINVAL,
+                                    "element %llu is %s: quantize takes finite values",
+                                    (unsigned long long)(flat + (uint64_t)k),
+                                    x != x ? "NaN" : "infinite");
+              break;
+            }
+            if (a > group[s]) group[s] = a;
+            continue;
+          }
+          float q = group[s] == 0.0f ? 0.0f : round_even(x / group[s]);
+          q = q > qmax ? qmax : q < -qmax ? -qmax : q;
+          int32_t qi = (int32_t)q;
+          uint64_t at = flat + (uint64_t)k;
+          if (options->dtype == HURRAY_DTYPE_INT8) {
+            ((uint8_t *)values)[at] = (uint8_t)(qi & 0xFF);
+          } else {
+            ((uint8_t *)values)[at >> 1] |= (uint8_t)((uint32_t)(qi & 15) << (4 * (at & 1)));
+          }
+        }
+        flat += (uint64_t)len;
+      }
+      if (status != HURRAY_OK) break;
+      int k = last - 1;
+      for (; k >= 0; k--) {
+        if (++idx[k] < plan->shape[k]) break;
+        idx[k] = 0;
+      }
+      if (k < 0) break;
+    }
+    if (pass == 0 && status == HURRAY_OK) { /* amax -> the scale as stored */
+      for (uint64_t s = 0; s < g.nscales; s++) {
+        float scale = group[s] / qmax;
+        if (options->scale_dtype == HURRAY_DTYPE_FLOAT32) {
+          ((float *)scales)[s] = scale;
+        } else {
+          uint16_t h = options->scale_dtype == HURRAY_DTYPE_FLOAT16 ? f32_to_f16(scale)
+                                                                    : f32_to_bf16(scale);
+          ((uint16_t *)scales)[s] = h;
+          scale = options->scale_dtype == HURRAY_DTYPE_FLOAT16 ? f16_to_f32(h) : bf16_to_f32(h);
+          if (!(scale <= 0x1.fffffep127f)) {
+            status = hurray__fail(error, HURRAY_EINVAL,
+                                  "scale %llu (%g) does not fit %s",
+                                  (unsigned long long)s, (double)(group[s] / qmax),
+                                  hurray_dtype_info(options->scale_dtype)->name);
+            break;
+          }
+        }
+        group[s] = scale;
+      }
+    }
+  }
+  free(plan);
+  free(group);
+  return status;
+}
+
+int hurray_quantize_new(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                        const HurrayQuantizeOptions *options, HurrayTensorContext **out,
+                        HurrayError *error) {
+  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "quantize: out is NULL");
+  *out = NULL;
+  if (tensor == NULL) return hurray__fail(error, HURRAY_EINVAL, "quantize: tensor is NULL");
+  QuantGeometry g;
+  int status = quant_geometry(tensor->ndim, tensor->shape, options, &g, error);
+  if (status != HURRAY_OK) return status;
+  HurrayBufferList *list = NULL;
+  HurrayBuffer *vb = NULL, *sb = NULL;
+  status = hurray_buffer_list_create(2, &list, error);
+  if (status == HURRAY_OK) status = hurray_buffer_alloc(g.values_bytes, 0, 0, &vb, error);
+  if (status == HURRAY_OK) status = hurray_buffer_alloc(g.scales_bytes, 0, 0, &sb, error);
+  if (status == HURRAY_OK) {
+    status = hurray_quantize(tensor, buffers, options, vb->data, g.values_bytes, sb->data,
+                             g.scales_bytes, error);
+  }
+  if (status == HURRAY_OK) {
+    status = hurray_buffer_list_append(list, vb, HURRAY_ROLE_VALUES, NULL, error);
+    vb = NULL; /* the list took it, or destroyed it */
+  }
+  if (status == HURRAY_OK) {
+    status = hurray_buffer_list_append(list, sb, HURRAY_ROLE_SCALES, NULL, error);
+    sb = NULL;
+  }
+  if (status != HURRAY_OK) {
+    hurray_buffer_destroy(vb);
+    hurray_buffer_destroy(sb);
+    hurray_buffer_list_destroy(list);
+    return status;
+  }
+  HurrayArray parts[2] = {
+      {.shape = g.shape, .ndim = g.ndim, .buffer = 0, .dtype = options->dtype},
+      {.shape = g.scale_shape, .ndim = g.scale_ndim, .buffer = 1, .dtype = options->scale_dtype},
+  };
+  HurrayTensorDesc desc = {.layout = options->layout,
+                           .ndim = g.ndim,
+                           .axis = g.axis,
+                           .block_size = options->block_size,
+                           .shape = g.shape,
+                           .parts = parts,
+                           .nparts = 2,
+                           .dtype = options->dtype};
+  /* SINK for the list; the context copies the descriptor. */
+  return hurray_tensor_context_create(&desc, list, 0, NULL, NULL, out, error);
+}
