@@ -57,6 +57,9 @@
 /* What an upload holds beyond its bytes and its PUT header: the served tensor's own structures
  * (its context, segments and record), counted against max_upload_total_bytes. */
 #define SERVER_UPLOAD_OVERHEAD ((uint64_t)1 << 10)
+/* The smallest whole tensor sent as descriptors on a session with fd passing (measured: see
+ * respond). */
+#define FD_PASSING_MIN_BYTES ((uint64_t)512 << 10)
 
 static const uint8_t kZeros[HURRAY_MIN_ALIGNMENT];
 
@@ -817,8 +820,11 @@ static void respond(HurrayServer *s, Conn *c, WireServed *t, const WireRequest *
     send_error(c, id, status, e.message);
     return;
   }
+  /* Host memory of FD_PASSING_MIN_BYTES or more goes as descriptors (device memory is staged
+   * as DATA): below that, DATA frames cost fewer system calls than a descriptor the client
+   * must receive, map, check and unmap (docs/impl/wire.md, "Same-host transfers"). */
   if (c->fd_passing && r->range_kind == WIRE_RANGE_WHOLE && r->resume_offset == 0 &&
-      t->device == HURRAY_DEVICE_CPU) { /* host memory: device memory is staged as DATA */
+      t->device == HURRAY_DEVICE_CPU && t->total_bytes >= FD_PASSING_MIN_BYTES) {
     hurray__wire_plan_fds(t, &c->plan);
   }
   hurray__wire_tensor_frame(&c->out, WIRE_TENSOR_HEADER, c->plan.nsegments ? 0 : WIRE_FLAG_END,

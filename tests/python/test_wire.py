@@ -597,10 +597,11 @@ def test_unix_socket_tensors_come_as_mapped_descriptors(tmp_path):
         assert np.asarray(c.get("odd")).tolist() == odd.tolist()
         assert np.asarray(c.get("empty")).shape == (0, 3)
         assert np.array_equal(np.asarray(c.get("a", slice=(3, 5))), a[3:5])  # rows: DATA
-        # the statistics count what went as a descriptor by its buffer's size
+        # the statistics count what went as a descriptor by its buffer's size; a tensor under
+        # 512 KiB goes as DATA, which costs it fewer system calls than a descriptor
         stats = wait_transfers(s, 5)
-        assert stats["passed_bytes"] == 2 * a.nbytes + 28 * 2  # odd: the span of its elements
-        assert stats["sent_bytes"] == 2 * 512 * 4
+        assert stats["passed_bytes"] == 2 * a.nbytes
+        assert stats["sent_bytes"] == 2 * 512 * 4 + 28 * 2  # rows, and the span of odd's elements
     assert np.asarray(t)[1, 0] == 512  # the mapping outlives the client and the server
     del t, got
     assert mapped("/memfd:hurray:a (deleted)") == []
@@ -608,7 +609,7 @@ def test_unix_socket_tensors_come_as_mapped_descriptors(tmp_path):
 
 def test_a_served_file_is_mapped_and_survives_its_replacement(tmp_path):
     path = tmp_path / "w.hurray"
-    w = np.arange(4096, dtype=np.float64).reshape(64, 64)
+    w = np.arange(1 << 16, dtype=np.float64).reshape(256, 256)  # 512 KiB: passed as the file
     hurray.save(path, {"w": w})
     with hurray.serve(str(path), address=f"unix:{tmp_path / 's'}") as s, \
             hurray.connect(s.address) as c:
@@ -617,6 +618,18 @@ def test_a_served_file_is_mapped_and_survives_its_replacement(tmp_path):
         assert len(mapped(str(path))) == before + 1
         hurray.save(path, {"w": -w})  # a new inode by rename: the old one stays mapped
         assert np.array_equal(np.asarray(t), w)
+
+
+def test_small_tensors_come_as_data_even_with_fd_passing(tmp_path):
+    small, large = np.arange(1000, dtype=np.float32), np.zeros(1 << 17, np.float32)
+    with hurray.serve({"small": small, "large": large}, address=f"unix:{tmp_path / 's'}") as s, \
+            hurray.connect(s.address) as c:
+        assert c.info["fd_passing"] is True
+        assert np.array_equal(np.asarray(c.get("small")), small)
+        assert mapped("/memfd:hurray:small (deleted)") == []
+        assert np.array_equal(np.asarray(c.get("large")), large)  # 512 KiB: a descriptor
+        stats = wait_transfers(s, 2)
+        assert (stats["sent_bytes"], stats["passed_bytes"]) == (small.nbytes, large.nbytes)
 
 
 def test_fd_passing_is_negotiated(tmp_path):

@@ -573,15 +573,16 @@ def test_same_host_descriptors(tmp_path):
     """§6.6: on a Unix socket a client that asks gets DATA_FD frames (a sealed memfd for
     tensors in memory, the file for a served file), which carry the same bytes."""
     tensors = {name: make() for name, make in DENSE.items()}
+    tensors["big"] = np.arange(1 << 17, dtype=np.float32)  # the reference server passes 512 KiB up
     path = tmp_path / "m.hurray"
-    hurray.save(str(path), {"f": np.arange(1000, dtype=np.float64)})
+    hurray.save(str(path), {"f": np.arange(1 << 16, dtype=np.float64)})
     for served in (tensors, str(path)):
         with hurray.serve(served, address=f"unix:{tmp_path / 's.sock'}") as s:
             with w.Client(s.address, fd_passing=True) as c:
                 assert c.hello["flags"] & w.S_FD_PASSING
                 for name in [e["name"] for e in c.list()]:
                     t = c.get(name)
-                    want = (np.arange(1000, dtype=np.float64) if name == "f"
+                    want = (np.arange(1 << 16, dtype=np.float64) if name == "f"
                             else np.ascontiguousarray(tensors[name]))
                     assert t.node.parts[0].to_numpy(t.buffers).tobytes() == want.tobytes()
                 assert c.fd_frames > 0
