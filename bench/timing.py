@@ -104,11 +104,16 @@ def ratio(x):
     return f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"
 
 
+def versus(sample, ref):
+    """`sample` as a multiple of `ref`: minimum against minimum, median against median."""
+    return f"{ratio(sample.min / ref.min)}/{ratio(sample.median / ref.median)}"
+
+
 class Table:
     """Rows of (name, Sample, extra columns), printed with the minimum and the median of each
     row's rounds, its throughput over `nbytes` (when given) at both, its multiple of each
     reference row in `refs` (minimum against minimum, median against median: ``min/median``),
-    and with ``cpu=True`` its minimum CPU time and that as a multiple of the first reference's.
+    and with ``cpu=True`` its minimum CPU time (in the same unit) and that as a multiple of the first reference's.
     `notes` are lines printed under the title: which peers stand here and at what setting."""
 
     def __init__(self, title, refs=(), nbytes=None, extra=(), unit="s", cpu=False, notes=()):
@@ -137,7 +142,7 @@ class Table:
             cols += ["GiB/s min/med"]
         cols += [f"x {r} min/med" for r in refs]
         if self.cpu:
-            cols += ["CPU s min"] + ([f"x {refs[0]} CPU"] if refs else [])
+            cols += [f"CPU {self.unit} min"] + ([f"x {refs[0]} CPU"] if refs else [])
         cols += self.extra
         widths = [max(10, len(c)) for c in cols]
         width = max([36] + [len(n) for n, _, _ in self.rows])
@@ -149,14 +154,13 @@ class Table:
             if s is None:
                 print(f"  {name:{width}}  ({extra[0]})")
                 continue
-            values = [f"{s.min * scale:.3f}", f"{s.median * scale:.3f}"]
+            values = [_num(s.min * scale), _num(s.median * scale)]
             if self.nbytes:
                 values.append(f"{self.nbytes / GIB / s.min:.2f}/{self.nbytes / GIB / s.median:.2f}")
             for r in refs:
-                ref = self.sample(r)
-                values.append(f"{ratio(s.min / ref.min)}/{ratio(s.median / ref.median)}")
+                values.append(versus(s, self.sample(r)))
             if self.cpu:
-                values.append(f"{s.cpu_min:.3f}")
+                values.append(_num(s.cpu_min * scale))
                 if refs:
                     values.append(ratio(s.cpu_min / self.sample(refs[0]).cpu_min))
             values += list(extra)
@@ -178,6 +182,5 @@ def print_grid(title, rows, ref, unit="us"):
     for label, samples in rows.items():
         base = samples[ref]
         values = [f"{_num(samples[n].min * scale)}/{_num(samples[n].median * scale)}" for n in names]
-        values += [f"{ratio(samples[n].min / base.min)}/{ratio(samples[n].median / base.median)}"
-                   for n in others]
+        values += [versus(samples[n], base) for n in others]
         print(f"  {label:{width}}" + "".join(f"  {v:>{w}}" for v, w in zip(values, widths)))
