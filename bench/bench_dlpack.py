@@ -19,7 +19,6 @@ A benchmark, not a test: it asserts nothing about speed.
 import argparse
 import os
 import platform
-import timeit
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # idle BLAS threads spin on small machines
 

@@ -113,7 +113,8 @@ class Table:
     """Rows of (name, Sample, extra columns), printed with the minimum and the median of each
     row's rounds, its throughput over `nbytes` (when given) at both, its multiple of each
     reference row in `refs` (minimum against minimum, median against median: ``min/median``),
-    and with ``cpu=True`` its minimum CPU time (in the same unit) and that as a multiple of the first reference's.
+    and with ``cpu=True`` its minimum CPU time (in the same unit) and that as a multiple of the
+    first reference's.
     `notes` are lines printed under the title: which peers stand here and at what setting."""
 
     def __init__(self, title, refs=(), nbytes=None, extra=(), unit="s", cpu=False, notes=()):
@@ -181,6 +182,7 @@ def print_grid(title, rows, ref, unit="us"):
     print(f"  {'':{width}}" + "".join(f"  {c:>{w}}" for c, w in zip(cols, widths)))
     for label, samples in rows.items():
         base = samples[ref]
-        values = [f"{_num(samples[n].min * scale)}/{_num(samples[n].median * scale)}" for n in names]
+        values = [f"{_num(samples[n].min * scale)}/{_num(samples[n].median * scale)}"
+                  for n in names]
         values += [versus(samples[n], base) for n in others]
         print(f"  {label:{width}}" + "".join(f"  {v:>{w}}" for v, w in zip(values, widths)))
