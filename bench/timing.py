@@ -115,12 +115,13 @@ class Table:
     reference row in `refs` (minimum against minimum, median against median: ``min/median``),
     and with ``cpu=True`` its minimum CPU time (in the same unit) and that as a multiple of the
     first reference's.
-    `notes` are lines printed under the title: which peers stand here and at what setting."""
+    `notes` are lines printed under the title: which peers stand here and at what setting;
+    `verdicts` lines printed under the rows (``beaten`` writes them)."""
 
     def __init__(self, title, refs=(), nbytes=None, extra=(), unit="s", cpu=False, notes=()):
         self.title, self.refs, self.nbytes, self.unit = title, list(refs), nbytes, unit
         self.extra, self.cpu, self.notes = list(extra), cpu, list(notes)
-        self.rows = []
+        self.rows, self.verdicts = [], []
 
     def add(self, name, sample, *extra):
         self.rows.append((name, sample, extra))
@@ -166,6 +167,21 @@ class Table:
                     values.append(ratio(s.cpu_min / self.sample(refs[0]).cpu_min))
             values += list(extra)
             print(f"  {name:{width}}" + "".join(f"  {v:>{w}}" for v, w in zip(values, widths)))
+        for line in self.verdicts:
+            print(f"  {line}")
+
+    def beaten(self, ours, peers):
+        """Say plainly, in the verdicts, which of the rows `peers` beat the row `ours` in the
+        minimum or the median of their rounds, and by how much, or that none did."""
+        mine = self.sample(ours)
+        present = [p for p in peers if self.sample(p) is not None]
+        for peer in present:
+            theirs = self.sample(peer)
+            if theirs.min < mine.min or theirs.median < mine.median:
+                self.verdicts.append(f"PEER FASTER: {peer} beats {ours}: {ours} takes "
+                                     f"{versus(mine, theirs)} times as long (min/median)")
+        if present and not self.verdicts:
+            self.verdicts.append(f"{ours} beats every peer here: {', '.join(present)}")
 
 
 def print_grid(title, rows, ref, unit="us"):
