@@ -2,13 +2,16 @@
 
 An exchange is what a user pays for `consumer.from_dlpack(producer_array)`: the producer's
 __dlpack__ (and __dlpack_device__ where the consumer asks), the capsule, the consumer's new
-array, and its release. Each pair is timed in interleaved rounds (so machine noise hits them
-alike), and the best round per pair is reported as nanoseconds per exchange and as ratios to
+array, and its release. The exchanges are timed in interleaved rounds (bench/timing.py: the
+order rotates each round, so machine noise hits them alike), and the minimum and the median of
+the rounds are reported as nanoseconds per exchange and as ratios to
 NumPy -> PyTorch and to NumPy -> NumPy measured in the same run: Hurray -> NumPy
 (``np.from_dlpack(tensor)``) and NumPy -> Hurray (``hurray.from_dlpack(ndarray)``) each stand
 beside their NumPy equivalent, ``np.from_dlpack(ndarray)`` (ADR-059).
 
-    python bench/bench_dlpack.py [--rounds 15] [--number 20000]
+PyTorch runs on one thread (``torch.set_num_threads(1)``), its best for an exchange.
+
+    python bench/bench_dlpack.py [--rounds 15] [--number 20000] [--quick]
 
 A benchmark, not a test: it asserts nothing about speed.
 """
@@ -16,7 +19,6 @@ A benchmark, not a test: it asserts nothing about speed.
 import argparse
 import os
 import platform
-import timeit
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # idle BLAS threads spin on small machines
 
@@ -24,6 +26,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import hurray  # noqa: E402
+from timing import Table, interleaved, load_average  # noqa: E402
 
 torch.set_num_threads(1)  # nor may PyTorch's pool spin between the cases
 
@@ -48,27 +51,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--number", type=int, default=20000, help="exchanges per round")
+    parser.add_argument("--quick", action="store_true",
+                        help="5 rounds of 2,000: to check the bench itself")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.number = 5, min(args.number, 2000)
 
-    cases = pairs()
-    for run in cases.values():  # warm up: imports, caches, allocator pools
-        for _ in range(2000):
-            run()
-    best = {name: float("inf") for name in cases}
-    for _ in range(args.rounds):
-        for name, run in cases.items():
-            seconds = timeit.timeit(run, number=args.number)
-            best[name] = min(best[name], seconds / args.number * 1e9)
-
-    baseline = best["NumPy -> PyTorch (baseline)"]
-    numpy_ns = best["NumPy -> NumPy (reference)"]
     print(f"hurray {hurray.__version__}, numpy {np.__version__}, torch {torch.__version__}, "
           f"Python {platform.python_version()}, {platform.machine()}")
-    print(f"one DLPack exchange of a 64x64 float32 array, best of {args.rounds} rounds of "
-          f"{args.number}")
-    print(f"{'exchange':32} {'ns':>8} {'x NumPy->PyTorch':>18} {'x NumPy->NumPy':>15}")
-    for name, ns in best.items():
-        print(f"{name:32} {ns:8.0f} {ns / baseline:18.2f} {ns / numpy_ns:15.2f}")
+    load_average("start")
+    table = Table(f"one DLPack exchange of a 64x64 float32 array, min and median of "
+                  f"{args.rounds} interleaved rounds of {args.number}", unit="ns",
+                  refs=["NumPy -> PyTorch (baseline)", "NumPy -> NumPy (reference)"])
+    table.add_all(interleaved(pairs(), args.rounds, args.number))
+    table.print()
+    load_average("end")
 
 
 if __name__ == "__main__":

@@ -1,23 +1,32 @@
 """Files: hurray against safetensors, NumPy and the system's own tools, every figure a ratio to a
 peer or a reference measured in the same run (a benchmark, not a test).
 
-    .venv/bin/python bench/bench_file.py [--size-mib 1024] [--tensors 64] [--rounds 3]
+    .venv/bin/python bench/bench_file.py [--size-mib 512] [--tensors 64] [--rounds 5]
                                          [--counts 1,100,10000,100000] [--only save,open,...]
                                          [--quick] [--dir DIR]
 
---quick runs everything small (64 MiB, one round, up to 10,000 tensors) to check the bench
-itself. Each section is a table: a row per contender, its time, its throughput where it moves
-the data, and its time as a multiple of the reference rows named in the header (x REF: below 1
-is faster than REF). Sections:
+--quick runs everything small (64 MiB, 5 rounds, up to 10,000 tensors) to check the bench
+itself. Each section is a table whose contenders are timed in interleaved rounds
+(bench/timing.py: the order rotates each round, so the load of a shared machine falls on all
+alike; every contender runs once untimed first, no round follows a gc.collect()): a row per
+contender, the minimum and the median of its rounds, its throughput where it moves the data,
+and its time as a multiple of the reference rows named in the header (x REF min/med: below 1 is
+faster than REF). Each peer is at its best: safetensors' mapped path for PyTorch
+(safetensors.torch.load_file, safe_open(framework="pt"), which map the file), np.load with
+mmap_mode where the load is mapped, cp for a copy. Where a peer beats hurray the output says so
+in a line of its own. The default 512 MiB keeps what a run holds at once under 2 GiB (the data,
+a loaded copy; on disk the hurray, safetensors and .npy files). Sections:
 
   save       durable saves (each contender then fsyncs the file and its directory; hurray.save
              does it itself) and saves left in the page cache, against safetensors
              save_file, np.save and the floor: os.write of the same bytes into one file.
   convert    a safetensors file to a hurray file, against cp of the same file.
   load       copying loads against copying the same bytes into fresh memory (np.empty,
-             np.copyto, then the same touch) and safetensors load_file; mapped loads (read-only
-             and writable=True) against touching the arrays in memory and
-             np.load(mmap_mode='r'). Every loaded array is touched the same way,
+             np.copyto, then the same touch), safetensors load_file and safe_open (NumPy) and
+             np.load; mapped loads (read-only and writable=True) against touching the arrays in
+             memory, np.load(mmap_mode='r') and safetensors' mapped PyTorch loads
+             (safetensors.torch.load_file, safe_open(framework="pt") + get_tensor, touched
+             through Tensor.numpy(), a view). Every loaded array is touched the same way,
              np.add.reduce over all its elements, so a lazy loader pays for its page faults
              and an eager one for its copy. Warm cache: each file was just written.
   consumers  NumPy, PyTorch and JAX taking every loaded tensor (from_dlpack), against the
@@ -31,7 +40,6 @@ is faster than REF). Sections:
 """
 
 import argparse
-import gc
 import os
 import platform
 import shutil
@@ -44,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 import hurray
-from timing import best, best_wall_and_cpu
+from timing import Table, interleaved, load_average
 
 try:
     import safetensors
@@ -52,57 +60,17 @@ try:
     from safetensors import safe_open
 except ImportError:
     safetensors = None
+try:
+    import safetensors.torch as st_torch
+    import torch
+except ImportError:
+    st_torch = None
 
 SECTIONS = ("save", "convert", "load", "consumers", "open", "verify")
 GIB = 1 << 30
 
 
-# ---- tables ----------------------------------------------------------------------------------
-
-class Table:
-    """Rows of (name, seconds, extra columns); prints each time with its throughput over
-    `nbytes` (when given) and as a multiple of each reference row in `refs`."""
-
-    def __init__(self, title, refs=(), nbytes=None, extra=(), unit="s"):
-        self.title, self.refs, self.nbytes, self.extra, self.unit = title, refs, nbytes, extra, unit
-        self.rows = []
-
-    def add(self, name, seconds, *extra):
-        self.rows.append((name, seconds, extra))
-
-    def skip(self, name, why):
-        self.rows.append((name, None, (why,)))
-
-    def time_of(self, name):
-        return next(t for n, t, _ in self.rows if n == name)
-
-    def print(self):
-        scale = 1e3 if self.unit == "ms" else 1.0
-        cols = [f"x {r}" for r in self.refs] + list(self.extra)
-        widths = [max(8, len(c)) for c in cols]
-        width = max([40] + [len(n) for n, _, _ in self.rows])
-        head = f"{self.unit:>8}" + ("    GiB/s" if self.nbytes else "")
-        head += "".join(f"  {c:>{w}}" for c, w in zip(cols, widths))
-        print(f"\n{self.title}")
-        print(f"  {'':{width}} {head}")
-        for name, t, extra in self.rows:
-            if t is None:
-                print(f"  {name:{width}}  ({extra[0]})")
-                continue
-            line = f"{t * scale:8.3f}"
-            if self.nbytes:
-                line += f"  {self.nbytes / GIB / t:7.2f}"
-            values = [ratio(t / self.time_of(r)) for r in self.refs] + list(extra)
-            line += "".join(f"  {v:>{w}}" for v, w in zip(values, widths))
-            print(f"  {name:{width}} {line}")
-
-
 # ---- helpers ---------------------------------------------------------------------------------
-
-def ratio(x):
-    """Two decimals, or two significant digits below 0.1 (0.00025, not 0.00)."""
-    return f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"
-
 
 def touch(arrays):
     """The same read of every byte for every contender."""
@@ -121,19 +89,15 @@ def fsync_file_and_directory(path):
             os.close(fd)
 
 
-def best_save(fn, path, rounds):
-    """The best time of `fn()` writing `path`, each round starting from no file and no dirty
-    pages (the previous round's writeback would otherwise be charged to the next)."""
-    times = []
-    for _ in range(rounds):
-        if os.path.exists(path):
-            os.unlink(path)
+def fresh(paths):
+    """A `before` for timing.interleaved: removes the file the contender named writes (a key of
+    `paths`) and flushes every dirty page, so that no call is charged the previous one's
+    writeback."""
+    def before(name):
+        if os.path.exists(paths[name]):
+            os.unlink(paths[name])
         os.sync()
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return before
 
 
 def write_raw(path, arrays):
@@ -148,13 +112,12 @@ def write_raw(path, arrays):
 
 
 def child(argv):
-    """Wall seconds of running `argv` to completion."""
-    t0 = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    elapsed = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise RuntimeError(f"{argv} failed ({done.returncode}): {done.stderr.decode().strip()}")
-    return elapsed
+    """A function running `argv` to completion (its output discarded)."""
+    def run():
+        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if done.returncode != 0:
+            raise RuntimeError(f"{argv} failed ({done.returncode}): {done.stderr.decode().strip()}")
+    return run
 
 
 def child_peak_rss(argv):
@@ -207,35 +170,34 @@ def bench_save(ctx):
             fsync_file_and_directory(str(path))
         return go
 
-    raw = work / "model.raw"
-    durable.add("write + fsync", best_save(synced(lambda: write_raw(raw, values), raw), raw, rounds))
-    cached.add("write", best_save(lambda: write_raw(raw, values), raw, rounds))
-    raw.unlink()
+    def np_save(path):
+        def go():
+            with open(path, "wb") as f:  # all arrays in one file: np.save appends
+                for a in values:
+                    np.save(f, a)
+        return go
 
+    raw, s, npy, h = (work / f"save.{ext}" for ext in ("raw", "safetensors", "npy", "hurray"))
+    plain = {"write": (lambda: write_raw(raw, values), raw),
+             "np.save": (np_save(npy), npy),
+             "hurray": (lambda: hurray.save(h, arrays, durable=False), h)}
     if safetensors is not None:
-        s = work / "save.safetensors"
-        durable.add(f"{st} + fsync",
-                    best_save(synced(lambda: st_numpy.save_file(arrays, s), s), s, rounds))
-        cached.add(st, best_save(lambda: st_numpy.save_file(arrays, s), s, rounds))
-        s.unlink()
+        plain[st] = (lambda: st_numpy.save_file(arrays, s), s)
     else:
         durable.skip(f"{st} + fsync", "safetensors is not installed")
         cached.skip(st, "safetensors is not installed")
-
-    npy = work / "save.npy"  # all arrays in one file: np.save appends
-    def np_save():
-        with open(npy, "wb") as f:
-            for a in values:
-                np.save(f, a)
-    durable.add("np.save + fsync", best_save(synced(np_save, npy), npy, rounds))
-    cached.add("np.save", best_save(np_save, npy, rounds))
-    npy.unlink()
-
-    h = work / "save.hurray"
-    durable.add("hurray.save", best_save(lambda: hurray.save(h, arrays), h, rounds))
-    cached.add("hurray.save(durable=False)",
-               best_save(lambda: hurray.save(h, arrays, durable=False), h, rounds))
-    h.unlink()
+    runs = {f"{n} + fsync": (synced(fn, path), path) for n, (fn, path) in plain.items()
+            if n != "hurray"}
+    runs["hurray.save"] = (lambda: hurray.save(h, arrays), h)
+    for table, contenders in ((durable, runs), (cached, plain)):
+        paths = {n: path for n, (_, path) in contenders.items()}
+        samples = interleaved({n: fn for n, (fn, _) in contenders.items()}, rounds,
+                              before=fresh(paths))
+        table.add_all({("hurray.save(durable=False)" if n == "hurray" else n): v
+                       for n, v in samples.items()})
+    for path in (raw, s, npy, h):
+        if path.exists():
+            path.unlink()
     return [durable, cached]
 
 
@@ -249,21 +211,24 @@ def bench_convert(ctx):
     size = src.stat().st_size
     durable = Table("convert safetensors -> hurray, durable", refs=["cp + fsync"], nbytes=size)
     cached = Table("convert safetensors -> hurray, not durable", refs=["cp"], nbytes=size)
-    cp = ctx.work / "copy.safetensors"
+    cp, out = ctx.work / "copy.safetensors", ctx.work / "converted.hurray"
 
     def copy():
         shutil.copyfile(src, cp)
+
     def copy_synced():
         copy()
         fsync_file_and_directory(str(cp))
-    durable.add("cp + fsync", best_save(copy_synced, cp, rounds))
-    cached.add("cp", best_save(copy, cp, rounds))
-    cp.unlink()
 
-    out = ctx.work / "converted.hurray"
-    durable.add("hurray.convert", best_save(lambda: hurray.convert(src, out), out, rounds))
-    cached.add("hurray.convert(durable=False)",
-               best_save(lambda: hurray.convert(src, out, durable=False), out, rounds))
+    for table, contenders in (
+            (durable, {"cp + fsync": copy_synced,
+                       "hurray.convert": lambda: hurray.convert(src, out)}),
+            (cached, {"cp": copy,
+                      "hurray.convert(durable=False)":
+                          lambda: hurray.convert(src, out, durable=False)})):
+        paths = {n: cp if n.startswith("cp") else out for n in contenders}
+        table.add_all(interleaved(contenders, rounds, before=fresh(paths)))
+    cp.unlink()
     out.unlink()
     return [durable, cached]
 
@@ -272,27 +237,19 @@ def bench_load(ctx):
     rounds, values, expected = ctx.args.rounds, ctx.values, ctx.expected
     h = ctx.hurray_file()
     st_ref = ["safetensors load_file"] if safetensors is not None else []
+    st_pt = "safetensors.torch load_file"
     copying = Table("load + touch every byte, copying", refs=["copy to fresh memory"] + st_ref,
-                    nbytes=ctx.nbytes, extra=["CPU s", "x copy CPU"])
+                    nbytes=ctx.nbytes, cpu=True)
     mapped = Table("load + touch every byte, mapped (zero-copy)",
-                   refs=["touch in memory", "np.load(mmap_mode='r')"], nbytes=ctx.nbytes,
-                   extra=["CPU s", "x touch CPU"])
-    cpu_refs = {}
-
-    def timed(fn, ref):
-        """Wall seconds, then CPU seconds and their multiple of the CPU seconds of the first
-        row timed with the same `ref` (the table's reference row)."""
-        fn()  # warm the cache and the code
-        wall, cpu = best_wall_and_cpu(fn, rounds)
-        cpu_refs.setdefault(ref, cpu)
-        return wall, f"{cpu:.3f}", f"{cpu / cpu_refs[ref]:.2f}"
+                   refs=["touch in memory", "np.load(mmap_mode='r')"]
+                   + ([st_pt] if st_torch is not None else []),
+                   nbytes=ctx.nbytes, cpu=True)
 
     def fresh_copy():
         copies = [np.empty_like(a) for a in values]
         for dst, a in zip(copies, values):
             np.copyto(dst, a)
         assert touch(copies) == expected
-    copying.add("copy to fresh memory", *timed(fresh_copy, "copy"))
 
     def hurray_load(mmap, writable=False):
         def go():
@@ -305,29 +262,45 @@ def bench_load(ctx):
             assert touch(np.from_dlpack(f[name]) for name in f) == expected
 
     npy = ctx.npy_files()
+
     def np_load(mmap_mode):
         def go():
             assert touch(np.load(p, mmap_mode=mmap_mode) for p in npy) == expected
         return go
 
-    copying.add("hurray.load(mmap=False)", *timed(hurray_load(False), "copy"))
+    copies = {"copy to fresh memory": fresh_copy,
+              "hurray.load(mmap=False)": hurray_load(False)}
+    maps = {"touch in memory": lambda: touch(values),
+            "np.load(mmap_mode='r')": np_load("r"),
+            "hurray.load (mmap)": hurray_load(True),
+            "hurray.load(writable=True) (mmap)": hurray_load(True, writable=True),
+            "hurray.open + f[name]": hurray_lazy}
     if safetensors is not None:
         s = ctx.safetensors_file()
+
         def st_load():
             assert touch(st_numpy.load_file(s).values()) == expected
-        def st_lazy():
-            with safe_open(s, framework="np") as f:
-                assert touch(f.get_tensor(k) for k in f.keys()) == expected
-        copying.add("safetensors load_file", *timed(st_load, "copy"))
-        copying.add("safetensors safe_open + get_tensor", *timed(st_lazy, "copy"))
-    copying.add("np.load (one .npy per tensor)", *timed(np_load(None), "copy"))
 
-    mapped.add("touch in memory", *timed(lambda: touch(values), "touch"))
-    mapped.add("np.load(mmap_mode='r')", *timed(np_load("r"), "touch"))
-    mapped.add("hurray.load (mmap)", *timed(hurray_load(True), "touch"))
-    mapped.add("hurray.load(writable=True) (mmap)",
-               *timed(hurray_load(True, writable=True), "touch"))
-    mapped.add("hurray.open + f[name]", *timed(hurray_lazy, "touch"))
+        def st_lazy(framework, view):
+            def go():
+                with safe_open(s, framework=framework) as f:
+                    assert touch(view(f.get_tensor(k)) for k in f.keys()) == expected
+            return go
+
+        copies["safetensors load_file"] = st_load
+        copies["safetensors safe_open + get_tensor"] = st_lazy("np", lambda a: a)
+        if st_torch is not None:
+            maps[st_pt] = lambda: touch(t.numpy() for t in st_torch.load_file(s).values())
+            maps['safetensors safe_open(framework="pt") + get_tensor'] = \
+                st_lazy("pt", lambda t: t.numpy())
+    copies["np.load (one .npy per tensor)"] = np_load(None)
+    copying.add_all(interleaved(copies, rounds))
+    mapped.add_all(interleaved(maps, rounds))
+    copying.beaten("hurray.load(mmap=False)",
+                   ["safetensors load_file", "safetensors safe_open + get_tensor",
+                    "np.load (one .npy per tensor)"])
+    mapped.beaten("hurray.load (mmap)",
+                  [n for n in maps if not n.startswith(("hurray", "touch"))])
     return [copying, mapped]
 
 
@@ -335,11 +308,8 @@ def consumers():
     """(name, function taking a DLPack producer, its result's data address) for each
     framework that is installed."""
     found = [("NumPy np.from_dlpack", np.from_dlpack, lambda a: a.ctypes.data)]
-    try:
-        import torch
+    if st_torch is not None:
         found.append(("PyTorch torch.from_dlpack", torch.from_dlpack, lambda t: t.data_ptr()))
-    except ImportError:
-        pass
     try:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         import jax.numpy as jnp
@@ -352,30 +322,31 @@ def consumers():
 
 def bench_consumers(ctx):
     rounds, h = ctx.args.rounds, ctx.hurray_file()
-    sources = [("hurray.load (mmap)", lambda: hurray.load(h)),
-               ("hurray.load(writable=True) (mmap)", lambda: hurray.load(h, writable=True)),
-               ("hurray.load(mmap=False)", lambda: hurray.load(h, mmap=False))]
+    peer = "safetensors load_file"
+    sources = {"hurray.load (mmap)": lambda: hurray.load(h),
+               "hurray.load(writable=True) (mmap)": lambda: hurray.load(h, writable=True),
+               "hurray.load(mmap=False)": lambda: hurray.load(h, mmap=False)}
     if safetensors is not None:
         s = ctx.safetensors_file()
-        sources.append(("safetensors load_file", lambda: st_numpy.load_file(s)))
+        sources[peer] = lambda: st_numpy.load_file(s)
+    loaded = {source: list(load().values()) for source, load in sources.items()}
     tables = []
     for consumer, take, address in consumers():
-        peer = "safetensors load_file"
         table = Table(f"{consumer} taking every loaded tensor", unit="ms",
                       refs=[peer] if safetensors is not None else [], extra=["copy"])
-        for source, load in reversed(sources):  # the peer first: the others refer to it
-            loaded = list(load().values())
+        runs, copied = {}, {}
+        for source, tensors in loaded.items():
             try:
-                taken = [take(t) for t in loaded]
+                taken = [take(t) for t in tensors]
             except (TypeError, ValueError, RuntimeError, BufferError) as e:
                 table.skip(source, f"{type(e).__name__}: {e}")
                 continue
-            copied = any(address(x) != np.from_dlpack(t).ctypes.data
-                         for x, t in zip(taken, loaded))
+            copied[source] = any(address(x) != np.from_dlpack(t).ctypes.data
+                                 for x, t in zip(taken, tensors))
             del taken
-            seconds = best(lambda: [take(t) for t in loaded], rounds)
-            table.add(source, seconds, "yes" if copied else "no")
-            del loaded
+            runs[source] = lambda tensors=tensors: [take(t) for t in tensors]
+        for source, sample in interleaved(runs, rounds).items():
+            table.add(source, sample, "yes" if copied[source] else "no")
         tables.append(table)
     return tables
 
@@ -384,12 +355,11 @@ def bench_open(ctx):
     st = "safetensors safe_open + get_tensor"
     tables = []
     for n in ctx.counts:
-        table = Table(f"open a file of {n:,} tensors of 64 bytes and get one",
-                      refs=[st] if safetensors is not None else [], extra=["B/tensor"],
-                      unit="ms")
         small = {f"model.layers.{i}.weight": np.full(16, i, np.float32) for i in range(n)}
         target, want = f"model.layers.{n // 2}.weight", n // 2
         h, s = ctx.work / f"open{n}.hurray", ctx.work / f"open{n}.safetensors"
+        hurray.save(h, small)
+        sizes = {"hurray.open + f[name]": h}
 
         def h_open():
             with hurray.open(h) as f:
@@ -399,14 +369,19 @@ def bench_open(ctx):
             with safe_open(s, framework="np") as f:
                 assert f.get_tensor(target)[0] == want
 
-        rows = [("hurray.open + f[name]", h_open, h, lambda: hurray.save(h, small))]
+        runs = {"hurray.open + f[name]": h_open}
         if safetensors is not None:
-            rows.insert(0, (st, s_open, s, lambda: st_numpy.save_file(small, s)))
-        for name, fn, path, make in rows:
-            make()
-            fn()  # warm
-            rounds = max(3, min(100, int(0.5 / max(best(fn, 1), 1e-6))))
-            table.add(name, best(fn, rounds), f"{(path.stat().st_size - 64 * n) / n:.0f}")
+            st_numpy.save_file(small, s)
+            runs, sizes[st] = {st: s_open, **runs}, s
+        t0 = time.perf_counter()
+        s_open() if safetensors is not None else h_open()
+        number = max(1, min(100, int(0.05 / max(time.perf_counter() - t0, 1e-6))))
+        table = Table(f"open a file of {n:,} tensors of 64 bytes and get one ({number} a round)",
+                      refs=[st] if safetensors is not None else [], extra=["B/tensor"],
+                      unit="ms")
+        for name, sample in interleaved(runs, ctx.args.rounds, number).items():
+            table.add(name, sample, f"{(sizes[name].stat().st_size - 64 * n) / n:.0f}")
+        for path in sizes.values():
             path.unlink()
         tables.append(table)
     return tables
@@ -421,22 +396,20 @@ def bench_verify(ctx):
     refs = (["xxhsum -H3"] if xxhsum else []) + ["cat"]
     table = Table(f"verify checksums of a {size / GIB:.2f} GiB file, warm cache", refs=refs,
                   nbytes=size, extra=["peak RSS MiB"])
-
-    def run(name, argv):
-        child(argv)  # warm
-        seconds = min(child(argv) for _ in range(ctx.args.rounds))
-        table.add(name, seconds, f"{child_peak_rss(argv):.1f}")
-
+    runs = {}
     if xxhsum:
-        run("xxhsum -H3", [xxhsum, "-H3", str(h)])
+        runs["xxhsum -H3"] = [xxhsum, "-H3", str(h)]
     else:
         table.skip("xxhsum -H3", "xxhsum is not installed (Debian package xxhash)")
-    run("cat", ["sh", "-c", f'cat "$0" > /dev/null', str(h)])
+    runs["cat"] = ["sh", "-c", 'cat "$0" > /dev/null', str(h)]
     if cli is None:
         table.skip("hurray verify", "the hurray CLI was not found (--cli PATH)")
     else:
-        run("hurray verify", [cli, "verify", "-q", str(h)])
-        run("hurray verify --pread", [cli, "verify", "-q", "--pread", str(h)])
+        runs["hurray verify"] = [cli, "verify", "-q", str(h)]
+        runs["hurray verify --pread"] = [cli, "verify", "-q", "--pread", str(h)]
+    samples = interleaved({name: child(argv) for name, argv in runs.items()}, ctx.args.rounds)
+    for name, sample in samples.items():
+        table.add(name, sample, f"{child_peak_rss(runs[name]):.1f}")
     return [table]
 
 
@@ -488,20 +461,21 @@ class Context:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size-mib", type=int, default=1024, help="data in the large file")
+    ap.add_argument("--size-mib", type=int, default=512, help="data in the large file")
     ap.add_argument("--tensors", type=int, default=64, help="tensors in the large file")
-    ap.add_argument("--rounds", type=int, default=3, help="best of this many")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="interleaved rounds, at least 5 (min and median)")
     ap.add_argument("--counts", default=None,
                     help="tensor counts of the open section (default 1,100,10000,100000)")
     ap.add_argument("--only", default=",".join(SECTIONS), help="sections to run, of: "
                     + ",".join(SECTIONS))
     ap.add_argument("--quick", action="store_true",
-                    help="64 MiB, one round, counts up to 10,000: to check the bench itself")
+                    help="64 MiB, 5 rounds, counts up to 10,000: to check the bench itself")
     ap.add_argument("--cli", default=None, help="the hurray CLI (default: beside python)")
     ap.add_argument("--dir", default=None, help="where to write (default: a temp directory)")
     args = ap.parse_args()
     if args.quick:
-        args.size_mib, args.rounds = min(args.size_mib, 64), 1
+        args.size_mib, args.rounds = min(args.size_mib, 64), 5
     counts = args.counts or ("1,100,10000" if args.quick else "1,100,10000,100000")
     args.counts = [int(c) for c in counts.split(",")]
     only = args.only.split(",")
@@ -512,16 +486,19 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="hurray-bench-", dir=args.dir))
     try:
         ctx = Context(args, work)
-        print(f"{args.tensors} float32 tensors, {ctx.nbytes / GIB:.2f} GiB; best of {args.rounds};"
-              f" {machine()}")
+        print(f"{args.tensors} float32 tensors, {ctx.nbytes / GIB:.2f} GiB; min and median of "
+              f"{args.rounds} interleaved rounds; {machine()}")
         print(f"numpy {np.__version__}, hurray {hurray.__version__}"
               + ("" if safetensors is None else f", safetensors {safetensors.__version__}")
-              + f"; x REF: time / REF's time, below 1 is faster")
+              + ("" if st_torch is None else f", torch {torch.__version__}")
+              + "; x REF: time / REF's time, below 1 is faster")
+        load_average("start")
         for name in SECTIONS:
             if name in only:
                 for table in globals()[f"bench_{name}"](ctx):
                     table.print()
                 sys.stdout.flush()
+        load_average("end")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

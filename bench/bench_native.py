@@ -16,11 +16,14 @@ consumer's new tensor, and its release. Rows:
   ``hurray.from_numpy(ndarray)``, ``hurray.from_dlpack(ndarray)`` and
   ``np.from_dlpack(tensor)`` beside ``np.from_dlpack(ndarray)``.
 
-Each case is timed in interleaved rounds (so machine noise hits them alike) and the best round
-is reported, in nanoseconds per exchange and as a ratio to each reference; a case with a NumPy
-equivalent also as a ratio to it (the last column).
+The cases are timed in interleaved rounds (bench/timing.py: the order rotates each round, so
+machine noise hits them alike) and the minimum and the median of the rounds are reported, in
+nanoseconds per exchange and as ratios to each reference; a case with a NumPy equivalent also as
+a ratio to it (the last column). PyTorch runs on one thread (``torch.set_num_threads(1)``), its
+best for an exchange: its idle pool otherwise spins between the calls and inflated the NumPy ->
+PyTorch reference 1.8x (issue 25).
 
-    python bench/bench_native.py [--rounds 40] [--number 5000]
+    python bench/bench_native.py [--rounds 40] [--number 5000] [--quick]
 
 A benchmark, not a test: it asserts nothing about speed.
 """
@@ -28,7 +31,6 @@ A benchmark, not a test: it asserts nothing about speed.
 import argparse
 import os
 import platform
-import timeit
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # idle BLAS threads spin on small machines
 
@@ -36,6 +38,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import hurray  # noqa: E402
+from timing import Table, interleaved, load_average, versus  # noqa: E402
+
+torch.set_num_threads(1)  # PyTorch at its best: no pool spinning between the calls
 
 
 class Foreign:
@@ -84,30 +89,26 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--number", type=int, default=5000, help="exchanges per round")
+    parser.add_argument("--quick", action="store_true",
+                        help="5 rounds of 1,000: to check the bench itself")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.number = 5, min(args.number, 1000)
 
-    runs = cases()
-    for run in runs.values():  # warm up: imports, caches, allocator pools
-        for _ in range(5000):
-            run()
-    best = {name: float("inf") for name in runs}
-    for _ in range(args.rounds):
-        for name, run in runs.items():
-            seconds = timeit.timeit(run, number=args.number)
-            best[name] = min(best[name], seconds / args.number * 1e9)
-
-    torch_ns = best["NumPy -> PyTorch, DLPack"]
-    numpy_ns = best["NumPy -> NumPy, DLPack"]
-    print(f"hurray {hurray.__version__}, numpy {np.__version__}, torch {torch.__version__}, "
-          f"Python {platform.python_version()}, {platform.machine()}")
-    print(f"one exchange of a 64x64 float32 tensor, best of {args.rounds} rounds of "
-          f"{args.number}")
-    print(f"{'exchange':36} {'ns':>7} {'x NumPy->PyTorch':>17} {'x NumPy->NumPy':>15} "
-          f"{'x NumPy equivalent':>19}")
-    for name, ns in best.items():
+    print(f"hurray {hurray.__version__}, numpy {np.__version__}, torch {torch.__version__} "
+          f"({torch.get_num_threads()} thread), Python {platform.python_version()}, "
+          f"{platform.machine()}")
+    load_average("start")
+    samples = interleaved(cases(), args.rounds, args.number)
+    rounds = f"min and median of {args.rounds} interleaved rounds of {args.number}"
+    table = Table(f"one exchange of a 64x64 float32 tensor, {rounds}", unit="ns",
+                  refs=["NumPy -> PyTorch, DLPack", "NumPy -> NumPy, DLPack"],
+                  extra=["x NumPy equivalent min/med"])
+    for name, sample in samples.items():
         equivalent = NUMPY_EQUIVALENT.get(name)
-        versus = f"{ns / best[equivalent]:19.2f}" if equivalent else f"{'':19}"
-        print(f"{name:36} {ns:7.0f} {ns / torch_ns:17.2f} {ns / numpy_ns:15.2f} {versus}")
+        table.add(name, sample, versus(sample, samples[equivalent]) if equivalent else "")
+    table.print()
+    load_average("end")
 
 
 if __name__ == "__main__":

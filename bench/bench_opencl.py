@@ -1,11 +1,12 @@
 """Host <-> device copies of OpenCL memory: hurray's Tensor.to_device against pyopencl's own
 enqueue_copy of the same bytes, on the same device and queue, in the same run (a benchmark, not
-a test). Figures are the best of --rounds, the two sides timed in turn so that both meet the
-same load, and each ratio is hurray's time / pyopencl's (target: 1.0x): of the wall time, and
-of the CPU time of the process (every thread, PoCL's included), which is the steadier of the two
-on a machine shared with other work.
+a test). The two sides are timed in interleaved rounds (bench/timing.py), so that both meet the
+same load; figures are the minimum and the median of --rounds, and each ratio is hurray's time /
+pyopencl's (target: 1.0x): of the wall time, and of the minimum CPU time of the process (every
+thread, PoCL's included), which is the steadier of the two on a machine shared with other work.
 
     .venv/bin/python bench/bench_opencl.py [--rounds 20] [--sizes 4096,1048576,16777216,67108864]
+                                           [--quick]
 
   to device    hurray.from_numpy(a).to_device('opencl', stream=q)   (allocates + writes)
                vs cl.Buffer(ctx, size) + cl.enqueue_copy(q, buf, a)  (allocates + writes)
@@ -28,20 +29,24 @@ import numpy as np
 import pyopencl as cl
 
 import hurray
-from timing import best_pair_wall_and_cpu
+from timing import Table, interleaved, load_average
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--sizes", default="4096,1048576,16777216,67108864")
+    parser.add_argument("--quick", action="store_true",
+                        help="5 rounds, 4 KiB and 1 MiB: to check the bench itself")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.sizes = 5, "4096,1048576"
     device = cl.get_platforms()[0].get_devices()[0]
     ctx = cl.Context(devices=[device])
     queue = cl.CommandQueue(ctx)
-    print(f"device: {device.name} ({device.platform.name}); best of {args.rounds}")
-    print(f"{'bytes':>10} {'direction':<10} {'hurray':>10} {'pyopencl':>10} {'ratio':>6} "
-          f"{'cpu ratio':>9}")
+    print(f"device: {device.name} ({device.platform.name}); min and median of {args.rounds} "
+          "interleaved rounds")
+    load_average("start")
     for size in (int(s) for s in args.sizes.split(",")):
         host = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
         source = hurray.from_numpy(host)
@@ -67,10 +72,10 @@ def main():
         back = np.asarray(on_device.to_device("cpu").__array__())
         assert np.array_equal(back, host), "the round trip changed the bytes"
         for name, ours, theirs in rows:
-            (t_ours, c_ours), (t_theirs, c_theirs) = best_pair_wall_and_cpu(ours, theirs,
-                                                                            args.rounds)
-            print(f"{size:>10} {name:<10} {t_ours * 1e6:>8.1f}us {t_theirs * 1e6:>8.1f}us "
-                  f"{t_ours / t_theirs:>5.2f}x {c_ours / c_theirs:>8.2f}x")
+            table = Table(f"{size} bytes, {name}", refs=["pyopencl"], unit="us", cpu=True)
+            table.add_all(interleaved({"hurray": ours, "pyopencl": theirs}, args.rounds))
+            table.print()
+    load_average("end")
 
 
 if __name__ == "__main__":

@@ -1,39 +1,46 @@
 """The wire protocol on loopback: hurray.serve / hurray.connect against references and peers
 measured in the same run (a benchmark, not a test; docs/impl/wire.md).
 
-    .venv/bin/python bench/bench_wire.py [--mib 1024] [--rounds 3] [--small 2000]
+    .venv/bin/python bench/bench_wire.py [--mib 512] [--rounds 5] [--small 2000] [--quick]
 
-Every figure is the best of --rounds, and each is also given as a ratio:
+Every contender of a table is timed in interleaved rounds with the others (bench/timing.py: the
+order rotates each round, so the load of a shared machine falls on all of them alike), and each
+is given as the minimum and the median of --rounds (at least 5), and as ratios to the table's
+references:
   raw TCP    the ceiling for one stream, no protocol, no checks: a child process (its own
              interpreter, so no lock is shared with the receiver) sends the same bytes with one
              socket.sendall; the receiver makes a new NumPy array each round (as a fetch makes
              the tensor it returns: new memory, faulted in as the bytes land) and fills it with
              recv_into(..., MSG_WAITALL), one call for the whole tensor. Neither end sets socket
              buffer sizes; neither does hurray.
+  Flight     pyarrow.flight: the same bytes as one uint8 column, do_get + read_all from an
+             in-process FlightServerBase on 127.0.0.1, at its best and at its worst: a table of
+             4 MiB record batches (Flight's streaming unit, the size its own guidance and
+             gRPC's message limits favour) and one giant record batch. Targets are against the
+             4 MiB batches.
   unix fd    the same-host fast path (spec §6.6): over a Unix-domain socket the server hands
              over the tensor's memory as a descriptor (a sealed memfd for an in-memory tensor,
              the file's own for a served file) and the client maps it, checking its XXH3-64.
              Timed to a usable tensor whose every byte was read once (a sum), against memcpy
              of the bytes into new memory (np.empty + np.copyto, what any copying same-host
              path pays) and the same sum. The memfd's one-time copy, made at the first
-             request, is timed apart, against a copy into new memory of the memfd's page size
+             request, is one call, beside a copy into new memory of the memfd's page size
              (NumPy's huge-page advice switched off where shmem gets no huge pages).
   unix bytes the same fetch through the Unix socket without fd passing (DATA frames).
-  Flight     pyarrow.flight: the same bytes as one uint8 column of a Table, do_get + read_all
-             from an in-process FlightServerBase on 127.0.0.1.
   small      round trips of a 64-byte tensor: hurray get, against Flight do_get of a 64-byte
-             table, requests per second.
+             table.
   TLS        the same fetch over hurrays:// (TLS 1.3), against the plaintext fetch and against
-             Flight over grpc+tls, with certificates of a throwaway CA made by
+             Flight over grpc+tls (both batchings), with certificates of a throwaway CA made by
              tests/tls/make_certs.sh.
 hurray's fetch includes what the protocol does: the request, the descriptor, checking the
-XXH3-64 of every byte, and allocating the destination (64-byte aligned) once. Rounds of a
-measurement and of its reference alternate, so that the load of a shared machine falls on both;
-for the memfd against memcpy the CPU time of the process (every thread: the server's too) is
-given beside the wall time, the steadier of the two where other work competes for the CPUs.
+XXH3-64 of every byte, and allocating the destination (64-byte aligned) once. The memfd and
+memcpy rows also give the minimum CPU time of the process (every thread: the server's too), the
+steadier figure where other work competes for the CPUs. The default 512 MiB keeps what the run
+holds at once (the tensor, the raw sender's copy, a fetched copy) under 2 GiB.
 """
 
 import argparse
+import contextlib
 import os
 import socket
 import subprocess
@@ -49,7 +56,7 @@ from numpy._core.multiarray import _get_madvise_hugepage, _set_madvise_hugepage
 
 import hurray
 
-from timing import best, best_pair_wall_and_cpu
+from timing import Table, interleaved, load_average
 
 
 def pattern(nbytes):
@@ -129,137 +136,138 @@ class Tables(flight.FlightServerBase):
         return flight.RecordBatchStream(self.tables[ticket.ticket.decode()])
 
 
+def flight_client(tables, certs=None):
+    """A new in-process Flight server of `tables` (over grpc+tls with the certificates in the
+    directory `certs`) and a client of it: (server, client)."""
+    server = Tables(tables, certs)
+    threading.Thread(target=server.serve, daemon=True).start()
+    if certs is None:
+        client = flight.connect(f"grpc://127.0.0.1:{server.port}")
+    else:
+        with open(f"{certs}/ca.pem", "rb") as f:
+            client = flight.connect(f"grpc+tls://localhost:{server.port}", tls_root_certs=f.read())
+    return server, client
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=int, default=1024)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--small", type=int, default=2000)
+    parser.add_argument("--mib", type=int, default=512)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--small", type=int, default=2000, help="small requests per round")
+    parser.add_argument("--quick", action="store_true",
+                        help="64 MiB, 5 rounds of 200 small requests: to check the bench itself")
     parser.add_argument("--raw-sender", type=int, help=argparse.SUPPRESS)  # RawTcp's child
     args = parser.parse_args()
     if args.raw_sender is not None:
         return raw_sender(args.raw_sender)
+    if args.quick:
+        args.mib, args.rounds, args.small = min(args.mib, 64), 5, min(args.small, 200)
     nbytes = args.mib << 20
     data = pattern(nbytes)
     tiny = np.arange(16, dtype=np.float32)
-    print(f"{args.mib} MiB tensor, best of {args.rounds}, loopback only, "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-
-    # ---- TCP: hurray against raw sockets ------------------------------------------------
-    raw = RawTcp(nbytes)
-    with hurray.serve({"x": data, "tiny": tiny}) as server, hurray.connect(server.address) as c:
-        got = np.asarray(c.get("x"))
-        assert np.array_equal(got, data)
-        del got
-        (t_hurray, _), (t_raw, _) = best_pair_wall_and_cpu(lambda: c.get("x"), raw.fetch,
-                                                           args.rounds)
-        n = args.small
-        t0 = time.perf_counter()
-        for _ in range(n):
-            c.get("tiny")
-        t_small = (time.perf_counter() - t0) / n
-    assert np.array_equal(raw.out, data)
-    raw.close()
-    raw.out = None
-    print(f"  TCP    hurray fetch  {gibps(nbytes, t_hurray):6.2f} GiB/s")
-    print(f"         raw socket    {gibps(nbytes, t_raw):6.2f} GiB/s   "
-          f"hurray / raw = {t_raw / t_hurray:.2f}x (target >= 0.9x)")
-
-    # ---- Unix socket: the fd-passing path against memcpy --------------------------------
-    def memcpy_touch():
-        copy = np.empty_like(data)
-        np.copyto(copy, data)
-        return touch(copy)
-
-    def copy_without_huge_pages():
-        advice = _get_madvise_hugepage()
-        _set_madvise_hugepage(False)
-        try:
-            np.copyto(np.empty_like(data), data)
-        finally:
-            _set_madvise_hugepage(advice)
-
+    print(f"{args.mib} MiB tensor, min and median of {args.rounds} interleaved rounds, "
+          "loopback only")
+    load_average("start")
+    column = pa.table({"x": pa.array(data, type=pa.uint8())})
+    tables = {"x": column.combine_chunks(),  # one record batch: Flight's worst case
+              "x4": pa.Table.from_batches(column.to_batches(max_chunksize=4 << 20)),
+              "tiny": pa.table({"x": pa.array(tiny)})}
+    one, batched, small = flight.Ticket(b"x"), flight.Ticket(b"x4"), flight.Ticket(b"tiny")
+    assert len(tables["x"].to_batches()) == 1
     want = touch(data)
-    t_small_pages = best(copy_without_huge_pages, 1)
-    with tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+        # ---- TCP: hurray against raw sockets and Flight ---------------------------------
+        raw = RawTcp(nbytes)
+        stack.callback(raw.close)
+        server = stack.enter_context(hurray.serve({"x": data, "tiny": tiny}))
+        c = stack.enter_context(hurray.connect(server.address))
+        assert np.array_equal(np.asarray(c.get("x")), data)
+        fserver, fclient = flight_client(tables)
+        stack.callback(fserver.shutdown)
+        stack.callback(fclient.close)
+        assert touch(np.asarray(fclient.do_get(batched).read_all()["x"].combine_chunks())) == want
+        fetch = {"hurray fetch": lambda: c.get("x"), "raw socket": raw.fetch,
+                 "Flight, 4 MiB batches": lambda: fclient.do_get(batched).read_all(),
+                 "Flight, one batch": lambda: fclient.do_get(one).read_all()}
+        tcp = Table(f"TCP: fetch {args.mib} MiB", refs=["raw socket", "Flight, 4 MiB batches"],
+                    nbytes=nbytes, notes=["targets: hurray / raw >= 0.9x throughput, "
+                                          "hurray faster than Flight at its best"])
+        tcp.add_all(interleaved(fetch, args.rounds))
+        assert np.array_equal(raw.out, data)
+        raw.out = None
+        small_table = Table("small: one round trip of a 64-byte tensor", unit="us",
+                            refs=["Flight do_get"])
+        small_table.add_all(interleaved({"hurray get": lambda: c.get("tiny"),
+                                         "Flight do_get": lambda: fclient.do_get(small).read_all()},
+                                        args.rounds, args.small))
+
+        # ---- Unix socket: the fd-passing path against memcpy ----------------------------
+        def memcpy_touch():
+            copy = np.empty_like(data)
+            np.copyto(copy, data)
+            return touch(copy)
+
+        def copy_without_huge_pages():
+            advice = _get_madvise_hugepage()
+            _set_madvise_hugepage(False)
+            try:
+                np.copyto(np.empty_like(data), data)
+            finally:
+                _set_madvise_hugepage(advice)
+
         path = f"{tmp}/bench.hurray"
         hurray.save(path, {"f": data})
-        with hurray.serve({"x": data}, address=f"unix:{tmp}/a.sock") as server, \
-                hurray.connect(server.address) as c:
-            assert c.info["fd_passing"]
-            t0 = time.perf_counter()
-            assert touch(np.asarray(c.get("x"))) == want  # the first: the memfd is made
-            t_first = time.perf_counter() - t0
-            (t_fd, c_fd), (t_memcpy, c_memcpy) = best_pair_wall_and_cpu(
-                lambda: touch(np.asarray(c.get("x"))), memcpy_touch, args.rounds)
-        with hurray.serve(path, address=f"unix:{tmp}/b.sock") as server, \
-                hurray.connect(server.address) as c:
-            assert touch(np.asarray(c.get("f"))) == want
-            t_file = best(lambda: touch(np.asarray(c.get("f"))), args.rounds)
-        with hurray.serve({"x": data}, address=f"unix:{tmp}/c.sock") as server, \
-                hurray.connect(server.address, fd_passing=False) as c:
-            t_unix = best(lambda: c.get("x"), args.rounds)
-    print(f"  unix   fd (memfd)    {t_fd * 1e3:7.1f} ms to a used tensor  "
-          f"(first request, making the memfd: {t_first * 1e3:.1f} ms;")
-    print(f"                       a copy into new memory without huge pages: "
-          f"{t_small_pages * 1e3:.1f} ms; shmem huge pages: {shmem_huge_pages()})")
-    print(f"         fd (file)     {t_file * 1e3:7.1f} ms")
-    print(f"         memcpy        {t_memcpy * 1e3:7.1f} ms   "
-          f"memcpy / fd = {t_memcpy / t_fd:.2f}x (memfd), {t_memcpy / t_file:.2f}x (file) "
-          f"(target > 1x)")
-    print(f"         CPU time      {c_fd * 1e3:7.1f} ms fd (memfd), "
-          f"{c_memcpy * 1e3:.1f} ms memcpy   memcpy / fd = {c_memcpy / c_fd:.2f}x")
-    print(f"  unix   bytes fetch   {gibps(nbytes, t_unix):6.2f} GiB/s   "
-          f"(fd_passing=False: DATA frames)")
+        server = stack.enter_context(hurray.serve({"x": data}, address=f"unix:{tmp}/a.sock"))
+        memfd = stack.enter_context(hurray.connect(server.address))
+        assert memfd.info["fd_passing"]
+        t0 = time.perf_counter()
+        assert touch(np.asarray(memfd.get("x"))) == want  # the first: the memfd is made
+        t_first = time.perf_counter() - t0
+        server = stack.enter_context(hurray.serve(path, address=f"unix:{tmp}/b.sock"))
+        filefd = stack.enter_context(hurray.connect(server.address))
+        server = stack.enter_context(hurray.serve({"x": data}, address=f"unix:{tmp}/c.sock"))
+        nofd = stack.enter_context(hurray.connect(server.address, fd_passing=False))
+        unix = Table(f"Unix socket: fetch {args.mib} MiB and read every byte", unit="ms",
+                     refs=["memcpy + touch"], nbytes=nbytes, cpu=True,
+                     notes=[f"the first request, making the memfd, one call: "
+                            f"{t_first * 1e3:.1f} ms; shmem huge pages: {shmem_huge_pages()}",
+                            "target: fd faster than memcpy"])
+        unix.add_all(interleaved({
+            "fd (memfd) + touch": lambda: touch(np.asarray(memfd.get("x"))),
+            "fd (file) + touch": lambda: touch(np.asarray(filefd.get("f"))),
+            "memcpy + touch": memcpy_touch,
+            "bytes (fd_passing=False) + touch": lambda: touch(np.asarray(nofd.get("x"))),
+            "copy without huge pages, no touch": copy_without_huge_pages}, args.rounds))
 
-    # ---- Arrow Flight as the peer ------------------------------------------------------
-    tables = {"x": pa.table({"x": pa.array(data, type=pa.uint8())}),
-              "tiny": pa.table({"x": pa.array(tiny)})}
-    server = Tables(tables)
-    threading.Thread(target=server.serve, daemon=True).start()
-    client = flight.connect(f"grpc://127.0.0.1:{server.port}")
-    ticket, small_ticket = flight.Ticket(b"x"), flight.Ticket(b"tiny")
-    t_flight = best(lambda: client.do_get(ticket).read_all(), args.rounds)
-    t0 = time.perf_counter()
-    for _ in range(args.small):
-        client.do_get(small_ticket).read_all()
-    t_flight_small = (time.perf_counter() - t0) / args.small
-    client.close()
-    server.shutdown()
-    print(f"  Flight do_get        {gibps(nbytes, t_flight):6.2f} GiB/s   "
-          f"hurray / Flight = {t_flight / t_hurray:.2f}x (target > 1x)")
-
-    print(f"  small  hurray get    {t_small * 1e6:7.1f} us/request  "
-          f"{1 / t_small:8.0f} requests/s")
-    print(f"         Flight do_get {t_flight_small * 1e6:7.1f} us/request  "
-          f"{1 / t_flight_small:8.0f} requests/s   "
-          f"hurray / Flight = {t_flight_small / t_small:.2f}x")
-
-    # ---- TLS: hurrays:// against plaintext and Flight over grpc+tls --------------------
-    with tempfile.TemporaryDirectory() as certs:
+        # ---- TLS: hurrays:// against plaintext and Flight over grpc+tls ----------------
+        certs = f"{tmp}/certs"
+        os.mkdir(certs)
         make_certs = os.path.join(os.path.dirname(__file__), os.pardir, "tests", "tls",
                                   "make_certs.sh")
-        subprocess.run(["sh", make_certs, certs], check=True)
+        subprocess.run(["sh", make_certs, certs], check=True, stdout=subprocess.DEVNULL)
         tls = {"certfile": f"{certs}/server.pem", "keyfile": f"{certs}/server.key"}
-        with hurray.serve({"x": data, "tiny": tiny}, tls=tls) as server, \
-                hurray.connect(server.address, tls={"cafile": f"{certs}/ca.pem"}) as c:
-            t_tls = best(lambda: c.get("x"), args.rounds)
-            t0 = time.perf_counter()
-            for _ in range(args.small):
-                c.get("tiny")
-            t_tls_small = (time.perf_counter() - t0) / args.small
-        server = Tables(tables, certs)
-        threading.Thread(target=server.serve, daemon=True).start()
-        client = flight.connect(f"grpc+tls://localhost:{server.port}",
-                                tls_root_certs=open(f"{certs}/ca.pem", "rb").read())
-        t_flight_tls = best(lambda: client.do_get(ticket).read_all(), args.rounds)
-        client.close()
-        server.shutdown()
-    print(f"  TLS    hurrays fetch {gibps(nbytes, t_tls):6.2f} GiB/s   "
-          f"hurrays / hurray = {t_hurray / t_tls:.2f}x (the cost of TLS 1.3)")
-    print(f"         Flight TLS    {gibps(nbytes, t_flight_tls):6.2f} GiB/s   "
-          f"hurrays / Flight TLS = {t_flight_tls / t_tls:.2f}x (target > 1x)")
-    print(f"         hurrays get   {t_tls_small * 1e6:7.1f} us/request  "
-          f"{1 / t_tls_small:8.0f} requests/s")
+        server = stack.enter_context(hurray.serve({"x": data, "tiny": tiny}, tls=tls))
+        secure = stack.enter_context(hurray.connect(server.address,
+                                                    tls={"cafile": f"{certs}/ca.pem"}))
+        fserver, ftls = flight_client(tables, certs)
+        stack.callback(fserver.shutdown)
+        stack.callback(ftls.close)
+        tls_table = Table(f"TLS: fetch {args.mib} MiB", nbytes=nbytes,
+                          refs=["hurray fetch (plaintext)", "Flight TLS, 4 MiB batches"],
+                          notes=["target: hurrays faster than Flight TLS at its best"])
+        tls_table.add_all(interleaved({
+            "hurrays fetch": lambda: secure.get("x"),
+            "hurray fetch (plaintext)": lambda: c.get("x"),
+            "Flight TLS, 4 MiB batches": lambda: ftls.do_get(batched).read_all(),
+            "Flight TLS, one batch": lambda: ftls.do_get(one).read_all()}, args.rounds))
+        tls_small = Table("TLS small: one round trip of a 64-byte tensor", unit="us",
+                          refs=["hurray get (plaintext)"])
+        tls_small.add_all(interleaved({"hurrays get": lambda: secure.get("tiny"),
+                                       "hurray get (plaintext)": lambda: c.get("tiny")},
+                                      args.rounds, args.small))
+    for table in (tcp, small_table, unix, tls_table, tls_small):
+        table.print()
+    load_average("end")
 
 
 if __name__ == "__main__":

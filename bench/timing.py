@@ -1,35 +1,204 @@
-"""Timing shared by the benchmarks in bench/: the best of several rounds, each after a collection."""
+"""What every benchmark in bench/ shares, written once: contenders timed in interleaved rounds,
+the minimum and the median of those rounds, the load average around the run, and the tables.
 
-import gc
+A sceptic's rules, which every bench follows through this module:
+
+- contenders are timed round by round, never one after the other: round r times every
+  contender once, in an order that rotates by one each round (so each goes first in turn), and
+  whatever load the shared machine has at that moment falls on all of them alike;
+- at least ``MIN_ROUNDS`` rounds, each reported as its minimum (the cost with the least
+  interference) and its median (the typical cost), and every ratio is given for both;
+- warm rounds: each contender runs once untimed before the first round, and no round is timed
+  straight after ``gc.collect()`` (a collection before a single call times an empty heap no
+  program ever runs with);
+- the load average is printed at the start and at the end, with a warning line when it is
+  above ``BUSY_PER_CPU`` per CPU: such a run's figures are noisy.
+"""
+
+import os
+import statistics
 import time
+import timeit
+
+MIN_ROUNDS = 5
+BUSY_PER_CPU = 0.5
+GIB = 1 << 30
+_SCALE = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
 
 
-def _timed(fn):
-    """The wall time and the CPU time of this process (every thread, user and system), in
-    seconds, of one call of `fn()` after gc.collect()."""
-    gc.collect()
-    c0, t0 = time.process_time(), time.perf_counter()
-    fn()
-    return time.perf_counter() - t0, time.process_time() - c0
+def load_average(when):
+    """Print the 1, 5 and 15 minute load averages, `when` saying at which point of the run, and
+    a warning line when the last minute's is above ``BUSY_PER_CPU`` per CPU."""
+    one, five, fifteen = os.getloadavg()
+    cpus = os.cpu_count() or 1
+    print(f"# load average at the {when}: {one:.2f} {five:.2f} {fifteen:.2f} on {cpus} CPUs")
+    if one > BUSY_PER_CPU * cpus:
+        print(f"# WARNING: a load average of {one:.2f} is above {BUSY_PER_CPU} per CPU: other "
+              "work competes for the CPUs and these figures are noisy; rerun on an idle machine")
 
 
-def best(fn, rounds):
-    """The shortest wall time, in seconds, of `rounds` calls of `fn()`, each after gc.collect()."""
-    return min(_timed(fn)[0] for _ in range(rounds))
+class Sample:
+    """One contender's rounds: wall and CPU seconds (of this process, every thread, user and
+    system) per call, one entry a round."""
+
+    def __init__(self):
+        self.wall, self.cpu = [], []
+
+    @property
+    def min(self):
+        return min(self.wall)
+
+    @property
+    def median(self):
+        return statistics.median(self.wall)
+
+    @property
+    def cpu_min(self):
+        return min(self.cpu)
 
 
-def best_pair_wall_and_cpu(first, second, rounds):
-    """The shortest wall times and the shortest CPU times of `first()` and of `second()`,
-    called in turn `rounds` times each (each call after gc.collect()), so that on a shared
-    machine both meet the same load: ((wall, cpu) of first, (wall, cpu) of second)."""
-    times = [(_timed(first), _timed(second)) for _ in range(rounds)]
-    return tuple(tuple(min(t[side][i] for t in times) for i in (0, 1)) for side in (0, 1))
+def interleaved(contenders, rounds, number=1, before=None):
+    """Time `contenders` (name -> function of no arguments) in `rounds` interleaved rounds, each
+    round of a contender `number` calls; name -> Sample of seconds per call.
+
+    Every contender runs once untimed first (warm code, caches and allocator pools). Round r
+    times the contenders in their given order rotated by r. `before(name)`, when given, runs
+    untimed before each of `name`'s calls (to remove the file the previous call wrote, say)."""
+    if rounds < MIN_ROUNDS:
+        raise ValueError(f"{rounds} rounds: a median needs at least {MIN_ROUNDS}")
+    names = list(contenders)
+    for name in names:
+        if before is not None:
+            before(name)
+        contenders[name]()
+    samples = {name: Sample() for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            fn = contenders[name]
+            if before is None:
+                timer = timeit.Timer(fn)
+                c0 = time.process_time()
+                wall = timer.timeit(number)
+                cpu = time.process_time() - c0
+            else:
+                wall = cpu = 0.0
+                for _ in range(number):
+                    before(name)
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    fn()
+                    wall += time.perf_counter() - t0
+                    cpu += time.process_time() - c0
+            samples[name].wall.append(wall / number)
+            samples[name].cpu.append(cpu / number)
+    return samples
 
 
-def best_wall_and_cpu(fn, rounds):
-    """The shortest wall time and the shortest CPU time of this process (every thread, user and
-    system), in seconds, of `rounds` calls of `fn()`, each after gc.collect(). On a machine
-    shared with other work the CPU time is the steadier of the two: waiting for a core adds
-    to the wall time only."""
-    times = [_timed(fn) for _ in range(rounds)]
-    return min(t[0] for t in times), min(t[1] for t in times)
+def _num(v):
+    """Three significant digits, never in exponent form (1160, 825, 0.0906)."""
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def ratio(x):
+    """Two decimals, or two significant digits below 0.1 (0.00025, not 0.00)."""
+    return f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"
+
+
+def versus(sample, ref):
+    """`sample` as a multiple of `ref`: minimum against minimum, median against median."""
+    return f"{ratio(sample.min / ref.min)}/{ratio(sample.median / ref.median)}"
+
+
+class Table:
+    """Rows of (name, Sample, extra columns), printed with the minimum and the median of each
+    row's rounds, its throughput over `nbytes` (when given) at both, its multiple of each
+    reference row in `refs` (minimum against minimum, median against median: ``min/median``),
+    and with ``cpu=True`` its minimum CPU time (in the same unit) and that as a multiple of the
+    first reference's.
+    `notes` are lines printed under the title: which peers stand here and at what setting;
+    `verdicts` lines printed under the rows (``beaten`` writes them)."""
+
+    def __init__(self, title, refs=(), nbytes=None, extra=(), unit="s", cpu=False, notes=()):
+        self.title, self.refs, self.nbytes, self.unit = title, list(refs), nbytes, unit
+        self.extra, self.cpu, self.notes = list(extra), cpu, list(notes)
+        self.rows, self.verdicts = [], []
+
+    def add(self, name, sample, *extra):
+        self.rows.append((name, sample, extra))
+
+    def add_all(self, samples):
+        for name, sample in samples.items():
+            self.add(name, sample)
+
+    def skip(self, name, why):
+        self.rows.append((name, None, (why,)))
+
+    def sample(self, name):
+        return next((s for n, s, _ in self.rows if n == name), None)
+
+    def print(self):
+        scale = _SCALE[self.unit]
+        refs = [r for r in self.refs if self.sample(r) is not None]
+        cols = [f"{self.unit} min", f"{self.unit} median"]
+        if self.nbytes:
+            cols += ["GiB/s min/med"]
+        cols += [f"x {r} min/med" for r in refs]
+        if self.cpu:
+            cols += [f"CPU {self.unit} min"] + ([f"x {refs[0]} CPU"] if refs else [])
+        cols += self.extra
+        widths = [max(10, len(c)) for c in cols]
+        width = max([36] + [len(n) for n, _, _ in self.rows])
+        print(f"\n{self.title}")
+        for note in self.notes:
+            print(f"  ({note})")
+        print(f"  {'':{width}}" + "".join(f"  {c:>{w}}" for c, w in zip(cols, widths)))
+        for name, s, extra in self.rows:
+            if s is None:
+                print(f"  {name:{width}}  ({extra[0]})")
+                continue
+            values = [_num(s.min * scale), _num(s.median * scale)]
+            if self.nbytes:
+                values.append(f"{self.nbytes / GIB / s.min:.2f}/{self.nbytes / GIB / s.median:.2f}")
+            for r in refs:
+                values.append(versus(s, self.sample(r)))
+            if self.cpu:
+                values.append(_num(s.cpu_min * scale))
+                if refs:
+                    values.append(ratio(s.cpu_min / self.sample(refs[0]).cpu_min))
+            values += list(extra)
+            print(f"  {name:{width}}" + "".join(f"  {v:>{w}}" for v, w in zip(values, widths)))
+        for line in self.verdicts:
+            print(f"  {line}")
+
+    def beaten(self, ours, peers):
+        """Say plainly, in the verdicts, which of the rows `peers` beat the row `ours` in the
+        minimum or the median of their rounds, and by how much, or that none did."""
+        mine = self.sample(ours)
+        present = [p for p in peers if self.sample(p) is not None]
+        for peer in present:
+            theirs = self.sample(peer)
+            if theirs.min < mine.min or theirs.median < mine.median:
+                self.verdicts.append(f"PEER FASTER: {peer} beats {ours}: {ours} takes "
+                                     f"{versus(mine, theirs)} times as long (min/median)")
+        if present and not self.verdicts:
+            self.verdicts.append(f"{ours} beats every peer here: {', '.join(present)}")
+
+
+def print_grid(title, rows, ref, unit="us"):
+    """Print `rows` (label -> {contender: Sample}, every row the same contenders) as one line a
+    row: each contender's minimum and median, then each other contender's multiple of `ref`'s
+    (minimum against minimum, median against median: ``min/median``)."""
+    scale = _SCALE[unit]
+    names = list(next(iter(rows.values())))
+    others = [n for n in names if n != ref]
+    cols = [f"{n} {unit} min/med" for n in names] + [f"{n}/{ref} min/med" for n in others]
+    widths = [max(14, len(c)) for c in cols]
+    width = max(24, *(len(label) for label in rows))
+    print(f"\n{title}")
+    print(f"  {'':{width}}" + "".join(f"  {c:>{w}}" for c, w in zip(cols, widths)))
+    for label, samples in rows.items():
+        base = samples[ref]
+        values = [f"{_num(samples[n].min * scale)}/{_num(samples[n].median * scale)}"
+                  for n in names]
+        values += [versus(samples[n], base) for n in others]
+        print(f"  {label:{width}}" + "".join(f"  {v:>{w}}" for v, w in zip(values, widths)))

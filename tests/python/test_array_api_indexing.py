@@ -90,3 +90,109 @@ def test_an_integer_index_past_int64_is_index_error():
         with pytest.raises(IndexError, match="out of bounds|valid indices"):
             t[key] = 1.0
     assert not any(xp.reshape(t, (-1,)))  # nothing was written
+
+
+# ---- the fast paths of __getitem__ and of the reductions (ADR-095) ---------------------------
+
+def message(fn):
+    """The class and message of what `fn()` raises."""
+    with pytest.raises(Exception) as info:  # noqa: PT011 - compared below
+        fn()
+    return type(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 2)])
+@pytest.mark.parametrize("key", [0, 2, -1, -3, slice(1, None, 2), slice(None, None, -1),
+                                 slice(-2, 1, -1), slice(7, 9), (1,), (-1, 0),
+                                 (0, slice(None, None, 2)), (slice(None), -1), (True,), True,
+                                 False, ()])
+def test_fast_path_keys_give_numpys_view(shape, key):
+    a = base(shape)
+    t = hurray.from_numpy(a.copy())
+    want, want_error = outcome(lambda: a[key if type(key) is tuple else (key,)])
+    got, got_error = outcome(lambda: t[key])
+    assert got_error is want_error
+    if want_error is None:
+        assert type(got) is hurray.Tensor  # never a Python or NumPy scalar
+        np.testing.assert_array_equal(np.asarray(got), want)
+        assert got.shape == want.shape
+        if got.size and True not in (key if type(key) is tuple else (key,)):
+            got[...] = -1  # a view (a bool key is a mask, a copy, in NumPy too)
+            assert (np.asarray(t) == -1).sum() == want.size
+
+
+def test_an_integer_key_is_a_0d_view_and_a_bool_key_a_new_axis():
+    a = np.arange(4, dtype=np.float32)
+    t = hurray.from_numpy(a)
+    x = t[-1]
+    assert type(x) is hurray.Tensor and x.shape == () and float(x) == 3.0
+    x[...] = 9
+    assert a[3] == 9  # a view of the tensor's memory, not a copy
+    assert t[True].shape == (1, 4) and t[False].shape == (0, 4)  # as NumPy: not t[1], t[0]
+    assert t[(True,)].shape == (1, 4)
+
+
+@pytest.mark.parametrize("key", [4, -5, 2 ** 40, (0, 4), (4, 0), (-5, slice(None))])
+def test_an_out_of_range_integer_raises_numpys_index_error(key):
+    a = np.zeros((4, 4), np.float32)
+    t = hurray.from_numpy(a)
+    parts = key if type(key) is tuple else (key,)
+    assert message(lambda: t[key]) == message(lambda: a[parts + (Ellipsis,)])
+    assert message(lambda: t[key])[0] is IndexError
+
+
+def test_integer_and_slice_keys_on_a_0d_tensor_raise_as_numpy():
+    a = np.array(1.5, np.float32)
+    t = hurray.from_numpy(a)
+    for key in (0, -1, slice(None), (0,), (slice(None), 0)):
+        parts = key if type(key) is tuple else (key,)
+        assert message(lambda: t[key]) == message(lambda: a[parts + (Ellipsis,)])
+    assert t[()].shape == () and float(t[()]) == 1.5
+    assert t[...].shape == ()
+
+
+def test_keys_off_the_fast_paths_still_index():
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    t = hurray.from_numpy(a)
+    np.testing.assert_array_equal(np.asarray(t[np.int64(1), 2]), a[1, 2])
+    np.testing.assert_array_equal(np.asarray(t[None, 1]), a[None, 1])
+    np.testing.assert_array_equal(np.asarray(t[..., -1]), a[..., -1])
+    np.testing.assert_array_equal(np.asarray(t[xp.asarray(2)]), a[2])
+    np.testing.assert_array_equal(np.asarray(t[1, xp.asarray([0, 3])]), a[1, [0, 3]])
+    with pytest.raises(IndexError):
+        t[1.0]
+
+
+REDUCTIONS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "all": np.all,
+              "any": np.any}
+
+
+@pytest.mark.parametrize("name,dtype", [
+    (name, dtype) for name in sorted(REDUCTIONS)
+    for dtype in ["int8", "uint16", "int64", "float32", "float64", "bool", "complex64"]
+    if not (name in ("max", "min") and dtype == "complex64")])  # the standard orders no complex
+@pytest.mark.parametrize("axis,keepdims", [(None, False), (None, True), (0, False), (-1, True),
+                                           ((0, 1), False)])
+def test_reductions_match_numpy(name, dtype, axis, keepdims):
+    a = (np.arange(6).reshape(2, 3) % 4).astype(dtype)
+    got = getattr(xp, name)(hurray.from_numpy(a), axis=axis, keepdims=keepdims)
+    want = np.asarray(REDUCTIONS[name](a, axis=axis, keepdims=keepdims))
+    assert type(got) is hurray.Tensor
+    assert np.asarray(got).dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_reductions_of_0d_and_empty_tensors_and_other_arguments():
+    x = hurray.from_numpy(np.array(2.5, np.float32))
+    assert float(xp.sum(x)) == 2.5 and xp.sum(x).shape == ()
+    empty = hurray.from_numpy(np.zeros(0, np.float32))
+    assert float(xp.sum(empty)) == 0.0 and float(xp.prod(empty)) == 1.0
+    assert bool(xp.all(empty)) and not bool(xp.any(empty))
+    assert message(lambda: xp.max(empty)) == message(lambda: np.max(np.zeros(0, np.float32)))
+    small = hurray.from_numpy(np.arange(4, dtype=np.int8))
+    assert xp.sum(small).dtype == xp.int64  # the standard's default integer, as NumPy's
+    assert xp.sum(small, dtype=xp.int8).dtype == xp.int8  # a dtype: the forwarded path
+    assert xp.prod(small, dtype=xp.float64).dtype == xp.float64
+    with pytest.raises(TypeError):
+        xp.sum(small, 0)  # axis is keyword-only, as the standard has it
+    assert xp.sum.__name__ == "sum" and "np.add.reduce" in xp.sum.__doc__

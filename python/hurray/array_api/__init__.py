@@ -113,6 +113,44 @@ for _name in _FORWARDED:
     globals()[_name] = _forward(_widened(_func) if _name in _WIDENED else _func, _name)
 
 
+def _reduction(name, ufunc, dtype):
+    """The array API's `name` (forwarded above) dispatched straight to ``ufunc.reduce`` for a
+    tensor argument without a ``dtype``: NumPy's own ``np.sum`` (``np.prod``, ``np.max``,
+    ``np.min``, ``np.all``, ``np.any``) is exactly that call on an ndarray, reached through a
+    layer of Python, and ``out=...`` makes it return a 0-d array rather than a scalar that
+    would then be converted (ADR-095). Everything else goes to the forwarded function."""
+    general = globals()[name]
+
+    def reduce(x, axis, keepdims):
+        return _engine.from_numpy(ufunc.reduce(
+            _engine.to_np(x), None if axis is None else _engine.arg(axis), dtype,
+            out=..., keepdims=_engine.arg(keepdims)))
+
+    if name in ("sum", "prod"):
+        def call(x, /, *, axis=None, dtype=None, keepdims=False):
+            if type(x) is not _engine.Tensor or dtype is not None:
+                return general(x, axis=axis, dtype=dtype, keepdims=keepdims)
+            return reduce(x, axis, keepdims)
+    else:
+        def call(x, /, *, axis=None, keepdims=False):
+            if type(x) is not _engine.Tensor:
+                return general(x, axis=axis, keepdims=keepdims)
+            return reduce(x, axis, keepdims)
+
+    call.__name__ = call.__qualname__ = name
+    call.__module__ = general.__module__
+    call.__doc__ = general.__doc__.replace("NumPy's kernel through array-api-compat",
+                                           f"NumPy's np.{ufunc.__name__}.reduce")
+    return call
+
+
+for _name, _ufunc, _dtype in (("sum", _np.add, None), ("prod", _np.multiply, None),
+                              ("max", _np.maximum, None), ("min", _np.minimum, None),
+                              ("all", _np.logical_and, _builtins.bool),
+                              ("any", _np.logical_or, _builtins.bool)):
+    globals()[_name] = _reduction(_name, _ufunc, _dtype)
+
+
 def broadcast_shapes(*shapes):
     """The shape that `shapes` broadcast to (array API); ValueError if they do not."""
     return tuple(_np.broadcast_shapes(*shapes))

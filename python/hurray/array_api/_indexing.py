@@ -8,7 +8,7 @@ answers with a view of the tensor's memory (an integer index included); writes g
 tensor's own memory, so views and their bases see the same values.
 """
 
-from ._engine import Tensor, check_writable, np, to_np, wrap
+from ._engine import Tensor, check_writable, from_numpy, np, to_np, wrap
 from ._promotion import SCALARS, check_scalar
 
 
@@ -46,7 +46,24 @@ def _too_big(key):
 
 def __getitem__(self, key):
     a = to_np(self)
+    kind = type(key)
     try:
+        # Fast paths for the commonest keys (ADR-095), each the very NumPy call the general
+        # path below makes for that key, without its normalisation: an int (a 0-d view, as
+        # _basic makes it), a slice, a tensor (an integer array or a mask), a tuple of ints
+        # and slices. A bool is not an int here (type(True) is bool): it takes the general path.
+        if kind is int:
+            return from_numpy(a[key, ...])
+        if kind is slice:
+            return from_numpy(a[key])
+        if kind is Tensor:
+            return wrap(a[to_np(key)])
+        if kind is tuple:
+            for k in key:
+                if type(k) is not int and type(k) is not slice:
+                    break
+            else:
+                return from_numpy(a[key + (Ellipsis,)])
         return wrap(a[_basic(_key(key))])
     except OverflowError:
         error = _too_big(key)
