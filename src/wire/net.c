@@ -202,6 +202,20 @@ int hurray__wire_address_resolve(const WireAddress *a, bool passive, WireAddress
   return HURRAY_OK;
 }
 
+bool hurray__wire_address_local(const WireAddress *a) {
+  if (a->family == AF_UNIX) return true;
+  if (a->family == AF_INET) {
+    struct sockaddr_in in4;
+    memcpy(&in4, a->storage, sizeof in4);
+    return (ntohl(in4.sin_addr.s_addr) >> 24) == 127;
+  }
+  struct sockaddr_in6 in6;
+  memcpy(&in6, a->storage, sizeof in6);
+  const uint8_t *b = in6.sin6_addr.s6_addr;
+  return IN6_IS_ADDR_LOOPBACK(&in6.sin6_addr) ||
+         (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr) && b[12] == 127);
+}
+
 void hurray__wire_address_format(const WireAddress *a, char *out, size_t size) {
   char host[INET6_ADDRSTRLEN] = "";
   const char *scheme = a->tls ? "hurrays://" : "";

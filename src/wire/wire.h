@@ -553,6 +553,9 @@ HURRAY_INTERNAL int hurray__wire_address_parse(const char *text, WireAddress *ou
 HURRAY_INTERNAL int hurray__wire_address_resolve(const WireAddress *a, bool passive,
                                                  WireAddress out[], size_t *n,
                                                  HurrayError *error);
+/* Whether a resolved address is reachable only from this host: a Unix-domain socket,
+ * 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104 (ADR-092). */
+HURRAY_INTERNAL bool hurray__wire_address_local(const WireAddress *a);
 HURRAY_INTERNAL void hurray__wire_address_format(const WireAddress *a, char *out, size_t size);
 
 /* sendmsg(MSG_NOSIGNAL | MSG_DONTWAIT) of `iov`, with descriptor `fd` attached (SCM_RIGHTS)

@@ -168,10 +168,12 @@ static int raw_hello(const char *address, uint16_t major, const uint8_t *tags, c
 
 /* ---- round trips -------------------------------------------------------------------------- */
 
+static const HurrayServerOptions kUploads = {.flags = HURRAY_SERVER_UPLOADS};
+
 static void every_layout_round_trips(void **state) {
   (void)state;
   Running r;
-  start(&r, NULL);
+  start(&r, &kUploads);
   char name[32];
   for (size_t i = 0; i < SAMPLE_COUNT; i++) {
     snprintf(name, sizeof name, "sample%zu", i);
@@ -249,7 +251,7 @@ static void unaddressed_bytes_are_never_sent(void **state) {
 static void every_dtype_round_trips(void **state) {
   (void)state;
   Running r;
-  start(&r, NULL);
+  start(&r, &kUploads);
   go(&r);
   HurrayClient *c = NULL;
   OK(hurray_client_connect(r.address, NULL, &c, E));
@@ -1299,6 +1301,55 @@ static void secrets_and_read_only(void **state) {
   finish(&r);
 }
 
+/* ADR-092: a server beyond loopback needs a secret or HURRAY_SERVER_INSECURE, and takes
+ * uploads only when asked to. */
+static void safe_defaults(void **state) {
+  (void)state;
+  HurrayError error = {0};
+  HurrayServer *server = NULL;
+  static const char *const wide[] = {"0.0.0.0:0", "[::]:0"};
+  for (size_t i = 0; i < 2; i++) {
+    HurrayServerOptions so = {.address = wide[i]};
+    assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EINVAL);
+    assert_null(server);
+    assert_non_null(strstr(error.message, "is reachable beyond this host and the server has no "
+                                          "secret: give a secret (and TLS), or "
+                                          "HURRAY_SERVER_INSECURE"));
+    so.flags = HURRAY_SERVER_INSECURE;
+    OK(hurray_server_create(&so, &server, E));
+    hurray_server_destroy(server);
+    so = (HurrayServerOptions){.address = wide[i], .secret = (const uint8_t *)"k",
+                               .secret_len = 1};
+    OK(hurray_server_create(&so, &server, E));
+    hurray_server_destroy(server);
+  }
+  HurrayServerOptions so = {.address = "0.0.0.0:0"};
+  assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EINVAL);
+  assert_non_null(strstr(error.message, "0.0.0.0:")); /* names the address refused */
+  so = (HurrayServerOptions){.flags = HURRAY_SERVER_READ_ONLY | HURRAY_SERVER_UPLOADS};
+  assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EINVAL);
+  assert_non_null(strstr(error.message, "READ_ONLY with UPLOADS"));
+  /* loopback by number or by name needs neither; and without UPLOADS it is read-only */
+  static const char *const local[] = {"127.0.0.1:0", "[::1]:0", "localhost:0"};
+  for (size_t i = 0; i < 3; i++) {
+    so = (HurrayServerOptions){.address = local[i]};
+    Running r;
+    start(&r, &so);
+    go(&r);
+    HurrayClient *c = NULL;
+    OK(hurray_client_connect(r.address, NULL, &c, E));
+    HurrayClientInfo info;
+    OK(hurray_client_info(c, &info, E));
+    assert_int_equal(info.server_flags, WIRE_HELLO_READ_ONLY);
+    HurrayTensorContext *up = bytes_tensor(100, 2);
+    assert_int_equal(hurray_client_put(c, "y", up, &error), HURRAY_EDENIED);
+    assert_string_equal(error.message, "peer: this server is read-only: uploads are refused");
+    hurray_tensor_context_release(up);
+    hurray_client_destroy(c);
+    finish(&r);
+  }
+}
+
 static void unix_socket(void **state) {
   (void)state;
   char address[300];
@@ -1370,7 +1421,8 @@ static const char *plain(const char *address) {
 static void tls_round_trip(void **state) {
   (void)state;
   HurrayTlsOptions st = {.certificate_file = cert("server.pem"), .key_file = cert("server.key")};
-  HurrayServerOptions so = {.tls = &st, .secret = (const uint8_t *)"s3cret", .secret_len = 6};
+  HurrayServerOptions so = {.tls = &st, .secret = (const uint8_t *)"s3cret", .secret_len = 6,
+                            .flags = HURRAY_SERVER_UPLOADS};
   Running r;
   start(&r, &so);
   /* loopback unless told otherwise, and the address says TLS */
@@ -1909,6 +1961,7 @@ int main(void) {
       cmocka_unit_test(thousand_clients),
       cmocka_unit_test(killed_server),
       cmocka_unit_test(secrets_and_read_only),
+      cmocka_unit_test(safe_defaults),
       cmocka_unit_test(unix_socket),
       cmocka_unit_test(tls_round_trip),
       cmocka_unit_test(tls_refusals),

@@ -600,7 +600,7 @@ def test_uploads_and_their_refusals():
     which the server discards the upload's DATA up to END, and the connection goes on."""
     a = np.arange(50_000, dtype=np.float32)
     data = a.tobytes()
-    with hurray.serve({"t": np.zeros(1)}, max_upload_bytes=100_000) as s, \
+    with hurray.serve({"t": np.zeros(1)}, max_upload_bytes=100_000, uploads=True) as s, \
             w.Client(s.address) as c:
         c.put(w.dense_header("up", 10, (20_000,), data[:80_000]), data[:80_000])
         assert c.get("up").buffers[0].data == data[:80_000]
@@ -617,7 +617,7 @@ def test_uploads_and_their_refusals():
             assert (e.value.status, e.value.request_id) == (status, c.next_id - 1)
             assert {x["name"] for x in c.list()} == {"t", "up"}  # nothing left behind
         c.goodbye()
-    with hurray.serve({"t": np.zeros(1)}, read_only=True) as s, w.Client(s.address) as c:
+    with hurray.serve({"t": np.zeros(1)}) as s, w.Client(s.address) as c:
         assert c.hello["flags"] & w.S_READ_ONLY
         with pytest.raises(w.PeerError) as e:
             c.put(w.dense_header("up", 10, (2,), data[:8]), data[:8])
@@ -795,7 +795,7 @@ def test_a_put_whose_header_check_fails_ends_the_connection():
     (request id 0) HURRAY_ECHECKSUM, closes, and serves nothing of it; a 1.1 PUT has none."""
     data = np.arange(4, dtype=np.float32).tobytes()
     header = w.dense_header("up", 10, (4,), data)
-    with hurray.serve({"t": np.zeros(1)}) as s:
+    with hurray.serve({"t": np.zeros(1)}, uploads=True) as s:
         with w.Client(s.address) as c:
             with pytest.raises(w.PeerError) as e:
                 c.put(header, data, check=bytes(8))
@@ -971,7 +971,7 @@ def test_names_and_urls_with_a_nul_are_refused():
         hurray.serve({"x\0y": np.float32([1])})
     with pytest.raises(hurray.InvalidArgumentError, match=r"serve\(\): address .* a NUL"):
         hurray.serve(address="127.0.0.1:0\0junk")
-    with hurray.serve() as server, hurray.connect(server.address) as c:
+    with hurray.serve(uploads=True) as server, hurray.connect(server.address) as c:
         with pytest.raises(hurray.InvalidArgumentError, match=r"put\(\): name .* a NUL"):
             c.put("x\0y", np.float32([1]))
         assert c.list() == []
