@@ -1460,7 +1460,8 @@ typedef struct HurrayClientOptions {
   const uint8_t *devices;    /* the device tags offered in the hello; NULL: CPU */
   uint64_t max_frame;        /* DATA payload offered; 0: 4 MiB */
   uint64_t max_tensor_bytes; /* refuse (HURRAY_ELIMIT) a tensor larger than this before
-                                allocating; 0: no limit */
+                                allocating (get); 0: this machine's physical memory
+                                (sysconf), the most a header may make the client reserve */
   const uint8_t *secret;     /* NULL: no authentication (a server that asks for a secret then
                                 refuses the session); else the shared secret (borrowed during
                                 connect). A client with a secret also refuses a server that

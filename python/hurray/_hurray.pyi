@@ -344,7 +344,8 @@ def connect(url: str, /, *, secret: str | bytes | None = None, timeout: float | 
             devices: Sequence[_DeviceLike] | None = None,
             tls: dict[str, _Path | str | None] | None = None,
             fd_passing: builtins.bool = True,
-            idle_timeout: float | None = None) -> Client: ...
+            idle_timeout: float | None = None,
+            max_tensor_bytes: int | None = None) -> Client: ...
 def serve(tensors: _Path | Mapping[str, Any] | list[_Path | Mapping[str, Any]] | None = None,
           /, address: str | None = None, *, uploads: builtins.bool = False,
           secret: str | bytes | None = None, max_connections: int | None = None,

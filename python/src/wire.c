@@ -794,8 +794,10 @@ PyType_Spec hurray__py_client_spec = {
 };
 
 static const char *const kConnectNames[] = {"url", "secret", "timeout", "devices", "tls",
-                                            "fd_passing", "idle_timeout", NULL};
-enum { C_URL, C_SECRET, C_TIMEOUT, C_DEVICES, C_TLS, C_FD_PASSING, C_IDLE, C_COUNT };
+                                            "fd_passing", "idle_timeout", "max_tensor_bytes",
+                                            NULL};
+enum { C_URL, C_SECRET, C_TIMEOUT, C_DEVICES, C_TLS, C_FD_PASSING, C_IDLE, C_MAX_TENSOR,
+       C_COUNT };
 
 static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames) {
@@ -812,6 +814,10 @@ static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nar
   HurrayClientOptions options = {0};
   if (timeout_arg(st, a[C_TIMEOUT], "timeout", 0, &options.timeout_ms) < 0 ||
       timeout_arg(st, a[C_IDLE], "idle_timeout", 0, &options.idle_timeout_ms) < 0) {
+    return NULL;
+  }
+  if (a[C_MAX_TENSOR] != NULL && a[C_MAX_TENSOR] != Py_None &&
+      hurray__py_u64(st, a[C_MAX_TENSOR], "max_tensor_bytes", &options.max_tensor_bytes) < 0) {
     return NULL;
   }
   int fd_passing = a[C_FD_PASSING] == NULL ? 1 : PyObject_IsTrue(a[C_FD_PASSING]);
@@ -1192,7 +1198,7 @@ PyMethodDef hurray__py_wire_functions[] = {
     {"connect", HURRAY_PY_CFUNC(connect), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
          "connect($module, url, /, *, secret=None, timeout=None, devices=None, tls=None,\n"
-         "        fd_passing=True, idle_timeout=None)\n--\n\n"
+         "        fd_passing=True, idle_timeout=None, max_tensor_bytes=None)\n--\n\n"
          "Connect to a Hurray server (docs/spec/interchange.md).\n\n"
          "Parameters\n----------\n"
          "url : str\n"
@@ -1226,7 +1232,11 @@ PyMethodDef hurray__py_wire_functions[] = {
          "    into new memory. Every checksum is still checked. Ignored over TCP.\n"
          "idle_timeout : float, optional\n"
          "    Seconds any one wait (connecting, each read and write) may take without\n"
-         "    progress (default: `timeout`, or 30 without one).\n\n"
+         "    progress (default: `timeout`, or 30 without one).\n"
+         "max_tensor_bytes : int, optional\n"
+         "    The largest tensor ``get`` receives into memory (default: this machine's\n"
+         "    physical memory): a larger one is refused with hurray.LimitError before\n"
+         "    anything is allocated for it, whatever the server's header claims.\n\n"
          "Returns\n-------\n"
          "hurray.Client\n"
          "    The connection, set up and authenticated.\n\n"

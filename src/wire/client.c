@@ -389,6 +389,15 @@ static int handshake(HurrayClient *c, HurrayError *error) {
   return status;
 }
 
+/* The default max_tensor_bytes: this machine's physical memory, which no tensor received
+ * into memory can exceed usefully (ADR-092); a server's header claiming more is refused before
+ * anything is allocated. */
+static uint64_t physical_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || size <= 0) return UINT64_MAX;
+  return (uint64_t)pages * (uint64_t)size;
+}
+
 int hurray_client_connect(const char *address, const HurrayClientOptions *options,
                           HurrayClient **out, HurrayError *error) {
   if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
@@ -415,7 +424,7 @@ int hurray_client_connect(const char *address, const HurrayClientOptions *option
   c->idle_timeout_ms = o.idle_timeout_ms ? o.idle_timeout_ms : o.timeout_ms ? o.timeout_ms : 30000;
   begin_call(c);
   c->offered_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
-  c->max_tensor_bytes = o.max_tensor_bytes ? o.max_tensor_bytes : UINT64_MAX;
+  c->max_tensor_bytes = o.max_tensor_bytes ? o.max_tensor_bytes : physical_memory();
   c->ndevices = o.devices ? o.ndevices : 1;
   memcpy(c->devices, o.devices ? o.devices : &cpu, c->ndevices);
   c->server = calloc(1, sizeof *c->server);
@@ -679,7 +688,14 @@ static int receive_header(HurrayClient *c, uint64_t id, const WireRequest *r, Tr
   size_t body = 0;
   status = hurray__wire_tensor_check(&h, p, (size_t)h.length, c->server->version_minor, &body,
                                      error);
-  if (status == HURRAY_OK) status = hurray__wire_tensor_decode(p, body, &arena, &tensor, error);
+  if (status == HURRAY_OK) {
+    status = hurray__wire_tensor_decode(p, body, &arena, &tensor, error);
+    /* what the server sent is wrong, whatever field it is (an unknown dtype, layout or device
+       code, a shape its buffers cannot hold): the peer broke the protocol (ADR-078) */
+    if (status != HURRAY_OK && status != HURRAY_ENOMEM && status != HURRAY_EPROTOCOL) {
+      status = hurray__error_prefix(error, HURRAY_EPROTOCOL, "the server's TENSOR_HEADER: ");
+    }
+  }
   free(p);
   /* the answer is to this request (spec §6.3): a request changed in transit is caught here */
   if (status == HURRAY_OK && (strcmp(tensor.record.name, r->name) != 0 ||
@@ -717,8 +733,10 @@ static int receive_header(HurrayClient *c, uint64_t id, const WireRequest *r, Tr
   t->have_tensor = true;
   if (tensor.total_bytes > c->max_tensor_bytes && t->path == NULL && t->sink == NULL &&
       !t->range) {
-    return hurray__fail(error, HURRAY_ELIMIT, "tensor of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
-                        tensor.total_bytes, c->max_tensor_bytes);
+    return hurray__fail(error, HURRAY_ELIMIT,
+                        "tensor '%s' of %" PRIu64 " bytes exceeds this client's "
+                        "max_tensor_bytes of %" PRIu64 ": raise it, or fetch into a file",
+                        tensor.record.name, tensor.total_bytes, c->max_tensor_bytes);
   }
   return prepare(t, error);
 }
