@@ -1457,7 +1457,10 @@ typedef struct HurrayClientOptions {
                                 wait for the server and the reconnections of `retries`
                                 included); 0: none (ADR-078) */
   uint32_t ndevices;         /* entries of `devices` */
-  const uint8_t *devices;    /* the device tags offered in the hello; NULL: CPU */
+  const uint8_t *devices;    /* the device tags offered in the hello, which bind the server:
+                                it answers on the CPU (always, listed or not) and on these
+                                only, and a get on another is HURRAY_EINVAL here; NULL: every
+                                named device (0x00..0x08; spec §4.1) */
   uint64_t max_frame;        /* DATA payload offered; 0: 4 MiB */
   uint64_t max_tensor_bytes; /* refuse (HURRAY_ELIMIT) a tensor larger than this before
                                 allocating (get); 0: this machine's physical memory

@@ -404,7 +404,6 @@ int hurray_client_connect(const char *address, const HurrayClientOptions *option
   *out = NULL;
   HurrayClientOptions o = {0};
   if (options != NULL) o = *options;
-  uint8_t cpu = HURRAY_DEVICE_CPU;
   if (!hurray__all_zero(o.reserved, sizeof o.reserved) ||
       (o.flags & ~HURRAY_CLIENT_NO_FD_PASSING) || (o.secret == NULL) != (o.secret_len == 0) ||
       o.secret_len > 1024 || (o.devices == NULL) != (o.ndevices == 0) ||
@@ -425,8 +424,10 @@ int hurray_client_connect(const char *address, const HurrayClientOptions *option
   begin_call(c);
   c->offered_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
   c->max_tensor_bytes = o.max_tensor_bytes ? o.max_tensor_bytes : physical_memory();
-  c->ndevices = o.devices ? o.ndevices : 1;
-  memcpy(c->devices, o.devices ? o.devices : &cpu, c->ndevices);
+  /* by default every device this library names: it makes a queue on one when asked (spec
+     §4.1); the CPU is implied, listed or not */
+  c->ndevices = o.devices ? o.ndevices : HURRAY_DEVICE_LAST_NAMED + 1u;
+  for (uint32_t i = 0; i < c->ndevices; i++) c->devices[i] = o.devices ? o.devices[i] : (uint8_t)i;
   c->server = calloc(1, sizeof *c->server);
   int status = c->server ? HURRAY_OK : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   if (status == HURRAY_OK && o.secret_len) {
@@ -968,9 +969,16 @@ static bool resumable(int status, const Transfer *t) {
 /* The queue a transfer receives on when it asks for a device other than the CPU: the caller's,
  * or one made on the default context of the device; without the device's runtime, the CPU is
  * asked for instead when the caller accepts it (FALLBACK). */
-static int device_queue(const HurrayGetOptions *o, Transfer *t, WireRequest *r,
-                        HurrayError *error) {
+static int device_queue(const HurrayClient *c, const HurrayGetOptions *o, Transfer *t,
+                        WireRequest *r, HurrayError *error) {
   t->device = o->preferred_device;
+  if (o->preferred_device != HURRAY_DEVICE_CPU &&
+      memchr(c->devices, o->preferred_device, c->ndevices) == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "device %s was not offered when connecting: a server answers on the CPU "
+                        "and the devices listed in HurrayClientOptions.devices",
+                        hurray_device_name(o->preferred_device));
+  }
   if (o->queue != NULL && hurray_device_queue_tag(o->queue) != o->preferred_device) {
     return hurray__fail(error, HURRAY_EINVAL, "the queue is on %s, not the preferred device %s",
                         hurray_device_name(hurray_device_queue_tag(o->queue)),
@@ -1022,7 +1030,7 @@ static int transfer(HurrayClient *c, const char *name, const HurrayGetOptions *o
                         (unsigned)c->server->version_minor);
   }
   if (!t->have_tensor) {
-    status = device_queue(&o, t, &r, error);
+    status = device_queue(c, &o, t, &r, error);
     if (status != HURRAY_OK) return status;
   }
   if (o.row_start != 0 || o.row_stop != 0) {

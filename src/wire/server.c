@@ -107,6 +107,7 @@ typedef struct Conn {
   uint64_t max_frame;
   bool fd_passing; /* negotiated: buffers may go as DATA_FD (spec §6.6) */
   uint16_t minor;  /* the negotiated minor version */
+  uint8_t offered[32]; /* a bit per device tag the client's hello listed (spec §6.2) */
   uint8_t client_nonce[WIRE_NONCE_SIZE];
   uint8_t server_nonce[WIRE_NONCE_SIZE];
   /* input */
@@ -755,6 +756,9 @@ static void on_hello(HurrayServer *s, Conn *c, const uint8_t *p, size_t len) {
   if (status == HURRAY_OK) status = hurray__wire_devices_check(hello, &e);
   if (status == HURRAY_OK) {
     memcpy(c->client_nonce, hello->nonce, WIRE_NONCE_SIZE);
+    for (uint32_t i = 0; i < hello->ndevices; i++) {
+      c->offered[hello->devices[i].tag / 8] |= (uint8_t)(1u << (hello->devices[i].tag % 8));
+    }
     c->max_frame = hello->max_frame < s->max_frame ? hello->max_frame : s->max_frame;
     uint8_t served[32]; /* the CPU, and the devices of the tensors served (spec §4.1) */
     size_t nserved = 0;
@@ -914,6 +918,14 @@ static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, 
   WireRequest r;
   HurrayError e = {0};
   int status = hurray__wire_request_decode(p, len, &r, &e);
+  if (status == HURRAY_OK && r.preferred_device != HURRAY_DEVICE_CPU &&
+      !(c->offered[r.preferred_device / 8] & (1u << (r.preferred_device % 8)))) {
+    /* the hello binds: answers come on the CPU (implied) or a device the client listed */
+    status = hurray__fail(&e, HURRAY_EPROTOCOL,
+                          "device %s (0x%02x) was not in this client's hello: a server answers "
+                          "on the CPU and the devices a client lists",
+                          hurray_device_name(r.preferred_device), r.preferred_device);
+  }
   if (status != HURRAY_OK) {
     send_error(c, id, status, e.message);
     return;

@@ -119,14 +119,19 @@ static int raw_frame(int fd, WireHeader *h, uint8_t *payload, size_t cap) {
 }
 
 /* Appends a CLIENT_HELLO of protocol 1 offering only the CPU, with `max_frame`. */
-static void cpu_hello(FileSink *frame, uint32_t max_frame) {
+/* Appends a CLIENT_HELLO of version 1.0 listing the `n` named device `tags`. */
+static void devices_hello(FileSink *frame, uint32_t max_frame, const uint8_t *tags, size_t n) {
   WireHello *hello = calloc(1, sizeof *hello);
   hello->version_major = 1;
   hello->max_frame = max_frame;
-  const uint8_t cpu = 0;
-  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  OK(hurray__wire_devices_fill(hello, tags, n, E));
   OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, frame, E));
   free(hello);
+}
+
+static void cpu_hello(FileSink *frame, uint32_t max_frame) {
+  const uint8_t cpu = HURRAY_DEVICE_CPU;
+  devices_hello(frame, max_frame, &cpu, 1);
 }
 
 /* Appends `req` as a TENSOR_REQUEST frame of request id 1. */
@@ -1301,6 +1306,68 @@ static void secrets_and_read_only(void **state) {
   finish(&r);
 }
 
+/* The answer of a raw session whose hello lists `tags` to a WHOLE request of tensor "x" on
+ * `device`: its frame type, an ERROR's status and message in `error`. */
+static int raw_request_on(const char *address, const uint8_t *tags, size_t n, uint8_t device,
+                          HurrayError *error) {
+  WireRequest req = {.preferred_device = device, .name_len = 1, .name = "x"};
+  FileSink frame = {0};
+  devices_hello(&frame, 1 << 20, tags, n);
+  request_frame(&frame, &req);
+  int fd = raw_connect(address);
+  raw_send(fd, &frame);
+  hurray__sink_reset(&frame);
+  WireHeader h;
+  static uint8_t buf[1 << 12];
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
+  int type = raw_frame(fd, &h, buf, sizeof buf);
+  if (type == WIRE_ERROR) hurray__wire_error_decode(buf, (size_t)h.length, error);
+  close(fd);
+  return type;
+}
+
+/* Spec §4.1, §6.2 (issue 24 item 5): a client's device list binds the server, the CPU implied. */
+static void device_list_binds(void **state) {
+  (void)state;
+  Running r;
+  start(&r, NULL);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(100, 1), E));
+  go(&r);
+  HurrayError error = {0};
+  static const uint8_t vulkan[] = {HURRAY_DEVICE_VULKAN}, cpu[] = {HURRAY_DEVICE_CPU};
+  /* the CPU needs no listing: a client that lists only vulkan gets CPU answers */
+  assert_int_equal(raw_request_on(r.address, vulkan, 1, HURRAY_DEVICE_CPU, &error),
+                   WIRE_TENSOR_HEADER);
+  /* a device the hello did not list is refused, before the device rule (cuda is not served
+     here either: that would be HURRAY_EUNSUPPORTED) */
+  assert_int_equal(raw_request_on(r.address, cpu, 1, HURRAY_DEVICE_ROCM, &error), WIRE_ERROR);
+  assert_int_equal(error.code, HURRAY_EPROTOCOL);
+  assert_string_equal(error.message, "peer: device rocm (0x02) was not in this client's hello: a "
+                                     "server answers on the CPU and the devices a client lists");
+  assert_int_equal(raw_request_on(r.address, vulkan, 1, HURRAY_DEVICE_VULKAN, &error), WIRE_ERROR);
+  assert_int_equal(error.code, HURRAY_EUNSUPPORTED); /* listed: the device rule decides */
+  /* the reference client refuses a get on a device it did not offer, before sending */
+  HurrayClientOptions co = {.devices = cpu, .ndevices = 1};
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, &co, &c, E));
+  HurrayGetOptions o = {.preferred_device = HURRAY_DEVICE_ROCM, .flags = HURRAY_GET_FALLBACK};
+  HurrayTensorContext *got = NULL;
+  assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message, "device rocm was not offered when connecting: a server "
+                                     "answers on the CPU and the devices listed in "
+                                     "HurrayClientOptions.devices");
+  OK(hurray_client_get(c, "x", NULL, &got, E)); /* and goes on */
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  /* by default it offers every named device: FALLBACK then brings rocm's request to the CPU */
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  OK(hurray_client_get(c, "x", &o, &got, E));
+  assert_int_equal(got->buffers->buffers[0]->desc.device_tag, HURRAY_DEVICE_CPU);
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  finish(&r);
+}
+
 /* ADR-092: a server beyond loopback needs a secret or HURRAY_SERVER_INSECURE, and takes
  * uploads only when asked to. */
 static void safe_defaults(void **state) {
@@ -1886,7 +1953,8 @@ static void device_tensors_cross(void **state) {
      (a raw request: the reference client refuses cuda itself where libcuda is missing) */
   WireRequest req = {.preferred_device = HURRAY_DEVICE_CUDA, .name_len = 1, .name = "x"};
   FileSink frame = {0};
-  cpu_hello(&frame, 1 << 20);
+  static const uint8_t cpu_cuda[] = {HURRAY_DEVICE_CPU, HURRAY_DEVICE_CUDA};
+  devices_hello(&frame, 1 << 20, cpu_cuda, 2);
   request_frame(&frame, &req);
   int fd = raw_connect(r.address);
   raw_send(fd, &frame);
@@ -1962,6 +2030,7 @@ int main(void) {
       cmocka_unit_test(killed_server),
       cmocka_unit_test(secrets_and_read_only),
       cmocka_unit_test(safe_defaults),
+      cmocka_unit_test(device_list_binds),
       cmocka_unit_test(unix_socket),
       cmocka_unit_test(tls_round_trip),
       cmocka_unit_test(tls_refusals),

@@ -171,7 +171,7 @@ def test_minor_versions_of_the_future_are_answered_with_the_servers(server):
 
 
 def test_the_device_rule(server):
-    with client(server) as c:
+    with client(server, devices=[(0, b""), (1, b"")]) as c:
         with pytest.raises(w.PeerError) as e:
             c.get("f32", device=1)
         assert e.value.code == w.CODES["EUNSUPPORTED"] and e.value.request_id == 1
@@ -180,6 +180,28 @@ def test_the_device_rule(server):
         t = c.get("f32", device=1, flags=w.FALLBACK)  # served on the CPU instead
         assert t.buffers[0].data == DENSE["f32"]().tobytes()
         c.goodbye()
+
+
+def test_the_client_hello_binds_the_devices_answered_on(server):
+    """§6.2 (issue 24 item 5): a server answers on the CPU, listed or not, and on the devices
+    the client's hello lists; a request on any other device is refused HURRAY_EPROTOCOL."""
+    with client(server, devices=[(4, b"")]) as c:  # vulkan only: the CPU is implied
+        assert c.get("f32").buffers[0].data == DENSE["f32"]().tobytes()
+        with pytest.raises(w.PeerError) as e:
+            c.get("f32", device=1, flags=w.FALLBACK)  # FALLBACK does not make it listed
+        assert (e.value.status, e.value.request_id) == ("EPROTOCOL", 2)
+        assert e.value.message == ("device cuda (0x01) was not in this client's hello: a server "
+                                   "answers on the CPU and the devices a client lists")
+        with pytest.raises(w.PeerError) as e:
+            c.get("f32", device=4)  # listed: the device rule decides
+        assert e.value.status == "EUNSUPPORTED"
+        c.goodbye()
+    with hurray.connect(server.address, devices=["cpu"]) as c:  # the reference client
+        with pytest.raises(hurray.InvalidArgumentError, match="device rocm was not offered"):
+            c.get("f32", device="rocm", fallback=True)
+    with hurray.connect(server.address) as c:  # by default it offers every named device
+        assert np.asarray(c.get("f32", device="rocm", fallback=True)).tobytes() == \
+            DENSE["f32"]().tobytes()
 
 
 def test_shared_secret():
