@@ -308,13 +308,15 @@ const Command kLsCommand = {"ls", "list the tensors a server serves", kLsUsage, 
 
 static const char kFetchUsage[] =
     "usage: hurray fetch [-q] [-o OUT] [--rows START:STOP | --bytes START:STOP] [-r N]\n"
-    "                    [--no-sync] [-s SECRET_FILE] [-t SECONDS] [--tls-ca FILE]\n"
-    "                    [--tls-server-name NAME] URL NAME\n"
+    "                    [--no-sync] [--drop-metadata] [-s SECRET_FILE] [-t SECONDS]\n"
+    "                    [--tls-ca FILE] [--tls-server-name NAME] URL NAME\n"
     "\n"
     "Fetches tensor NAME from a server into a new Hurray file, streaming (memory use does\n"
     "not grow with the tensor), with its metadata. Every buffer's checksum is checked as\n"
-    "it arrives; the file appears only when the whole tensor did. Progress is shown on\n"
-    "stderr when it is a terminal and the transfer takes more than a moment.\n"
+    "it arrives; the file appears only when the whole tensor did. An OUT named\n"
+    ".safetensors, .npy or .npz is written in that format (converted from a Hurray file\n"
+    "fetched beside it, then removed; what the format cannot hold is refused). Progress is\n"
+    "shown on stderr when it is a terminal and the transfer takes more than a moment.\n"
     "\n"
     "options:\n"
     "  -o, --output OUT         the file to write (default NAME.hurray, or NAME.bin with\n"
@@ -324,6 +326,8 @@ static const char kFetchUsage[] =
     "                           as served, concatenated; `hurray ls` shows their size),\n"
     "                           written raw to OUT; each frame of them is checked as it\n"
     "                           arrives (the buffers' checksums need whole buffers)\n"
+    "      --drop-metadata      for a .safetensors, .npy or .npz OUT: drop the metadata the\n"
+    "                           format cannot hold instead of refusing (as convert's)\n"
     "      --no-sync            do not fsync OUT and its directory: OUT still replaces any\n"
     "                           previous file only once complete, but a system crash may\n"
     "                           lose it\n"
@@ -370,7 +374,7 @@ static void fetch_progress(void *context, uint64_t done, uint64_t total) {
 }
 
 static int run_fetch(int argc, char **argv) {
-  bool quiet = false, no_sync = false;
+  bool quiet = false, no_sync = false, drop_metadata = false;
   const char *output = NULL, *rows = NULL, *bytes = NULL, *retries = NULL;
   ConnectArgs args = {0};
   const CliOption options[] = {{'o', "output", NULL, &output},
@@ -382,9 +386,10 @@ static int run_fetch(int argc, char **argv) {
                                {'t', "timeout", NULL, &args.timeout},
                                {'q', "quiet", &quiet, NULL},
                                {0, "tls-ca", NULL, &args.tls_ca},
-                               {0, "tls-server-name", NULL, &args.tls_server_name}};
+                               {0, "tls-server-name", NULL, &args.tls_server_name},
+                               {0, "drop-metadata", &drop_metadata, NULL}};
   const char *operands[2];
-  int rc = cli_parse_operands(&kFetchCommand, argc, argv, options, 10, operands, 2,
+  int rc = cli_parse_operands(&kFetchCommand, argc, argv, options, 11, operands, 2,
                               "URL and NAME");
   if (rc >= 0) return rc;
   const char *url = operands[0], *name = operands[1];
@@ -423,11 +428,36 @@ static int run_fetch(int argc, char **argv) {
     get.progress_context = &progress;
   }
   HurrayError error = {0};
+  /* OUT named .safetensors, .npy or .npz: the tensor is fetched (every checksum checked) into
+     a Hurray file beside it, which hurray_convert then writes OUT from (ADR-092) */
+  int format = HURRAY_FORMAT_HURRAY;
+  if (!bytes && hurray_format_from_path(output, &format, NULL) != HURRAY_OK) {
+    format = HURRAY_FORMAT_HURRAY;
+  }
+  char staged[4096];
+  const char *into = output;
+  if (format != HURRAY_FORMAT_HURRAY) {
+    if (snprintf(staged, sizeof staged, "%s.fetch-%ld.hurray", output, (long)getpid()) >=
+        (int)sizeof staged) {
+      hurray_client_destroy(client);
+      cli_error(&kFetchCommand, "'%s' is too long a path", output);
+      return EXIT_USAGE;
+    }
+    into = staged;
+    get.flags |= HURRAY_GET_NOT_DURABLE; /* the converted file is the one synced */
+  }
   int status = bytes ? hurray_client_read_file(client, name, (uint64_t)byte_start,
                                                 (uint64_t)byte_stop, output, &get, &error)
-                      : hurray_client_fetch(client, name, &get, output, &error);
+                      : hurray_client_fetch(client, name, &get, into, &error);
   hurray_client_destroy(client);
   if (tty && progress.shown >= 0) cli_progress_clear();
+  if (status == HURRAY_OK && into != output) {
+    HurrayConvertOptions co = {.flags = (no_sync ? HURRAY_CONVERT_NOT_DURABLE : 0u) |
+                                        (drop_metadata ? HURRAY_CONVERT_DROP_METADATA : 0u)};
+    status = hurray_convert(into, output, &co, &error);
+    unlink(into);
+    if (status != HURRAY_OK) return cli_fail(&kFetchCommand, output, status, &error);
+  }
   if (status != HURRAY_OK) return cli_fail(&kFetchCommand, name, status, &error);
   if (!quiet && bytes) {
     printf("fetched bytes [%" PRId64 ", %" PRId64 ") of %s into %s\n", byte_start, byte_stop, name,

@@ -460,10 +460,26 @@ run 2 fetch "$address" dense --rows 0:1 --bytes 0:4
 has "--rows and --bytes exclude each other"
 run 0 fetch --no-sync "$address" composite -o nosync_fetch.hurray
 run 0 verify nosync_fetch.hurray
+# an OUT of another format the loader reads is written in it (ADR-092), nothing left beside it
+run 0 fetch "$address" strided -o strided.npy
+has "fetched strided into strided.npy"
+run 0 info strided.npy
+has "strided.npy: npy file, 1 tensor, 16 B of data in 1 buffer"
+run 0 fetch -q "$address" scalar -o scalar.safetensors
+run 0 info scalar.safetensors
+has "scalar: dense float64 [], 8 B in 1 buffer"
+run 4 fetch "$address" dense -o dense_m.npy
+has "tensor 'dense' has metadata of its own, which npy cannot hold"
+[ ! -e dense_m.npy ] || fail "a refused conversion left its output"
+run 0 fetch --drop-metadata "$address" dense -o dense_m.npy
+run 4 fetch "$address" paged -o paged.npz
+has "tensor 'paged' is a paged tensor: npz holds dense arrays only (HURRAY_EUNSUPPORTED)"
+leftover=$(ls ./*.fetch-* 2>/dev/null)
+[ -z "$leftover" ] || { out=$leftover; fail "a staged fetch was left behind"; }
 serve_stop
 last="serve's summary"
 out=$(cat served.txt)
-has "served 8 tensors: 316 B sent, 0 B passed as file descriptors"
+has "served 13 tensors: 628 B sent, 0 B passed as file descriptors"
 run 6 ls "$address"
 has "Connection refused (HURRAY_ECONNECTION)"
 # serve takes every format the loader reads (ADR-092): safetensors, .npz, a checkpoint directory
