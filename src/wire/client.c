@@ -274,7 +274,13 @@ static int open_socket(HurrayClient *c, HurrayError *error) {
   hurray__wire_address_format(&c->address, text, sizeof text);
   WireAddress found[WIRE_MAX_RESOLVED];
   size_t n = 0;
-  int status = hurray__wire_address_resolve(&c->address, false, found, &n, error);
+  /* a wait like any other: at most the idle timeout, and no later than the call's deadline */
+  int64_t wait = c->idle_timeout_ms;
+  if (c->deadline != 0 && c->deadline - hurray__wire_now_ms() < wait) {
+    wait = c->deadline - hurray__wire_now_ms();
+    if (wait < 0) wait = 0;
+  }
+  int status = hurray__wire_address_resolve(&c->address, false, wait, found, &n, error);
   if (status != HURRAY_OK) return broken(c, status);
   size_t tried = 0;
   status = HURRAY_ECONNECTION;

@@ -568,7 +568,7 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   }
   WireAddress found[WIRE_MAX_RESOLVED];
   size_t n = 0;
-  status = hurray__wire_address_resolve(&address, true, found, &n, error);
+  status = hurray__wire_address_resolve(&address, true, -1, found, &n, error);
   for (size_t i = 0; status == HURRAY_OK && !o.secret_len && !(o.flags & HURRAY_SERVER_INSECURE) &&
                      i < n; i++) {
     if (!hurray__wire_address_local(&found[i])) {

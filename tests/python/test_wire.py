@@ -501,6 +501,41 @@ def test_host_names_go_through_the_resolver():
             assert np.asarray(c.get("x")).tolist() == [0, 1, 2]
 
 
+SILENT_DNS = """
+import socket, time, hurray
+dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+dns.bind(("127.0.0.1", 53))  # the only nameserver: it takes every query and answers none
+start = time.monotonic()
+try:
+    hurray.connect("nosuch.hurray-test:7700", timeout={timeout})
+except hurray.HurrayError as e:
+    print(type(e).__name__, e)
+print("elapsed", time.monotonic() - start)
+"""
+
+
+def test_the_resolver_is_bounded_by_the_timeout(tmp_path):
+    """Issue 24 item 1 (ADR-092): a name whose nameserver never answers kept connect waiting
+    for the system resolver's own timeouts (10 s here, whatever timeout= said); the lookup is
+    now given up at the call's deadline. Run in a user, mount and network namespace whose
+    resolv.conf names a nameserver on loopback that reads every query and answers none."""
+    probe = subprocess.run(["unshare", "-rmn", "sh", "-c", "ip link set lo up"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no user, mount and network namespaces here")
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\n")
+    script = ('ip link set lo up && mount --bind "$1" /etc/resolv.conf && '
+              'exec "$2" -c "$3"')
+    done = subprocess.run(["unshare", "-rmn", "sh", "-c", script, "sh", str(resolv),
+                           sys.executable, SILENT_DNS.format(timeout=1)],
+                          capture_output=True, text=True, timeout=60)
+    out = done.stdout + done.stderr
+    assert "TimedOutError resolving the host name 'nosuch.hurray-test' took longer than " \
+           "1000 ms" in out, out
+    assert float(out.split("elapsed")[1]) < 2.5, out
+
+
 def wait_transfers(server, n):
     """The server's stats once it has counted `n` answers sent (the client may hold its tensor
     before the server's loop has counted the frame that carried it)."""
