@@ -1407,10 +1407,20 @@ typedef struct HurrayTlsOptions {
 
 typedef struct HurrayServer HurrayServer;
 
-#define HURRAY_SERVER_READ_ONLY (1u << 0) /* refuse uploads (HURRAY_EDENIED) */
+/* refuse uploads (HURRAY_EDENIED): what a server does unless HURRAY_SERVER_UPLOADS is given
+   (ADR-092); accepted so that callers saying so keep working; with UPLOADS, HURRAY_EINVAL */
+#define HURRAY_SERVER_READ_ONLY (1u << 0)
 /* never hand a client a tensor's memory as a file descriptor (spec §6.6); without this flag a
    server on a Unix-domain socket does so for every client that asks in its hello */
 #define HURRAY_SERVER_NO_FD_PASSING (1u << 1)
+/* accept uploads (hurray_client_put), each bounded by max_upload_bytes and all together by
+   max_upload_total_bytes; without this flag a server is read-only (ADR-092) */
+#define HURRAY_SERVER_UPLOADS (1u << 2)
+/* listen on an address beyond loopback (0.0.0.0, a LAN address, a name that resolves to one)
+   without a secret, serving anyone who reaches it; without this flag hurray_server_create
+   refuses such an address with HURRAY_EINVAL unless `secret` is given (ADR-092). Unix-domain
+   sockets and 127.0.0.0/8, ::1 need neither */
+#define HURRAY_SERVER_INSECURE (1u << 3)
 
 typedef struct HurrayServerOptions {
   const char *address;           /* NULL: "127.0.0.1:0", loopback on a free port; give
@@ -1502,10 +1512,14 @@ typedef struct HurrayClientOptions {
                                 wait for the server and the reconnections of `retries`
                                 included); 0: none (ADR-078) */
   uint32_t ndevices;         /* entries of `devices` */
-  const uint8_t *devices;    /* the device tags offered in the hello; NULL: CPU */
+  const uint8_t *devices;    /* the device tags offered in the hello, which bind the server:
+                                it answers on the CPU (always, listed or not) and on these
+                                only, and a get on another is HURRAY_EINVAL here; NULL: every
+                                named device (0x00..0x08; spec §4.1) */
   uint64_t max_frame;        /* DATA payload offered; 0: 4 MiB */
   uint64_t max_tensor_bytes; /* refuse (HURRAY_ELIMIT) a tensor larger than this before
-                                allocating; 0: no limit */
+                                allocating (get); 0: this machine's physical memory
+                                (sysconf), the most a header may make the client reserve */
   const uint8_t *secret;     /* NULL: no authentication (a server that asks for a secret then
                                 refuses the session); else the shared secret (borrowed during
                                 connect). A client with a secret also refuses a server that

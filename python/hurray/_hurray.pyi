@@ -350,14 +350,16 @@ def connect(url: str, /, *, secret: str | bytes | None = None, timeout: float | 
             devices: Sequence[_DeviceLike] | None = None,
             tls: dict[str, _Path | str | None] | None = None,
             fd_passing: builtins.bool = True,
-            idle_timeout: float | None = None) -> Client: ...
+            idle_timeout: float | None = None,
+            max_tensor_bytes: int | None = None) -> Client: ...
 def serve(tensors: _Path | Mapping[str, Any] | list[_Path | Mapping[str, Any]] | None = None,
-          /, address: str | None = None, *, read_only: builtins.bool = False,
+          /, address: str | None = None, *, uploads: builtins.bool = False,
           secret: str | bytes | None = None, max_connections: int | None = None,
           idle_timeout: float | None = None, handshake_timeout: float | None = None,
           max_upload_bytes: int | None = None,
           tls: dict[str, _Path] | None = None, fd_passing: builtins.bool = True,
-          max_upload_total_bytes: int | None = None) -> Server: ...
+          max_upload_total_bytes: int | None = None,
+          insecure: builtins.bool = False) -> Server: ...
 
 @final
 class Client:

@@ -725,14 +725,15 @@ static PyMethodDef client_methods[] = {
                "    before it is sent.\n\n"
                "Raises\n------\n"
                "hurray.RequestDeniedError\n"
-               "    The server is read-only.\n"
+               "    The server is read-only (it was not started with ``uploads=True``).\n"
                "hurray.InvalidArgumentError\n"
                "    The server already serves a tensor of that name.\n"
                "hurray.LimitError\n"
                "    The tensor is larger than the server accepts.\n\n"
                "Examples\n--------\n"
                ">>> import numpy as np\n"
-               ">>> with hurray.serve() as server, hurray.connect(server.address) as c:\n"
+               ">>> with hurray.serve(uploads=True) as server, \\\n"
+               "...         hurray.connect(server.address) as c:\n"
                "...     c.put('v', np.array([1.5, 2.5]))\n"
                "...     c.get('v').tolist()\n"
                "[1.5, 2.5]\n")},
@@ -793,8 +794,10 @@ PyType_Spec hurray__py_client_spec = {
 };
 
 static const char *const kConnectNames[] = {"url", "secret", "timeout", "devices", "tls",
-                                            "fd_passing", "idle_timeout", NULL};
-enum { C_URL, C_SECRET, C_TIMEOUT, C_DEVICES, C_TLS, C_FD_PASSING, C_IDLE, C_COUNT };
+                                            "fd_passing", "idle_timeout", "max_tensor_bytes",
+                                            NULL};
+enum { C_URL, C_SECRET, C_TIMEOUT, C_DEVICES, C_TLS, C_FD_PASSING, C_IDLE, C_MAX_TENSOR,
+       C_COUNT };
 
 static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames) {
@@ -811,6 +814,10 @@ static PyObject *connect(PyObject *module, PyObject *const *args, Py_ssize_t nar
   HurrayClientOptions options = {0};
   if (timeout_arg(st, a[C_TIMEOUT], "timeout", 0, &options.timeout_ms) < 0 ||
       timeout_arg(st, a[C_IDLE], "idle_timeout", 0, &options.idle_timeout_ms) < 0) {
+    return NULL;
+  }
+  if (a[C_MAX_TENSOR] != NULL && a[C_MAX_TENSOR] != Py_None &&
+      hurray__py_u64(st, a[C_MAX_TENSOR], "max_tensor_bytes", &options.max_tensor_bytes) < 0) {
     return NULL;
   }
   int fd_passing = a[C_FD_PASSING] == NULL ? 1 : PyObject_IsTrue(a[C_FD_PASSING]);
@@ -1089,12 +1096,13 @@ static int serve_add(PyObject *module, HurrayState *st, HurrayServer *server, Py
   return 0;
 }
 
-static const char *const kServeNames[] = {"tensors",         "address",           "read_only",
+static const char *const kServeNames[] = {"tensors",         "address",           "uploads",
                                           "secret",          "max_connections",   "idle_timeout",
                                           "handshake_timeout", "max_upload_bytes", "tls",
-                                          "fd_passing", "max_upload_total_bytes", NULL};
-enum { S_TENSORS, S_ADDRESS, S_READ_ONLY, S_SECRET, S_MAXCONN, S_IDLE, S_HANDSHAKE, S_UPLOAD,
-       S_TLS, S_FD_PASSING, S_UPLOAD_TOTAL, S_COUNT };
+                                          "fd_passing", "max_upload_total_bytes", "insecure",
+                                          NULL};
+enum { S_TENSORS, S_ADDRESS, S_UPLOADS, S_SECRET, S_MAXCONN, S_IDLE, S_HANDSHAKE, S_UPLOAD,
+       S_TLS, S_FD_PASSING, S_UPLOAD_TOTAL, S_INSECURE, S_COUNT };
 
 static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                        PyObject *kwnames) {
@@ -1111,9 +1119,11 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     options.address = text_arg(st, a[S_ADDRESS], "serve(): address");
     if (options.address == NULL) return NULL;
   }
-  int read_only = a[S_READ_ONLY] == NULL ? 0 : PyObject_IsTrue(a[S_READ_ONLY]);
-  if (read_only < 0) return NULL;
-  if (read_only) options.flags |= HURRAY_SERVER_READ_ONLY;
+  int uploads = a[S_UPLOADS] == NULL ? 0 : PyObject_IsTrue(a[S_UPLOADS]);
+  int insecure = a[S_INSECURE] == NULL ? 0 : PyObject_IsTrue(a[S_INSECURE]);
+  if (uploads < 0 || insecure < 0) return NULL;
+  if (uploads) options.flags |= HURRAY_SERVER_UPLOADS;
+  if (insecure) options.flags |= HURRAY_SERVER_INSECURE;
   int fd_passing = a[S_FD_PASSING] == NULL ? 1 : PyObject_IsTrue(a[S_FD_PASSING]);
   if (fd_passing < 0) return NULL;
   if (!fd_passing) options.flags |= HURRAY_SERVER_NO_FD_PASSING;
@@ -1188,7 +1198,7 @@ PyMethodDef hurray__py_wire_functions[] = {
     {"connect", HURRAY_PY_CFUNC(connect), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
          "connect($module, url, /, *, secret=None, timeout=None, devices=None, tls=None,\n"
-         "        fd_passing=True, idle_timeout=None)\n--\n\n"
+         "        fd_passing=True, idle_timeout=None, max_tensor_bytes=None)\n--\n\n"
          "Connect to a Hurray server (docs/spec/interchange.md).\n\n"
          "Parameters\n----------\n"
          "url : str\n"
@@ -1207,8 +1217,10 @@ PyMethodDef hurray__py_wire_functions[] = {
          "    raises hurray.TimedOutError once it has passed. By default a call has\n"
          "    no deadline, but a server that stops sending for `idle_timeout` fails it.\n"
          "devices : sequence of hurray.Device or str, optional\n"
-         "    The devices offered in the hello (default: the CPU). A private device\n"
-         "    must be registered here and on the server under the same name.\n"
+         "    The devices offered in the hello, the only ones besides the CPU that\n"
+         "    ``get(device=)`` may ask for and the server may answer on (default:\n"
+         "    every named device). A private device must be registered here and on\n"
+         "    the server under the same name.\n"
          "tls : dict, optional\n"
          "    For a ``hurrays://`` url: ``{'cafile': path}``, the CA certificates (PEM)\n"
          "    the server's certificate must chain to (default: the system's trust\n"
@@ -1222,7 +1234,11 @@ PyMethodDef hurray__py_wire_functions[] = {
          "    into new memory. Every checksum is still checked. Ignored over TCP.\n"
          "idle_timeout : float, optional\n"
          "    Seconds any one wait (connecting, each read and write) may take without\n"
-         "    progress (default: `timeout`, or 30 without one).\n\n"
+         "    progress (default: `timeout`, or 30 without one).\n"
+         "max_tensor_bytes : int, optional\n"
+         "    The largest tensor ``get`` receives into memory (default: this machine's\n"
+         "    physical memory): a larger one is refused with hurray.LimitError before\n"
+         "    anything is allocated for it, whatever the server's header claims.\n\n"
          "Returns\n-------\n"
          "hurray.Client\n"
          "    The connection, set up and authenticated.\n\n"
@@ -1255,24 +1271,27 @@ PyMethodDef hurray__py_wire_functions[] = {
          ">>> server.stop()\n")},
     {"serve", HURRAY_PY_CFUNC(serve), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
-         "serve($module, tensors=None, /, address=None, *, read_only=False, secret=None,\n"
+         "serve($module, tensors=None, /, address=None, *, uploads=False, secret=None,\n"
          "      max_connections=None, idle_timeout=None, handshake_timeout=None,\n"
          "      max_upload_bytes=None, tls=None, fd_passing=True,\n"
-         "      max_upload_total_bytes=None)\n--\n\n"
+         "      max_upload_total_bytes=None, insecure=False)\n--\n\n"
          "Serve tensors over the wire from a background thread.\n\n"
          "Parameters\n----------\n"
          "tensors : path, mapping or list, optional\n"
-         "    A Hurray file's path (every tensor in it is served from its mapping), a\n"
+         "    The path of a file the loader reads (every tensor in it is served: a\n"
+         "    Hurray file's read through its descriptor, a safetensors, .npy or .npz\n"
+         "    file's or a sharded checkpoint's, directory or index, from its mapping), a\n"
          "    mapping of name -> tensor (hurray.Tensor, NumPy array or DLPack producer,\n"
          "    served without a copy: do not change it while served), or a list of\n"
          "    those. A tensor in OpenCL or CUDA memory is served on the CPU and on\n"
          "    its device, read through the device's runtime 1 MiB at a time.\n"
          "address : str, optional\n"
          "    Where to listen: ``'127.0.0.1:0'`` (loopback, a free port) by default;\n"
-         "    ``'0.0.0.0:PORT'`` listens beyond the host, ``'unix:PATH'`` on a Unix\n"
-         "    socket.\n"
-         "read_only : bool, optional\n"
-         "    Refuse uploads (hurray.RequestDeniedError on the client).\n"
+         "    ``'0.0.0.0:PORT'`` listens beyond the host (it needs ``secret`` or\n"
+         "    ``insecure=True``), ``'unix:PATH'`` on a Unix socket.\n"
+         "uploads : bool, optional\n"
+         "    Accept uploads (``Client.put``). By default a server is read-only: an\n"
+         "    upload is refused (hurray.RequestDeniedError on the client).\n"
          "secret : str or bytes, optional\n"
          "    A shared secret every client must prove it knows.\n"
          "max_connections : int, optional\n"
@@ -1294,7 +1313,11 @@ PyMethodDef hurray__py_wire_functions[] = {
          "max_upload_total_bytes : int, optional\n"
          "    What all uploads together may hold, served or still arriving, each\n"
          "    counted as its bytes, its header and 1 KiB (default 4 GiB); an upload\n"
-         "    over it is refused (hurray.LimitError on the client).\n\n"
+         "    over it is refused (hurray.LimitError on the client).\n"
+         "insecure : bool, optional\n"
+         "    Listen on an address beyond loopback without a ``secret``, serving\n"
+         "    anyone who reaches it; without it such an address is refused\n"
+         "    (hurray.InvalidArgumentError).\n\n"
          "Returns\n-------\n"
          "hurray.Server\n"
          "    The running server; a context manager that stops it.\n\n"
@@ -1302,13 +1325,14 @@ PyMethodDef hurray__py_wire_functions[] = {
          "hurray.InputOutputError\n"
          "    The address cannot be listened on, or a TLS file cannot be read.\n"
          "hurray.InvalidArgumentError\n"
-         "    Two tensors of one name, or a TLS key that does not match its certificate.\n\n"
+         "    Two tensors of one name, a TLS key that does not match its certificate,\n"
+         "    or an address beyond loopback with neither ``secret`` nor ``insecure``.\n\n"
          "See Also\n--------\n"
          "connect : The client side.\n\n"
          "Examples\n--------\n"
          ">>> import numpy as np\n"
          ">>> hurray.save('weights.hurray', {'w': np.ones((2, 2), np.float32)})\n"
-         ">>> with hurray.serve('weights.hurray', read_only=True) as server:\n"
+         ">>> with hurray.serve('weights.hurray') as server:\n"
          "...     with hurray.connect(server.address) as client:\n"
          "...         client.get('w').tolist()\n"
          "[[1.0, 1.0], [1.0, 1.0]]\n")},

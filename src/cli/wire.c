@@ -93,28 +93,35 @@ static int connect_to(const Command *command, const char *url, const ConnectArgs
 /* ---- serve -------------------------------------------------------------------------------- */
 
 static const char kServeUsage[] =
-    "usage: hurray serve [-r] [-a ADDRESS] [-s SECRET_FILE] [-c N] [-q]\n"
+    "usage: hurray serve [-u] [-a ADDRESS] [-s SECRET_FILE] [-c N] [-q] [--json] [--insecure]\n"
     "                    [--max-upload-total BYTES] [--tls-cert FILE --tls-key FILE] FILE...\n"
     "\n"
-    "Serves every tensor of the Hurray FILEs over the wire protocol until interrupted\n"
-    "(SIGINT or SIGTERM). Tensors are sent from the files' mappings, never copied. The\n"
-    "address is printed on stdout when the server is ready, and what it served when it\n"
-    "stops.\n"
+    "Serves every tensor of the FILEs over the wire protocol until interrupted (SIGINT or\n"
+    "SIGTERM). A FILE is any file the loader reads: a Hurray file (its tensors read through\n"
+    "its descriptor, every range checked against its stored checksums), a safetensors,\n"
+    ".npy or .npz file, or a sharded checkpoint (its directory or its .index.json). When\n"
+    "the server is ready, the first line on stdout is its address alone (also with -q), or\n"
+    "with --json one JSON object: address, devices, read_only, authenticated, tls,\n"
+    "insecure, files. What it served is printed when it stops.\n"
     "\n"
     "options:\n"
     "  -a, --address ADDRESS     where to listen (default 127.0.0.1:7700): HOST:PORT with a\n"
-    "                            numeric address, [IPV6]:PORT, or unix:PATH; port 0 picks\n"
-    "                            a free one. Give 0.0.0.0:PORT to listen beyond this host\n"
-    "  -r, --read-only           refuse uploads\n"
+    "                            numeric address or a host name, [IPV6]:PORT, or\n"
+    "                            unix:PATH; port 0 picks a free one. An address beyond\n"
+    "                            this host (0.0.0.0:PORT) needs a secret or --insecure\n"
+    "  -u, --uploads             accept uploads (by default the server is read-only)\n"
     "  -s, --secret-file FILE    require clients to prove they know the secret in FILE\n"
     "                            (default: the HURRAY_SECRET variable, if set)\n"
+    "      --insecure            listen beyond this host without a secret: anyone who\n"
+    "                            reaches the address may fetch (and with -u upload)\n"
     "  -c, --max-connections N   clients served at once (default 1024)\n"
     "      --max-upload-total BYTES  what clients' uploads may hold together (default\n"
     "                            4 GiB); an upload over it is refused\n"
     "      --tls-cert FILE       serve over TLS (clients connect to hurrays://HOST:PORT)\n"
     "                            with this certificate chain (PEM, the leaf first)\n"
     "      --tls-key FILE        and this private key (PEM) of its leaf\n"
-    "  -q, --quiet               print nothing but errors\n"
+    "      --json                the first line as JSON\n"
+    "  -q, --quiet               print nothing but the address and errors\n"
     "  -h, --help                show this help\n";
 
 static HurrayServer *g_server; /* for the signal handler */
@@ -124,21 +131,43 @@ static void on_signal(int signo) {
   hurray_server_stop(g_server); /* async-signal-safe: one write to an eventfd */
 }
 
+/* The first line: the address alone, or --json's object. */
+static void print_served(const char *bound, bool json, const HurrayServerOptions *so,
+                         char **files, int count) {
+  if (!json) {
+    printf("%s\n", bound);
+    return;
+  }
+  printf("{\"address\": ");
+  cli_escape(stdout, bound, strlen(bound), true);
+  printf(", \"devices\": [\"cpu\"], \"read_only\": %s, \"authenticated\": %s, \"tls\": %s, "
+         "\"insecure\": %s, \"files\": [",
+         so->flags & HURRAY_SERVER_UPLOADS ? "false" : "true", so->secret ? "true" : "false",
+         so->tls ? "true" : "false", so->flags & HURRAY_SERVER_INSECURE ? "true" : "false");
+  for (int i = 0; i < count; i++) {
+    if (i > 0) printf(", ");
+    cli_escape(stdout, files[i], strlen(files[i]), true);
+  }
+  printf("]}\n");
+}
+
 static int run_serve(int argc, char **argv) {
-  bool read_only = false, quiet = false;
+  bool uploads = false, quiet = false, json = false, insecure = false;
   const char *address = "127.0.0.1:7700", *secret_file = NULL, *max_connections = NULL;
   const char *tls_cert = NULL, *tls_key = NULL, *upload_total = NULL;
   const CliOption options[] = {{'a', "address", NULL, &address},
-                               {'r', "read-only", &read_only, NULL},
+                               {'u', "uploads", &uploads, NULL},
                                {'s', "secret-file", NULL, &secret_file},
                                {'c', "max-connections", NULL, &max_connections},
                                {'q', "quiet", &quiet, NULL},
+                               {0, "json", &json, NULL},
+                               {0, "insecure", &insecure, NULL},
                                {0, "tls-cert", NULL, &tls_cert},
                                {0, "tls-key", NULL, &tls_key},
                                {0, "max-upload-total", NULL, &upload_total}};
   char **files = NULL;
   int count = 0;
-  int rc = cli_parse_list(&kServeCommand, argc, argv, options, 8, &files, &count, "FILE");
+  int rc = cli_parse_list(&kServeCommand, argc, argv, options, 10, &files, &count, "FILE");
   if (rc >= 0) return rc;
   if ((tls_cert == NULL) != (tls_key == NULL)) {
     cli_error(&kServeCommand, "--tls-cert and --tls-key go together");
@@ -156,7 +185,8 @@ static int run_serve(int argc, char **argv) {
   }
   if (rc >= 0) return rc;
   HurrayServerOptions so = {.address = address,
-                            .flags = read_only ? HURRAY_SERVER_READ_ONLY : 0u,
+                            .flags = (uploads ? HURRAY_SERVER_UPLOADS : 0u) |
+                                     (insecure ? HURRAY_SERVER_INSECURE : 0u),
                             .max_connections = (uint32_t)connections,
                             .max_upload_total_bytes = (uint64_t)total};
   if (secret.len > 0) {
@@ -168,8 +198,17 @@ static int run_serve(int argc, char **argv) {
   HurrayError error = {0};
   HurrayServer *server = NULL;
   int status = hurray_server_create(&so, &server, &error);
-  memset(&secret, 0, sizeof secret);
-  if (status != HURRAY_OK) return cli_fail(&kServeCommand, address, status, &error);
+  memset(&secret, 0, sizeof secret); /* the server keeps its copy; so.secret says one is set */
+  if (status != HURRAY_OK) {
+    if (status == HURRAY_EINVAL && strstr(error.message, "HURRAY_SERVER_INSECURE") != NULL) {
+      cli_error(&kServeCommand,
+                "%s is reachable beyond this host: give -s SECRET_FILE (and --tls-cert), or "
+                "--insecure to serve anyone who reaches it",
+                address);
+      return EXIT_USAGE;
+    }
+    return cli_fail(&kServeCommand, address, status, &error);
+  }
   for (int i = 0; i < count; i++) {
     status = hurray_server_add_file(server, files[i], &error);
     if (status != HURRAY_OK) {
@@ -185,10 +224,13 @@ static int run_serve(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
+  print_served(bound, json, &so, files, count);
+  fflush(stdout);
   if (!quiet) {
-    printf("serving %d file%s on %s%s\n", count, count == 1 ? "" : "s", bound,
-           read_only ? " (read-only)" : "");
-    fflush(stdout);
+    fprintf(stderr, "hurray serve: serving %d file%s on %s: %s, %s, %s\n", count,
+            count == 1 ? "" : "s", bound, uploads ? "uploads accepted" : "read-only",
+            so.secret ? "clients need the secret" : "no secret",
+            tls_cert ? "TLS" : "plaintext");
   }
   status = hurray_server_run(server, &error);
   HurrayServerStats stats;
@@ -266,13 +308,15 @@ const Command kLsCommand = {"ls", "list the tensors a server serves", kLsUsage, 
 
 static const char kFetchUsage[] =
     "usage: hurray fetch [-q] [-o OUT] [--rows START:STOP | --bytes START:STOP] [-r N]\n"
-    "                    [--no-sync] [-s SECRET_FILE] [-t SECONDS] [--tls-ca FILE]\n"
-    "                    [--tls-server-name NAME] URL NAME\n"
+    "                    [--no-sync] [--drop-metadata] [-s SECRET_FILE] [-t SECONDS]\n"
+    "                    [--tls-ca FILE] [--tls-server-name NAME] URL NAME\n"
     "\n"
     "Fetches tensor NAME from a server into a new Hurray file, streaming (memory use does\n"
     "not grow with the tensor), with its metadata. Every buffer's checksum is checked as\n"
-    "it arrives; the file appears only when the whole tensor did. Progress is shown on\n"
-    "stderr when it is a terminal and the transfer takes more than a moment.\n"
+    "it arrives; the file appears only when the whole tensor did. An OUT named\n"
+    ".safetensors, .npy or .npz is written in that format (converted from a Hurray file\n"
+    "fetched beside it, then removed; what the format cannot hold is refused). Progress is\n"
+    "shown on stderr when it is a terminal and the transfer takes more than a moment.\n"
     "\n"
     "options:\n"
     "  -o, --output OUT         the file to write (default NAME.hurray, or NAME.bin with\n"
@@ -282,6 +326,8 @@ static const char kFetchUsage[] =
     "                           as served, concatenated; `hurray ls` shows their size),\n"
     "                           written raw to OUT; each frame of them is checked as it\n"
     "                           arrives (the buffers' checksums need whole buffers)\n"
+    "      --drop-metadata      for a .safetensors, .npy or .npz OUT: drop the metadata the\n"
+    "                           format cannot hold instead of refusing (as convert's)\n"
     "      --no-sync            do not fsync OUT and its directory: OUT still replaces any\n"
     "                           previous file only once complete, but a system crash may\n"
     "                           lose it\n"
@@ -328,7 +374,7 @@ static void fetch_progress(void *context, uint64_t done, uint64_t total) {
 }
 
 static int run_fetch(int argc, char **argv) {
-  bool quiet = false, no_sync = false;
+  bool quiet = false, no_sync = false, drop_metadata = false;
   const char *output = NULL, *rows = NULL, *bytes = NULL, *retries = NULL;
   ConnectArgs args = {0};
   const CliOption options[] = {{'o', "output", NULL, &output},
@@ -340,9 +386,10 @@ static int run_fetch(int argc, char **argv) {
                                {'t', "timeout", NULL, &args.timeout},
                                {'q', "quiet", &quiet, NULL},
                                {0, "tls-ca", NULL, &args.tls_ca},
-                               {0, "tls-server-name", NULL, &args.tls_server_name}};
+                               {0, "tls-server-name", NULL, &args.tls_server_name},
+                               {0, "drop-metadata", &drop_metadata, NULL}};
   const char *operands[2];
-  int rc = cli_parse_operands(&kFetchCommand, argc, argv, options, 10, operands, 2,
+  int rc = cli_parse_operands(&kFetchCommand, argc, argv, options, 11, operands, 2,
                               "URL and NAME");
   if (rc >= 0) return rc;
   const char *url = operands[0], *name = operands[1];
@@ -381,11 +428,36 @@ static int run_fetch(int argc, char **argv) {
     get.progress_context = &progress;
   }
   HurrayError error = {0};
+  /* OUT named .safetensors, .npy or .npz: the tensor is fetched (every checksum checked) into
+     a Hurray file beside it, which hurray_convert then writes OUT from (ADR-092) */
+  int format = HURRAY_FORMAT_HURRAY;
+  if (!bytes && hurray_format_from_path(output, &format, NULL) != HURRAY_OK) {
+    format = HURRAY_FORMAT_HURRAY;
+  }
+  char staged[4096];
+  const char *into = output;
+  if (format != HURRAY_FORMAT_HURRAY) {
+    if (snprintf(staged, sizeof staged, "%s.fetch-%ld.hurray", output, (long)getpid()) >=
+        (int)sizeof staged) {
+      hurray_client_destroy(client);
+      cli_error(&kFetchCommand, "'%s' is too long a path", output);
+      return EXIT_USAGE;
+    }
+    into = staged;
+    get.flags |= HURRAY_GET_NOT_DURABLE; /* the converted file is the one synced */
+  }
   int status = bytes ? hurray_client_read_file(client, name, (uint64_t)byte_start,
                                                 (uint64_t)byte_stop, output, &get, &error)
-                      : hurray_client_fetch(client, name, &get, output, &error);
+                      : hurray_client_fetch(client, name, &get, into, &error);
   hurray_client_destroy(client);
   if (tty && progress.shown >= 0) cli_progress_clear();
+  if (status == HURRAY_OK && into != output) {
+    HurrayConvertOptions co = {.flags = (no_sync ? HURRAY_CONVERT_NOT_DURABLE : 0u) |
+                                        (drop_metadata ? HURRAY_CONVERT_DROP_METADATA : 0u)};
+    status = hurray_convert(into, output, &co, &error);
+    unlink(into);
+    if (status != HURRAY_OK) return cli_fail(&kFetchCommand, output, status, &error);
+  }
   if (status != HURRAY_OK) return cli_fail(&kFetchCommand, name, status, &error);
   if (!quiet && bytes) {
     printf("fetched bytes [%" PRId64 ", %" PRId64 ") of %s into %s\n", byte_start, byte_stop, name,

@@ -274,7 +274,13 @@ static int open_socket(HurrayClient *c, HurrayError *error) {
   hurray__wire_address_format(&c->address, text, sizeof text);
   WireAddress found[WIRE_MAX_RESOLVED];
   size_t n = 0;
-  int status = hurray__wire_address_resolve(&c->address, false, found, &n, error);
+  /* a wait like any other: at most the idle timeout, and no later than the call's deadline */
+  int64_t wait = c->idle_timeout_ms;
+  if (c->deadline != 0 && c->deadline - hurray__wire_now_ms() < wait) {
+    wait = c->deadline - hurray__wire_now_ms();
+    if (wait < 0) wait = 0;
+  }
+  int status = hurray__wire_address_resolve(&c->address, false, wait, found, &n, error);
   if (status != HURRAY_OK) return broken(c, status);
   size_t tried = 0;
   status = HURRAY_ECONNECTION;
@@ -389,13 +395,21 @@ static int handshake(HurrayClient *c, HurrayError *error) {
   return status;
 }
 
+/* The default max_tensor_bytes: this machine's physical memory, which no tensor received
+ * into memory can exceed usefully (ADR-092); a server's header claiming more is refused before
+ * anything is allocated. */
+static uint64_t physical_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || size <= 0) return UINT64_MAX;
+  return (uint64_t)pages * (uint64_t)size;
+}
+
 int hurray_client_connect(const char *address, const HurrayClientOptions *options,
                           HurrayClient **out, HurrayError *error) {
   if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "out is NULL");
   *out = NULL;
   HurrayClientOptions o = {0};
   if (options != NULL) o = *options;
-  uint8_t cpu = HURRAY_DEVICE_CPU;
   if (!hurray__all_zero(o.reserved, sizeof o.reserved) ||
       (o.flags & ~HURRAY_CLIENT_NO_FD_PASSING) || (o.secret == NULL) != (o.secret_len == 0) ||
       o.secret_len > 1024 || (o.devices == NULL) != (o.ndevices == 0) ||
@@ -415,9 +429,11 @@ int hurray_client_connect(const char *address, const HurrayClientOptions *option
   c->idle_timeout_ms = o.idle_timeout_ms ? o.idle_timeout_ms : o.timeout_ms ? o.timeout_ms : 30000;
   begin_call(c);
   c->offered_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
-  c->max_tensor_bytes = o.max_tensor_bytes ? o.max_tensor_bytes : UINT64_MAX;
-  c->ndevices = o.devices ? o.ndevices : 1;
-  memcpy(c->devices, o.devices ? o.devices : &cpu, c->ndevices);
+  c->max_tensor_bytes = o.max_tensor_bytes ? o.max_tensor_bytes : physical_memory();
+  /* by default every device this library names: it makes a queue on one when asked (spec
+     §4.1); the CPU is implied, listed or not */
+  c->ndevices = o.devices ? o.ndevices : HURRAY_DEVICE_LAST_NAMED + 1u;
+  for (uint32_t i = 0; i < c->ndevices; i++) c->devices[i] = o.devices ? o.devices[i] : (uint8_t)i;
   c->server = calloc(1, sizeof *c->server);
   int status = c->server ? HURRAY_OK : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   if (status == HURRAY_OK && o.secret_len) {
@@ -679,7 +695,14 @@ static int receive_header(HurrayClient *c, uint64_t id, const WireRequest *r, Tr
   size_t body = 0;
   status = hurray__wire_tensor_check(&h, p, (size_t)h.length, c->server->version_minor, &body,
                                      error);
-  if (status == HURRAY_OK) status = hurray__wire_tensor_decode(p, body, &arena, &tensor, error);
+  if (status == HURRAY_OK) {
+    status = hurray__wire_tensor_decode(p, body, &arena, &tensor, error);
+    /* what the server sent is wrong, whatever field it is (an unknown dtype, layout or device
+       code, a shape its buffers cannot hold): the peer broke the protocol (ADR-078) */
+    if (status != HURRAY_OK && status != HURRAY_ENOMEM && status != HURRAY_EPROTOCOL) {
+      status = hurray__error_prefix(error, HURRAY_EPROTOCOL, "the server's TENSOR_HEADER: ");
+    }
+  }
   free(p);
   /* the answer is to this request (spec §6.3): a request changed in transit is caught here */
   if (status == HURRAY_OK && (strcmp(tensor.record.name, r->name) != 0 ||
@@ -717,8 +740,10 @@ static int receive_header(HurrayClient *c, uint64_t id, const WireRequest *r, Tr
   t->have_tensor = true;
   if (tensor.total_bytes > c->max_tensor_bytes && t->path == NULL && t->sink == NULL &&
       !t->range) {
-    return hurray__fail(error, HURRAY_ELIMIT, "tensor of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
-                        tensor.total_bytes, c->max_tensor_bytes);
+    return hurray__fail(error, HURRAY_ELIMIT,
+                        "tensor '%s' of %" PRIu64 " bytes exceeds this client's "
+                        "max_tensor_bytes of %" PRIu64 ": raise it, or fetch into a file",
+                        tensor.record.name, tensor.total_bytes, c->max_tensor_bytes);
   }
   return prepare(t, error);
 }
@@ -950,9 +975,16 @@ static bool resumable(int status, const Transfer *t) {
 /* The queue a transfer receives on when it asks for a device other than the CPU: the caller's,
  * or one made on the default context of the device; without the device's runtime, the CPU is
  * asked for instead when the caller accepts it (FALLBACK). */
-static int device_queue(const HurrayGetOptions *o, Transfer *t, WireRequest *r,
-                        HurrayError *error) {
+static int device_queue(const HurrayClient *c, const HurrayGetOptions *o, Transfer *t,
+                        WireRequest *r, HurrayError *error) {
   t->device = o->preferred_device;
+  if (o->preferred_device != HURRAY_DEVICE_CPU &&
+      memchr(c->devices, o->preferred_device, c->ndevices) == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "device %s was not offered when connecting: a server answers on the CPU "
+                        "and the devices listed in HurrayClientOptions.devices",
+                        hurray_device_name(o->preferred_device));
+  }
   if (o->queue != NULL && hurray_device_queue_tag(o->queue) != o->preferred_device) {
     return hurray__fail(error, HURRAY_EINVAL, "the queue is on %s, not the preferred device %s",
                         hurray_device_name(hurray_device_queue_tag(o->queue)),
@@ -1004,7 +1036,7 @@ static int transfer(HurrayClient *c, const char *name, const HurrayGetOptions *o
                         (unsigned)c->server->version_minor);
   }
   if (!t->have_tensor) {
-    status = device_queue(&o, t, &r, error);
+    status = device_queue(c, &o, t, &r, error);
     if (status != HURRAY_OK) return status;
   }
   if (o.row_start != 0 || o.row_stop != 0) {

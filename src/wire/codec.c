@@ -611,8 +611,8 @@ int hurray__wire_error_decode(const uint8_t *p, size_t len, HurrayError *error) 
     }
   }
   if (strcmp(hurray_status_name((int)code), "HURRAY_UNKNOWN_STATUS") == 0) {
-    return hurray__fail(error, HURRAY_EPROTOCOL, "peer error %" PRIu32 ": %.*s", code, (int)n,
-                        (const char *)(p + 8));
+    return hurray__fail(error, HURRAY_EPROTOCOL, "peer: ERROR of unknown status %" PRIu32 ": %.*s",
+                        code, (int)n, (const char *)(p + 8));
   }
   return hurray__fail(error, (int)code, "peer: %.*s", (int)n, (const char *)(p + 8));
 }

@@ -1,12 +1,15 @@
 /* net.c -- addresses, descriptor passing and the clock of the wire protocol. Parsing an
  * address never looks a name up (it never blocks); a host name is resolved by getaddrinfo
- * when a client connects or a server binds (ADR-091). Descriptors travel only over Unix-domain sockets (spec §6.6); these two
+ * when a client connects (on a thread, within the call's timeouts: ADR-092) or a server binds
+ * (ADR-091). Descriptors travel only over Unix-domain sockets (spec §6.6); these two
  * calls are the only place the byte stream meets ancillary data. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,8 +167,98 @@ int hurray__wire_address_parse(const char *text, WireAddress *out, HurrayError *
   return HURRAY_OK;
 }
 
-int hurray__wire_address_resolve(const WireAddress *a, bool passive, WireAddress out[],
-                                 size_t *n, HurrayError *error) {
+/* A lookup on a thread of its own, shared by it and the caller until both let go. */
+typedef struct Lookup {
+  pthread_mutex_t lock;
+  pthread_cond_t done_cond;
+  int refs;
+  bool done;
+  int rc, err;
+  char host[WIRE_MAX_HOST + 1], port[8];
+  struct addrinfo hints;
+  struct addrinfo *found;
+} Lookup;
+
+static void lookup_release(Lookup *l) {
+  pthread_mutex_lock(&l->lock);
+  int left = --l->refs;
+  pthread_mutex_unlock(&l->lock);
+  if (left > 0) return;
+  if (l->found != NULL) freeaddrinfo(l->found);
+  pthread_mutex_destroy(&l->lock);
+  pthread_cond_destroy(&l->done_cond);
+  free(l);
+}
+
+static void *lookup_main(void *arg) {
+  Lookup *l = arg;
+  struct addrinfo *found = NULL;
+  int rc = getaddrinfo(l->host, l->port, &l->hints, &found);
+  int err = errno;
+  pthread_mutex_lock(&l->lock);
+  l->rc = rc;
+  l->err = err;
+  l->found = found;
+  l->done = true;
+  pthread_cond_signal(&l->done_cond);
+  pthread_mutex_unlock(&l->lock);
+  lookup_release(l);
+  return NULL;
+}
+
+/* getaddrinfo within `wait_ms` (ADR-092): HURRAY_ETIMEOUT once it has passed. */
+static int lookup_within(const char *host, const char *port, const struct addrinfo *hints,
+                         int64_t wait_ms, int *rc, int *err, struct addrinfo **found,
+                         HurrayError *error) {
+  Lookup *l = calloc(1, sizeof *l);
+  if (l == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_mutex_init(&l->lock, NULL);
+  pthread_cond_init(&l->done_cond, &attr);
+  pthread_condattr_destroy(&attr);
+  l->refs = 2;
+  snprintf(l->host, sizeof l->host, "%s", host);
+  snprintf(l->port, sizeof l->port, "%s", port);
+  l->hints = *hints;
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, lookup_main, l) != 0) {
+    l->refs = 1;
+    lookup_release(l);
+    return hurray__fail(error, HURRAY_EIO, "cannot start a thread to resolve '%s'", host);
+  }
+  pthread_detach(thread);
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += (time_t)(wait_ms / 1000);
+  until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&l->lock);
+  while (!l->done && pthread_cond_timedwait(&l->done_cond, &l->lock, &until) == 0) {
+  }
+  bool done = l->done;
+  if (done) {
+    *rc = l->rc;
+    *err = l->err;
+    *found = l->found;
+    l->found = NULL; /* the caller's now */
+  }
+  pthread_mutex_unlock(&l->lock);
+  lookup_release(l);
+  if (!done) {
+    return hurray__fail(error, HURRAY_ETIMEOUT,
+                        "resolving the host name '%s' took longer than %" PRId64 " ms", host,
+                        wait_ms);
+  }
+  return HURRAY_OK;
+}
+
+int hurray__wire_address_resolve(const WireAddress *a, bool passive, int64_t wait_ms,
+                                 WireAddress out[], size_t *n, HurrayError *error) {
   *n = 0;
   if (!a->named) {
     out[(*n)++] = *a;
@@ -176,10 +269,17 @@ int hurray__wire_address_resolve(const WireAddress *a, bool passive, WireAddress
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
   struct addrinfo *found = NULL;
-  int rc = getaddrinfo(a->host, port, &hints, &found);
+  int rc = 0, err = 0;
+  if (wait_ms < 0) {
+    rc = getaddrinfo(a->host, port, &hints, &found);
+    err = errno;
+  } else {
+    int status = lookup_within(a->host, port, &hints, wait_ms, &rc, &err, &found, error);
+    if (status != HURRAY_OK) return status;
+  }
   if (rc != 0) {
     return hurray__fail(error, HURRAY_ECONNECTION, "cannot resolve the host name '%s': %s",
-                        a->host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+                        a->host, rc == EAI_SYSTEM ? strerror(err) : gai_strerror(rc));
   }
   for (const struct addrinfo *i = found; i != NULL && *n < WIRE_MAX_RESOLVED; i = i->ai_next) {
     if ((i->ai_family != AF_INET && i->ai_family != AF_INET6) ||
@@ -194,12 +294,26 @@ int hurray__wire_address_resolve(const WireAddress *a, bool passive, WireAddress
     memset(r->storage, 0, sizeof r->storage);
     memcpy(r->storage, i->ai_addr, i->ai_addrlen);
   }
-  freeaddrinfo(found);
+  if (found != NULL) freeaddrinfo(found);
   if (*n == 0) {
     return hurray__fail(error, HURRAY_ECONNECTION,
                         "the host name '%s' has no IPv4 or IPv6 stream address", a->host);
   }
   return HURRAY_OK;
+}
+
+bool hurray__wire_address_local(const WireAddress *a) {
+  if (a->family == AF_UNIX) return true;
+  if (a->family == AF_INET) {
+    struct sockaddr_in in4;
+    memcpy(&in4, a->storage, sizeof in4);
+    return (ntohl(in4.sin_addr.s_addr) >> 24) == 127;
+  }
+  struct sockaddr_in6 in6;
+  memcpy(&in6, a->storage, sizeof in6);
+  const uint8_t *b = in6.sin6_addr.s6_addr;
+  return IN6_IS_ADDR_LOOPBACK(&in6.sin6_addr) ||
+         (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr) && b[12] == 127);
 }
 
 void hurray__wire_address_format(const WireAddress *a, char *out, size_t size) {

@@ -110,6 +110,7 @@ typedef struct Conn {
   uint64_t max_frame;
   bool fd_passing; /* negotiated: buffers may go as DATA_FD (spec §6.6) */
   uint16_t minor;  /* the negotiated minor version */
+  uint8_t offered[32]; /* a bit per device tag the client's hello listed (spec §6.2) */
   uint8_t client_nonce[WIRE_NONCE_SIZE];
   uint8_t server_nonce[WIRE_NONCE_SIZE];
   /* input */
@@ -295,10 +296,12 @@ int hurray_server_add_tensor(HurrayServer *server, const char *name, HurrayTenso
   return register_tensors(server, &served, 1, -1, error);
 }
 
-/* One tensor of an open file as a served tensor: its buffers as they lie in the file's
- * descriptor `fd` (read through it, never through the reader's mapping: ADR-084), its stored
- * checksums and metadata. */
-static int served_from_file(const HurrayFileReader *reader, uint32_t index, int fd,
+/* One tensor of an open file as a served tensor, with its metadata. A Hurray file's tensor
+ * (`fd` >= 0): its buffers as they lie in the file's descriptor `fd` (read through it, never
+ * through the reader's mapping: ADR-084), with their stored checksums. Otherwise (`fd` < 0: a
+ * foreign file or a sharded checkpoint, ADR-092) from the memory the reader gives, with the
+ * stored checksums if `stored` (Hurray shards), else hashed now. */
+static int served_from_file(const HurrayFileReader *reader, uint32_t index, int fd, bool stored,
                             WireServed **out, HurrayError *error) {
   HurrayFileTensorInfo info;
   int status = hurray_file_reader_tensor_info(reader, index, &info, error);
@@ -321,10 +324,11 @@ static int served_from_file(const HurrayFileReader *reader, uint32_t index, int 
   HurrayTensorContext *context = NULL;
   if (status == HURRAY_OK) status = hurray_file_reader_get(reader, index, 0, &context, error);
   if (status == HURRAY_OK) {
-    status = hurray__wire_served_create(info.name, context, sums, fd, offsets, encoded.data,
+    status = hurray__wire_served_create(info.name, context, fd >= 0 || stored ? sums : NULL, fd,
+                                        fd >= 0 ? offsets : NULL, encoded.data,
                                         (uint32_t)encoded.len, out, error);
   }
-  if (status == HURRAY_OK) { /* the same descriptor for DATA_FD */
+  if (status == HURRAY_OK && fd >= 0) { /* the same descriptor for DATA_FD */
     WireServed *t = *out;
     for (uint32_t k = 0; k < info.buffer_count; k++) {
       /* a compact buffer as long as the stored one is the stored one (as its checksum) */
@@ -343,32 +347,49 @@ static int served_from_file(const HurrayFileReader *reader, uint32_t index, int 
   return status;
 }
 
+/* Opens what the loader reads at `path` (ADR-082): a Hurray file, else (its error kept if
+ * neither reads it) a safetensors, .npy or .npz file; a directory or an .index.json, a
+ * sharded checkpoint of either. */
+static int open_any(const char *path, HurrayFileReader **reader, HurrayError *error) {
+  int status = hurray_file_reader_open(path, 0, reader, error);
+  if (status != HURRAY_EFORMAT) return status;
+  HurrayError foreign = {0};
+  status = hurray_file_reader_open(path, HURRAY_FILE_OPEN_FOREIGN, reader, &foreign);
+  if (status != HURRAY_OK) *error = foreign; /* says what the file is, if it can tell */
+  return status;
+}
+
 int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *error) {
   if (server == NULL || path == NULL) {
     return hurray__fail(error, HURRAY_EINVAL, "server or path is NULL");
   }
-  /* The file's descriptor, which the tensors' bytes are read through (and DATA_FD passes):
-     it must be the file the reader opened. */
+  /* A Hurray file's descriptor, which its tensors' bytes are read through (and DATA_FD
+     passes): it must be the file the reader opened. */
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   int opened_errno = errno;
   HurrayFileReader *reader = NULL;
-  int status = hurray_file_reader_open(path, 0, &reader, error);
-  struct stat opened, now;
-  if (status == HURRAY_OK && fd < 0) {
-    status = hurray__fail_errno(error, HURRAY_EIO, opened_errno, "open: %s",
-                                strerror(opened_errno));
-  } else if (status == HURRAY_OK &&
-             (fstat(fd, &opened) != 0 || stat(path, &now) != 0 ||
-              opened.st_dev != now.st_dev || opened.st_ino != now.st_ino)) {
-    status = hurray__fail(error, HURRAY_EIO, "the file was replaced while it was opened");
-  }
+  int status = open_any(path, &reader, error);
   HurrayFileInfo info = {0};
   if (status == HURRAY_OK) status = hurray_file_reader_info(reader, &info, error);
+  bool stored = info.format == HURRAY_FORMAT_HURRAY;
+  if (status == HURRAY_OK && (!stored || info.shard_count > 0)) { /* served from memory */
+    if (fd >= 0) close(fd);
+    fd = -1;
+  } else if (status == HURRAY_OK && fd < 0) {
+    status = hurray__fail_errno(error, HURRAY_EIO, opened_errno, "open: %s",
+                                strerror(opened_errno));
+  } else if (status == HURRAY_OK) {
+    struct stat opened, now;
+    if (fstat(fd, &opened) != 0 || stat(path, &now) != 0 || opened.st_dev != now.st_dev ||
+        opened.st_ino != now.st_ino) {
+      status = hurray__fail(error, HURRAY_EIO, "the file was replaced while it was opened");
+    }
+  }
   WireServed **items = status == HURRAY_OK ? calloc(info.tensor_count + 1u, sizeof *items) : NULL;
   if (status == HURRAY_OK && items == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   uint32_t made = 0;
   for (; status == HURRAY_OK && made < info.tensor_count; made++) {
-    status = served_from_file(reader, made, fd, &items[made], error);
+    status = served_from_file(reader, made, fd, stored, &items[made], error);
     if (status != HURRAY_OK) break;
   }
   hurray_file_reader_destroy(reader); /* the contexts keep the mapping */
@@ -500,12 +521,14 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   HurrayServerOptions o = {0};
   if (options != NULL) o = *options;
   if (!hurray__all_zero(o.reserved, sizeof o.reserved) ||
-      (o.flags & ~(HURRAY_SERVER_READ_ONLY | HURRAY_SERVER_NO_FD_PASSING)) ||
+      (o.flags & ~(HURRAY_SERVER_READ_ONLY | HURRAY_SERVER_NO_FD_PASSING |
+                   HURRAY_SERVER_UPLOADS | HURRAY_SERVER_INSECURE)) ||
+      (o.flags & HURRAY_SERVER_READ_ONLY && o.flags & HURRAY_SERVER_UPLOADS) ||
       (o.secret == NULL) != (o.secret_len == 0) || o.secret_len > 1024 ||
       (o.max_frame != 0 && (o.max_frame < WIRE_MIN_FRAME || o.max_frame > WIRE_MAX_FRAME))) {
     return hurray__fail(error, HURRAY_EINVAL,
-                        "invalid server options (flags, reserved, secret of 1..1024 bytes, "
-                        "max_frame in [64 KiB, 1 GiB])");
+                        "invalid server options (flags, READ_ONLY with UPLOADS, reserved, "
+                        "secret of 1..1024 bytes, max_frame in [64 KiB, 1 GiB])");
   }
   WireAddress address;
   int status = hurray__wire_address_parse(o.address ? o.address : "127.0.0.1:0", &address, error);
@@ -530,7 +553,7 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   pthread_mutex_init(&s->lock, NULL);
   pthread_mutex_init(&s->jobs_lock, NULL);
   pthread_cond_init(&s->jobs_more, NULL);
-  s->flags = o.flags;
+  s->flags = o.flags & HURRAY_SERVER_UPLOADS ? o.flags : o.flags | HURRAY_SERVER_READ_ONLY;
   s->max_connections = o.max_connections ? o.max_connections : 1024;
   s->max_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
   s->max_upload = o.max_upload_bytes ? o.max_upload_bytes : (uint64_t)1 << 30;
@@ -548,7 +571,19 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   }
   WireAddress found[WIRE_MAX_RESOLVED];
   size_t n = 0;
-  status = hurray__wire_address_resolve(&address, true, found, &n, error);
+  status = hurray__wire_address_resolve(&address, true, -1, found, &n, error);
+  for (size_t i = 0; status == HURRAY_OK && !o.secret_len && !(o.flags & HURRAY_SERVER_INSECURE) &&
+                     i < n; i++) {
+    if (!hurray__wire_address_local(&found[i])) {
+      char text[WIRE_MAX_HOST + 64];
+      hurray__wire_address_format(&found[i], text, sizeof text);
+      status = hurray__fail(error, HURRAY_EINVAL,
+                            "%s is reachable beyond this host and the server has no secret: "
+                            "give a secret (and TLS), or HURRAY_SERVER_INSECURE to serve "
+                            "anyone who reaches it",
+                            text);
+    }
+  }
   for (size_t i = 0; status == HURRAY_OK && i < n; i++) { /* the first that binds; else the
                                                               last one's error */
     status = listen_on(s, &found[i], error);
@@ -724,6 +759,9 @@ static void on_hello(HurrayServer *s, Conn *c, const uint8_t *p, size_t len) {
   if (status == HURRAY_OK) status = hurray__wire_devices_check(hello, &e);
   if (status == HURRAY_OK) {
     memcpy(c->client_nonce, hello->nonce, WIRE_NONCE_SIZE);
+    for (uint32_t i = 0; i < hello->ndevices; i++) {
+      c->offered[hello->devices[i].tag / 8] |= (uint8_t)(1u << (hello->devices[i].tag % 8));
+    }
     c->max_frame = hello->max_frame < s->max_frame ? hello->max_frame : s->max_frame;
     uint8_t served[32]; /* the CPU, and the devices of the tensors served (spec §4.1) */
     size_t nserved = 0;
@@ -886,6 +924,14 @@ static void on_request(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, 
   WireRequest r;
   HurrayError e = {0};
   int status = hurray__wire_request_decode(p, len, &r, &e);
+  if (status == HURRAY_OK && r.preferred_device != HURRAY_DEVICE_CPU &&
+      !(c->offered[r.preferred_device / 8] & (1u << (r.preferred_device % 8)))) {
+    /* the hello binds: answers come on the CPU (implied) or a device the client listed */
+    status = hurray__fail(&e, HURRAY_EPROTOCOL,
+                          "device %s (0x%02x) was not in this client's hello: a server answers "
+                          "on the CPU and the devices a client lists",
+                          hurray_device_name(r.preferred_device), r.preferred_device);
+  }
   if (status != HURRAY_OK) {
     send_error(c, id, status, e.message);
     return;

@@ -549,10 +549,16 @@ HURRAY_INTERNAL int hurray__wire_address_parse(const char *text, WireAddress *ou
 /* The socket addresses `a` stands for, in the resolver's order: `a` itself unless it is named,
  * else getaddrinfo's IPv4 and IPv6 stream addresses for its host and port (at most
  * WIRE_MAX_RESOLVED, each a numeric copy of `a` keeping `host` and `tls`). HURRAY_ECONNECTION
- * naming the host and the resolver's reason where the name does not resolve. */
+ * naming the host and the resolver's reason where the name does not resolve. With `wait_ms`
+ * >= 0 the lookup runs on a thread of its own and is given up after that long (HURRAY_ETIMEOUT;
+ * the thread finishes and frees it later): the system resolver's own timeouts (seconds per
+ * server and attempt) then no longer decide how long a call waits. */
 HURRAY_INTERNAL int hurray__wire_address_resolve(const WireAddress *a, bool passive,
-                                                 WireAddress out[], size_t *n,
+                                                 int64_t wait_ms, WireAddress out[], size_t *n,
                                                  HurrayError *error);
+/* Whether a resolved address is reachable only from this host: a Unix-domain socket,
+ * 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104 (ADR-092). */
+HURRAY_INTERNAL bool hurray__wire_address_local(const WireAddress *a);
 HURRAY_INTERNAL void hurray__wire_address_format(const WireAddress *a, char *out, size_t size);
 
 /* sendmsg(MSG_NOSIGNAL | MSG_DONTWAIT) of `iov`, with descriptor `fd` attached (SCM_RIGHTS)

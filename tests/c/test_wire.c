@@ -119,14 +119,19 @@ static int raw_frame(int fd, WireHeader *h, uint8_t *payload, size_t cap) {
 }
 
 /* Appends a CLIENT_HELLO of protocol 1 offering only the CPU, with `max_frame`. */
-static void cpu_hello(FileSink *frame, uint32_t max_frame) {
+/* Appends a CLIENT_HELLO of version 1.0 listing the `n` named device `tags`. */
+static void devices_hello(FileSink *frame, uint32_t max_frame, const uint8_t *tags, size_t n) {
   WireHello *hello = calloc(1, sizeof *hello);
   hello->version_major = 1;
   hello->max_frame = max_frame;
-  const uint8_t cpu = 0;
-  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  OK(hurray__wire_devices_fill(hello, tags, n, E));
   OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, frame, E));
   free(hello);
+}
+
+static void cpu_hello(FileSink *frame, uint32_t max_frame) {
+  const uint8_t cpu = HURRAY_DEVICE_CPU;
+  devices_hello(frame, max_frame, &cpu, 1);
 }
 
 /* Appends `req` as a TENSOR_REQUEST frame of request id 1. */
@@ -168,10 +173,12 @@ static int raw_hello(const char *address, uint16_t major, const uint8_t *tags, c
 
 /* ---- round trips -------------------------------------------------------------------------- */
 
+static const HurrayServerOptions kUploads = {.flags = HURRAY_SERVER_UPLOADS};
+
 static void every_layout_round_trips(void **state) {
   (void)state;
   Running r;
-  start(&r, NULL);
+  start(&r, &kUploads);
   char name[32];
   for (size_t i = 0; i < SAMPLE_COUNT; i++) {
     snprintf(name, sizeof name, "sample%zu", i);
@@ -249,7 +256,7 @@ static void unaddressed_bytes_are_never_sent(void **state) {
 static void every_dtype_round_trips(void **state) {
   (void)state;
   Running r;
-  start(&r, NULL);
+  start(&r, &kUploads);
   go(&r);
   HurrayClient *c = NULL;
   OK(hurray_client_connect(r.address, NULL, &c, E));
@@ -1299,6 +1306,117 @@ static void secrets_and_read_only(void **state) {
   finish(&r);
 }
 
+/* The answer of a raw session whose hello lists `tags` to a WHOLE request of tensor "x" on
+ * `device`: its frame type, an ERROR's status and message in `error`. */
+static int raw_request_on(const char *address, const uint8_t *tags, size_t n, uint8_t device,
+                          HurrayError *error) {
+  WireRequest req = {.preferred_device = device, .name_len = 1, .name = "x"};
+  FileSink frame = {0};
+  devices_hello(&frame, 1 << 20, tags, n);
+  request_frame(&frame, &req);
+  int fd = raw_connect(address);
+  raw_send(fd, &frame);
+  hurray__sink_reset(&frame);
+  WireHeader h;
+  static uint8_t buf[1 << 12];
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
+  int type = raw_frame(fd, &h, buf, sizeof buf);
+  if (type == WIRE_ERROR) hurray__wire_error_decode(buf, (size_t)h.length, error);
+  close(fd);
+  return type;
+}
+
+/* Spec §4.1, §6.2 (issue 24 item 5): a client's device list binds the server, the CPU implied. */
+static void device_list_binds(void **state) {
+  (void)state;
+  Running r;
+  start(&r, NULL);
+  OK(hurray_server_add_tensor(r.server, "x", bytes_tensor(100, 1), E));
+  go(&r);
+  HurrayError error = {0};
+  static const uint8_t vulkan[] = {HURRAY_DEVICE_VULKAN}, cpu[] = {HURRAY_DEVICE_CPU};
+  /* the CPU needs no listing: a client that lists only vulkan gets CPU answers */
+  assert_int_equal(raw_request_on(r.address, vulkan, 1, HURRAY_DEVICE_CPU, &error),
+                   WIRE_TENSOR_HEADER);
+  /* a device the hello did not list is refused, before the device rule (cuda is not served
+     here either: that would be HURRAY_EUNSUPPORTED) */
+  assert_int_equal(raw_request_on(r.address, cpu, 1, HURRAY_DEVICE_ROCM, &error), WIRE_ERROR);
+  assert_int_equal(error.code, HURRAY_EPROTOCOL);
+  assert_string_equal(error.message, "peer: device rocm (0x02) was not in this client's hello: a "
+                                     "server answers on the CPU and the devices a client lists");
+  assert_int_equal(raw_request_on(r.address, vulkan, 1, HURRAY_DEVICE_VULKAN, &error), WIRE_ERROR);
+  assert_int_equal(error.code, HURRAY_EUNSUPPORTED); /* listed: the device rule decides */
+  /* the reference client refuses a get on a device it did not offer, before sending */
+  HurrayClientOptions co = {.devices = cpu, .ndevices = 1};
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, &co, &c, E));
+  HurrayGetOptions o = {.preferred_device = HURRAY_DEVICE_ROCM, .flags = HURRAY_GET_FALLBACK};
+  HurrayTensorContext *got = NULL;
+  assert_int_equal(hurray_client_get(c, "x", &o, &got, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message, "device rocm was not offered when connecting: a server "
+                                     "answers on the CPU and the devices listed in "
+                                     "HurrayClientOptions.devices");
+  OK(hurray_client_get(c, "x", NULL, &got, E)); /* and goes on */
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  /* by default it offers every named device: FALLBACK then brings rocm's request to the CPU */
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  OK(hurray_client_get(c, "x", &o, &got, E));
+  assert_int_equal(got->buffers->buffers[0]->desc.device_tag, HURRAY_DEVICE_CPU);
+  hurray_tensor_context_release(got);
+  hurray_client_destroy(c);
+  finish(&r);
+}
+
+/* ADR-092: a server beyond loopback needs a secret or HURRAY_SERVER_INSECURE, and takes
+ * uploads only when asked to. */
+static void safe_defaults(void **state) {
+  (void)state;
+  HurrayError error = {0};
+  HurrayServer *server = NULL;
+  static const char *const wide[] = {"0.0.0.0:0", "[::]:0"};
+  for (size_t i = 0; i < 2; i++) {
+    HurrayServerOptions so = {.address = wide[i]};
+    assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EINVAL);
+    assert_null(server);
+    assert_non_null(strstr(error.message, "is reachable beyond this host and the server has no "
+                                          "secret: give a secret (and TLS), or "
+                                          "HURRAY_SERVER_INSECURE"));
+    so.flags = HURRAY_SERVER_INSECURE;
+    OK(hurray_server_create(&so, &server, E));
+    hurray_server_destroy(server);
+    so = (HurrayServerOptions){.address = wide[i], .secret = (const uint8_t *)"k",
+                               .secret_len = 1};
+    OK(hurray_server_create(&so, &server, E));
+    hurray_server_destroy(server);
+  }
+  HurrayServerOptions so = {.address = "0.0.0.0:0"};
+  assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EINVAL);
+  assert_non_null(strstr(error.message, "0.0.0.0:")); /* names the address refused */
+  so = (HurrayServerOptions){.flags = HURRAY_SERVER_READ_ONLY | HURRAY_SERVER_UPLOADS};
+  assert_int_equal(hurray_server_create(&so, &server, &error), HURRAY_EINVAL);
+  assert_non_null(strstr(error.message, "READ_ONLY with UPLOADS"));
+  /* loopback by number or by name needs neither; and without UPLOADS it is read-only */
+  static const char *const local[] = {"127.0.0.1:0", "[::1]:0", "localhost:0"};
+  for (size_t i = 0; i < 3; i++) {
+    so = (HurrayServerOptions){.address = local[i]};
+    Running r;
+    start(&r, &so);
+    go(&r);
+    HurrayClient *c = NULL;
+    OK(hurray_client_connect(r.address, NULL, &c, E));
+    HurrayClientInfo info;
+    OK(hurray_client_info(c, &info, E));
+    assert_int_equal(info.server_flags, WIRE_HELLO_READ_ONLY);
+    HurrayTensorContext *up = bytes_tensor(100, 2);
+    assert_int_equal(hurray_client_put(c, "y", up, &error), HURRAY_EDENIED);
+    assert_string_equal(error.message, "peer: this server is read-only: uploads are refused");
+    hurray_tensor_context_release(up);
+    hurray_client_destroy(c);
+    finish(&r);
+  }
+}
+
 static void unix_socket(void **state) {
   (void)state;
   char address[300];
@@ -1370,7 +1488,8 @@ static const char *plain(const char *address) {
 static void tls_round_trip(void **state) {
   (void)state;
   HurrayTlsOptions st = {.certificate_file = cert("server.pem"), .key_file = cert("server.key")};
-  HurrayServerOptions so = {.tls = &st, .secret = (const uint8_t *)"s3cret", .secret_len = 6};
+  HurrayServerOptions so = {.tls = &st, .secret = (const uint8_t *)"s3cret", .secret_len = 6,
+                            .flags = HURRAY_SERVER_UPLOADS};
   Running r;
   start(&r, &so);
   /* loopback unless told otherwise, and the address says TLS */
@@ -1834,7 +1953,8 @@ static void device_tensors_cross(void **state) {
      (a raw request: the reference client refuses cuda itself where libcuda is missing) */
   WireRequest req = {.preferred_device = HURRAY_DEVICE_CUDA, .name_len = 1, .name = "x"};
   FileSink frame = {0};
-  cpu_hello(&frame, 1 << 20);
+  static const uint8_t cpu_cuda[] = {HURRAY_DEVICE_CPU, HURRAY_DEVICE_CUDA};
+  devices_hello(&frame, 1 << 20, cpu_cuda, 2);
   request_frame(&frame, &req);
   int fd = raw_connect(r.address);
   raw_send(fd, &frame);
@@ -1909,6 +2029,8 @@ int main(void) {
       cmocka_unit_test(thousand_clients),
       cmocka_unit_test(killed_server),
       cmocka_unit_test(secrets_and_read_only),
+      cmocka_unit_test(safe_defaults),
+      cmocka_unit_test(device_list_binds),
       cmocka_unit_test(unix_socket),
       cmocka_unit_test(tls_round_trip),
       cmocka_unit_test(tls_refusals),

@@ -212,7 +212,7 @@ static void pre_auth_frames_refused_from_header(void **state) {
 static void uploads_bounded_server_wide(void **state) {
   (void)state;
   /* room for three 1 MiB uploads with their overhead, not four */
-  HurrayServerOptions so = {.max_upload_bytes = 2u << 20,
+  HurrayServerOptions so = {.flags = HURRAY_SERVER_UPLOADS, .max_upload_bytes = 2u << 20,
                             .max_upload_total_bytes = (3u << 20) + 3 * 8192};
   Running r;
   start_running(&r, &so);

@@ -354,12 +354,49 @@ run 2 serve good.hurray -a bad_name:80
 has "neither a numeric IPv4/IPv6 address nor a host name"
 run 2 serve --max-upload-total 0 good.hurray
 has "--max-upload-total must be a positive number"
-"$hurray" serve -a 127.0.0.1:0 good.hurray >served.txt 2>&1 &
-server=$!
-tries=0
-while [ ! -s served.txt ] && [ "$tries" -lt 100 ]; do sleep 0.1; tries=$((tries + 1)); done
-address=$(sed -n 's/^serving 1 file on \([0-9.:]*\)$/\1/p' served.txt)
-[ -n "$address" ] || { last="hurray serve"; out=$(cat served.txt); fail "no address printed"; }
+# safe defaults (ADR-092): beyond loopback only with a secret or --insecure
+run 2 serve -a 0.0.0.0:0 good.hurray
+has "0.0.0.0:0 is reachable beyond this host: give -s SECRET_FILE (and --tls-cert), or --insecure"
+# serve_start OUT ARGS...: starts `hurray serve ARGS...` in the background, its stdout in OUT
+# (stderr in OUT.err); $server its pid, $address the first line it printed.
+serve_start() {
+  file=$1
+  shift
+  rm -f "$file" "$file.err"
+  "$hurray" serve "$@" >"$file" 2>"$file.err" &
+  server=$!
+  tries=0
+  while [ ! -s "$file" ] && [ "$tries" -lt 100 ]; do sleep 0.1; tries=$((tries + 1)); done
+  address=$(head -n 1 "$file")
+  [ -n "$address" ] || { last="hurray serve $*"; out=$(cat "$file.err"); fail "no address"; }
+}
+serve_stop() {
+  kill "$server"
+  wait "$server" 2>/dev/null
+}
+# the first line is the address alone, also with -q; --json says what the server is
+serve_start served_q.txt -q -a 127.0.0.1:0 good.hurray
+last="serve -q"
+out=$address
+case "$address" in 127.0.0.1:[0-9]*) ;; *) fail "not an address alone" ;; esac
+[ ! -s served_q.txt.err ] || { out=$(cat served_q.txt.err); fail "-q printed on stderr"; }
+serve_stop
+serve_start served_j.txt --json --insecure -u -a 0.0.0.0:0 good.hurray
+last="serve --json --insecure"
+out=$address
+has '{"address": "0.0.0.0:'
+has '", "devices": ["cpu"], "read_only": false, "authenticated": false, "tls": false, "insecure": true, "files": ["good.hurray"]}'
+out=$(cat served_j.txt.err)
+has "serving 1 file on 0.0.0.0:"
+has ": uploads accepted, no secret, plaintext"
+port=$(sed -n 's/^{"address": "0.0.0.0:\([0-9]*\)".*/\1/p' served_j.txt)
+run 0 ls "127.0.0.1:$port"
+has "dense  dense float32"
+serve_stop
+serve_start served.txt -a 127.0.0.1:0 good.hurray
+last="serve"
+out=$(cat served.txt.err)
+has "serving 1 file on $address: read-only, no secret, plaintext"
 run 0 ls "$address"
 has "per_channel  per_channel int8 [4, 3]  3 buffers  32 B"
 # a host name goes through the resolver: localhost, and a name of /etc/hosts that lists ::1
@@ -423,19 +460,50 @@ run 2 fetch "$address" dense --rows 0:1 --bytes 0:4
 has "--rows and --bytes exclude each other"
 run 0 fetch --no-sync "$address" composite -o nosync_fetch.hurray
 run 0 verify nosync_fetch.hurray
-kill "$server"
-wait "$server" 2>/dev/null
+# an OUT of another format the loader reads is written in it (ADR-092), nothing left beside it
+run 0 fetch "$address" strided -o strided.npy
+has "fetched strided into strided.npy"
+run 0 info strided.npy
+has "strided.npy: npy file, 1 tensor, 16 B of data in 1 buffer"
+run 0 fetch -q "$address" scalar -o scalar.safetensors
+run 0 info scalar.safetensors
+has "scalar: dense float64 [], 8 B in 1 buffer"
+run 4 fetch "$address" dense -o dense_m.npy
+has "tensor 'dense' has metadata of its own, which npy cannot hold"
+[ ! -e dense_m.npy ] || fail "a refused conversion left its output"
+run 0 fetch --drop-metadata "$address" dense -o dense_m.npy
+run 4 fetch "$address" paged -o paged.npz
+has "tensor 'paged' is a paged tensor: npz holds dense arrays only (HURRAY_EUNSUPPORTED)"
+leftover=$(ls ./*.fetch-* 2>/dev/null)
+[ -z "$leftover" ] || { out=$leftover; fail "a staged fetch was left behind"; }
+serve_stop
 last="serve's summary"
 out=$(cat served.txt)
-has "served 8 tensors: 316 B sent, 0 B passed as file descriptors"
+has "served 13 tensors: 628 B sent, 0 B passed as file descriptors"
 run 6 ls "$address"
 has "Connection refused (HURRAY_ECONNECTION)"
+# serve takes every format the loader reads (ADR-092): safetensors, .npz, a checkpoint directory
+for served in dense.safetensors dense.npz; do
+  serve_start served_f.txt -a 127.0.0.1:0 "$served"
+  run 0 ls "$address"
+  has "negative  dense int16 [3, 2]  1 buffer  12 B"
+  run 0 fetch -q "$address" dense -o "from_$served.hurray"
+  run 0 info "from_$served.hurray"
+  has "dense: dense float32 [2, 3], 24 B in 1 buffer"
+  run 0 verify "from_$served.hurray"
+  serve_stop
+done
+mkdir -p ckpt && cp good.hurray ckpt/
+serve_start served_d.txt -a 127.0.0.1:0 ckpt
+run 0 ls "$address"
+has "per_channel  per_channel int8 [4, 3]  3 buffers  32 B"
+run 0 fetch -q "$address" composite -o from_ckpt.hurray
+run 0 verify from_ckpt.hurray
+serve_stop
+run 3 serve -a 127.0.0.1:0 not_hurray.txt
+has "nor safetensors, .npy or .npz by its first bytes (HURRAY_EFORMAT)"
 printf 's3cret\n' >secret.txt
-"$hurray" serve -r -s secret.txt -a 127.0.0.1:0 good.hurray >served2.txt 2>&1 &
-server=$!
-tries=0
-while [ ! -s served2.txt ] && [ "$tries" -lt 100 ]; do sleep 0.1; tries=$((tries + 1)); done
-address=$(sed -n 's/^serving 1 file on \([0-9.:]*\) (read-only)$/\1/p' served2.txt)
+serve_start served2.txt -s secret.txt -a 127.0.0.1:0 good.hurray
 run 6 ls "$address"
 has "the server requires a shared secret and none was given (HURRAY_EAUTH)"
 run 0 ls -s secret.txt "$address"
@@ -450,13 +518,9 @@ wait "$server" 2>/dev/null
 mkdir -p certs && sh "$make_certs" certs
 run 2 serve --tls-cert certs/server.pem good.hurray
 has "--tls-cert and --tls-key go together"
-"$hurray" serve --tls-cert certs/server.pem --tls-key certs/server.key -s secret.txt \
-  -a 127.0.0.1:0 good.hurray >served3.txt 2>&1 &
-server=$!
-tries=0
-while [ ! -s served3.txt ] && [ "$tries" -lt 100 ]; do sleep 0.1; tries=$((tries + 1)); done
-address=$(sed -n 's/^serving 1 file on \(hurrays:\/\/[0-9.:]*\)$/\1/p' served3.txt)
-[ -n "$address" ] || { last="hurray serve --tls-cert"; out=$(cat served3.txt); fail "no address"; }
+serve_start served3.txt --tls-cert certs/server.pem --tls-key certs/server.key -s secret.txt \
+  -a 127.0.0.1:0 good.hurray
+case "$address" in hurrays://127.0.0.1:*) ;; *) out=$address; fail "not a hurrays:// address" ;; esac
 run 0 ls --tls-ca certs/ca.pem -s secret.txt "$address"
 has "dense  dense float32"
 run 0 fetch -q --tls-ca certs/ca.pem -s secret.txt "$address" dense -o tls.hurray

@@ -29,7 +29,7 @@ rm zeros.bin
 "$hurray" serve -a 127.0.0.1:0 big.hurray >served.txt &
 server=$!
 while [ ! -s served.txt ]; do sleep 0.1; done
-address=$(sed -n 's/^serving 1 file on \([0-9.:]*\)$/\1/p' served.txt)
+address=$(head -n 1 served.txt)  # the first line: the address alone
 /usr/bin/time -f "client peak RSS: %M KiB, %e s" "$hurray" fetch "$address" big -o got.hurray
 "$hurray" verify got.hurray
 "$python" -c "

@@ -404,10 +404,13 @@ class Client:
         The largest DATA payload (less its 16-byte fixed part) to accept.
     fd_passing : bool
         On a Unix socket, ask for DATA_FD (§6.6).
+    devices : sequence of (int, bytes)
+        The (tag, name) device entries of the hello (§4.1): the devices answers may come on,
+        besides the CPU, which is implied (§6.2).
     """
 
     def __init__(self, address, secret=None, version=VERSION, max_frame=4 << 20,
-                 fd_passing=False):
+                 fd_passing=False, devices=((0, b""),)):
         if address.startswith("unix:"):
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.sock.connect(address[5:])
@@ -418,7 +421,7 @@ class Client:
         self.next_id, self.fds, self.fd_frames = 1, [], 0
         self.fd_passing = fd_passing and address.startswith("unix:")
         try:
-            self._setup(secret, version, max_frame)
+            self._setup(secret, version, max_frame, devices)
         except BaseException:
             self.sock.close()
             raise
@@ -493,10 +496,11 @@ class Client:
             _refuse("EPROTOCOL", f"frame type {type_:#04x} for request {rid}")
         return type_, flags, payload
 
-    def _setup(self, secret, version, max_frame):
+    def _setup(self, secret, version, max_frame, devices):
         client_nonce = os.urandom(32) if secret is not None else bytes(32)
         flags = C_FD_PASSING if self.fd_passing else 0
-        self.send(frame(CLIENT_HELLO, 0, hello(version, flags, max_frame, client_nonce)))
+        self.send(frame(CLIENT_HELLO, 0, hello(version, flags, max_frame, client_nonce,
+                                               devices)))
         _, _, payload = self._expect(0, SERVER_HELLO)
         h = parse_hello(payload)
         if h["version"][0] != version[0]:

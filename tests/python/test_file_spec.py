@@ -430,6 +430,12 @@ REFUSED = {
     "reserved header bytes": (lambda: patched(14, "<H", 1), "EFORMAT"),
     "alignment 2^5": (lambda: patched(12, "<B", 5), "EALIGN"),
     "alignment 2^22": (lambda: patched(12, "<B", 22), "EALIGN"),
+    # §9: a row's checks report in the order the row lists them
+    "reserved header bytes before alignment": (lambda: patched(14, "<H", 1,
+                                                               data=patched(12, "<B", 5)),
+                                               "EFORMAT"),
+    "alignment before chunk size": (lambda: patched(12, "<B", 5, data=patched(13, "<B", 11)),
+                                    "EALIGN"),
     "chunk 2^11": (lambda: patched(13, "<B", 11), "EFORMAT"),
     "chunk 2^29": (lambda: patched(13, "<B", 29), "EFORMAT"),
     "truncated file": (lambda: BASE[:-1], "EFORMAT"),

@@ -24,7 +24,8 @@ EINVAL = hurray._hurray._status_codes()["HURRAY_EINVAL"]
 
 @pytest.fixture
 def served():
-    with hurray.serve({"w": np.arange(6, dtype=np.float32).reshape(2, 3)}) as server, \
+    with hurray.serve({"w": np.arange(6, dtype=np.float32).reshape(2, 3)},
+                      uploads=True) as server, \
             hurray.connect(server.address) as client:
         yield server, client
 

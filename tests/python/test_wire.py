@@ -21,7 +21,7 @@ from test_native_layouts import LAYOUTS
 
 @pytest.fixture
 def server():
-    with hurray.serve() as s:
+    with hurray.serve(uploads=True) as s:
         yield s
 
 
@@ -76,7 +76,7 @@ def test_tier_3_dtypes_keep_their_descriptor(server):
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_every_layout_round_trips(layout):
     t = LAYOUTS[layout]()
-    with hurray.serve({"t": t}) as s, hurray.connect(s.address) as c:
+    with hurray.serve({"t": t}, uploads=True) as s, hurray.connect(s.address) as c:
         got = c.get("t")
         assert describe(got) == describe(t)
         # a received tensor is compact: it crosses again byte for byte
@@ -100,7 +100,7 @@ def test_files_are_served_with_metadata_and_rows(tmp_path):
     path = tmp_path / "w.hurray"
     w = np.arange(40, dtype=np.float32).reshape(10, 4)
     hurray.save(path, {"w": w, "b": np.ones(3, np.int8)}, tensor_metadata={"w": {"unit": "m"}})
-    with hurray.serve(str(path), read_only=True) as s, hurray.connect(s.address) as c:
+    with hurray.serve(str(path)) as s, hurray.connect(s.address) as c:
         listed = c.list()
         assert [(e["name"], e["layout"], e["dtype"], e["shape"], e["nbytes"])
                 for e in listed] == \
@@ -173,7 +173,7 @@ def test_a_device_without_a_runtime_here(server):
 
 SERVER_SCRIPT = textwrap.dedent("""
     import sys, numpy as np, hurray
-    with hurray.serve({"x": np.arange(SIZE, dtype=np.uint8)}) as s:
+    with hurray.serve({"x": np.arange(SIZE, dtype=np.uint8)}, uploads=True) as s:
         print(s.address, flush=True)
         sys.stdin.read()
 """)
@@ -420,6 +420,60 @@ def test_secrets():
             hurray.connect(s.address, secret="s3cret")
 
 
+def test_safe_defaults_beyond_loopback_and_uploads():
+    """ADR-092: an address beyond loopback needs a secret or insecure=True; uploads need
+    uploads=True."""
+    for address in ("0.0.0.0:0", "[::]:0"):
+        with pytest.raises(hurray.InvalidArgumentError,
+                           match="is reachable beyond this host and the server has no secret"):
+            hurray.serve(address=address)
+        with hurray.serve({"x": np.ones(2)}, address=address, insecure=True) as s:
+            port = s.address.rsplit(":", 1)[1]
+            with hurray.connect(f"localhost:{port}") as c:
+                assert np.asarray(c.get("x")).tolist() == [1.0, 1.0]
+        with hurray.serve(address=address, secret="s3cret"):
+            pass
+    with hurray.serve({"x": np.ones(2)}) as s, hurray.connect(s.address) as c:
+        assert c.info["read_only"] is True
+        with pytest.raises(hurray.RequestDeniedError, match="this server is read-only"):
+            c.put("y", np.ones(2))
+        assert [e["name"] for e in c.list()] == ["x"]
+    with hurray.serve(uploads=True) as s, hurray.connect(s.address) as c:
+        assert c.info["read_only"] is False
+        c.put("y", np.ones(2))
+        assert np.asarray(c.get("y")).tolist() == [1.0, 1.0]
+
+
+def test_every_format_the_loader_reads_is_served(tmp_path):
+    """ADR-092: a sharded checkpoint (directory or index), safetensors, .npy and .npz files are
+    served as the loader reads them."""
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    rng = np.random.default_rng(5)
+    tensors = {f"layer{i}": rng.standard_normal((64, 32)).astype(np.float32) for i in range(6)}
+    hurray.save(tmp_path / "ckpt", tensors, max_shard_size=20000)
+    index = next((tmp_path / "ckpt").glob("*.index.json"))
+    safetensors_numpy.save_file({"w": tensors["layer1"]}, str(tmp_path / "w.safetensors"))
+    np.save(tmp_path / "v.npy", tensors["layer2"])
+    np.savez(tmp_path / "z.npz", z=tensors["layer3"])
+    for path in (tmp_path / "ckpt", index):
+        with hurray.serve(str(path)) as s, hurray.connect(s.address) as c:
+            assert sorted(e["name"] for e in c.list()) == sorted(tensors)
+            for name, want in tensors.items():
+                assert np.array_equal(np.asarray(c.get(name)), want)
+            assert np.array_equal(np.asarray(c.get("layer5", slice=slice(3, 9))),
+                                  tensors["layer5"][3:9])
+    paths = [str(tmp_path / n) for n in ("w.safetensors", "v.npy", "z.npz")]
+    with hurray.serve(paths) as s, hurray.connect(s.address) as c:
+        assert sorted(e["name"] for e in c.list()) == ["v", "w", "z"]
+        assert np.array_equal(np.asarray(c.get("w")), tensors["layer1"])
+        assert np.array_equal(np.asarray(c.get("v")), tensors["layer2"])
+        assert np.array_equal(np.asarray(c.get("z")), tensors["layer3"])
+        assert c.read("z", 8, 16) == tensors["layer3"].tobytes()[8:16]
+    (tmp_path / "junk.bin").write_bytes(b"neither")
+    with pytest.raises(hurray.FormatError, match="nor safetensors, .npy or .npz"):
+        hurray.serve(str(tmp_path / "junk.bin"))
+
+
 def test_loopback_by_default_unix_sockets_and_bad_addresses(tmp_path):
     with hurray.serve() as s:
         assert s.address.startswith("127.0.0.1:")
@@ -445,6 +499,41 @@ def test_host_names_go_through_the_resolver():
         assert host in ("127.0.0.1", "[::1]")
         with hurray.connect(f"localhost:{port}", timeout=5) as c:
             assert np.asarray(c.get("x")).tolist() == [0, 1, 2]
+
+
+SILENT_DNS = """
+import socket, time, hurray
+dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+dns.bind(("127.0.0.1", 53))  # the only nameserver: it takes every query and answers none
+start = time.monotonic()
+try:
+    hurray.connect("nosuch.hurray-test:7700", timeout={timeout})
+except hurray.HurrayError as e:
+    print(type(e).__name__, e)
+print("elapsed", time.monotonic() - start)
+"""
+
+
+def test_the_resolver_is_bounded_by_the_timeout(tmp_path):
+    """Issue 24 item 1 (ADR-092): a name whose nameserver never answers kept connect waiting
+    for the system resolver's own timeouts (10 s here, whatever timeout= said); the lookup is
+    now given up at the call's deadline. Run in a user, mount and network namespace whose
+    resolv.conf names a nameserver on loopback that reads every query and answers none."""
+    probe = subprocess.run(["unshare", "-rmn", "sh", "-c", "ip link set lo up"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no user, mount and network namespaces here")
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\n")
+    script = ('ip link set lo up && mount --bind "$1" /etc/resolv.conf && '
+              'exec "$2" -c "$3"')
+    done = subprocess.run(["unshare", "-rmn", "sh", "-c", script, "sh", str(resolv),
+                           sys.executable, SILENT_DNS.format(timeout=1)],
+                          capture_output=True, text=True, timeout=60)
+    out = done.stdout + done.stderr
+    assert "TimedOutError resolving the host name 'nosuch.hurray-test' took longer than " \
+           "1000 ms" in out, out
+    assert float(out.split("elapsed")[1]) < 2.5, out
 
 
 def wait_transfers(server, n):
@@ -493,7 +582,7 @@ def certs(tmp_path_factory):
 def tls_server(certs):
     tls = {"certfile": certs / "server.pem", "keyfile": str(certs / "server.key")}
     data = {"x": np.arange(3 << 20, dtype=np.uint8), "w": torch.randn(64, 32)}
-    with hurray.serve(data, secret="s3cret", tls=tls) as s:
+    with hurray.serve(data, secret="s3cret", tls=tls, uploads=True) as s:
         yield s, data
 
 

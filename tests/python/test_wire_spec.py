@@ -171,7 +171,7 @@ def test_minor_versions_of_the_future_are_answered_with_the_servers(server):
 
 
 def test_the_device_rule(server):
-    with client(server) as c:
+    with client(server, devices=[(0, b""), (1, b"")]) as c:
         with pytest.raises(w.PeerError) as e:
             c.get("f32", device=1)
         assert e.value.code == w.CODES["EUNSUPPORTED"] and e.value.request_id == 1
@@ -180,6 +180,28 @@ def test_the_device_rule(server):
         t = c.get("f32", device=1, flags=w.FALLBACK)  # served on the CPU instead
         assert t.buffers[0].data == DENSE["f32"]().tobytes()
         c.goodbye()
+
+
+def test_the_client_hello_binds_the_devices_answered_on(server):
+    """§6.2 (issue 24 item 5): a server answers on the CPU, listed or not, and on the devices
+    the client's hello lists; a request on any other device is refused HURRAY_EPROTOCOL."""
+    with client(server, devices=[(4, b"")]) as c:  # vulkan only: the CPU is implied
+        assert c.get("f32").buffers[0].data == DENSE["f32"]().tobytes()
+        with pytest.raises(w.PeerError) as e:
+            c.get("f32", device=1, flags=w.FALLBACK)  # FALLBACK does not make it listed
+        assert (e.value.status, e.value.request_id) == ("EPROTOCOL", 2)
+        assert e.value.message == ("device cuda (0x01) was not in this client's hello: a server "
+                                   "answers on the CPU and the devices a client lists")
+        with pytest.raises(w.PeerError) as e:
+            c.get("f32", device=4)  # listed: the device rule decides
+        assert e.value.status == "EUNSUPPORTED"
+        c.goodbye()
+    with hurray.connect(server.address, devices=["cpu"]) as c:  # the reference client
+        with pytest.raises(hurray.InvalidArgumentError, match="device rocm was not offered"):
+            c.get("f32", device="rocm", fallback=True)
+    with hurray.connect(server.address) as c:  # by default it offers every named device
+        assert np.asarray(c.get("f32", device="rocm", fallback=True)).tobytes() == \
+            DENSE["f32"]().tobytes()
 
 
 def test_shared_secret():
@@ -601,7 +623,7 @@ def test_uploads_and_their_refusals():
     which the server discards the upload's DATA up to END, and the connection goes on."""
     a = np.arange(50_000, dtype=np.float32)
     data = a.tobytes()
-    with hurray.serve({"t": np.zeros(1)}, max_upload_bytes=100_000) as s, \
+    with hurray.serve({"t": np.zeros(1)}, max_upload_bytes=100_000, uploads=True) as s, \
             w.Client(s.address) as c:
         c.put(w.dense_header("up", 10, (20_000,), data[:80_000]), data[:80_000])
         assert c.get("up").buffers[0].data == data[:80_000]
@@ -618,7 +640,7 @@ def test_uploads_and_their_refusals():
             assert (e.value.status, e.value.request_id) == (status, c.next_id - 1)
             assert {x["name"] for x in c.list()} == {"t", "up"}  # nothing left behind
         c.goodbye()
-    with hurray.serve({"t": np.zeros(1)}, read_only=True) as s, w.Client(s.address) as c:
+    with hurray.serve({"t": np.zeros(1)}) as s, w.Client(s.address) as c:
         assert c.hello["flags"] & w.S_READ_ONLY
         with pytest.raises(w.PeerError) as e:
             c.put(w.dense_header("up", 10, (2,), data[:8]), data[:8])
@@ -796,7 +818,7 @@ def test_a_put_whose_header_check_fails_ends_the_connection():
     (request id 0) HURRAY_ECHECKSUM, closes, and serves nothing of it; a 1.1 PUT has none."""
     data = np.arange(4, dtype=np.float32).tobytes()
     header = w.dense_header("up", 10, (4,), data)
-    with hurray.serve({"t": np.zeros(1)}) as s:
+    with hurray.serve({"t": np.zeros(1)}, uploads=True) as s:
         with w.Client(s.address) as c:
             with pytest.raises(w.PeerError) as e:
                 c.put(header, data, check=bytes(8))
@@ -955,6 +977,101 @@ def test_a_list_of_more_bytes_than_the_client_takes_is_refused():
             c.list()
 
 
+def claimed_header(rid, nbytes, data=b"\0"):
+    """A TENSOR_HEADER (§6.3) of a DENSE uint8 tensor whose header claims `nbytes` (total_bytes
+    and its one buffer's byte_size) while the server means to send `data`."""
+    h = bytearray(w.dense_header("x", 1, (nbytes,), data))
+    struct.pack_into("<Q", h, 8, nbytes)       # total_bytes
+    struct.pack_into("<Q", h, 32 + 8, nbytes)  # the buffer descriptor's byte_size
+    return w.tensor_frame(w.TENSOR_HEADER, rid, bytes(h))
+
+
+def test_a_header_claiming_a_huge_tensor_is_refused_before_any_allocation():
+    """Issue 24 item 4: a TENSOR_HEADER of 2^40 bytes was asked straight from the allocator. A
+    client takes at most max_tensor_bytes (default: the machine's physical memory) and refuses
+    a larger claim with LimitError before allocating; the caller can raise or lower it."""
+    answer = lambda rid: [claimed_header(rid, 1 << 40)]  # noqa: E731
+    with fake_server(server_hello(), answer) as s, hurray.connect(s.address) as c:
+        with pytest.raises(hurray.LimitError, match=r"tensor 'x' of 1099511627776 bytes exceeds "
+                                                    r"this client's max_tensor_bytes of \d+"):
+            c.get("x")
+    with fake_server(server_hello(), answer_x()) as s, \
+            hurray.connect(s.address, max_tensor_bytes=4) as c:
+        with pytest.raises(hurray.LimitError, match="max_tensor_bytes of 4: raise it"):
+            c.get("x")  # 8 bytes
+    with fake_server(server_hello(), answer_x()) as s, \
+            hurray.connect(s.address, max_tensor_bytes=8) as c:
+        assert np.asarray(c.get("x")).tolist() == [1.0, 2.0]
+    with pytest.raises(hurray.InvalidArgumentError, match="max_tensor_bytes"):
+        hurray.connect("127.0.0.1:1", max_tensor_bytes=-1)
+
+
+CLAIM_CHILD = """
+import struct
+import hurray
+from conftest import peak_rss_kib
+from test_wire_spec import claimed_header, fake_server, server_hello, w
+MIB = 1 << 20
+def answer(rid):  # claims 2 GiB, sends 2 MiB of it, then nothing more
+    data = w.frame(w.DATA, rid, struct.pack("<IIQ", 0, 0, 0) + bytes(2 * MIB))
+    return [claimed_header(rid, 2048 * MIB), data]
+with fake_server(server_hello(), answer) as s, hurray.connect(s.address, timeout=2) as c:
+    before = peak_rss_kib()
+    try:
+        c.get("x")
+    except hurray.TimedOutError as e:
+        print("stopped:", e)
+    print("grown MiB", (peak_rss_kib() - before) // 1024)
+"""
+
+
+def test_memory_follows_the_data_not_the_header():
+    """A header claiming 2 GiB followed by 2 MiB of DATA and silence: the client's memory grows
+    with what arrived, not with what was claimed (the buffer's pages are touched as DATA
+    fills them)."""
+    from conftest import run_isolated
+    out = run_isolated(CLAIM_CHILD)
+    assert "stopped: the call took longer than its timeout" in out, out
+    grown = int(out.split("grown MiB")[1])
+    print(f"RSS growth under a 2 GiB claim with 2 MiB sent: {grown} MiB")
+    if not SANITIZED:
+        assert grown < 64, out
+
+
+def patched_header(rid, field):
+    """9.5's TENSOR_HEADER of "x" with one code the spec does not define."""
+    h = bytearray(w.dense_header("x", 10, (2,), X))
+    node = h.find(struct.pack("<BBBBIiIq", 0, 10, 1, 1, 0, 0, 0, 0))
+    if field == "dtype":
+        h[node + 1] = 250
+    elif field == "layout":
+        h[node] = 0x7F
+    else:
+        h[0] = 0x42  # the header's device
+    return [w.tensor_frame(w.TENSOR_HEADER, rid, bytes(h))]
+
+
+@pytest.mark.parametrize("field, message", [
+    ("dtype", "the server's TENSOR_HEADER: tensor 'x': dtype code 250 is not a dtype"),
+    ("layout", "the server's TENSOR_HEADER: tensor 'x': layout 127 is unknown"),
+    ("device", "the header says 0x42"),
+])
+def test_unknown_codes_in_a_header_are_a_wire_error(field, message):
+    """Issue 24 item 4: every code the client does not know is a hurray.WireError naming the
+    field, never SystemError; the connection is not trusted further."""
+    with fake_server(server_hello(), lambda rid: patched_header(rid, field)) as s, \
+            hurray.connect(s.address) as c:
+        with pytest.raises(hurray.WireError, match=re.escape(message)):
+            c.get("x")
+
+
+def test_an_error_of_an_unknown_status_is_a_wire_error():
+    answer = lambda rid: w.frame(w.ERROR, rid, w.error(250, "weird"))  # noqa: E731
+    with fake_server(server_hello(), answer) as s, hurray.connect(s.address) as c:
+        with pytest.raises(hurray.WireError, match="ERROR of unknown status 250: weird"):
+            c.get("x")
+
+
 def test_names_and_urls_with_a_nul_are_refused():
     """The C API takes them NUL-terminated: "x\\0y" would be "x". Nothing is sent."""
     with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
@@ -972,7 +1089,7 @@ def test_names_and_urls_with_a_nul_are_refused():
         hurray.serve({"x\0y": np.float32([1])})
     with pytest.raises(hurray.InvalidArgumentError, match=r"serve\(\): address .* a NUL"):
         hurray.serve(address="127.0.0.1:0\0junk")
-    with hurray.serve() as server, hurray.connect(server.address) as c:
+    with hurray.serve(uploads=True) as server, hurray.connect(server.address) as c:
         with pytest.raises(hurray.InvalidArgumentError, match=r"put\(\): name .* a NUL"):
             c.put("x\0y", np.float32([1]))
         assert c.list() == []
