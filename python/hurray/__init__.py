@@ -179,3 +179,7 @@ def __getattr__(name):
     if route is None:
         raise AttributeError(f"module 'hurray' has no attribute {name!r}")
     raise AttributeError(f"module 'hurray' has no attribute {name!r}: {route}")
+
+# jax.jit and jax.device_put take tensors as pytree nodes, registered when JAX is imported
+# (hurray._jax, ADR-087); nothing is imported here.
+_importlib.import_module("hurray._jax").watch()

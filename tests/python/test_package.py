@@ -75,6 +75,7 @@ SIGNATURES = {
     hurray.Tensor.__dlpack__: "(self, /, *, stream=None, max_version=None, dl_device=None, "
                               "copy=None)",
     hurray.Tensor.__dlpack_device__: "(self, /)",
+    hurray.Tensor.__jax_array__: "(self, /)",
     hurray.from_dlpack: "(x, /, *, device=None, copy=None)",
     hurray.from_hurray: "(obj, /)",
     hurray.from_numpy: "(arr, /)",
