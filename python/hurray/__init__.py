@@ -180,6 +180,10 @@ def __getattr__(name):
         raise AttributeError(f"module 'hurray' has no attribute {name!r}")
     raise AttributeError(f"module 'hurray' has no attribute {name!r}: {route}")
 
-# jax.jit and jax.device_put take tensors as pytree nodes, registered when JAX is imported
-# (hurray._jax, ADR-087); nothing is imported here.
-_importlib.import_module("hurray._jax").watch()
+# jax.jit and jax.device_put take tensors as pytree nodes (ADR-087), Dask moves them with its own
+# serializer family (ADR-088): registered when JAX and distributed are imported, neither imported
+# here.
+_hooks = _importlib.import_module("hurray._hooks")
+_hooks.after_import("jax", _importlib.import_module("hurray._jax").register)
+_hooks.after_import("distributed", _importlib.import_module("hurray._dask").register)
+del _hooks

@@ -7,14 +7,9 @@ node, and refuse ``__jax_array__`` there. A tensor is registered as a node with 
 JAX array `to_jax` makes of it, and unflattens to that child: inside ``jax.jit`` the function
 sees a traced array, and ``jax.device_put(t)`` returns a ``jax.Array``.
 
-The registration needs JAX imported, and ``import hurray`` does not import JAX: `watch`
-registers at once where JAX is already imported, and otherwise the moment it is, through a
-finder on ``sys.meta_path`` that steps aside after that one import.
+The registration needs JAX imported, and ``import hurray`` does not import JAX: `register` is
+called when JAX is (hurray._hooks).
 """
-
-import importlib.abc
-import importlib.util
-import sys
 
 from hurray._hurray import Tensor
 
@@ -36,36 +31,9 @@ def _unflatten(_, children):
     return children[0]
 
 
-def _register(jax):
+def register(jax):
+    """Registers hurray.Tensor as a pytree node with `jax`, the imported module (once)."""
     global _registered
     if not _registered:
         jax.tree_util.register_pytree_node(Tensor, _flatten, _unflatten)
         _registered = True
-
-
-class _WhenJAXIsImported(importlib.abc.MetaPathFinder):
-    """Registers the pytree node once ``jax`` has been executed, then leaves sys.meta_path."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "jax":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and spec.loader is not None:
-            execute = spec.loader.exec_module
-
-            def exec_module(module):
-                execute(module)
-                _register(module)
-
-            spec.loader.exec_module = exec_module
-        return spec
-
-
-def watch():
-    """Register with JAX now if it is imported, else when it is."""
-    jax = sys.modules.get("jax")
-    if jax is not None:
-        _register(jax)
-    else:
-        sys.meta_path.insert(0, _WhenJAXIsImported())

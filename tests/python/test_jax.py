@@ -77,7 +77,7 @@ def test_a_layout_jax_has_no_form_for_is_refused_naming_it():
 def test_registered_whichever_is_imported_first(order):
     code = (f"{order}, sys\n"
             "assert jax.device_put(hurray.Tensor(bytes(8), hurray.float32, [2])).shape == (2,)\n"
-            "assert not any(type(f).__module__ == 'hurray._jax' for f in sys.meta_path)\n")
+            "assert not any(getattr(f, 'name', None) == 'jax' for f in sys.meta_path)\n")
     result = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr

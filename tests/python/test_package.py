@@ -98,6 +98,7 @@ SIGNATURES = {
     hurray.File.get: "(self, name, default=None, /)",
     hurray.File.verify: "(self, /, name=None)",
     hurray.File.slice: "(self, /, name, start, stop)",
+    hurray.File.dask: "(self, /, name, chunks='auto')",
     hurray.File.tensor_metadata: "(self, name, /)",
     hurray.File.close: "(self, /)",
 }
