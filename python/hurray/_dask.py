@@ -5,7 +5,7 @@ every worker. It registers hurray.Tensor with the ``dask_serialize`` family: a t
 as a small header (its descriptor, the state ``Tensor.__reduce_ex__`` gives, with each buffer's
 bytes replaced by the number of a frame) and one frame per buffer, the tensor's own memory;
 the receiver builds it over the frames it got (hurray._pickle._rebuild), copying only where a
-writable tensor arrives in read-only frames. It also registers ``dask.sizeof``, so that Dask
+writable tensor arrives in read-only frames (as Dask does for NumPy arrays). It also registers ``dask.sizeof``, so that Dask
 counts a tensor's bytes.
 
 `FileRows` is the array-like ``File.dask`` hands ``dask.array.from_array``: each chunk's rows
@@ -40,7 +40,10 @@ def _header(state, frames):
 def _state(header, frames):
     if header[0] == "dense":
         *fields, frame, readonly = header
-        return (*fields, frames[frame], readonly)
+        data = frames[frame]
+        if not readonly and data.readonly:
+            data = bytearray(data)  # Dask's rule for NumPy too: writable stays writable
+        return (*fields, data, readonly)
     layout, kwargs, parts, children = header
     return (layout, kwargs, [_state(part, frames) for part in parts],
             [(name, _state(child, frames)) for name, child in children])
