@@ -8,12 +8,14 @@ the receiver builds it over the frames it got (hurray._pickle._rebuild), copying
 writable tensor arrives in read-only frames (as Dask does for NumPy arrays). It also registers ``dask.sizeof``, so that Dask
 counts a tensor's bytes.
 
-`FileRows` is the array-like ``File.dask`` hands ``dask.array.from_array``: each chunk's rows
-come through ``File.slice`` of the file opened without a mapping (``hurray.open(path,
-mmap=False)``), read into memory of the chunk's own that goes with the chunk. A mapping would
-keep every page a computation touched resident as long as it lives: a sum over a file larger
-than memory would end with all of it counted in the process's RSS. It pickles to the file's
-absolute path and the tensor's name; workers open the file themselves.
+`FileRows` is the array-like ``File.dask`` hands ``dask.array.from_array``: each chunk opens
+the file, takes its rows through ``File.slice`` and closes it, so the chunk is a view of a
+mapping of its own, unmapped when the chunk goes. One mapping shared by every chunk would keep
+every page a computation touched resident as long as it lives: a sum over a file larger than
+memory would end with all of it counted in the process's RSS. Reading the rows instead
+(``mmap=False``) bounds memory too, but pays a copy and fresh pages per chunk: three times the
+time of a mapping's page faults over the page cache. It pickles to the file's absolute path
+and the tensor's name; workers open the file themselves.
 """
 
 import operator
@@ -82,15 +84,15 @@ def register(distributed):
 class FileRows:
     """One tensor of a Hurray file as rows read on demand, for ``dask.array.from_array``.
 
-    ``x[index]`` reads the rows `index` spans along the first axis through ``File.slice`` and
-    gives them as a NumPy array; the rest of `index` selects within them. The file is opened
-    (unmapped) in each process on first use; pickling keeps only `path` and `name`.
+    ``x[index]`` maps the rows `index` spans along the first axis through ``File.slice`` of
+    the file opened for that call alone, and gives them as a read-only NumPy array over that
+    mapping; the rest of `index` selects within them. Pickling keeps `path` and `name`.
     """
 
     def __init__(self, path, name):
         import numpy as np
 
-        self.path, self.name, self._file = os.path.abspath(path), name, None
+        self.path, self.name = os.path.abspath(path), name
         with _open(self.path) as probe:
             tensor = probe[name]
             stat = os.stat(self.path)
@@ -127,9 +129,9 @@ class FileRows:
         else:
             row = range(self.shape[0])[operator.index(first)]  # IndexError out of range
             start, stop, within = row, row + 1, 0
-        if self._file is None:
-            self._file = _open(self.path, mmap=False)
-        return np.asarray(self._file.slice(self.name, start, stop))[(within, *rest)]
+        with _open(self.path) as file:  # the rows keep their mapping; nothing else does
+            rows = file.slice(self.name, start, stop)
+        return np.asarray(rows)[(within, *rest)]
 
 
 def from_file(file, name, chunks="auto"):
