@@ -127,7 +127,8 @@ def test_the_guide_has_the_pages_it_promises():
     names = {page.name for page in GUIDE.glob("*.md")}
     assert {"README.md", "getting-started.md", "saving-and-loading.md", "converting.md",
             "checkpoints.md",
-            "numpy-pytorch-jax.md", "computing.md", "native-protocol.md", "network.md", "cli.md",
+            "numpy-pytorch-jax.md", "computing.md", "native-protocol.md", "network.md",
+            "beyond-one-process.md", "cli.md",
             "c.md"} <= names
 
 
