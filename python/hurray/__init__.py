@@ -183,3 +183,11 @@ def __getattr__(name):
     if route is None:
         raise AttributeError(f"module 'hurray' has no attribute {name!r}")
     raise AttributeError(f"module 'hurray' has no attribute {name!r}: {route}")
+
+# jax.jit and jax.device_put take tensors as pytree nodes (ADR-087), Dask moves them with its own
+# serializer family (ADR-088): registered when JAX and distributed are imported, neither imported
+# here.
+_hooks = _importlib.import_module("hurray._hooks")
+_hooks.after_import("jax", _importlib.import_module("hurray._jax").register)
+_hooks.after_import("distributed", _importlib.import_module("hurray._dask").register)
+del _hooks

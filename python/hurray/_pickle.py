@@ -2,7 +2,9 @@
 
 ``Tensor.__reduce_ex__`` (python/src/pickle.c) reduces a tensor to ``_rebuild(state)``; the
 state goes back through the public constructors, so an unpickled tensor is validated like any
-other and keeps its whole descriptor.
+other and keeps its whole descriptor. The bytes are used where they arrive, never copied: a
+tensor is read-only when it was or when the memory handed back is (out-of-band buffers of Ray's
+object store), as NumPy does (ADR-088).
 """
 
 from hurray._hurray import Tensor
@@ -14,8 +16,6 @@ def _rebuild(state):
         view = memoryview(data)
         if readonly and not view.readonly:
             data = view.toreadonly()
-        elif not readonly and view.readonly:
-            data = bytearray(view)  # bytes handed in read-only: a writable tensor gets a copy
         return Tensor(data, dtype, shape, strides=strides, byte_offset=byte_offset)
     layout, kwargs, parts, children = state
     return Tensor.from_parts(layout, [_rebuild(part) for part in parts],

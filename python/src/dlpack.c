@@ -442,6 +442,41 @@ PyObject *hurray__py_tensor_dlpack_device(PyObject *op, PyObject *unused) {
   return device_tuple(&device);
 }
 
+const char hurray__py_tensor_jax_array_doc[] =
+    "__jax_array__($self, /)\n"
+    "--\n\n"
+    "The tensor as a JAX array, for the functions of ``jax.numpy`` (ADR-087).\n\n"
+    "It is ``jax.numpy.from_dlpack(self)``: the same memory where JAX takes\n"
+    "it (a writable tensor in CPU memory starting on a 64-byte boundary), a\n"
+    "copy otherwise. ``jax.jit`` and ``jax.device_put`` take tensors through\n"
+    "the pytree node Hurray registers with JAX.\n\n"
+    "Returns\n"
+    "-------\n"
+    "jax.Array\n\n"
+    "Raises\n"
+    "------\n"
+    "ImportError\n"
+    "    Without JAX.\n"
+    "hurray.UnsupportedError, hurray.BufferError\n"
+    "    Where ``__dlpack__`` raises them: a layout other than dense,\n"
+    "    memory JAX cannot reach.\n\n"
+    "Examples\n"
+    "--------\n"
+    ">>> import jax.numpy as jnp\n"
+    ">>> jnp.add(hurray.Tensor(bytes(8), hurray.float32, [2]), 1).tolist()\n"
+    "[1.0, 1.0]\n";
+
+PyObject *hurray__py_tensor_jax_array(PyObject *op, PyObject *unused) {
+  (void)unused;
+  PyObject *module = PyImport_ImportModule("hurray._jax");
+  PyObject *to_jax = module == NULL ? NULL : PyObject_GetAttrString(module, "to_jax");
+  Py_XDECREF(module);
+  if (to_jax == NULL) return NULL;
+  PyObject *array = PyObject_CallOneArg(to_jax, op);
+  Py_DECREF(to_jax);
+  return array;
+}
+
 /* ============================================================================================
  * Consumer
  * ============================================================================================ */

@@ -1140,6 +1140,25 @@ static PyObject *file_slice(PyObject *op, PyObject *const *args, Py_ssize_t narg
   return hurray__py_tensor_adopt(st, context);
 }
 
+static const char *const kDaskNames[] = {"name", "chunks", NULL};
+
+/* File.dask: hurray._dask.from_file(self, name[, chunks]) (ADR-088). */
+static PyObject *file_dask(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames) {
+  static const HurrayPyParser parser = {"dask", kDaskNames, 0, 2, 1};
+  PyObject *a[2];
+  if (hurray__py_parse(&parser, args, nargs, kwnames, a) < 0 ||
+      file_reader(hurray__py_state_of(op), FILE_SELF) == NULL) {
+    return NULL;
+  }
+  PyObject *module = PyImport_ImportModule("hurray._dask");
+  if (module == NULL) return NULL;
+  PyObject *array = a[1] == NULL ? PyObject_CallMethod(module, "from_file", "OO", op, a[0])
+                                 : PyObject_CallMethod(module, "from_file", "OOO", op, a[0], a[1]);
+  Py_DECREF(module);
+  return array;
+}
+
 static PyObject *file_close(PyObject *op, PyObject *unused) {
   (void)unused;
   FileObject *self = FILE_SELF;
@@ -1388,6 +1407,46 @@ static PyMethodDef file_methods[] = {
                ">>> with hurray.open(\"model.hurray\") as f:\n"
                "...     f.slice(\"w\", 1, 3).tolist()\n"
                "[[3.0, 4.0, 5.0], [6.0, 7.0, 8.0]]\n")},
+    {"dask", HURRAY_PY_CFUNC(file_dask), METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("dask($self, /, name, chunks='auto')\n"
+               "--\n"
+               "\n"
+               "A Dask array over a dense tensor, its rows read as chunks ask (ADR-088).\n"
+               "\n"
+               "Each chunk maps the rows it spans through `slice` of the file opened\n"
+               "for it alone, and the mapping goes with the chunk, so a computation over\n"
+               "a file larger than memory holds only the chunks in flight (one mapping\n"
+               "for all would keep every page touched resident). The array pickles to\n"
+               "the file's absolute path and the name: Dask workers open the file\n"
+               "themselves.\n"
+               "\n"
+               "Parameters\n"
+               "----------\n"
+               "name : str\n"
+               "    The tensor.\n"
+               "chunks : int, tuple or str, optional\n"
+               "    As ``dask.array.from_array`` takes them.\n"
+               "\n"
+               "Returns\n"
+               "-------\n"
+               "dask.array.Array\n"
+               "    Its chunks are read-only NumPy arrays over the file's pages.\n"
+               "\n"
+               "Raises\n"
+               "------\n"
+               "KeyError\n"
+               "    The file has no tensor called `name`.\n"
+               "hurray.UnsupportedError\n"
+               "    A layout other than dense, a 0-d tensor, or a dtype NumPy has\n"
+               "    no form for.\n"
+               "\n"
+               "Examples\n"
+               "--------\n"
+               ">>> import numpy as np\n"
+               ">>> hurray.save(\"model.hurray\", {\"w\": np.arange(12.0).reshape(4, 3)})\n"
+               ">>> with hurray.open(\"model.hurray\") as f:\n"
+               "...     f.dask(\"w\", chunks=(2, 3)).sum().compute()\n"
+               "np.float64(66.0)\n")},
     {"close", file_close, METH_NOARGS,
      PyDoc_STR("close($self, /)\n"
                "--\n"

@@ -20,7 +20,8 @@
  *   numpy.c    __array__ and hurray.from_numpy
  *   stream.c   the stream rules of DLPack, shared by __dlpack__ and __hurray__
  *   dlpack.c   __dlpack__, __dlpack_device__ and hurray.from_dlpack, over hurray-core's DLPack
- *              exchange (src/core/dlpack.h: the mapping, refusals and checks, ADR-083)
+ *              exchange (src/core/dlpack.h: the mapping, refusals and checks, ADR-083), and
+ *              __jax_array__ over them (hurray._jax, ADR-087)
  *   native.c   the native interchange protocol (Layer 8c): __hurray__ and hurray.from_hurray
  *   file.c     the file container (Layer 8b): hurray.save, load, open, File and convert
  *   device_memory.c  Tensor.to_device: host <-> device copies through the device runtimes
@@ -734,6 +735,8 @@ extern const char hurray__py_tensor_dlpack_device_doc[];
 PyObject *hurray__py_tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames);
 PyObject *hurray__py_tensor_dlpack_device(PyObject *self, PyObject *unused);
+extern const char hurray__py_tensor_jax_array_doc[];
+PyObject *hurray__py_tensor_jax_array(PyObject *self, PyObject *unused);
 
 /* ============================================================================================
  * native.c

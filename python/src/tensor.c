@@ -1016,6 +1016,7 @@ static PyMethodDef tensor_methods[] = {
      hurray__py_tensor_dlpack_doc},
     {"__dlpack_device__", hurray__py_tensor_dlpack_device, METH_NOARGS,
      hurray__py_tensor_dlpack_device_doc},
+    {"__jax_array__", hurray__py_tensor_jax_array, METH_NOARGS, hurray__py_tensor_jax_array_doc},
     {NULL, NULL, 0, NULL},
 };
 

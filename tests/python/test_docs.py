@@ -128,7 +128,7 @@ def test_the_guide_has_the_pages_it_promises():
     assert {"README.md", "getting-started.md", "saving-and-loading.md", "converting.md",
             "checkpoints.md",
             "numpy-pytorch-jax.md", "computing.md", "quantised-weights.md", "native-protocol.md",
-            "network.md", "cli.md",
+            "network.md", "beyond-one-process.md", "cli.md",
             "c.md"} <= names
 
 

@@ -19,8 +19,8 @@ import hurray
 SECTIONS = ["Parameters", "Returns", "Yields", "Receives", "Other Parameters", "Raises",
             "Warns", "Warnings", "See Also", "Notes", "References", "Examples"]
 # Dunders that are part of the public surface (protocols users call or implement).
-PUBLIC_DUNDERS = {"__hurray__", "__dlpack__", "__dlpack_device__", "__array__",
-                  "__array_namespace__"}
+PUBLIC_DUNDERS = {"__hurray__", "__dlpack__", "__dlpack_device__", "__jax_array__",
+                  "__array__", "__array_namespace__"}
 CLASSES = [hurray.Tensor, hurray.File, hurray.Device, hurray.dtype, hurray.mode, hurray.Client,
            hurray.Server]
 

@@ -75,6 +75,7 @@ SIGNATURES = {
     hurray.Tensor.__dlpack__: "(self, /, *, stream=None, max_version=None, dl_device=None, "
                               "copy=None)",
     hurray.Tensor.__dlpack_device__: "(self, /)",
+    hurray.Tensor.__jax_array__: "(self, /)",
     hurray.from_dlpack: "(x, /, *, device=None, copy=None)",
     hurray.from_hurray: "(obj, /)",
     hurray.from_numpy: "(arr, /)",
@@ -100,6 +101,7 @@ SIGNATURES = {
     hurray.File.get: "(self, name, default=None, /)",
     hurray.File.verify: "(self, /, name=None, *, progress=None)",
     hurray.File.slice: "(self, /, name, start, stop)",
+    hurray.File.dask: "(self, /, name, chunks='auto')",
     hurray.File.tensor_metadata: "(self, name, /)",
     hurray.File.close: "(self, /)",
 }

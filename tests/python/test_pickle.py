@@ -20,17 +20,19 @@ np = peer("numpy")
 ml_dtypes = peer("ml_dtypes")
 
 
-def descriptor(t):
+def descriptor(t, readonly=None):
     """Everything a tensor says about itself but where its bytes lie: layout, dtype, shape,
     strides, flags, each part's bytes, each buffer's role, device, memory class, sync state,
-    alignment and read-only flag, each child recursively."""
-    buffers = [{k: v for k, v in b.items() if k not in ("address", "byte_size")}
-               for b in t.buffers]
+    alignment and read-only flag, each child recursively; every read-only flag `readonly`
+    where that is given (what a tensor becomes over read-only memory)."""
+    flag = (lambda own: own) if readonly is None else (lambda own: readonly)
+    buffers = [{k: flag(v) if k == "readonly" else v for k, v in b.items()
+                if k not in ("address", "byte_size")} for b in t.buffers]
     composite = t.layout == "composite"  # no arrays of its own: no strides, no device
     return (t.layout, t.dtype, t.shape, None if composite else t.strides, t.axis, t.block_size,
-            t.coalesced, t.readonly, None if composite else str(t.device), buffers,
-            [(p.dtype, p.shape, p.strides, p.readonly, p.tobytes()) for p in t.parts],
-            {name: descriptor(child) for name, child in t.children.items()})
+            t.coalesced, flag(t.readonly), None if composite else str(t.device), buffers,
+            [(p.dtype, p.shape, p.strides, flag(p.readonly), p.tobytes()) for p in t.parts],
+            {name: descriptor(child, readonly) for name, child in t.children.items()})
 
 
 def per_channel_int4():
@@ -100,16 +102,20 @@ def test_multiprocessing_pickles_the_bytes_in_band():
     assert pickle.loads(data).tobytes() == t.tobytes()
 
 
-def test_read_only_is_kept_whatever_the_bytes_arrive_as():
+def test_read_only_is_kept_and_read_only_bytes_make_a_read_only_tensor():
+    """As NumPy does (ADR-088): the bytes handed back are used, never copied; read-only ones
+    (Ray's object store) make a read-only tensor, whatever the source was."""
     ro = hurray.Tensor(bytes(range(8)), hurray.uint8, [8])
     rw = hurray.Tensor(bytearray(range(8)), hurray.uint8, [8])
     for t in (ro, rw):
         buffers = []
         data = pickle.dumps(t, protocol=5, buffer_callback=buffers.append)
-        for handed in (buffers, [bytes(b.raw()) for b in buffers],
-                       [bytearray(b.raw()) for b in buffers]):
+        for handed, readonly in ((buffers, t.readonly), ([bytes(b.raw()) for b in buffers], True),
+                                 ([bytearray(b.raw()) for b in buffers], t.readonly)):
             back = pickle.loads(data, buffers=handed)
-            assert back.readonly == t.readonly and back.tobytes() == t.tobytes()
+            assert back.readonly == readonly and back.tobytes() == t.tobytes()
+            view = memoryview(handed[0])
+            assert np.asarray(back).ctypes.data == np.frombuffer(view, np.uint8).ctypes.data
 
 
 def test_device_tensors_are_refused():
