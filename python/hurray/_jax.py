@@ -17,10 +17,19 @@ _registered = False
 
 
 def to_jax(tensor):
-    """``jax.numpy.from_dlpack(tensor)``: zero-copy where JAX takes the memory as it is."""
+    """``jax.numpy.from_dlpack(tensor)``: zero-copy where JAX takes the memory as it is. JAX
+    takes by DLPack only compact strides (a transposition at most); a sliced or reversed
+    tensor is copied through NumPy (``np.asarray`` keeps every dtype ml_dtypes has)."""
+    import jax
     import jax.numpy as jnp
+    import numpy as np
 
-    return jnp.from_dlpack(tensor)
+    try:
+        return jnp.from_dlpack(tensor)
+    except jax.errors.JaxRuntimeError as error:
+        if "striding" not in str(error):
+            raise
+        return jnp.asarray(np.asarray(tensor))
 
 
 def _flatten(tensor):
