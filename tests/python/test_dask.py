@@ -231,7 +231,7 @@ def test_a_dask_sum_over_a_1_gib_file_holds_only_the_chunks_in_flight(gib_file):
     total, grown = peak_rss(gib_file, 'f.dask("w", chunks=(8192, 1024))')  # 32 MiB chunks
     assert total == expected
     assert grown < 256 << 20, f"RSS grew {grown >> 20} MiB over a 1 GiB file"
-    # The measure sees residency: through the one mapping of the whole file, chunked alike, the
-    # pages a sum touches stay resident (how many the kernel keeps varies: 130-890 MiB seen)
-    total, whole = peak_rss(gib_file, 'dask.array.from_array(f["w"], chunks=(8192, 1024))')
-    assert total == expected and whole > grown + (64 << 20)
+    # Through the one mapping of the whole file, chunked alike, the sum is the same; how many of
+    # its pages stay resident is the kernel's choice (0 to 890 MiB seen), so it is not asserted
+    total, _ = peak_rss(gib_file, 'dask.array.from_array(f["w"], chunks=(8192, 1024))')
+    assert total == expected
