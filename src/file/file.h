@@ -464,7 +464,7 @@ HURRAY_INTERNAL int hurray__output_write(FileOutput *o, const void *data, size_t
                                          HurrayError *error);
 /* Appends bytes and adds to `hasher` exactly the bytes that reach the file, even while another
  * thread changes `data`: small writes are hashed in the stage they are copied to, large ones as
- * read back from the file (from 4 MiB, by a second thread while the rest is written). `owned`:
+ * read back from the file. `owned`:
  * the caller's private bytes, which nothing changes until this returns (a chunk it read into),
  * hashed as they are and written once. */
 HURRAY_INTERNAL int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len,

@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,9 +37,6 @@
 #endif
 
 enum { STAGE_SIZE = 256u << 10, TEMP_ATTEMPTS = 100, MAX_SYMLINKS = 40 };
-/* A hashed write of PIPELINE_MIN bytes or more is written PIPELINE_CHUNK at a time while a
- * second thread reads back and hashes what is already written (below). */
-enum { PIPELINE_MIN = 4u << 20, PIPELINE_CHUNK = 1u << 20 };
 #define RESERVE_MIN ((uint64_t)1 << 20)
 #define RESERVE_MAX ((uint64_t)64 << 20)
 
@@ -386,86 +382,6 @@ static int hash_back(int fd, uint8_t *buffer, uint64_t at, uint64_t len, FileHas
   return 0;
 }
 
-/* The read-back half of a pipelined write: hashes [at, at + written) as the writer extends
- * `written`, until all `len` bytes are hashed or the writer stops it. */
-typedef struct ReadBack {
-  int fd;
-  uint8_t *buffer;
-  FileHasher *hasher;
-  uint64_t at, len;
-  pthread_mutex_t lock;
-  pthread_cond_t more;
-  uint64_t written; /* under lock */
-  bool stopped;     /* under lock: the writer failed */
-  int err;          /* the reader's errno, or 0 */
-} ReadBack;
-
-static void *read_back(void *arg) {
-  ReadBack *rb = arg;
-  uint64_t hashed = 0;
-  pthread_mutex_lock(&rb->lock);
-  while (hashed < rb->len && rb->err == 0) {
-    while (rb->written == hashed && !rb->stopped) pthread_cond_wait(&rb->more, &rb->lock);
-    if (rb->stopped) break;
-    uint64_t ready = rb->written;
-    pthread_mutex_unlock(&rb->lock);
-    int err = hash_back(rb->fd, rb->buffer, rb->at + hashed, ready - hashed, rb->hasher);
-    pthread_mutex_lock(&rb->lock);
-    rb->err = err;
-    hashed = ready;
-  }
-  pthread_mutex_unlock(&rb->lock);
-  return NULL;
-}
-
-static void advance(ReadBack *rb, uint64_t written, bool stopped) {
-  pthread_mutex_lock(&rb->lock);
-  rb->written = written;
-  rb->stopped = stopped;
-  pthread_cond_signal(&rb->more);
-  pthread_mutex_unlock(&rb->lock);
-}
-
-/* Writes `len` bytes from `data` at `at` in chunks while a second thread reads each written
- * chunk back and hashes it, so the two passes over the bytes overlap on two cores. Without a
- * thread to be had, the same two passes one after the other. */
-static int write_hashing_back(FileOutput *o, const uint8_t *data, size_t len, uint64_t at,
-                              FileHasher *hasher, HurrayError *error) {
-  ReadBack rb = {.fd = o->fd, .buffer = o->stage, .hasher = hasher, .at = at, .len = len};
-  pthread_t thread;
-  bool pipelined = len >= PIPELINE_MIN && pthread_mutex_init(&rb.lock, NULL) == 0;
-  if (pipelined && pthread_cond_init(&rb.more, NULL) != 0) {
-    pthread_mutex_destroy(&rb.lock);
-    pipelined = false;
-  }
-  if (pipelined && pthread_create(&thread, NULL, read_back, &rb) != 0) {
-    pthread_cond_destroy(&rb.more);
-    pthread_mutex_destroy(&rb.lock);
-    pipelined = false;
-  }
-  int status = HURRAY_OK;
-  if (!pipelined) {
-    status = pwrite_all(o, data, len, at, error);
-    rb.err = status == HURRAY_OK ? hash_back(o->fd, o->stage, at, len, hasher) : 0;
-  } else {
-    size_t done = 0;
-    while (done < len && status == HURRAY_OK) {
-      size_t n = len - done < PIPELINE_CHUNK ? len - done : PIPELINE_CHUNK;
-      status = pwrite_all(o, data + done, n, at + done, error);
-      if (status == HURRAY_OK) done += n;
-      advance(&rb, done, status != HURRAY_OK);
-    }
-    pthread_join(thread, NULL);
-    pthread_cond_destroy(&rb.more);
-    pthread_mutex_destroy(&rb.lock);
-  }
-  if (status == HURRAY_OK && rb.err != 0) {
-    errno = rb.err;
-    status = io_failed(o, "cannot read back", error);
-  }
-  return status;
-}
-
 int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len, FileHasher *hasher,
                                 bool owned, HurrayError *error) {
   if (o->failed) return hurray__fail(error, HURRAY_EIO, "%s: an earlier write failed", o->path);
@@ -482,7 +398,12 @@ int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len, Fil
     status = pwrite_all(o, data, len, o->flushed, error);
   } else { /* straight from the caller's memory (the kernel's copy fails cleanly where the
             * memory went away), then hashed as read back through the empty stage */
-    status = write_hashing_back(o, data, len, o->flushed, hasher, error);
+    status = pwrite_all(o, data, len, o->flushed, error);
+    int err = status == HURRAY_OK ? hash_back(o->fd, o->stage, o->flushed, len, hasher) : 0;
+    if (err != 0) {
+      errno = err;
+      status = io_failed(o, "cannot read back", error);
+    }
   }
   if (status == HURRAY_OK) o->flushed += len;
   return status;

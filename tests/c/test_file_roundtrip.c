@@ -670,8 +670,8 @@ static void *scribble(void *arg) {
 }
 
 /* Spec §10: the checksum covers exactly the bytes that reach the file, so the save verifies
- * whatever another thread does to the memory while it is written (large buffers are written
- * in pieces while a second thread hashes them back from the file). */
+ * whatever another thread does to the memory while it is written (large buffers are hashed
+ * as read back from the file). */
 static void a_save_verifies_though_its_memory_changes_meanwhile(void **state) {
   (void)state;
   enum { SIZE = 24u << 20 };
