@@ -290,6 +290,15 @@ HURRAY_API const char *hurray_memory_class_name(int memory_class);
 /* "ready", "stream", "event", "timeline"; NULL for an unknown mode. */
 HURRAY_API const char *hurray_sync_mode_name(int sync_mode);
 
+/* HURRAY_OK where device `tag` has memory class `memory_class` and sync mode `sync_mode`
+ * (docs/spec/buffer-protocol.md §2.6: e.g. Vulkan has no UNIFIED memory, WebGPU no EVENT,
+ * Hexagon only DEVICE and READY, OpenCL no PEER and no TIMELINE); HURRAY_EUNSUPPORTED naming
+ * the section otherwise; HURRAY_EDEVICE, HURRAY_EMEMCLASS or HURRAY_ESYNC for an unknown tag,
+ * class or mode. A registered private tag has every combination. Wrapping a buffer and every
+ * consumer's check of one (hurray_tensor_context_check) apply this rule. */
+HURRAY_API int hurray_device_supports(int tag, int memory_class, int sync_mode,
+                                      HurrayError *error);
+
 /* DLPack's DLDeviceType for (tag, memory class), e.g. (CUDA, HOST) -> kDLCUDAHost = 3.
  * HURRAY_EUNSUPPORTED, with the reason, where DLPack has no form (ROCm UNIFIED, any PEER,
  * private tags). */

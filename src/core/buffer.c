@@ -63,6 +63,9 @@ static int check_sync(const HurrayBufferDesc *desc, const void *sync_handle, uin
 static int check_fields(void *data, const HurrayBufferDesc *desc, uint32_t flags,
                         const void *sync_handle, uint64_t sync_value, HurrayError *error) {
   int status = hurray_desc_validate(desc, error);
+  if (status == HURRAY_OK) {
+    status = hurray_device_supports(desc->device_tag, desc->memory_class, desc->sync_mode, error);
+  }
   if (status == HURRAY_OK) status = check_flags("buffer", flags, HURRAY_BUFFER_READ_ONLY, error);
   if (status == HURRAY_OK) status = check_data(data, desc, error);
   if (status == HURRAY_OK) status = check_sync(desc, sync_handle, sync_value, error);

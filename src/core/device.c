@@ -181,6 +181,63 @@ int hurray_device_check(int tag, HurrayError *error) {
   }
 }
 
+/* ---- what each named device has (docs/spec/buffer-protocol.md §2.6) ----------------------- */
+
+#define BIT(n) (1u << (n))
+#define ALL_CLASSES (BIT(HURRAY_MEM_DEVICE) | BIT(HURRAY_MEM_HOST) | BIT(HURRAY_MEM_UNIFIED) | \
+                     BIT(HURRAY_MEM_PEER))
+#define ALL_SYNCS (BIT(HURRAY_SYNC_READY) | BIT(HURRAY_SYNC_STREAM) | BIT(HURRAY_SYNC_EVENT) | \
+                   BIT(HURRAY_SYNC_TIMELINE))
+
+/* The memory classes and sync modes §2.6.1..§2.6.9 give each named tag, as bit sets. A
+ * combination outside them is a well-formed descriptor that no producer may create and no
+ * consumer may use (HURRAY_EUNSUPPORTED). */
+typedef struct DeviceCapabilities {
+  uint8_t memory_classes;
+  uint8_t sync_modes;
+  const char *section;
+} DeviceCapabilities;
+
+static const DeviceCapabilities kCapabilities[HURRAY_DEVICE_LAST_NAMED + 1] = {
+    [HURRAY_DEVICE_CPU] = {BIT(HURRAY_MEM_DEVICE), BIT(HURRAY_SYNC_READY), "2.6.1"},
+    [HURRAY_DEVICE_CUDA] = {ALL_CLASSES, ALL_SYNCS, "2.6.2"},
+    [HURRAY_DEVICE_ROCM] = {ALL_CLASSES, ALL_SYNCS & ~BIT(HURRAY_SYNC_TIMELINE), "2.6.3"},
+    [HURRAY_DEVICE_METAL] = {ALL_CLASSES, ALL_SYNCS, "2.6.4"},
+    [HURRAY_DEVICE_VULKAN] = {ALL_CLASSES & ~BIT(HURRAY_MEM_UNIFIED), ALL_SYNCS, "2.6.5"},
+    [HURRAY_DEVICE_WEBGPU] = {BIT(HURRAY_MEM_DEVICE), BIT(HURRAY_SYNC_READY) | BIT(HURRAY_SYNC_STREAM),
+                              "2.6.6"},
+    [HURRAY_DEVICE_HEXAGON] = {BIT(HURRAY_MEM_DEVICE), BIT(HURRAY_SYNC_READY), "2.6.7"},
+    [HURRAY_DEVICE_LEVEL_ZERO] = {ALL_CLASSES, ALL_SYNCS & ~BIT(HURRAY_SYNC_TIMELINE), "2.6.8"},
+    [HURRAY_DEVICE_OPENCL] = {ALL_CLASSES & ~BIT(HURRAY_MEM_PEER),
+                              ALL_SYNCS & ~BIT(HURRAY_SYNC_TIMELINE), "2.6.9"},
+};
+
+int hurray_device_supports(int tag, int memory_class, int sync_mode, HurrayError *error) {
+  int status = hurray_device_check(tag, error);
+  if (status != HURRAY_OK) return status;
+  const char *class_name = hurray_memory_class_name(memory_class);
+  if (class_name == NULL) {
+    return hurray__fail(error, HURRAY_EMEMCLASS, "memory class %d is unknown", memory_class);
+  }
+  const char *sync_name = hurray_sync_mode_name(sync_mode);
+  if (sync_name == NULL) {
+    return hurray__fail(error, HURRAY_ESYNC, "sync mode %d is unknown", sync_mode);
+  }
+  if (tag > HURRAY_DEVICE_LAST_NAMED) return HURRAY_OK; /* a private tag's meaning is agreed */
+  const DeviceCapabilities *device = &kCapabilities[tag];
+  if (!(device->memory_classes & BIT(memory_class))) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "device %s has no %s memory (docs/spec/buffer-protocol.md §%s)",
+                        kDeviceNames[tag], class_name, device->section);
+  }
+  if (!(device->sync_modes & BIT(sync_mode))) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "device %s has no %s synchronisation (docs/spec/buffer-protocol.md §%s)",
+                        kDeviceNames[tag], sync_name, device->section);
+  }
+  return HURRAY_OK;
+}
+
 /* ---- DLPack -------------------------------------------------------------------------------- */
 
 /* Every DLPack DLDeviceType this library knows (DLPack's integers), with the Hurray

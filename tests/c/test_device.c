@@ -396,6 +396,116 @@ static void dlpack_devices_without_a_tag_are_unsupported(void **state) {
   assert_int_equal(hurray_device_from_dlpack(1, NULL, &tag, NULL), HURRAY_EINVAL);
 }
 
+/* ---- the combinations each named device has (buffer-protocol.md §2.6) ---------------------- */
+
+/* The spec's table, transcribed from §2.6.1..§2.6.9: the classes ("dhup": device, host,
+ * unified, peer) and sync modes ("rset": ready, stream, event, timeline) each tag has. */
+static const struct {
+  int tag;
+  const char *classes, *syncs, *section;
+} kDeviceTable[] = {
+    {HURRAY_DEVICE_CPU, "d", "r", "2.6.1"},          {HURRAY_DEVICE_CUDA, "dhup", "rset", "2.6.2"},
+    {HURRAY_DEVICE_ROCM, "dhup", "rse", "2.6.3"},    {HURRAY_DEVICE_METAL, "dhup", "rset", "2.6.4"},
+    {HURRAY_DEVICE_VULKAN, "dhp", "rset", "2.6.5"},  {HURRAY_DEVICE_WEBGPU, "d", "rs", "2.6.6"},
+    {HURRAY_DEVICE_HEXAGON, "d", "r", "2.6.7"},      {HURRAY_DEVICE_LEVEL_ZERO, "dhup", "rse", "2.6.8"},
+    {HURRAY_DEVICE_OPENCL, "dhu", "rse", "2.6.9"},
+};
+
+static void every_named_combination_follows_the_spec_table(void **state) {
+  (void)state;
+  int refused = 0;
+  for (size_t i = 0; i < sizeof kDeviceTable / sizeof kDeviceTable[0]; i++) {
+    const char *device = hurray_device_name(kDeviceTable[i].tag);
+    for (int mc = HURRAY_MEM_DEVICE; mc <= HURRAY_MEM_PEER; mc++) {
+      for (int sync = HURRAY_SYNC_READY; sync <= HURRAY_SYNC_TIMELINE; sync++) {
+        int has_class = strchr(kDeviceTable[i].classes, "dhup"[mc]) != NULL;
+        int has_sync = strchr(kDeviceTable[i].syncs, "rset"[sync]) != NULL;
+        HurrayError error = {0};
+        int status = hurray_device_supports(kDeviceTable[i].tag, mc, sync, &error);
+        if (has_class && has_sync) {
+          assert_int_equal(status, HURRAY_OK);
+          continue;
+        }
+        char want[HURRAY_ERROR_MESSAGE_SIZE];
+        if (!has_class) {
+          snprintf(want, sizeof want, "device %s has no %s memory (docs/spec/buffer-protocol.md §%s)",
+                   device, hurray_memory_class_name(mc), kDeviceTable[i].section);
+        } else {
+          snprintf(want, sizeof want,
+                   "device %s has no %s synchronisation (docs/spec/buffer-protocol.md §%s)", device,
+                   hurray_sync_mode_name(sync), kDeviceTable[i].section);
+        }
+        assert_failure(status, error, HURRAY_EUNSUPPORTED, want);
+        refused++;
+      }
+    }
+  }
+  assert_int_equal(refused, 15 + 4 + 4 + 14 + 15 + 4 + 7); /* 63 of the 144 */
+}
+
+static void unknown_tags_classes_and_modes_are_named(void **state) {
+  (void)state;
+  HurrayError error = {0};
+  assert_failure(hurray_device_supports(0x42, 0, 0, &error), error, HURRAY_EDEVICE,
+                 "device tag 0x42 is reserved for a future version of the specification");
+  assert_failure(hurray_device_supports(HURRAY_DEVICE_CUDA, 4, 0, &error), error, HURRAY_EMEMCLASS,
+                 "memory class 4 is unknown");
+  assert_failure(hurray_device_supports(HURRAY_DEVICE_CUDA, 0, 9, &error), error, HURRAY_ESYNC,
+                 "sync mode 9 is unknown");
+  /* A registered private tag's combinations are agreed out of band: all of them pass. */
+  assert_int_equal(hurray_device_register_private(0xF5, "npu", NULL), HURRAY_OK);
+  for (int mc = HURRAY_MEM_DEVICE; mc <= HURRAY_MEM_PEER; mc++) {
+    assert_int_equal(hurray_device_supports(0xF5, mc, HURRAY_SYNC_TIMELINE, NULL), HURRAY_OK);
+  }
+  assert_int_equal(hurray_device_unregister_private(0xF5, NULL), HURRAY_OK);
+  assert_int_equal(hurray_device_supports(0xF5, 0, 0, NULL), HURRAY_EDEVICE);
+}
+
+/* A producer cannot make such a buffer, and a consumer refuses one that another producer made
+ * (a handle whose descriptor was set after wrapping, as a foreign binary's could be). */
+static void producers_and_consumers_refuse_missing_combinations(void **state) {
+  (void)state;
+  const HurrayBufferDesc unified = {.byte_size = 64,
+                                    .alignment = 64,
+                                    .device_tag = HURRAY_DEVICE_VULKAN,
+                                    .memory_class = HURRAY_MEM_UNIFIED};
+  HurrayError error = {0};
+  HurrayBuffer *buffer = NULL;
+  void *address = (void *)(uintptr_t)0x7f0000000000u; /* never dereferenced */
+  assert_int_equal(hurray_desc_validate(&unified, NULL), HURRAY_OK); /* still well-formed */
+  assert_failure(hurray_buffer_wrap(address, &unified, 0, NULL, 0, NULL, NULL, &buffer, &error),
+                 error, HURRAY_EUNSUPPORTED,
+                 "device vulkan has no unified memory (docs/spec/buffer-protocol.md §2.6.5)");
+  assert_null(buffer);
+
+  HurrayBufferDesc device = unified;
+  device.memory_class = HURRAY_MEM_DEVICE;
+  assert_int_equal(hurray_buffer_wrap(address, &device, 0, NULL, 0, NULL, NULL, &buffer, NULL),
+                   HURRAY_OK);
+  HurrayBufferList *list = NULL;
+  assert_int_equal(hurray_buffer_list_create(1, &list, NULL), HURRAY_OK);
+  assert_int_equal(hurray_buffer_list_append(list, buffer, HURRAY_ROLE_VALUES, NULL, NULL),
+                   HURRAY_OK);
+  const int64_t shape[1] = {16};
+  const HurrayArray array = {.shape = shape, .ndim = 1, .dtype = HURRAY_DTYPE_FLOAT32};
+  const HurrayTensorDesc tensor = {.layout = HURRAY_LAYOUT_DENSE,
+                                   .ndim = 1,
+                                   .shape = shape,
+                                   .parts = &array,
+                                   .nparts = 1,
+                                   .dtype = HURRAY_DTYPE_FLOAT32};
+  HurrayTensorContext *context = NULL;
+  assert_int_equal(hurray_tensor_context_create(&tensor, list, 0, NULL, NULL, &context, NULL),
+                   HURRAY_OK);
+  assert_int_equal(hurray_tensor_context_check(context, 0, NULL), HURRAY_OK);
+  buffer->desc.memory_class = HURRAY_MEM_UNIFIED;
+  assert_failure(hurray_tensor_context_check(context, 0, &error), error, HURRAY_EUNSUPPORTED,
+                 "buffer 0: device vulkan has no unified memory (docs/spec/buffer-protocol.md "
+                 "§2.6.5)");
+  buffer->desc.memory_class = HURRAY_MEM_DEVICE;
+  hurray_tensor_context_release(context);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(named_tags_have_names_and_pass),
@@ -413,6 +523,9 @@ int main(void) {
       cmocka_unit_test(other_tags_have_no_dlpack_form),
       cmocka_unit_test(dlpack_devices_map_back),
       cmocka_unit_test(dlpack_devices_without_a_tag_are_unsupported),
+      cmocka_unit_test(every_named_combination_follows_the_spec_table),
+      cmocka_unit_test(unknown_tags_classes_and_modes_are_named),
+      cmocka_unit_test(producers_and_consumers_refuse_missing_combinations),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

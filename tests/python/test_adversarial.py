@@ -177,7 +177,7 @@ def test_torch_views(rows, cols, transpose, data):
 KINDS = ["dense", "strided", "int4", "per_channel", "block", "sparse_coo", "sparse_csr",
          "paged", "composite"]
 DEVICES = [("cpu", "device"), ("cuda", "device"), ("cuda", "host"), ("rocm", "device"),
-           ("vulkan", "unified"), ("metal", "device")]
+           ("opencl", "unified"), ("metal", "device")]
 LAYOUT_OF = {"strided": "dense", "int4": "dense"}
 CLASSES = {"device": 0, "host": 1, "unified": 2}
 

@@ -18,19 +18,20 @@ np = peer("numpy")
 
 NAMED = ["cpu", "cuda", "rocm", "metal", "vulkan", "webgpu", "hexagon", "level_zero", "opencl"]
 CLASSES = ["device", "host", "unified", "peer"]
-NONE, INVALID = "none", "invalid"
+NONE, INVALID, ABSENT = "none", "invalid", "absent"
 
-# buffer-protocol.md §2.7, Hurray -> DLPack, by tag and memory class.
+# buffer-protocol.md §2.7, Hurray -> DLPack, by tag and memory class; ABSENT where §2.6 says the
+# device has no such memory (a well-formed descriptor no producer may create).
 TO_DLPACK = {
     "cpu": [1, INVALID, INVALID, INVALID],
     "cuda": [2, 3, 13, NONE],
     "rocm": [10, 11, NONE, NONE],
     "metal": [8, 8, 8, NONE],
-    "vulkan": [7, 7, 7, NONE],
-    "webgpu": [15, 15, 15, NONE],
-    "hexagon": [16, 16, 16, NONE],
+    "vulkan": [7, 7, ABSENT, NONE],
+    "webgpu": [15, ABSENT, ABSENT, ABSENT],
+    "hexagon": [16, ABSENT, ABSENT, ABSENT],
     "level_zero": [14, 14, 14, NONE],
-    "opencl": [4, 4, 4, NONE],
+    "opencl": [4, 4, 4, ABSENT],
 }
 
 # DLPack -> Hurray (tag name, memory class), or None where Hurray names no device.
@@ -90,6 +91,11 @@ def test_hurray_to_dlpack_device_table(tag, index):
     if expected == INVALID:
         with pytest.raises(hurray.DescriptorError):
             device_tensor(tag, memory_class)
+        return
+    if expected == ABSENT:
+        with pytest.raises(hurray.UnsupportedError, match=f"device {tag} has no {memory_class} "
+                           r"memory \(docs/spec/buffer-protocol.md §2.6.\d\)"):
+            device_tensor((tag, 3), memory_class)
         return
     t = device_tensor((tag, 3), memory_class)
     if expected == NONE:
