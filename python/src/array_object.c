@@ -137,7 +137,9 @@ static PyObject *richcompare(PyObject *a, PyObject *b, int op) {
 }
 
 static PyObject *mp_subscript(PyObject *a, PyObject *key) {
-  return call2(a, HURRAY_PY_OP_GETITEM, key);
+  int done;
+  PyObject *result = hurray__py_array_getitem(hurray__py_state_of(a), a, key, &done);
+  return done ? result : call2(a, HURRAY_PY_OP_GETITEM, key);
 }
 
 static PyObject *tp_iter(PyObject *a) { return call1(a, HURRAY_PY_OP_ITER); }

@@ -517,6 +517,10 @@ int hurray__py_array_dispatch_load(HurrayState *st, PyObject *operators);
  * nothing applies. */
 PyObject *hurray__py_array_dispatch(HurrayState *st, int op, PyObject *self, PyObject *other,
                                     int *done);
+/* self[key] computed in C where that is exactly what the Python __getitem__ does (an int,
+ * slice or tuple of them on a tensor over its own ndarray), with *done set; else NULL without
+ * an exception and *done 0. */
+PyObject *hurray__py_array_getitem(HurrayState *st, PyObject *self, PyObject *key, int *done);
 
 /* file_source.c: the reader of what hurray.load and hurray.open read -- a path (str,
  * os.PathLike, or bytes without a NUL), the bytes of a file (any buffer exporter), or a binary
