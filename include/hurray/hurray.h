@@ -1580,6 +1580,16 @@ typedef struct HurrayRemoteTensor {
 HURRAY_API int hurray_client_list(HurrayClient *client, HurrayRemoteTensor **out,
                                   uint32_t *count, HurrayError *error);
 
+/* The metadata of tensor `name` on the server (the map its record carries), or with `name`
+ * NULL or "" the server's own (the metadata of the first file it serves; an empty map when it
+ * serves none), as a new tree for hurray_meta_destroy: wire protocol 1.3 (ADR-098), one
+ * METADATA request, nothing of the tensor's data read. HURRAY_EINVAL "peer: no tensor named
+ * ..." for a name the server does not serve (the connection goes on); HURRAY_EUNSUPPORTED for a
+ * server that speaks 1.2 or older (nothing is sent); HURRAY_EPROTOCOL for an answer that is not
+ * a metadata block of at most HURRAY_META_MAX_BYTES (the connection closes). */
+HURRAY_API int hurray_client_metadata(HurrayClient *client, const char *name,
+                                      HurrayMetaValue **out, HurrayError *error);
+
 #define HURRAY_GET_FALLBACK (1u << 0) /* serve from the CPU if the preferred device cannot be */
 /* hurray_client_fetch and _read_file: do not fsync the file and its directory, as
    HURRAY_FILE_WRITE_NOT_DURABLE (ADR-055); it still appears only whole */

@@ -143,9 +143,14 @@ typedef struct Conn {
                       sent; the frame's bytes start at stage_at */
   size_t stage_at;
   /* a LIST answer, made one LIST_RESULT frame at a time as the socket takes them: entries
-     [list_next, list_end) of the registry are still to go */
+     [list_next, list_end) of the registry are still to go; or (`meta` not NULL) a METADATA
+     answer, bytes [list_next, list_end) of the metadata block at `meta` (immutable while the
+     server lives: a served tensor's record, or the server's file metadata), made one
+     METADATA_RESULT frame at a time the same way */
   bool listing;
   size_t list_next, list_end;
+  const uint8_t *meta;
+  uint64_t meta_check; /* its XXH3-64, made when it was (ADR-098) */
   uint32_t events; /* the epoll interest set now */
   bool draining;   /* closing, everything sent and the writing side shut: reading to the end */
   uint64_t drained;
@@ -177,6 +182,11 @@ struct HurrayServer {
   uint32_t device_mask; /* bit t: a tensor in memory of device tag t (< 32) is served */
   int *files; /* descriptors of the served files, for DATA_FD */
   size_t nfiles;
+  /* the server's metadata (spec §6.8): the encoded file metadata of the first file added, set
+     once under `lock` and never changed after */
+  FileSink file_metadata;
+  uint64_t file_metadata_check;
+  bool file_metadata_set;
   HurrayServerStats stats;
   Conn *conns;
   int spare_fd;       /* kept open to be closed when accept runs out of descriptors (EMFILE) */
@@ -347,6 +357,17 @@ static int served_from_file(const HurrayFileReader *reader, uint32_t index, int 
   return status;
 }
 
+/* The file's metadata, encoded as the wire carries it (any value the file holds). */
+static int file_metadata(const HurrayFileReader *reader, FileSink *out, HurrayError *error) {
+  HurrayMetaValue *meta = NULL;
+  int status = hurray_file_reader_metadata(reader, HURRAY_FILE_WHOLE, &meta, error);
+  uint16_t minor = 0;
+  if (status == HURRAY_OK) status = hurray__meta_encode(meta, out, &minor, error);
+  hurray_meta_destroy(meta);
+  if (status == HURRAY_OK && out->failed) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  return status;
+}
+
 /* Opens what the loader reads at `path` (ADR-082): a Hurray file, else (its error kept if
  * neither reads it) a safetensors, .npy or .npz file; a directory or an .index.json, a
  * sharded checkpoint of either. */
@@ -392,6 +413,8 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
     status = served_from_file(reader, made, fd, stored, &items[made], error);
     if (status != HURRAY_OK) break;
   }
+  FileSink file_meta = {0};
+  if (status == HURRAY_OK) status = file_metadata(reader, &file_meta, error);
   hurray_file_reader_destroy(reader); /* the contexts keep the mapping */
   if (status == HURRAY_OK) {
     status = register_tensors(server, items, made, fd, error);
@@ -399,6 +422,18 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
     for (uint32_t i = 0; i < made; i++) hurray__wire_served_destroy(items[i]);
     if (fd >= 0) close(fd);
   }
+  if (status == HURRAY_OK) {
+    pthread_mutex_lock(&server->lock);
+    if (!server->file_metadata_set) { /* the first file's is the server's (spec §6.8) */
+      server->file_metadata = file_meta;
+      server->file_metadata_check =
+          hurray__xxh3(file_meta.len ? (const void *)file_meta.data : "", file_meta.len);
+      server->file_metadata_set = true;
+      file_meta = (FileSink){0};
+    }
+    pthread_mutex_unlock(&server->lock);
+  }
+  hurray__sink_reset(&file_meta);
   free(items);
   return status == HURRAY_OK ? status : hurray__error_prefix(error, status, "%s: ", path);
 }
@@ -725,6 +760,7 @@ static void conn_fail(Conn *c, int code, const char *message) {
   c->phase = PHASE_CLOSING;
   if (c->data_head_len == 0) c->sending = false;
   c->listing = false;
+  c->meta = NULL;
   c->close_deadline = hurray__wire_now_ms() + SERVER_LINGER_MS;
 }
 
@@ -846,6 +882,70 @@ static void list_frame(HurrayServer *s, Conn *c) {
   hurray__sink_reset(&frame);
   if (failed) conn_fail(c, HURRAY_ENOMEM, "out of memory");
   else if (end) c->listing = false;
+}
+
+/* METADATA (1.3, spec §6.8): the metadata block of the tensor named, or with no name the
+ * server's, answered a METADATA_RESULT frame at a time (metadata_frame) from where it lies:
+ * a connection holds one frame of it, however large the block. */
+static void on_metadata(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, size_t len) {
+  char name[HURRAY_MAX_NAME + 1];
+  size_t name_len = 0;
+  HurrayError e = {0};
+  if (hurray__wire_metadata_request_decode(p, len, name, &name_len, &e) != HURRAY_OK) {
+    send_error(c, id, HURRAY_EPROTOCOL, e.message);
+    return;
+  }
+  static const uint8_t kEmpty[1];
+  const uint8_t *meta = kEmpty;
+  size_t meta_len = 0;
+  uint64_t check = hurray__xxh3(kEmpty, 0);
+  pthread_mutex_lock(&s->lock);
+  const WireServed *t = name_len ? find_locked(s, name, name_len) : NULL;
+  if (t != NULL) { /* the record's metadata, its last metadata_length bytes (Appendix A) */
+    meta_len = hurray__load_le32(t->record.data + 4);
+    meta = t->record.data + t->record.len - meta_len;
+    check = t->metadata_check;
+  } else if (name_len == 0 && s->file_metadata_set && s->file_metadata.len > 0) {
+    meta = s->file_metadata.data;
+    meta_len = s->file_metadata.len;
+    check = s->file_metadata_check;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (name_len > 0 && t == NULL) {
+    hurray__fail(&e, HURRAY_EINVAL, "no tensor named '%s'", name);
+    send_error(c, id, HURRAY_EINVAL, e.message);
+    return;
+  }
+  c->listing = true;
+  c->meta = meta;
+  c->meta_check = check;
+  c->list_next = 0;
+  c->list_end = meta_len;
+  c->request_id = id;
+}
+
+/* Appends the next METADATA_RESULT frame (at most WIRE_CONTROL_MAX of payload) to `c->out`. */
+static void metadata_frame(Conn *c) {
+  size_t n = c->list_end - c->list_next;
+  if (n > WIRE_CONTROL_MAX - WIRE_METADATA_RESULT_FIXED) {
+    n = WIRE_CONTROL_MAX - WIRE_METADATA_RESULT_FIXED;
+  }
+  FileSink payload = {0};
+  hurray__wire_metadata_result_encode((uint32_t)c->list_end, c->meta_check,
+                                      c->meta + c->list_next, n, &payload);
+  c->list_next += n;
+  bool end = c->list_next == c->list_end, failed = payload.failed;
+  if (!failed) {
+    hurray__wire_frame(&c->out, WIRE_METADATA_RESULT, end ? WIRE_FLAG_END : 0, c->request_id,
+                       payload.data, payload.len);
+  }
+  hurray__sink_reset(&payload);
+  if (failed) {
+    conn_fail(c, HURRAY_ENOMEM, "out of memory");
+  } else if (end) {
+    c->listing = false;
+    c->meta = NULL;
+  }
 }
 
 /* Answers request `r` (id `id`) for tensor `t`: its TENSOR_HEADER queued and its DATA frames
@@ -1107,8 +1207,8 @@ static void dispatch(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_
   pthread_mutex_lock(&s->lock);
   s->stats.requests++;
   pthread_mutex_unlock(&s->lock);
-  if (h->request_id == 0 &&
-      (h->type == WIRE_LIST || h->type == WIRE_TENSOR_REQUEST || h->type == WIRE_PUT)) {
+  if (h->request_id == 0 && (h->type == WIRE_LIST || h->type == WIRE_TENSOR_REQUEST ||
+                             h->type == WIRE_PUT || h->type == WIRE_METADATA)) {
     conn_fail(c, HURRAY_EPROTOCOL, "request id 0 is reserved");
     return;
   }
@@ -1121,6 +1221,7 @@ static void dispatch(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_
       }
       return;
     case WIRE_TENSOR_REQUEST: on_request(s, c, h->request_id, p, len); return;
+    case WIRE_METADATA: on_metadata(s, c, h->request_id, p, len); return;
     default: on_put(s, c, h, p, len); return; /* the last type frame_admitted lets in */
   }
 }
@@ -1156,7 +1257,12 @@ static int frame_admitted(const Conn *c, const WireHeader *h, HurrayError *error
     return HURRAY_OK;
   } else if (h->type == WIRE_DATA) {
     return HURRAY_OK; /* bounded by max_frame (decode), checked against the upload by the caller */
-  } else if (h->type != WIRE_LIST && h->type != WIRE_TENSOR_REQUEST) {
+  } else if (h->type == WIRE_METADATA && c->minor < WIRE_METADATA_MINOR) {
+    /* a frame this session's minor does not have, refused as that minor's server would */
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "METADATA needs protocol 1.%d; this session speaks 1.%u",
+                        WIRE_METADATA_MINOR, (unsigned)c->minor);
+  } else if (h->type != WIRE_LIST && h->type != WIRE_TENSOR_REQUEST && h->type != WIRE_METADATA) {
     return hurray__fail(error, HURRAY_EPROTOCOL, "unexpected %s frame from a client", name);
   }
   if (h->length > limit) {
@@ -1406,7 +1512,8 @@ static bool conn_write(HurrayServer *s, Conn *c) {
     if (control) {
       iov[n_iov++] = (struct iovec){c->out.data + c->out_sent, c->out.len - c->out_sent};
     } else if (c->listing && c->out.len == 0) {
-      list_frame(s, c);
+      if (c->meta) metadata_frame(c);
+      else list_frame(s, c);
       continue;
     } else if (data_pending(c)) {
       const WireSegment *g = &c->plan.segments[c->segment];
@@ -1824,6 +1931,7 @@ void hurray_server_destroy(HurrayServer *s) {
   free(s->index);
   for (size_t i = 0; i < s->nfiles; i++) close(s->files[i]);
   free(s->files);
+  hurray__sink_reset(&s->file_metadata);
   free(s->secret);
   hurray__wire_tls_destroy(s->tls);
   pthread_mutex_destroy(&s->lock);
