@@ -1443,7 +1443,15 @@ typedef struct HurrayServerOptions {
                                     arriving (their bytes, PUT headers and 1 KiB each); one
                                     more is refused HURRAY_ELIMIT; 0: 4 GiB (ABI 4: this
                                     was reserved[0], which old callers leave 0) */
-  uint64_t reserved[2];          /* zero */
+  uint32_t max_connections_per_address; /* connections open at once from one client IP
+                                    address (an IPv4-mapped IPv6 address counts as its IPv4
+                                    one); more are answered HURRAY_EDENIED and closed. 0: 64
+                                    for clients beyond this host, loopback clients bounded only
+                                    by max_connections; any other value bounds every TCP
+                                    client, loopback included. Unix-socket clients are not
+                                    counted (was reserved, which old callers leave 0) */
+  uint32_t reserved0;            /* zero */
+  uint64_t reserved1;            /* zero */
 } HurrayServerOptions;
 
 /* Creates a server and binds its listening socket (so hurray_server_address knows the port);

@@ -1192,9 +1192,9 @@ static const char *const kServeNames[] = {"tensors",         "address",         
                                           "secret",          "max_connections",   "idle_timeout",
                                           "handshake_timeout", "max_upload_bytes", "tls",
                                           "fd_passing", "max_upload_total_bytes", "insecure",
-                                          NULL};
+                                          "max_connections_per_address", NULL};
 enum { S_TENSORS, S_ADDRESS, S_UPLOADS, S_SECRET, S_MAXCONN, S_IDLE, S_HANDSHAKE, S_UPLOAD,
-       S_TLS, S_FD_PASSING, S_UPLOAD_TOTAL, S_INSECURE, S_COUNT };
+       S_TLS, S_FD_PASSING, S_UPLOAD_TOTAL, S_INSECURE, S_PER_ADDRESS, S_COUNT };
 
 static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                        PyObject *kwnames) {
@@ -1226,6 +1226,13 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return NULL;
   }
   options.max_connections = (uint32_t)max_connections;
+  long long per_address = 0;
+  if (a[S_PER_ADDRESS] != NULL && a[S_PER_ADDRESS] != Py_None &&
+      hurray__py_int_in_range(st, a[S_PER_ADDRESS], 1, 1 << 20, "max_connections_per_address",
+                              &per_address) < 0) {
+    return NULL;
+  }
+  options.max_connections_per_address = (uint32_t)per_address;
   if (timeout_arg(st, a[S_IDLE], "idle_timeout", 0, &options.idle_timeout_ms) < 0 ||
       timeout_arg(st, a[S_HANDSHAKE], "handshake_timeout", 0, &options.handshake_timeout_ms) < 0) {
     return NULL;
@@ -1366,7 +1373,8 @@ PyMethodDef hurray__py_wire_functions[] = {
          "serve($module, tensors=None, /, address=None, *, uploads=False, secret=None,\n"
          "      max_connections=None, idle_timeout=None, handshake_timeout=None,\n"
          "      max_upload_bytes=None, tls=None, fd_passing=True,\n"
-         "      max_upload_total_bytes=None, insecure=False)\n--\n\n"
+         "      max_upload_total_bytes=None, insecure=False,\n"
+         "      max_connections_per_address=None)\n--\n\n"
          "Serve tensors over the wire from a background thread.\n\n"
          "Parameters\n----------\n"
          "tensors : path, mapping or list, optional\n"
@@ -1388,6 +1396,12 @@ PyMethodDef hurray__py_wire_functions[] = {
          "    A shared secret every client must prove it knows.\n"
          "max_connections : int, optional\n"
          "    Connections served at once (default 1024); more are refused.\n"
+         "max_connections_per_address : int, optional\n"
+         "    Connections served at once from one client IP address; more are refused\n"
+         "    (hurray.RequestDeniedError on the client). Default: 64 from an address\n"
+         "    beyond this host, loopback clients bounded by max_connections alone; a\n"
+         "    value given bounds every TCP client, loopback included. Unix-socket clients\n"
+         "    are not counted.\n"
          "idle_timeout : float, optional\n"
          "    Seconds a connection may make no progress (default 60).\n"
          "handshake_timeout : float, optional\n"

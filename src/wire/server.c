@@ -51,6 +51,8 @@
  * reset that could discard the ERROR before the client reads it. */
 #define SERVER_DRAIN_MAX ((uint64_t)1 << 20)
 #define SERVER_MAX_ALIGNMENT ((uint32_t)1 << 21)
+/* Connections at once from one client address beyond this host, by default (ADR-099). */
+#define SERVER_PER_ADDRESS 64u
 /* The largest CLIENT_HELLO: its fixed part and 256 devices, each a private tag with a 31-byte
  * name. Before AUTH_OK nothing larger than this, or than AUTH's MAC, is read (ADR-076). */
 #define SERVER_HELLO_MAX ((uint64_t)WIRE_HELLO_FIXED + WIRE_MAX_DEVICES * (2u + 31u))
@@ -97,8 +99,17 @@ typedef struct Job {
   uint64_t rows_checksum;
 } Job;
 
+/* A client's IP address as the per-address bound counts it: 16 bytes, an IPv4 address as its
+ * IPv4-mapped IPv6 form. `counted` is false for a Unix-socket client. */
+typedef struct PeerKey {
+  bool counted;
+  bool loopback;
+  uint8_t bytes[16];
+} PeerKey;
+
 typedef struct Conn {
   int fd;
+  PeerKey peer;
   WireTlsConn *tls; /* NULL: plaintext */
   bool tls_pending; /* counted in HurrayServer.tls_pending */
   Phase phase;
@@ -164,6 +175,7 @@ struct HurrayServer {
   WireAddress address;
   uint32_t flags;
   uint32_t max_connections;
+  uint32_t max_per_address; /* 0: SERVER_PER_ADDRESS beyond the host, none on loopback */
   uint64_t max_frame;
   uint64_t max_upload;
   uint64_t max_upload_total;
@@ -555,7 +567,7 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   *out = NULL;
   HurrayServerOptions o = {0};
   if (options != NULL) o = *options;
-  if (!hurray__all_zero(o.reserved, sizeof o.reserved) ||
+  if (o.reserved0 != 0 || o.reserved1 != 0 ||
       (o.flags & ~(HURRAY_SERVER_READ_ONLY | HURRAY_SERVER_NO_FD_PASSING |
                    HURRAY_SERVER_UPLOADS | HURRAY_SERVER_INSECURE)) ||
       (o.flags & HURRAY_SERVER_READ_ONLY && o.flags & HURRAY_SERVER_UPLOADS) ||
@@ -590,6 +602,7 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   pthread_cond_init(&s->jobs_more, NULL);
   s->flags = o.flags & HURRAY_SERVER_UPLOADS ? o.flags : o.flags | HURRAY_SERVER_READ_ONLY;
   s->max_connections = o.max_connections ? o.max_connections : 1024;
+  s->max_per_address = o.max_connections_per_address;
   s->max_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
   s->max_upload = o.max_upload_bytes ? o.max_upload_bytes : (uint64_t)1 << 30;
   s->max_upload_total = o.max_upload_total_bytes ? o.max_upload_total_bytes : (uint64_t)4 << 30;
@@ -1705,9 +1718,44 @@ static bool accept_without_descriptors(HurrayServer *s) {
   return false;
 }
 
+/* The address an accepted TCP client is counted under. */
+static PeerKey peer_key(const struct sockaddr_storage *ss) {
+  PeerKey k = {0};
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+    k.bytes[10] = k.bytes[11] = 0xff;
+    memcpy(k.bytes + 12, &in->sin_addr, 4);
+    k.counted = true;
+  } else if (ss->ss_family == AF_INET6) {
+    memcpy(k.bytes, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+    k.counted = true;
+  }
+  static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  static const uint8_t v6_loopback[16] = {[15] = 1};
+  k.loopback = k.counted && ((memcmp(k.bytes, v4_mapped, 12) == 0 && k.bytes[12] == 127) ||
+                             memcmp(k.bytes, v6_loopback, 16) == 0);
+  return k;
+}
+
+/* Whether a connection from `k` would exceed the per-address bound (ADR-099): the open
+ * connections from that address counted (at most max_connections of them, on the loop). */
+static bool over_address_limit(const HurrayServer *s, const PeerKey *k, uint32_t *limit) {
+  *limit = s->max_per_address ? s->max_per_address : SERVER_PER_ADDRESS;
+  if (!k->counted || (s->max_per_address == 0 && k->loopback)) return false;
+  uint32_t n = 0;
+  for (const Conn *c = s->conns; c != NULL; c = c->next) {
+    if (c->peer.counted && memcmp(c->peer.bytes, k->bytes, 16) == 0 && ++n >= *limit) return true;
+  }
+  return false;
+}
+
 static void on_accept(HurrayServer *s) {
   for (;;) {
-    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct sockaddr_storage from;
+    socklen_t from_len = sizeof from;
+    memset(&from, 0, sizeof from);
+    int fd = accept4(s->listen_fd, (struct sockaddr *)&from, &from_len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
       if (accept_without_descriptors(s)) continue;
       return;
@@ -1718,6 +1766,15 @@ static void on_accept(HurrayServer *s) {
     pthread_mutex_unlock(&s->lock);
     if (full) {
       refuse_connection(s, fd, "this server is at its connection limit");
+      continue;
+    }
+    PeerKey peer = peer_key(&from);
+    uint32_t limit = 0;
+    if (over_address_limit(s, &peer, &limit)) {
+      char message[128];
+      snprintf(message, sizeof message,
+               "this server is at its limit of %" PRIu32 " connections from one address", limit);
+      refuse_connection(s, fd, message);
       continue;
     }
     if (s->address.family != AF_UNIX) {
@@ -1735,6 +1792,7 @@ static void on_accept(HurrayServer *s) {
     }
     int64_t now = hurray__wire_now_ms();
     c->fd = fd;
+    c->peer = peer;
     c->events = ev.events;
     c->phase = s->tls ? PHASE_TLS : PHASE_HELLO;
     c->handshake_deadline = now + s->handshake_ms;

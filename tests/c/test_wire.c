@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1352,6 +1353,89 @@ static void thousand_clients(void **state) {
   finish(&r);
 }
 
+/* Connects `n` clients to `address`, all of which must be accepted, then one more, which must
+ * be refused HURRAY_EDENIED with `refusal` (NULL: accepted too); destroys them all. */
+static void connect_up_to(const char *address, int n, const char *refusal) {
+  HurrayClient **clients = calloc((size_t)n + 1, sizeof *clients);
+  for (int i = 0; i < n; i++) OK(hurray_client_connect(address, NULL, &clients[i], E));
+  HurrayError error = {0};
+  int status = hurray_client_connect(address, NULL, &clients[n], &error);
+  if (refusal == NULL) {
+    assert_int_equal(status, HURRAY_OK);
+  } else {
+    assert_int_equal(status, HURRAY_EDENIED);
+    assert_string_equal(error.message, refusal);
+  }
+  for (int i = 0; i <= n; i++) hurray_client_destroy(clients[i]);
+  free(clients);
+}
+
+/* A non-loopback IPv4 address of this host, or false. */
+static bool outside_address(char *out, size_t size) {
+  struct ifaddrs *list = NULL;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (struct ifaddrs *i = list; i != NULL && !found; i = i->ifa_next) {
+    if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET) continue;
+    const struct sockaddr_in *in = (const struct sockaddr_in *)i->ifa_addr;
+    if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) continue;
+    found = inet_ntop(AF_INET, &in->sin_addr, out, (socklen_t)size) != NULL;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+/* The bound on connections from one client address (ADR-099): given, it holds on loopback too
+ * and a closed connection makes room again; by default 64 from an address beyond this host
+ * (this host's own non-loopback address is one), none on loopback; Unix-socket clients are not
+ * counted. */
+static void per_address_limit(void **state) {
+  (void)state;
+  HurrayServerOptions so = {.max_connections_per_address = 2};
+  Running r;
+  start(&r, &so);
+  go(&r);
+  connect_up_to(r.address, 2, "peer: this server is at its limit of 2 connections from one "
+                              "address");
+  HurrayClient *c = NULL;
+  HurrayError error = {0};
+  int status = HURRAY_EDENIED; /* the server notices the closed ones on its next turn */
+  for (int k = 0; k < 200 && status == HURRAY_EDENIED; k++) {
+    status = hurray_client_connect(r.address, NULL, &c, &error);
+    if (status == HURRAY_EDENIED) usleep(10000);
+  }
+  assert_int_equal(status, HURRAY_OK);
+  hurray_client_destroy(c);
+  finish(&r);
+  /* the default: loopback clients are bounded by max_connections alone */
+  start(&r, NULL);
+  go(&r);
+  connect_up_to(r.address, 80, NULL);
+  finish(&r);
+  /* ... and 64 from an address beyond the host */
+  char host[64], address[96];
+  if (outside_address(host, sizeof host)) {
+    snprintf(address, sizeof address, "%s:0", host);
+    so = (HurrayServerOptions){.address = address, .flags = HURRAY_SERVER_INSECURE};
+    start(&r, &so);
+    go(&r);
+    connect_up_to(r.address, 64, "peer: this server is at its limit of 64 connections from one "
+                                 "address");
+    finish(&r);
+  } else {
+    fprintf(stderr, "per_address_limit: no non-loopback IPv4 address here; default beyond the "
+                    "host not exercised\n");
+  }
+  /* a Unix socket's clients have no address to count */
+  char unix_address[512];
+  snprintf(unix_address, sizeof unix_address, "unix:%s", path_of("limit.sock"));
+  so = (HurrayServerOptions){.address = unix_address, .max_connections_per_address = 1};
+  start(&r, &so);
+  go(&r);
+  connect_up_to(r.address, 3, NULL);
+  finish(&r);
+}
+
 /* Kills the server process once some of the tensor has arrived. */
 typedef struct KillAt {
   pid_t pid;
@@ -2180,6 +2264,7 @@ int main(void) {
       cmocka_unit_test(device_transfer_corrupted_or_cut),
       cmocka_unit_test(faults_do_not_stall_others),
       cmocka_unit_test(thousand_clients),
+      cmocka_unit_test(per_address_limit),
       cmocka_unit_test(killed_server),
       cmocka_unit_test(secrets_and_read_only),
       cmocka_unit_test(safe_defaults),

@@ -504,3 +504,27 @@ def test_a_file_truncated_during_a_whole_answer_ends_it_with_an_error(tmp_path):
         type_, _, rid, _ = c.recv_frame()
         assert (type_, rid) == (0x11, 2)  # LIST_RESULT: the connection goes on
         c.sock.close()
+
+
+# ---- issue 24 item 3: connections from one client address (ADR-099) ---------------------------
+
+def test_connections_per_client_address_are_bounded():
+    """serve(max_connections_per_address=2): a third client from 127.0.0.1 is refused with
+    RequestDeniedError naming the limit, and one that closes makes room again."""
+    with hurray.serve({"a": np.zeros(2)}, max_connections_per_address=2) as s:
+        first, second = hurray.connect(s.address), hurray.connect(s.address)
+        with pytest.raises(hurray.RequestDeniedError,
+                           match="at its limit of 2 connections from one address"):
+            hurray.connect(s.address)
+        first.close()
+        for _ in range(200):  # the server notices the close on its next turn
+            try:
+                third = hurray.connect(s.address)
+                break
+            except hurray.RequestDeniedError:
+                time.sleep(0.01)
+        assert np.asarray(third.get("a")).tolist() == [0.0, 0.0]
+        third.close()
+        second.close()
+    with pytest.raises(hurray.InvalidArgumentError):
+        hurray.serve({"a": np.zeros(2)}, max_connections_per_address=0)
