@@ -318,11 +318,27 @@ int hurray_server_add_tensor(HurrayServer *server, const char *name, HurrayTenso
   return register_tensors(server, &served, 1, -1, error);
 }
 
+/* Whether every buffer of `context` is a view of the reader's mapping of its file at the
+ * buffer's offset in it: then its bytes can be read through the file's descriptor instead. */
+static bool views_of_file(const HurrayFileReader *reader, uint32_t index,
+                          const HurrayTensorContext *context, const uint64_t *offsets) {
+  bool checksummed = false;
+  const FileSource *source = hurray__reader_source(reader, index, &checksummed);
+  const uint8_t *base = source ? hurray__source_bytes(source) : NULL;
+  for (uint32_t k = 0; base != NULL && k < context->buffers->count; k++) {
+    if ((const uint8_t *)context->buffers->buffers[k]->data != base + offsets[k]) return false;
+  }
+  return base != NULL;
+}
+
 /* One tensor of an open file as a served tensor, with its metadata. A Hurray file's tensor
- * (`fd` >= 0): its buffers as they lie in the file's descriptor `fd` (read through it, never
- * through the reader's mapping: ADR-084), with their stored checksums. Otherwise (`fd` < 0: a
- * foreign file or a sharded checkpoint, ADR-092) from the memory the reader gives, with the
- * stored checksums if `stored` (Hurray shards), else hashed now. */
+ * (`fd` >= 0, `stored`): its buffers as they lie in the file's descriptor `fd` (read through
+ * it, never through the reader's mapping: ADR-084), with their stored checksums. A foreign
+ * file's (`fd` >= 0, not `stored`: safetensors, .npy, .npz) the same way where its buffers are
+ * views of the file's mapping, with checksums hashed now, so that a file truncated in place is
+ * an ERROR, not SIGBUS; a buffer the reader copied (misaligned, byte-swapped, deflated) is
+ * served from that copy. Otherwise (`fd` < 0: a sharded checkpoint, ADR-092) from the memory
+ * the reader gives, with the stored checksums if `stored` (Hurray shards), else hashed now. */
 static int served_from_file(const HurrayFileReader *reader, uint32_t index, int fd, bool stored,
                             WireServed **out, HurrayError *error) {
   HurrayFileTensorInfo info;
@@ -345,12 +361,24 @@ static int served_from_file(const HurrayFileReader *reader, uint32_t index, int 
   if (status == HURRAY_OK) status = hurray__meta_encode(meta, &encoded, &minor, error);
   HurrayTensorContext *context = NULL;
   if (status == HURRAY_OK) status = hurray_file_reader_get(reader, index, 0, &context, error);
+  bool by_fd = status == HURRAY_OK && fd >= 0 &&
+               (stored || views_of_file(reader, index, context, offsets));
+  if (by_fd && !stored) { /* what the file holds now, read as ranges of it will be (pread) */
+    bool checksummed = false;
+    const FileSource *source = hurray__reader_source(reader, index, &checksummed);
+    for (uint32_t k = 0; status == HURRAY_OK && k < info.buffer_count; k++) {
+      status = hurray__source_hash(source, offsets[k],
+                                   context->buffers->buffers[k]->desc.byte_size, NULL, &sums[k],
+                                   error);
+    }
+    if (status != HURRAY_OK) hurray_tensor_context_release(context);
+  }
   if (status == HURRAY_OK) {
-    status = hurray__wire_served_create(info.name, context, fd >= 0 || stored ? sums : NULL, fd,
-                                        fd >= 0 ? offsets : NULL, encoded.data,
+    status = hurray__wire_served_create(info.name, context, by_fd || stored ? sums : NULL,
+                                        by_fd ? fd : -1, by_fd ? offsets : NULL, encoded.data,
                                         (uint32_t)encoded.len, out, error);
   }
-  if (status == HURRAY_OK && fd >= 0) { /* the same descriptor for DATA_FD */
+  if (status == HURRAY_OK && by_fd) { /* the same descriptor for DATA_FD */
     WireServed *t = *out;
     for (uint32_t k = 0; k < info.buffer_count; k++) {
       /* a compact buffer as long as the stored one is the stored one (as its checksum) */
@@ -396,7 +424,7 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
   if (server == NULL || path == NULL) {
     return hurray__fail(error, HURRAY_EINVAL, "server or path is NULL");
   }
-  /* A Hurray file's descriptor, which its tensors' bytes are read through (and DATA_FD
+  /* The file's descriptor, which its tensors' bytes are read through (and DATA_FD
      passes): it must be the file the reader opened. */
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   int opened_errno = errno;
@@ -405,7 +433,7 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
   HurrayFileInfo info = {0};
   if (status == HURRAY_OK) status = hurray_file_reader_info(reader, &info, error);
   bool stored = info.format == HURRAY_FORMAT_HURRAY;
-  if (status == HURRAY_OK && (!stored || info.shard_count > 0)) { /* served from memory */
+  if (status == HURRAY_OK && info.shard_count > 0) { /* served from memory */
     if (fd >= 0) close(fd);
     fd = -1;
   } else if (status == HURRAY_OK && fd < 0) {
