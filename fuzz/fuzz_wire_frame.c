@@ -1,7 +1,8 @@
 /* fuzz_wire_frame.c -- the wire protocol's frame codec on arbitrary bytes: a sequence of frames,
  * each header decoded with the negotiated DATA limit and each payload handed to the decoder of
  * its type (hellos and the device rule, LIST_RESULT, TENSOR_REQUEST, TENSOR_HEADER / PUT with
- * their records -- in the 1.0 / 1.1 form and with the header_check of 1.2 --, DATA_FD, ERROR).
+ * their records -- in the 1.0 / 1.1 form and with the header_check of 1.2 --, DATA_FD, ERROR,
+ * and 1.3's METADATA and METADATA_RESULT, whose block is then decoded as a client does).
  * Whatever decodes is encoded again and must decode to the same thing. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -52,6 +53,45 @@ static void fd_ref(const uint8_t *p, size_t n) {
   uint8_t out[WIRE_DATA_FD_SIZE];
   hurray__wire_fd_ref_encode(&r, out);
   if (memcmp(out, p, n) != 0 || r.length == 0 || r.file_offset + r.length < r.file_offset) abort();
+}
+
+static void metadata_request(const uint8_t *p, size_t n) {
+  char name[HURRAY_MAX_NAME + 1];
+  size_t len = 0;
+  if (hurray__wire_metadata_request_decode(p, n, name, &len, NULL) != HURRAY_OK) return;
+  FileSink out = {0};
+  hurray__wire_metadata_request_encode(name, len, &out);
+  if (!out.failed && (out.len != n || memcmp(out.data, p, n) != 0)) abort();
+  hurray__sink_reset(&out);
+}
+
+/* One METADATA_RESULT that carries its whole block: the block decoded as a client decodes it,
+ * and one that decodes encodes again to the same bytes (file-format.md §7: one encoding). */
+static void metadata_result(const uint8_t *p, size_t n) {
+  uint32_t total = 0;
+  uint64_t check = 0;
+  const uint8_t *bytes = NULL;
+  size_t len = 0;
+  if (hurray__wire_metadata_result_decode(p, n, &total, &check, &bytes, &len, NULL) != HURRAY_OK) {
+    return;
+  }
+  if (len > total || bytes != p + WIRE_METADATA_RESULT_FIXED) abort();
+  FileSink again = {0};
+  hurray__wire_metadata_result_encode(total, check, bytes, len, &again);
+  if (!again.failed && (again.len != n || memcmp(again.data, p, n) != 0)) abort();
+  hurray__sink_reset(&again);
+  if (len != total || hurray__meta_decode(bytes, len, NULL, NULL, NULL) != HURRAY_OK) return;
+  HurrayMetaValue *tree = NULL;
+  if (hurray__meta_decode_tree(bytes, len, &tree, NULL) != HURRAY_OK) abort();
+  FileSink out = {0};
+  uint16_t minor = 0;
+  if (hurray__meta_encode(tree, &out, &minor, NULL) == HURRAY_OK && !out.failed && len > 0 &&
+      (out.len != len || memcmp(out.data, bytes, len) != 0)) {
+    /* an encoded empty map re-encodes as no bytes; any other block as itself */
+    if (!(tree->count == 0 && out.len == 0)) abort();
+  }
+  hurray__sink_reset(&out);
+  hurray_meta_destroy(tree);
 }
 
 static void tensor(const uint8_t *p, size_t n);
@@ -110,6 +150,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
       case WIRE_ERROR: (void)hurray__wire_error_decode(payload, n, &error); break;
       case WIRE_DATA_FD: fd_ref(payload, n); break;
+      case WIRE_METADATA: metadata_request(payload, n); break;
+      case WIRE_METADATA_RESULT: metadata_result(payload, n); break;
       default: break;
     }
   }

@@ -1452,7 +1452,15 @@ typedef struct HurrayServerOptions {
                                     arriving (their bytes, PUT headers and 1 KiB each); one
                                     more is refused HURRAY_ELIMIT; 0: 4 GiB (ABI 4: this
                                     was reserved[0], which old callers leave 0) */
-  uint64_t reserved[2];          /* zero */
+  uint32_t max_connections_per_address; /* connections open at once from one client IP
+                                    address (an IPv4-mapped IPv6 address counts as its IPv4
+                                    one); more are answered HURRAY_EDENIED and closed. 0: 64
+                                    for clients beyond this host, loopback clients bounded only
+                                    by max_connections; any other value bounds every TCP
+                                    client, loopback included. Unix-socket clients are not
+                                    counted (was reserved, which old callers leave 0) */
+  uint32_t reserved0;            /* zero */
+  uint64_t reserved1;            /* zero */
 } HurrayServerOptions;
 
 /* Creates a server and binds its listening socket (so hurray_server_address knows the port);
@@ -1588,6 +1596,16 @@ typedef struct HurrayRemoteTensor {
  * close the connection; ADR-078). */
 HURRAY_API int hurray_client_list(HurrayClient *client, HurrayRemoteTensor **out,
                                   uint32_t *count, HurrayError *error);
+
+/* The metadata of tensor `name` on the server (the map its record carries), or with `name`
+ * NULL or "" the server's own (the metadata of the first file it serves; an empty map when it
+ * serves none), as a new tree for hurray_meta_destroy: wire protocol 1.3 (ADR-098), one
+ * METADATA request, nothing of the tensor's data read. HURRAY_EINVAL "peer: no tensor named
+ * ..." for a name the server does not serve (the connection goes on); HURRAY_EUNSUPPORTED for a
+ * server that speaks 1.2 or older (nothing is sent); HURRAY_EPROTOCOL for an answer that is not
+ * a metadata block of at most HURRAY_META_MAX_BYTES (the connection closes). */
+HURRAY_API int hurray_client_metadata(HurrayClient *client, const char *name,
+                                      HurrayMetaValue **out, HurrayError *error);
 
 #define HURRAY_GET_FALLBACK (1u << 0) /* serve from the CPU if the preferred device cannot be */
 /* hurray_client_fetch and _read_file: do not fsync the file and its directory, as

@@ -365,7 +365,7 @@ static int meta_root(HurrayState *st, Arena *arena, PyObject *obj, const char *w
 
 /* A tree the reader decoded (and validated: depth at most HURRAY_META_MAX_DEPTH) as Python
  * objects. */
-static PyObject *meta_to_py(const HurrayMetaValue *value) {
+PyObject *hurray__py_meta_to_py(const HurrayMetaValue *value) {
   switch (value->type) {
     case HURRAY_META_BOOL:
       return PyBool_FromLong(value->as.boolean);
@@ -382,7 +382,7 @@ static PyObject *meta_to_py(const HurrayMetaValue *value) {
     case HURRAY_META_LIST: {
       PyObject *list = PyList_New((Py_ssize_t)value->count);
       for (uint32_t i = 0; list != NULL && i < value->count; i++) {
-        PyObject *item = meta_to_py(&value->as.items[i]);
+        PyObject *item = hurray__py_meta_to_py(&value->as.items[i]);
         if (item == NULL) {
           Py_CLEAR(list);
         } else {
@@ -394,7 +394,7 @@ static PyObject *meta_to_py(const HurrayMetaValue *value) {
     case HURRAY_META_MAP: {
       PyObject *dict = PyDict_New();
       for (uint32_t i = 0; dict != NULL && i < value->count; i++) {
-        PyObject *item = meta_to_py(&value->as.items[i]);
+        PyObject *item = hurray__py_meta_to_py(&value->as.items[i]);
         if (item == NULL || PyDict_SetItemString(dict, value->keys[i], item) < 0) Py_CLEAR(dict);
         Py_XDECREF(item);
       }
@@ -1046,7 +1046,7 @@ static PyObject *file_metadata_of(HurrayState *st, HurrayFileReader *reader, uin
   HurrayError error = {0};
   int status = hurray_file_reader_metadata(reader, index, &tree, &error);
   if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
-  PyObject *result = meta_to_py(tree);
+  PyObject *result = hurray__py_meta_to_py(tree);
   hurray_meta_destroy(tree);
   return result;
 }

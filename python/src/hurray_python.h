@@ -388,6 +388,9 @@ int hurray__py_dtypes_init(PyObject *module, HurrayState *st);
 void hurray__py_tensor_templates_init(HurrayState *st);
 /* Borrowed singleton of `code`; NULL (no exception set) for a code Hurray does not know. */
 PyObject *hurray__py_dtype_object(HurrayState *st, int code);
+/* A decoded metadata tree (depth at most HURRAY_META_MAX_DEPTH) as Python objects: dict, list,
+ * str, int, float, bool, None. */
+PyObject *hurray__py_meta_to_py(const HurrayMetaValue *value);
 /* A hurray.dtype or its name -> the table entry; NULL with DTypeError/TypeError. */
 const HurrayDTypeInfo *hurray__py_dtype_arg(HurrayState *st, PyObject *obj);
 

@@ -228,6 +228,46 @@ static PyObject *client_list(PyObject *op, PyObject *unused) {
   return result;
 }
 
+static PyObject *raise_request_error(HurrayState *st, int status, const HurrayError *error);
+
+/* The metadata of tensor `name` (NULL: the server's) as a dict. */
+static PyObject *client_metadata_of(PyObject *op, const char *name) {
+  HurrayState *st = hurray__py_state_of(op);
+  HurrayClient *client = client_enter(st, CLIENT_SELF);
+  if (client == NULL) return NULL;
+  HurrayMetaValue *tree = NULL;
+  HurrayError error = {0};
+  int status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = hurray_client_metadata(client, name, &tree, &error);
+  Py_END_ALLOW_THREADS;
+  CLIENT_SELF->busy = 0;
+  if (status != HURRAY_OK) return raise_request_error(st, status, &error);
+  PyObject *result = hurray__py_meta_to_py(tree);
+  hurray_meta_destroy(tree);
+  return result;
+}
+
+static PyObject *client_tensor_metadata(PyObject *op, PyObject *name_obj) {
+  if (!PyUnicode_Check(name_obj)) {
+    return PyErr_Format(PyExc_TypeError, "tensor_metadata() takes a str name, not %.100s",
+                        Py_TYPE(name_obj)->tp_name);
+  }
+  Py_ssize_t len = 0;
+  const char *name = PyUnicode_AsUTF8AndSize(name_obj, &len);
+  if (name == NULL) return NULL;
+  if (len == 0 || (size_t)len != strlen(name)) {
+    return hurray__py_raise(hurray__py_state_of(op), HURRAY_PY_EXC_INVALID_ARGUMENT,
+                            "a tensor name is 1 to 255 bytes of UTF-8 without U+0000");
+  }
+  return client_metadata_of(op, name);
+}
+
+static PyObject *client_get_metadata(PyObject *op, void *closure) {
+  (void)closure;
+  return client_metadata_of(op, NULL);
+}
+
 /* retries= and progress= of get and read, into `options` (progress through `progress`). */
 static int transfer_args(HurrayState *st, PyObject *retries_obj, PyObject *progress_obj,
                          HurrayGetOptions *options, HurrayPyProgress *progress) {
@@ -602,6 +642,41 @@ static PyMethodDef client_methods[] = {
                "...         client.list()\n"
                "[{'name': 'w', 'layout': 'dense', 'dtype': hurray.float32, 'shape': (2, 3), "
                "'buffers': 1, 'nbytes': 24}]\n")},
+    {"tensor_metadata", client_tensor_metadata, METH_O,
+     PyDoc_STR("tensor_metadata($self, name, /)\n--\n\n"
+               "The metadata of one tensor on the server, without fetching its data.\n\n"
+               "One METADATA request (wire protocol 1.3): the map the tensor's record\n"
+               "carries, as ``get(name)`` would deliver it.\n\n"
+               "Parameters\n----------\n"
+               "name : str\n"
+               "    The tensor's name on the server.\n\n"
+               "Returns\n-------\n"
+               "dict\n"
+               "    Its metadata: str keys; values dict, list, str, int, float, bool or\n"
+               "    None. Empty when the tensor has none.\n\n"
+               "Raises\n------\n"
+               "hurray.KeyError\n"
+               "    The server serves no tensor of that name (the connection goes on).\n"
+               "hurray.UnsupportedError\n"
+               "    The server speaks wire protocol 1.2 or older, which has no metadata\n"
+               "    requests; nothing was sent.\n"
+               "hurray.WireError\n"
+               "    The answer was not a valid metadata block (the connection is closed).\n"
+               "hurray.ConnectionLostError\n"
+               "    The server went away.\n\n"
+               "See Also\n--------\n"
+               "Client.metadata : the server's own metadata.\n\n"
+               "Examples\n--------\n"
+               ">>> import os, tempfile\n"
+               ">>> import numpy as np\n"
+               ">>> path = os.path.join(tempfile.mkdtemp(), 'm.hurray')\n"
+               ">>> hurray.save(path, {'w': np.zeros(4, np.float32)},\n"
+               "...             metadata={'model': 'tiny'},\n"
+               "...             tensor_metadata={'w': {'unit': 'm'}})\n"
+               ">>> with hurray.serve(path) as server:\n"
+               "...     with hurray.connect(server.address) as client:\n"
+               "...         client.tensor_metadata('w')\n"
+               "{'unit': 'm'}\n")},
     {"get", HURRAY_PY_CFUNC(client_get), METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR(
          "get($self, name, /, *, device='cpu', stream=None, slice=None, fallback=False,\n"
@@ -756,6 +831,23 @@ static PyGetSetDef client_getset[] = {
     {"address", client_get_address, NULL, PyDoc_STR("The address the client connected to."),
      NULL},
     {"closed", client_get_closed, NULL, PyDoc_STR("Whether close() was called."), NULL},
+    {"metadata", client_get_metadata, NULL,
+     PyDoc_STR("The server's metadata, as a dict (one METADATA request, wire protocol 1.3).\n\n"
+               "The metadata of the file the server serves -- of the first file, if it\n"
+               "serves several -- or an empty dict when it serves none (only tensors from\n"
+               "memory). Each tensor's own is ``tensor_metadata(name)``. Reading it raises\n"
+               "hurray.UnsupportedError for a server of protocol 1.2 or older, and the\n"
+               "errors of ``tensor_metadata``.\n\n"
+               "Examples\n--------\n"
+               ">>> import os, tempfile\n"
+               ">>> import numpy as np\n"
+               ">>> path = os.path.join(tempfile.mkdtemp(), 'm.hurray')\n"
+               ">>> hurray.save(path, {'w': np.zeros(4, np.float32)}, metadata={'model': 'tiny'})\n"
+               ">>> with hurray.serve(path) as server:\n"
+               "...     with hurray.connect(server.address) as client:\n"
+               "...         client.metadata\n"
+               "{'model': 'tiny'}\n"),
+     NULL},
     {"info", client_get_info, NULL,
      PyDoc_STR("What the server's hello said, as a dict.\n\n"
                "``version`` (the negotiated protocol version), ``authenticated``,\n"
@@ -1100,9 +1192,9 @@ static const char *const kServeNames[] = {"tensors",         "address",         
                                           "secret",          "max_connections",   "idle_timeout",
                                           "handshake_timeout", "max_upload_bytes", "tls",
                                           "fd_passing", "max_upload_total_bytes", "insecure",
-                                          NULL};
+                                          "max_connections_per_address", NULL};
 enum { S_TENSORS, S_ADDRESS, S_UPLOADS, S_SECRET, S_MAXCONN, S_IDLE, S_HANDSHAKE, S_UPLOAD,
-       S_TLS, S_FD_PASSING, S_UPLOAD_TOTAL, S_INSECURE, S_COUNT };
+       S_TLS, S_FD_PASSING, S_UPLOAD_TOTAL, S_INSECURE, S_PER_ADDRESS, S_COUNT };
 
 static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                        PyObject *kwnames) {
@@ -1134,6 +1226,13 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return NULL;
   }
   options.max_connections = (uint32_t)max_connections;
+  long long per_address = 0;
+  if (a[S_PER_ADDRESS] != NULL && a[S_PER_ADDRESS] != Py_None &&
+      hurray__py_int_in_range(st, a[S_PER_ADDRESS], 1, 1 << 20, "max_connections_per_address",
+                              &per_address) < 0) {
+    return NULL;
+  }
+  options.max_connections_per_address = (uint32_t)per_address;
   if (timeout_arg(st, a[S_IDLE], "idle_timeout", 0, &options.idle_timeout_ms) < 0 ||
       timeout_arg(st, a[S_HANDSHAKE], "handshake_timeout", 0, &options.handshake_timeout_ms) < 0) {
     return NULL;
@@ -1274,7 +1373,8 @@ PyMethodDef hurray__py_wire_functions[] = {
          "serve($module, tensors=None, /, address=None, *, uploads=False, secret=None,\n"
          "      max_connections=None, idle_timeout=None, handshake_timeout=None,\n"
          "      max_upload_bytes=None, tls=None, fd_passing=True,\n"
-         "      max_upload_total_bytes=None, insecure=False)\n--\n\n"
+         "      max_upload_total_bytes=None, insecure=False,\n"
+         "      max_connections_per_address=None)\n--\n\n"
          "Serve tensors over the wire from a background thread.\n\n"
          "Parameters\n----------\n"
          "tensors : path, mapping or list, optional\n"
@@ -1317,7 +1417,13 @@ PyMethodDef hurray__py_wire_functions[] = {
          "insecure : bool, optional\n"
          "    Listen on an address beyond loopback without a ``secret``, serving\n"
          "    anyone who reaches it; without it such an address is refused\n"
-         "    (hurray.InvalidArgumentError).\n\n"
+         "    (hurray.InvalidArgumentError).\n"
+         "max_connections_per_address : int, optional\n"
+         "    Connections served at once from one client IP address; more are refused\n"
+         "    (hurray.RequestDeniedError on the client). Default: 64 from an address\n"
+         "    beyond this host, loopback clients bounded by max_connections alone; a\n"
+         "    value given bounds every TCP client, loopback included. Unix-socket clients\n"
+         "    are not counted.\n\n"
          "Returns\n-------\n"
          "hurray.Server\n"
          "    The running server; a context manager that stops it.\n\n"

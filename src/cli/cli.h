@@ -88,5 +88,8 @@ const char *cli_size(uint64_t bytes, char out[32]);
 
 /* "[4, 8]" on stdout. */
 void cli_print_dims(const int64_t *dims, int32_t ndim);
+/* Metadata as one line of JSON on stdout (NaN and infinities spelled as in JavaScript; strings
+ * and keys escaped by cli_escape). */
+void cli_print_meta(const HurrayMetaValue *v);
 
 #endif /* HURRAY_CLI_CLI_H */

@@ -19,8 +19,7 @@ static const char kInfoUsage[] =
     "  -p, --pread    read with pread instead of mapping the file\n"
     "  -h, --help     show this help\n";
 
-/* Metadata as one line of JSON (NaN and infinities spelled as in JavaScript). */
-static void print_value(const HurrayMetaValue *v) {
+void cli_print_meta(const HurrayMetaValue *v) {
   switch (v->type) {
     case HURRAY_META_BOOL:
       fputs(v->as.boolean ? "true" : "false", stdout);
@@ -52,7 +51,7 @@ static void print_value(const HurrayMetaValue *v) {
           cli_escape(stdout, v->keys[i], strlen(v->keys[i]), true);
           fputs(": ", stdout);
         }
-        print_value(&v->as.items[i]);
+        cli_print_meta(&v->as.items[i]);
       }
       putchar(map ? '}' : ']');
     }
@@ -69,7 +68,7 @@ static int print_metadata(const HurrayFileReader *r, uint32_t index, const char 
   if (status != HURRAY_OK) return cli_fail(&kInfoCommand, "metadata", status, &error);
   if (json || meta->count > 0) {
     printf(json ? "%s\"metadata\": " : "%smetadata: ", indent);
-    print_value(meta);
+    cli_print_meta(meta);
     if (!json) putchar('\n');
   }
   hurray_meta_destroy(meta);

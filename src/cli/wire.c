@@ -257,24 +257,75 @@ const Command kServeCommand = {"serve", "serve the tensors of files over the net
 
 static const char kLsUsage[] =
     "usage: hurray ls [-s SECRET_FILE] [-t SECONDS] [--tls-ca FILE] [--tls-server-name NAME]\n"
-    "                 URL\n"
+    "                 [--json] URL\n"
     "\n"
-    "Lists the tensors a server serves: name, layout, dtype, shape, buffers and size.\n"
+    "Lists the tensors a server serves: name, layout, dtype, shape, buffers and size. With\n"
+    "--json, one JSON object: the server's metadata and each tensor with its own metadata\n"
+    "(null where the server speaks wire protocol 1.2 or older, which carries none).\n"
     "\n"
     "options:\n"
     "  -s, --secret-file FILE   the shared secret (default: the HURRAY_SECRET variable)\n"
     "  -t, --timeout SECONDS    the longest wait for the server (default 30)\n"
     TLS_CLIENT_HELP
+    "      --json               print one JSON object\n"
     "  -h, --help               show this help\n";
+
+/* The --json object: {"metadata": ..., "tensors": [{"name", "layout", "dtype", "shape",
+ * "buffers", "data_bytes", "metadata"}, ...]}, the server's metadata and each tensor's asked
+ * first, so that it is printed whole or, on a failure, not at all. A metadata of null: the
+ * server speaks a protocol without metadata requests (1.2 or older). */
+static int ls_json(HurrayClient *client, const HurrayRemoteTensor *items, uint32_t count,
+                   HurrayError *error) {
+  HurrayMetaValue **meta = calloc((size_t)count + 1, sizeof *meta);
+  int status = HURRAY_OK;
+  if (meta == NULL) {
+    snprintf(error->message, sizeof error->message, "out of memory");
+    status = error->code = HURRAY_ENOMEM;
+  }
+  for (uint32_t i = 0; i <= count && status == HURRAY_OK; i++) {
+    status = hurray_client_metadata(client, i ? items[i - 1].name : NULL, &meta[i], error);
+    if (status == HURRAY_EUNSUPPORTED) { /* all of them, then: nothing was sent */
+      status = HURRAY_OK;
+      break;
+    }
+  }
+  if (status == HURRAY_OK) {
+    fputs("{\"metadata\": ", stdout);
+    for (uint32_t i = 0; i <= count; i++) {
+      if (i > 0) {
+        const HurrayRemoteTensor *t = &items[i - 1];
+        const HurrayDTypeInfo *dtype = hurray_dtype_info(t->dtype);
+        fputs(i > 1 ? ", {\"name\": " : ", \"tensors\": [{\"name\": ", stdout);
+        cli_escape(stdout, t->name, strlen(t->name), true);
+        printf(", \"layout\": \"%s\", \"dtype\": ", hurray_layout_name(t->layout));
+        if (t->layout == HURRAY_LAYOUT_COMPOSITE || dtype == NULL) fputs("null", stdout);
+        else printf("\"%s\"", dtype->name);
+        fputs(", \"shape\": [", stdout);
+        for (int32_t d = 0; d < t->ndim; d++) printf("%s%" PRId64, d ? ", " : "", t->shape[d]);
+        printf("], \"buffers\": %" PRIu32 ", \"data_bytes\": %" PRIu64 ", \"metadata\": ",
+               t->buffer_count, t->data_bytes);
+      }
+      if (meta[i]) cli_print_meta(meta[i]);
+      else fputs("null", stdout);
+      if (i > 0) putchar('}');
+    }
+    fputs(count ? "]}\n" : ", \"tensors\": []}\n", stdout);
+  }
+  for (uint32_t i = 0; meta && i <= count; i++) hurray_meta_destroy(meta[i]);
+  free(meta);
+  return status;
+}
 
 static int run_ls(int argc, char **argv) {
   const char *url = NULL;
   ConnectArgs args = {0};
+  bool json = false;
   const CliOption options[] = {{'s', "secret-file", NULL, &args.secret_file},
                                {'t', "timeout", NULL, &args.timeout},
                                {0, "tls-ca", NULL, &args.tls_ca},
-                               {0, "tls-server-name", NULL, &args.tls_server_name}};
-  int rc = cli_parse_operands(&kLsCommand, argc, argv, options, 4, &url, 1, "URL");
+                               {0, "tls-server-name", NULL, &args.tls_server_name},
+                               {0, "json", &json, NULL}};
+  int rc = cli_parse_operands(&kLsCommand, argc, argv, options, 5, &url, 1, "URL");
   if (rc >= 0) return rc;
   HurrayClient *client = NULL;
   rc = connect_to(&kLsCommand, url, &args, &client);
@@ -283,9 +334,13 @@ static int run_ls(int argc, char **argv) {
   uint32_t count = 0;
   HurrayError error = {0};
   int status = hurray_client_list(client, &items, &count, &error);
+  if (status == HURRAY_OK && json) status = ls_json(client, items, count, &error);
   hurray_client_destroy(client);
-  if (status != HURRAY_OK) return cli_fail(&kLsCommand, url, status, &error);
-  for (uint32_t i = 0; i < count; i++) {
+  if (status != HURRAY_OK) {
+    free(items);
+    return cli_fail(&kLsCommand, url, status, &error);
+  }
+  for (uint32_t i = 0; i < count && !json; i++) {
     const HurrayDTypeInfo *dtype = hurray_dtype_info(items[i].dtype);
     const char *layout = hurray_layout_name(items[i].layout);
     char size[32];

@@ -549,6 +549,100 @@ int hurray_client_list(HurrayClient *c, HurrayRemoteTensor **out, uint32_t *coun
   return *out ? HURRAY_OK : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
 }
 
+/* ---- metadata (1.3) ----------------------------------------------------------------------- */
+
+int hurray_client_metadata(HurrayClient *c, const char *name, HurrayMetaValue **out,
+                           HurrayError *error) {
+  int status = usable(c, error);
+  if (status != HURRAY_OK) return status;
+  if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "NULL argument");
+  *out = NULL;
+  size_t name_len = name ? strnlen(name, HURRAY_MAX_NAME + 1) : 0;
+  if (name_len > 0) {
+    status = hurray__check_name((const uint8_t *)name, name_len, HURRAY_EINVAL, "tensor name",
+                                error);
+    if (status != HURRAY_OK) return status;
+  }
+  if (c->server->version_minor < WIRE_METADATA_MINOR) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "the server speaks wire protocol 1.%u, which carries no metadata "
+                        "requests: they need 1.%d",
+                        (unsigned)c->server->version_minor, WIRE_METADATA_MINOR);
+  }
+  begin_call(c);
+  uint64_t id = c->next_id++;
+  FileSink frame = {0}, block = {0};
+  uint8_t head[WIRE_HEADER_SIZE];
+  hurray__wire_header_encode(&(WireHeader){WIRE_METADATA, 0, id, WIRE_METADATA_FIXED + name_len},
+                             head);
+  hurray__sink_bytes(&frame, head, sizeof head);
+  hurray__wire_metadata_request_encode(name, name_len, &frame);
+  status = frame.failed ? hurray__fail(error, HURRAY_ENOMEM, "out of memory")
+                        : send_bytes(c, frame.data, frame.len, error);
+  hurray__sink_reset(&frame);
+  /* the block grows only by the bytes that arrived: a claimed length allocates nothing */
+  uint32_t total = 0;
+  uint64_t check = 0;
+  for (bool first = true, end = false; status == HURRAY_OK && !end; first = false) {
+    WireHeader h;
+    uint8_t *p = NULL;
+    status = read_header(c, &h, error);
+    if (status == HURRAY_OK) status = expect(c, &h, WIRE_METADATA_RESULT, id, error);
+    if (status == HURRAY_OK) status = read_payload(c, &h, &p, error);
+    if (status != HURRAY_OK) break;
+    end = (h.flags & WIRE_FLAG_END) != 0;
+    uint32_t claimed = 0;
+    uint64_t claimed_check = 0;
+    const uint8_t *bytes = NULL;
+    size_t n = 0;
+    status = hurray__wire_metadata_result_decode(p, (size_t)h.length, &claimed, &claimed_check,
+                                                 &bytes, &n, error);
+    if (status == HURRAY_OK && !first && (claimed != total || claimed_check != check)) {
+      status = hurray__fail(error, HURRAY_EPROTOCOL,
+                            "METADATA_RESULT metadata_length or metadata_check changed within "
+                            "one answer (%" PRIu32 " then %" PRIu32 " bytes)",
+                            total, claimed);
+    }
+    total = claimed;
+    check = claimed_check;
+    if (status == HURRAY_OK && n > total - block.len) {
+      status = hurray__fail(error, HURRAY_EPROTOCOL,
+                            "METADATA_RESULT frames carry more than the %" PRIu32
+                            " bytes of the block",
+                            total);
+    }
+    if (status == HURRAY_OK) hurray__sink_bytes(&block, bytes, n);
+    if (status == HURRAY_OK && end != (block.len == total)) {
+      status = hurray__fail(error, HURRAY_EPROTOCOL,
+                            "METADATA_RESULT %s after %zu of the block's %" PRIu32 " bytes",
+                            end ? "ends" : "goes on", block.len, total);
+    }
+    free(p);
+    if (status == HURRAY_OK && block.failed) {
+      status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+    }
+    if (status != HURRAY_OK) status = broken(c, status);
+  }
+  uint64_t hashed = status == HURRAY_OK ? hurray__xxh3(block.data, block.len) : 0;
+  if (status == HURRAY_OK && hashed != check) {
+    status = broken(c, hurray__fail(error, HURRAY_ECHECKSUM,
+                                    "METADATA_RESULT metadata checksum mismatch (metadata_check "
+                                    "0x%016" PRIx64 ", the block hashes to 0x%016" PRIx64
+                                    "): corrupted in transit",
+                                    check, hashed));
+  }
+  if (status == HURRAY_OK) {
+    status = hurray__meta_decode(block.data, block.len, NULL, NULL, error);
+    if (status == HURRAY_OK) status = hurray__meta_decode_tree(block.data, block.len, out, error);
+    if (status == HURRAY_EFORMAT || status == HURRAY_ELIMIT) {
+      status = broken(c, hurray__error_prefix(error, HURRAY_EPROTOCOL,
+                                              "METADATA_RESULT metadata: "));
+    }
+  }
+  hurray__sink_reset(&block);
+  return status;
+}
+
 /* ---- get and fetch ------------------------------------------------------------------------ */
 
 #define CLIENT_CHUNK ((size_t)WIRE_STAGE_SIZE) /* bytes received per write or device copy */

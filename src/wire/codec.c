@@ -15,6 +15,8 @@ const char *hurray__wire_type_name(int type) {
     case WIRE_AUTH_OK: return "AUTH_OK";
     case WIRE_LIST: return "LIST";
     case WIRE_LIST_RESULT: return "LIST_RESULT";
+    case WIRE_METADATA: return "METADATA";
+    case WIRE_METADATA_RESULT: return "METADATA_RESULT";
     case WIRE_TENSOR_REQUEST: return "TENSOR_REQUEST";
     case WIRE_TENSOR_HEADER: return "TENSOR_HEADER";
     case WIRE_DATA: return "DATA";
@@ -63,7 +65,7 @@ int hurray__wire_header_decode(const uint8_t in[WIRE_HEADER_SIZE], uint64_t max_
   }
   uint8_t flags = in[5];
   bool may_end = type == WIRE_LIST_RESULT || type == WIRE_TENSOR_HEADER || type == WIRE_DATA ||
-                 type == WIRE_DATA_FD || type == WIRE_PUT;
+                 type == WIRE_DATA_FD || type == WIRE_PUT || type == WIRE_METADATA_RESULT;
   if ((flags & ~(may_end ? WIRE_FLAG_END : 0)) != 0) {
     return hurray__fail(error, HURRAY_EPROTOCOL, "%s frame has unknown flags 0x%02x", name, flags);
   }
@@ -580,6 +582,74 @@ int hurray__wire_list_decode(const uint8_t *p, size_t len, HurrayRemoteTensor **
 }
 
 /* ---- ERROR -------------------------------------------------------------------------------- */
+
+/* ---- METADATA / METADATA_RESULT (1.3) ---------------------------------------------------- */
+
+void hurray__wire_metadata_request_encode(const char *name, size_t name_len, FileSink *out) {
+  hurray__sink_u16(out, (uint16_t)name_len);
+  hurray__sink_zeros(out, 6);
+  hurray__sink_bytes(out, name, name_len);
+}
+
+int hurray__wire_metadata_request_decode(const uint8_t *p, size_t len,
+                                         char name[HURRAY_MAX_NAME + 1], size_t *name_len,
+                                         HurrayError *error) {
+  if (len < WIRE_METADATA_FIXED) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "METADATA truncated: %zu bytes", len);
+  }
+  size_t n = hurray__load_le16(p);
+  if (!hurray__all_zero(p + 2, 6)) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "METADATA reserved bytes are not zero");
+  }
+  if (len - WIRE_METADATA_FIXED != n) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "METADATA name_length is %zu but the payload holds %zu bytes of name", n,
+                        len - WIRE_METADATA_FIXED);
+  }
+  if (n > 0) {
+    int status = hurray__check_name(p + WIRE_METADATA_FIXED, n, HURRAY_EPROTOCOL,
+                                    "METADATA name", error);
+    if (status != HURRAY_OK) return status == HURRAY_ELIMIT ? HURRAY_EPROTOCOL : status;
+  }
+  memcpy(name, p + WIRE_METADATA_FIXED, n);
+  name[n] = '\0';
+  *name_len = n;
+  return HURRAY_OK;
+}
+
+void hurray__wire_metadata_result_encode(uint32_t total, uint64_t check, const uint8_t *bytes,
+                                         size_t n, FileSink *out) {
+  hurray__sink_u32(out, total);
+  hurray__sink_u32(out, 0);
+  hurray__sink_u64(out, check);
+  hurray__sink_bytes(out, bytes, n);
+}
+
+int hurray__wire_metadata_result_decode(const uint8_t *p, size_t len, uint32_t *total,
+                                        uint64_t *check, const uint8_t **bytes, size_t *n,
+                                        HurrayError *error) {
+  if (len < WIRE_METADATA_RESULT_FIXED) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "METADATA_RESULT truncated: %zu bytes", len);
+  }
+  *total = hurray__load_le32(p);
+  if (hurray__load_le32(p + 4) != 0) {
+    return hurray__fail(error, HURRAY_EPROTOCOL, "METADATA_RESULT reserved bytes are not zero");
+  }
+  if (*total > HURRAY_META_MAX_BYTES) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "METADATA_RESULT metadata_length %" PRIu32 " exceeds %u bytes", *total,
+                        HURRAY_META_MAX_BYTES);
+  }
+  *check = hurray__load_le64(p + 8);
+  *bytes = p + WIRE_METADATA_RESULT_FIXED;
+  *n = len - WIRE_METADATA_RESULT_FIXED;
+  if (*n > *total) {
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "METADATA_RESULT carries %zu bytes of a %" PRIu32 "-byte block", *n,
+                        *total);
+  }
+  return HURRAY_OK;
+}
 
 void hurray__wire_error_encode(int code, const char *message, FileSink *out) {
   /* §7.1: at most 1024 bytes of well-formed UTF-8, cut between characters (a few bytes more

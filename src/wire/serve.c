@@ -167,6 +167,7 @@ static int served_init(WireServed *s, const char *name, const HurrayTensorContex
                                    hurray__runs_rebase, &runs, metadata, metadata_len, &s->record,
                                    error);
   }
+  s->metadata_check = hurray__xxh3(metadata_len ? (const void *)metadata : "", metadata_len);
   if (status == HURRAY_OK && s->record.len > UINT32_MAX) {
     status = hurray__fail(error, HURRAY_ELIMIT, "tensor '%s': record too large", name);
   }

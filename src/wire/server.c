@@ -51,6 +51,8 @@
  * reset that could discard the ERROR before the client reads it. */
 #define SERVER_DRAIN_MAX ((uint64_t)1 << 20)
 #define SERVER_MAX_ALIGNMENT ((uint32_t)1 << 21)
+/* Connections at once from one client address beyond this host, by default (ADR-099). */
+#define SERVER_PER_ADDRESS 64u
 /* The largest CLIENT_HELLO: its fixed part and 256 devices, each a private tag with a 31-byte
  * name. Before AUTH_OK nothing larger than this, or than AUTH's MAC, is read (ADR-076). */
 #define SERVER_HELLO_MAX ((uint64_t)WIRE_HELLO_FIXED + WIRE_MAX_DEVICES * (2u + 31u))
@@ -97,8 +99,17 @@ typedef struct Job {
   uint64_t rows_checksum;
 } Job;
 
+/* A client's IP address as the per-address bound counts it: 16 bytes, an IPv4 address as its
+ * IPv4-mapped IPv6 form. `counted` is false for a Unix-socket client. */
+typedef struct PeerKey {
+  bool counted;
+  bool loopback;
+  uint8_t bytes[16];
+} PeerKey;
+
 typedef struct Conn {
   int fd;
+  PeerKey peer;
   WireTlsConn *tls; /* NULL: plaintext */
   bool tls_pending; /* counted in HurrayServer.tls_pending */
   Phase phase;
@@ -143,9 +154,14 @@ typedef struct Conn {
                       sent; the frame's bytes start at stage_at */
   size_t stage_at;
   /* a LIST answer, made one LIST_RESULT frame at a time as the socket takes them: entries
-     [list_next, list_end) of the registry are still to go */
+     [list_next, list_end) of the registry are still to go; or (`meta` not NULL) a METADATA
+     answer, bytes [list_next, list_end) of the metadata block at `meta` (immutable while the
+     server lives: a served tensor's record, or the server's file metadata), made one
+     METADATA_RESULT frame at a time the same way */
   bool listing;
   size_t list_next, list_end;
+  const uint8_t *meta;
+  uint64_t meta_check; /* its XXH3-64, made when it was (ADR-098) */
   uint32_t events; /* the epoll interest set now */
   bool draining;   /* closing, everything sent and the writing side shut: reading to the end */
   uint64_t drained;
@@ -159,6 +175,7 @@ struct HurrayServer {
   WireAddress address;
   uint32_t flags;
   uint32_t max_connections;
+  uint32_t max_per_address; /* 0: SERVER_PER_ADDRESS beyond the host, none on loopback */
   uint64_t max_frame;
   uint64_t max_upload;
   uint64_t max_upload_total;
@@ -177,6 +194,11 @@ struct HurrayServer {
   uint32_t device_mask; /* bit t: a tensor in memory of device tag t (< 32) is served */
   int *files; /* descriptors of the served files, for DATA_FD */
   size_t nfiles;
+  /* the server's metadata (spec §6.8): the encoded file metadata of the first file added, set
+     once under `lock` and never changed after */
+  FileSink file_metadata;
+  uint64_t file_metadata_check;
+  bool file_metadata_set;
   HurrayServerStats stats;
   Conn *conns;
   int spare_fd;       /* kept open to be closed when accept runs out of descriptors (EMFILE) */
@@ -296,11 +318,27 @@ int hurray_server_add_tensor(HurrayServer *server, const char *name, HurrayTenso
   return register_tensors(server, &served, 1, -1, error);
 }
 
+/* Whether every buffer of `context` is a view of the reader's mapping of its file at the
+ * buffer's offset in it: then its bytes can be read through the file's descriptor instead. */
+static bool views_of_file(const HurrayFileReader *reader, uint32_t index,
+                          const HurrayTensorContext *context, const uint64_t *offsets) {
+  bool checksummed = false;
+  const FileSource *source = hurray__reader_source(reader, index, &checksummed);
+  const uint8_t *base = source ? hurray__source_bytes(source) : NULL;
+  for (uint32_t k = 0; base != NULL && k < context->buffers->count; k++) {
+    if ((const uint8_t *)context->buffers->buffers[k]->data != base + offsets[k]) return false;
+  }
+  return base != NULL;
+}
+
 /* One tensor of an open file as a served tensor, with its metadata. A Hurray file's tensor
- * (`fd` >= 0): its buffers as they lie in the file's descriptor `fd` (read through it, never
- * through the reader's mapping: ADR-084), with their stored checksums. Otherwise (`fd` < 0: a
- * foreign file or a sharded checkpoint, ADR-092) from the memory the reader gives, with the
- * stored checksums if `stored` (Hurray shards), else hashed now. */
+ * (`fd` >= 0, `stored`): its buffers as they lie in the file's descriptor `fd` (read through
+ * it, never through the reader's mapping: ADR-084), with their stored checksums. A foreign
+ * file's (`fd` >= 0, not `stored`: safetensors, .npy, .npz) the same way where its buffers are
+ * views of the file's mapping, with checksums hashed now, so that a file truncated in place is
+ * an ERROR, not SIGBUS; a buffer the reader copied (misaligned, byte-swapped, deflated) is
+ * served from that copy. Otherwise (`fd` < 0: a sharded checkpoint, ADR-092) from the memory
+ * the reader gives, with the stored checksums if `stored` (Hurray shards), else hashed now. */
 static int served_from_file(const HurrayFileReader *reader, uint32_t index, int fd, bool stored,
                             WireServed **out, HurrayError *error) {
   HurrayFileTensorInfo info;
@@ -323,12 +361,24 @@ static int served_from_file(const HurrayFileReader *reader, uint32_t index, int 
   if (status == HURRAY_OK) status = hurray__meta_encode(meta, &encoded, &minor, error);
   HurrayTensorContext *context = NULL;
   if (status == HURRAY_OK) status = hurray_file_reader_get(reader, index, 0, &context, error);
+  bool by_fd = status == HURRAY_OK && fd >= 0 &&
+               (stored || views_of_file(reader, index, context, offsets));
+  if (by_fd && !stored) { /* what the file holds now, read as ranges of it will be (pread) */
+    bool checksummed = false;
+    const FileSource *source = hurray__reader_source(reader, index, &checksummed);
+    for (uint32_t k = 0; status == HURRAY_OK && k < info.buffer_count; k++) {
+      status = hurray__source_hash(source, offsets[k],
+                                   context->buffers->buffers[k]->desc.byte_size, NULL, &sums[k],
+                                   error);
+    }
+    if (status != HURRAY_OK) hurray_tensor_context_release(context);
+  }
   if (status == HURRAY_OK) {
-    status = hurray__wire_served_create(info.name, context, fd >= 0 || stored ? sums : NULL, fd,
-                                        fd >= 0 ? offsets : NULL, encoded.data,
+    status = hurray__wire_served_create(info.name, context, by_fd || stored ? sums : NULL,
+                                        by_fd ? fd : -1, by_fd ? offsets : NULL, encoded.data,
                                         (uint32_t)encoded.len, out, error);
   }
-  if (status == HURRAY_OK && fd >= 0) { /* the same descriptor for DATA_FD */
+  if (status == HURRAY_OK && by_fd) { /* the same descriptor for DATA_FD */
     WireServed *t = *out;
     for (uint32_t k = 0; k < info.buffer_count; k++) {
       /* a compact buffer as long as the stored one is the stored one (as its checksum) */
@@ -344,6 +394,17 @@ static int served_from_file(const HurrayFileReader *reader, uint32_t index, int 
   hurray__sink_reset(&encoded);
   free(sums);
   free(offsets);
+  return status;
+}
+
+/* The file's metadata, encoded as the wire carries it (any value the file holds). */
+static int file_metadata(const HurrayFileReader *reader, FileSink *out, HurrayError *error) {
+  HurrayMetaValue *meta = NULL;
+  int status = hurray_file_reader_metadata(reader, HURRAY_FILE_WHOLE, &meta, error);
+  uint16_t minor = 0;
+  if (status == HURRAY_OK) status = hurray__meta_encode(meta, out, &minor, error);
+  hurray_meta_destroy(meta);
+  if (status == HURRAY_OK && out->failed) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   return status;
 }
 
@@ -363,7 +424,7 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
   if (server == NULL || path == NULL) {
     return hurray__fail(error, HURRAY_EINVAL, "server or path is NULL");
   }
-  /* A Hurray file's descriptor, which its tensors' bytes are read through (and DATA_FD
+  /* The file's descriptor, which its tensors' bytes are read through (and DATA_FD
      passes): it must be the file the reader opened. */
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   int opened_errno = errno;
@@ -372,7 +433,7 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
   HurrayFileInfo info = {0};
   if (status == HURRAY_OK) status = hurray_file_reader_info(reader, &info, error);
   bool stored = info.format == HURRAY_FORMAT_HURRAY;
-  if (status == HURRAY_OK && (!stored || info.shard_count > 0)) { /* served from memory */
+  if (status == HURRAY_OK && info.shard_count > 0) { /* served from memory */
     if (fd >= 0) close(fd);
     fd = -1;
   } else if (status == HURRAY_OK && fd < 0) {
@@ -392,6 +453,8 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
     status = served_from_file(reader, made, fd, stored, &items[made], error);
     if (status != HURRAY_OK) break;
   }
+  FileSink file_meta = {0};
+  if (status == HURRAY_OK) status = file_metadata(reader, &file_meta, error);
   hurray_file_reader_destroy(reader); /* the contexts keep the mapping */
   if (status == HURRAY_OK) {
     status = register_tensors(server, items, made, fd, error);
@@ -399,6 +462,18 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
     for (uint32_t i = 0; i < made; i++) hurray__wire_served_destroy(items[i]);
     if (fd >= 0) close(fd);
   }
+  if (status == HURRAY_OK) {
+    pthread_mutex_lock(&server->lock);
+    if (!server->file_metadata_set) { /* the first file's is the server's (spec §6.8) */
+      server->file_metadata = file_meta;
+      server->file_metadata_check =
+          hurray__xxh3(file_meta.len ? (const void *)file_meta.data : "", file_meta.len);
+      server->file_metadata_set = true;
+      file_meta = (FileSink){0};
+    }
+    pthread_mutex_unlock(&server->lock);
+  }
+  hurray__sink_reset(&file_meta);
   free(items);
   return status == HURRAY_OK ? status : hurray__error_prefix(error, status, "%s: ", path);
 }
@@ -520,7 +595,7 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   *out = NULL;
   HurrayServerOptions o = {0};
   if (options != NULL) o = *options;
-  if (!hurray__all_zero(o.reserved, sizeof o.reserved) ||
+  if (o.reserved0 != 0 || o.reserved1 != 0 ||
       (o.flags & ~(HURRAY_SERVER_READ_ONLY | HURRAY_SERVER_NO_FD_PASSING |
                    HURRAY_SERVER_UPLOADS | HURRAY_SERVER_INSECURE)) ||
       (o.flags & HURRAY_SERVER_READ_ONLY && o.flags & HURRAY_SERVER_UPLOADS) ||
@@ -555,6 +630,7 @@ int hurray_server_create(const HurrayServerOptions *options, HurrayServer **out,
   pthread_cond_init(&s->jobs_more, NULL);
   s->flags = o.flags & HURRAY_SERVER_UPLOADS ? o.flags : o.flags | HURRAY_SERVER_READ_ONLY;
   s->max_connections = o.max_connections ? o.max_connections : 1024;
+  s->max_per_address = o.max_connections_per_address;
   s->max_frame = o.max_frame ? o.max_frame : (uint64_t)4 << 20;
   s->max_upload = o.max_upload_bytes ? o.max_upload_bytes : (uint64_t)1 << 30;
   s->max_upload_total = o.max_upload_total_bytes ? o.max_upload_total_bytes : (uint64_t)4 << 30;
@@ -725,6 +801,7 @@ static void conn_fail(Conn *c, int code, const char *message) {
   c->phase = PHASE_CLOSING;
   if (c->data_head_len == 0) c->sending = false;
   c->listing = false;
+  c->meta = NULL;
   c->close_deadline = hurray__wire_now_ms() + SERVER_LINGER_MS;
 }
 
@@ -846,6 +923,70 @@ static void list_frame(HurrayServer *s, Conn *c) {
   hurray__sink_reset(&frame);
   if (failed) conn_fail(c, HURRAY_ENOMEM, "out of memory");
   else if (end) c->listing = false;
+}
+
+/* METADATA (1.3, spec §6.8): the metadata block of the tensor named, or with no name the
+ * server's, answered a METADATA_RESULT frame at a time (metadata_frame) from where it lies:
+ * a connection holds one frame of it, however large the block. */
+static void on_metadata(HurrayServer *s, Conn *c, uint64_t id, const uint8_t *p, size_t len) {
+  char name[HURRAY_MAX_NAME + 1];
+  size_t name_len = 0;
+  HurrayError e = {0};
+  if (hurray__wire_metadata_request_decode(p, len, name, &name_len, &e) != HURRAY_OK) {
+    send_error(c, id, HURRAY_EPROTOCOL, e.message);
+    return;
+  }
+  static const uint8_t kEmpty[1];
+  const uint8_t *meta = kEmpty;
+  size_t meta_len = 0;
+  uint64_t check = hurray__xxh3(kEmpty, 0);
+  pthread_mutex_lock(&s->lock);
+  const WireServed *t = name_len ? find_locked(s, name, name_len) : NULL;
+  if (t != NULL) { /* the record's metadata, its last metadata_length bytes (Appendix A) */
+    meta_len = hurray__load_le32(t->record.data + 4);
+    meta = t->record.data + t->record.len - meta_len;
+    check = t->metadata_check;
+  } else if (name_len == 0 && s->file_metadata_set && s->file_metadata.len > 0) {
+    meta = s->file_metadata.data;
+    meta_len = s->file_metadata.len;
+    check = s->file_metadata_check;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (name_len > 0 && t == NULL) {
+    hurray__fail(&e, HURRAY_EINVAL, "no tensor named '%s'", name);
+    send_error(c, id, HURRAY_EINVAL, e.message);
+    return;
+  }
+  c->listing = true;
+  c->meta = meta;
+  c->meta_check = check;
+  c->list_next = 0;
+  c->list_end = meta_len;
+  c->request_id = id;
+}
+
+/* Appends the next METADATA_RESULT frame (at most WIRE_CONTROL_MAX of payload) to `c->out`. */
+static void metadata_frame(Conn *c) {
+  size_t n = c->list_end - c->list_next;
+  if (n > WIRE_CONTROL_MAX - WIRE_METADATA_RESULT_FIXED) {
+    n = WIRE_CONTROL_MAX - WIRE_METADATA_RESULT_FIXED;
+  }
+  FileSink payload = {0};
+  hurray__wire_metadata_result_encode((uint32_t)c->list_end, c->meta_check,
+                                      c->meta + c->list_next, n, &payload);
+  c->list_next += n;
+  bool end = c->list_next == c->list_end, failed = payload.failed;
+  if (!failed) {
+    hurray__wire_frame(&c->out, WIRE_METADATA_RESULT, end ? WIRE_FLAG_END : 0, c->request_id,
+                       payload.data, payload.len);
+  }
+  hurray__sink_reset(&payload);
+  if (failed) {
+    conn_fail(c, HURRAY_ENOMEM, "out of memory");
+  } else if (end) {
+    c->listing = false;
+    c->meta = NULL;
+  }
 }
 
 /* Answers request `r` (id `id`) for tensor `t`: its TENSOR_HEADER queued and its DATA frames
@@ -1107,8 +1248,8 @@ static void dispatch(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_
   pthread_mutex_lock(&s->lock);
   s->stats.requests++;
   pthread_mutex_unlock(&s->lock);
-  if (h->request_id == 0 &&
-      (h->type == WIRE_LIST || h->type == WIRE_TENSOR_REQUEST || h->type == WIRE_PUT)) {
+  if (h->request_id == 0 && (h->type == WIRE_LIST || h->type == WIRE_TENSOR_REQUEST ||
+                             h->type == WIRE_PUT || h->type == WIRE_METADATA)) {
     conn_fail(c, HURRAY_EPROTOCOL, "request id 0 is reserved");
     return;
   }
@@ -1121,6 +1262,7 @@ static void dispatch(HurrayServer *s, Conn *c, const WireHeader *h, const uint8_
       }
       return;
     case WIRE_TENSOR_REQUEST: on_request(s, c, h->request_id, p, len); return;
+    case WIRE_METADATA: on_metadata(s, c, h->request_id, p, len); return;
     default: on_put(s, c, h, p, len); return; /* the last type frame_admitted lets in */
   }
 }
@@ -1156,7 +1298,12 @@ static int frame_admitted(const Conn *c, const WireHeader *h, HurrayError *error
     return HURRAY_OK;
   } else if (h->type == WIRE_DATA) {
     return HURRAY_OK; /* bounded by max_frame (decode), checked against the upload by the caller */
-  } else if (h->type != WIRE_LIST && h->type != WIRE_TENSOR_REQUEST) {
+  } else if (h->type == WIRE_METADATA && c->minor < WIRE_METADATA_MINOR) {
+    /* a frame this session's minor does not have, refused as that minor's server would */
+    return hurray__fail(error, HURRAY_EPROTOCOL,
+                        "METADATA needs protocol 1.%d; this session speaks 1.%u",
+                        WIRE_METADATA_MINOR, (unsigned)c->minor);
+  } else if (h->type != WIRE_LIST && h->type != WIRE_TENSOR_REQUEST && h->type != WIRE_METADATA) {
     return hurray__fail(error, HURRAY_EPROTOCOL, "unexpected %s frame from a client", name);
   }
   if (h->length > limit) {
@@ -1406,7 +1553,8 @@ static bool conn_write(HurrayServer *s, Conn *c) {
     if (control) {
       iov[n_iov++] = (struct iovec){c->out.data + c->out_sent, c->out.len - c->out_sent};
     } else if (c->listing && c->out.len == 0) {
-      list_frame(s, c);
+      if (c->meta) metadata_frame(c);
+      else list_frame(s, c);
       continue;
     } else if (data_pending(c)) {
       const WireSegment *g = &c->plan.segments[c->segment];
@@ -1598,9 +1746,44 @@ static bool accept_without_descriptors(HurrayServer *s) {
   return false;
 }
 
+/* The address an accepted TCP client is counted under. */
+static PeerKey peer_key(const struct sockaddr_storage *ss) {
+  PeerKey k = {0};
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+    k.bytes[10] = k.bytes[11] = 0xff;
+    memcpy(k.bytes + 12, &in->sin_addr, 4);
+    k.counted = true;
+  } else if (ss->ss_family == AF_INET6) {
+    memcpy(k.bytes, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+    k.counted = true;
+  }
+  static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  static const uint8_t v6_loopback[16] = {[15] = 1};
+  k.loopback = k.counted && ((memcmp(k.bytes, v4_mapped, 12) == 0 && k.bytes[12] == 127) ||
+                             memcmp(k.bytes, v6_loopback, 16) == 0);
+  return k;
+}
+
+/* Whether a connection from `k` would exceed the per-address bound (ADR-099): the open
+ * connections from that address counted (at most max_connections of them, on the loop). */
+static bool over_address_limit(const HurrayServer *s, const PeerKey *k, uint32_t *limit) {
+  *limit = s->max_per_address ? s->max_per_address : SERVER_PER_ADDRESS;
+  if (!k->counted || (s->max_per_address == 0 && k->loopback)) return false;
+  uint32_t n = 0;
+  for (const Conn *c = s->conns; c != NULL; c = c->next) {
+    if (c->peer.counted && memcmp(c->peer.bytes, k->bytes, 16) == 0 && ++n >= *limit) return true;
+  }
+  return false;
+}
+
 static void on_accept(HurrayServer *s) {
   for (;;) {
-    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct sockaddr_storage from;
+    socklen_t from_len = sizeof from;
+    memset(&from, 0, sizeof from);
+    int fd = accept4(s->listen_fd, (struct sockaddr *)&from, &from_len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
       if (accept_without_descriptors(s)) continue;
       return;
@@ -1611,6 +1794,15 @@ static void on_accept(HurrayServer *s) {
     pthread_mutex_unlock(&s->lock);
     if (full) {
       refuse_connection(s, fd, "this server is at its connection limit");
+      continue;
+    }
+    PeerKey peer = peer_key(&from);
+    uint32_t limit = 0;
+    if (over_address_limit(s, &peer, &limit)) {
+      char message[128];
+      snprintf(message, sizeof message,
+               "this server is at its limit of %" PRIu32 " connections from one address", limit);
+      refuse_connection(s, fd, message);
       continue;
     }
     if (s->address.family != AF_UNIX) {
@@ -1628,6 +1820,7 @@ static void on_accept(HurrayServer *s) {
     }
     int64_t now = hurray__wire_now_ms();
     c->fd = fd;
+    c->peer = peer;
     c->events = ev.events;
     c->phase = s->tls ? PHASE_TLS : PHASE_HELLO;
     c->handshake_deadline = now + s->handshake_ms;
@@ -1824,6 +2017,7 @@ void hurray_server_destroy(HurrayServer *s) {
   free(s->index);
   for (size_t i = 0; i < s->nfiles; i++) close(s->files[i]);
   free(s->files);
+  hurray__sink_reset(&s->file_metadata);
   free(s->secret);
   hurray__wire_tls_destroy(s->tls);
   pthread_mutex_destroy(&s->lock);

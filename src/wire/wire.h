@@ -34,10 +34,12 @@ enum {
   WIRE_MAGIC_SIZE = 4,
   WIRE_HEADER_SIZE = 24, /* magic[4] type[1] flags[1] reserved[2] request_id[8] length[8] */
   WIRE_VERSION_MAJOR = 1,
-  WIRE_VERSION_MINOR = 2, /* 1.1: DATA frames of a BYTES response carry a check;
-                             1.2: TENSOR_HEADER and PUT end with their header_check */
+  WIRE_VERSION_MINOR = 3, /* 1.1: DATA frames of a BYTES response carry a check;
+                             1.2: TENSOR_HEADER and PUT end with their header_check;
+                             1.3: METADATA and METADATA_RESULT (ADR-098) */
   WIRE_HEADER_CHECK_MINOR = 2, /* the first minor whose tensor headers carry header_check */
   WIRE_HEADER_CHECK_SIZE = 8,  /* header_check: u64, the last bytes of the payload */
+  WIRE_METADATA_MINOR = 3,     /* the first minor with METADATA requests */
   WIRE_FLAG_END = 1, /* the last frame of a response or an upload */
   WIRE_NONCE_SIZE = 32,
   WIRE_MAC_SIZE = 32,
@@ -48,6 +50,9 @@ enum {
   WIRE_DATA_FIXED = 16,    /* DATA before its bytes */
   WIRE_ERROR_FIXED = 8,    /* ERROR before its message */
   WIRE_LIST_FIXED = 8,     /* LIST_RESULT before its entries */
+  WIRE_METADATA_FIXED = 8, /* METADATA: name_length[2] reserved[6], then the name */
+  WIRE_METADATA_RESULT_FIXED = 16, /* METADATA_RESULT: metadata_length[4] reserved[4]
+                                      metadata_check[8], then bytes of the block */
   WIRE_DATA_FD_SIZE = 24,  /* DATA_FD: buffer[4] kind[1] reserved[3] file_offset[8] length[8] */
   WIRE_LIST_ENTRY = 24,    /* name_length[2] layout[1] dtype[1] buffers[4] data_bytes[8]
                               ndim[1] reserved[7], then shape[ndim] and the padded name */
@@ -76,6 +81,8 @@ typedef enum WireType {
   WIRE_AUTH_OK = 0x04,
   WIRE_LIST = 0x10,
   WIRE_LIST_RESULT = 0x11,
+  WIRE_METADATA = 0x12,
+  WIRE_METADATA_RESULT = 0x13,
   WIRE_TENSOR_REQUEST = 0x20,
   WIRE_TENSOR_HEADER = 0x21,
   WIRE_DATA = 0x22,
@@ -226,6 +233,26 @@ HURRAY_INTERNAL void hurray__wire_list_entry_encode(FileSink *out, const char *n
 HURRAY_INTERNAL int hurray__wire_list_decode(const uint8_t *p, size_t len,
                                              HurrayRemoteTensor **items, uint32_t *count,
                                              HurrayError *error);
+
+/* METADATA (spec §6.8): the metadata of tensor `name` (`name_len` 1..255), or with
+ * `name_len` 0 the server's. Decoding checks the reserved bytes and the name (HURRAY_EPROTOCOL
+ * naming the field); `name` receives it NUL-terminated. */
+HURRAY_INTERNAL void hurray__wire_metadata_request_encode(const char *name, size_t name_len,
+                                                          FileSink *out);
+HURRAY_INTERNAL int hurray__wire_metadata_request_decode(const uint8_t *p, size_t len,
+                                                         char name[HURRAY_MAX_NAME + 1],
+                                                         size_t *name_len, HurrayError *error);
+/* One METADATA_RESULT payload: the block is `total` bytes (at most HURRAY_META_MAX_BYTES)
+ * whose XXH3-64 is `check`, of which this frame carries the `n` at `bytes`. Decoding checks the
+ * fixed part (HURRAY_EPROTOCOL naming the field) and points *bytes into `p`; the block itself
+ * is checked once whole (its check, then hurray__meta_decode). */
+HURRAY_INTERNAL void hurray__wire_metadata_result_encode(uint32_t total, uint64_t check,
+                                                         const uint8_t *bytes, size_t n,
+                                                         FileSink *out);
+HURRAY_INTERNAL int hurray__wire_metadata_result_decode(const uint8_t *p, size_t len,
+                                                        uint32_t *total, uint64_t *check,
+                                                        const uint8_t **bytes, size_t *n,
+                                                        HurrayError *error);
 
 HURRAY_INTERNAL void hurray__wire_error_encode(int code, const char *message, FileSink *out);
 /* Decodes an ERROR payload into `error` (the peer's code and message); returns the code, or
@@ -379,6 +406,7 @@ typedef struct WireServed {
   uint32_t nbuffers;
   FileSink record;              /* name, re-based descriptor, metadata (interchange.md
                                    Appendix A) */
+  uint64_t metadata_check;      /* XXH3-64 of the record's metadata block (spec §6.8) */
   WireBuffer *buffers;          /* the compact buffers' table entries, as for the CPU */
   HurrayDeviceQueue **queues;   /* per source buffer: NULL for CPU memory */
   WireFile *files;              /* per source buffer of a served file; NULL for memory */

@@ -155,7 +155,9 @@ PIN_OFFSET(HurrayServerOptions, secret, 40);
 PIN_OFFSET(HurrayServerOptions, secret_len, 48);
 PIN_OFFSET(HurrayServerOptions, tls, 56);
 PIN_OFFSET(HurrayServerOptions, max_upload_total_bytes, 64);
-PIN_OFFSET(HurrayServerOptions, reserved, 72);
+PIN_OFFSET(HurrayServerOptions, max_connections_per_address, 72);
+PIN_OFFSET(HurrayServerOptions, reserved0, 76);
+PIN_OFFSET(HurrayServerOptions, reserved1, 80);
 
 PIN_SIZE(HurrayTlsOptions, 64);
 PIN_OFFSET(HurrayTlsOptions, certificate_file, 0);

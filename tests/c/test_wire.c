@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -443,7 +444,7 @@ static void handshake_refusals(void **state) {
   assert_int_equal(raw_hello(r.address, 2, cpu, NULL, 1, &error), WIRE_ERROR);
   assert_int_equal(error.code, HURRAY_EUNSUPPORTED);
   assert_string_equal(error.message,
-                      "peer: protocol version 2.0 is not supported (this peer speaks 1.2)");
+                      "peer: protocol version 2.0 is not supported (this peer speaks 1.3)");
   /* something that is not a Hurray peer at all */
   int fd = raw_connect(r.address);
   const char http[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -852,6 +853,158 @@ static void byte_ranges(void **state) {
   finish(&r);
 }
 
+/* A minor-`minor` CLIENT_HELLO (CPU only) then METADATA request 1 for `name` ("": the server's),
+ * sent raw; the SERVER_HELLO read. */
+static int raw_metadata(const char *address, uint16_t minor, const char *name) {
+  WireHello *hello = calloc(1, sizeof *hello);
+  hello->version_major = 1;
+  hello->version_minor = minor;
+  hello->max_frame = 1 << 16;
+  const uint8_t cpu = 0;
+  FileSink frame = {0}, payload = {0};
+  OK(hurray__wire_devices_fill(hello, &cpu, 1, E));
+  OK(hurray__wire_hello_encode(WIRE_CLIENT_HELLO, hello, &frame, E));
+  free(hello);
+  hurray__wire_metadata_request_encode(name, strlen(name), &payload);
+  hurray__wire_frame(&frame, WIRE_METADATA, 0, 1, payload.data, payload.len);
+  int fd = raw_connect(address);
+  raw_send(fd, &frame);
+  hurray__sink_reset(&frame);
+  hurray__sink_reset(&payload);
+  WireHeader h;
+  static uint8_t buf[1 << 12];
+  assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_SERVER_HELLO);
+  assert_int_equal(hurray__load_le16(buf + 2), minor < WIRE_VERSION_MINOR ? minor : WIRE_VERSION_MINOR);
+  return fd;
+}
+
+/* Protocol 1.3 (ADR-098, spec §6.8): the server's metadata (its first file's) and each
+ * tensor's, by METADATA request, checked against what the file holds; a block larger than one
+ * frame arrives in several; older peers on either side keep working. */
+static void metadata_over_the_wire(void **state) {
+  (void)state;
+  /* file metadata {"model": "tiny", "blob": 200000 bytes of text}: more than three frames */
+  static const char *const file_keys[] = {"blob", "model"};
+  char *blob = malloc(200001);
+  memset(blob, 'x', 200000);
+  blob[200000] = '\0';
+  const HurrayMetaValue file_items[] = {
+      {.type = HURRAY_META_STRING, .count = 200000, .as.string = blob},
+      {.type = HURRAY_META_STRING, .count = 4, .as.string = "tiny"}};
+  const HurrayMetaValue file_meta = {.type = HURRAY_META_MAP, .count = 2, .as.items = file_items,
+                                     .keys = file_keys};
+  static const char *const keys[] = {"unit"};
+  const HurrayMetaValue unit = {.type = HURRAY_META_STRING, .count = 1, .as.string = "m"};
+  const HurrayMetaValue meta = {.type = HURRAY_META_MAP, .count = 1, .as.items = &unit,
+                                .keys = keys};
+  HurrayFileWriter *w = NULL;
+  OK(hurray_file_writer_create(path_of("meta.hurray"), NULL, &w, E));
+  OK(hurray_file_writer_set_metadata(w, &file_meta, E));
+  for (int i = 0; i < 2; i++) {
+    Sample s = kSamples[0]();
+    OK(hurray_file_writer_add(w, i ? "plain" : "w", &s.desc, s.list, i ? NULL : &meta, E));
+    sample_free(&s);
+  }
+  OK(hurray_file_writer_finish(w, E));
+  hurray_file_writer_destroy(w);
+  Running r;
+  start(&r, NULL);
+  OK(hurray_server_add_file(r.server, path_of("meta.hurray"), E));
+  OK(hurray_server_add_tensor(r.server, "mem", bytes_tensor(64, 1), E));
+  go(&r);
+  HurrayClient *c = NULL;
+  OK(hurray_client_connect(r.address, NULL, &c, E));
+  HurrayClientInfo info;
+  OK(hurray_client_info(c, &info, E));
+  assert_int_equal(info.version_minor, 3);
+  HurrayMetaValue *got = NULL;
+  OK(hurray_client_metadata(c, NULL, &got, E));
+  assert_int_equal(got->type, HURRAY_META_MAP);
+  assert_int_equal(got->count, 2);
+  assert_string_equal(got->keys[0], "blob");
+  assert_int_equal(got->as.items[0].count, 200000);
+  assert_memory_equal(got->as.items[0].as.string, blob, 200000);
+  assert_string_equal(got->keys[1], "model");
+  assert_string_equal(got->as.items[1].as.string, "tiny");
+  hurray_meta_destroy(got);
+  OK(hurray_client_metadata(c, "w", &got, E));
+  assert_int_equal(got->count, 1);
+  assert_string_equal(got->keys[0], "unit");
+  assert_string_equal(got->as.items[0].as.string, "m");
+  hurray_meta_destroy(got);
+  for (int i = 0; i < 2; i++) { /* none: an empty map, from a file and from memory */
+    OK(hurray_client_metadata(c, i ? "mem" : "plain", &got, E));
+    assert_int_equal(got->type, HURRAY_META_MAP);
+    assert_int_equal(got->count, 0);
+    hurray_meta_destroy(got);
+  }
+  HurrayError error = {0};
+  assert_int_equal(hurray_client_metadata(c, "nope", &got, &error), HURRAY_EINVAL);
+  assert_string_equal(error.message, "peer: no tensor named 'nope'");
+  assert_null(got);
+  assert_int_equal(hurray_client_metadata(c, "a\xff", &got, &error), HURRAY_EINVAL);
+  OK(hurray_client_metadata(c, "w", &got, E)); /* the connection went on */
+  hurray_meta_destroy(got);
+  hurray_client_destroy(c);
+  /* on the wire: the server's block in frames of at most 64 KiB, the last with END, each
+     carrying the block's length; the bytes are the file's block exactly */
+  HurrayFileReader *reader = NULL;
+  OK(hurray_file_reader_open(path_of("meta.hurray"), 0, &reader, E));
+  HurrayMetaValue *stored = NULL;
+  OK(hurray_file_reader_metadata(reader, HURRAY_FILE_WHOLE, &stored, E));
+  FileSink block = {0}, received = {0};
+  uint16_t fminor = 0;
+  OK(hurray__meta_encode(stored, &block, &fminor, E));
+  hurray_meta_destroy(stored);
+  hurray_file_reader_destroy(reader);
+  int fd = raw_metadata(r.address, 3, "");
+  static uint8_t buf[(1 << 16) + 64];
+  WireHeader h;
+  int frames = 0;
+  do {
+    assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_METADATA_RESULT);
+    assert_int_equal(h.request_id, 1);
+    assert_true(h.length <= WIRE_CONTROL_MAX);
+    assert_int_equal(hurray__load_le32(buf), block.len);
+    assert_int_equal(hurray__load_le64(buf + 8), hurray__xxh3(block.data, block.len));
+    hurray__sink_bytes(&received, buf + WIRE_METADATA_RESULT_FIXED,
+                       (size_t)h.length - WIRE_METADATA_RESULT_FIXED);
+    frames++;
+  } while (!(h.flags & WIRE_FLAG_END));
+  assert_int_equal(frames, 4);
+  assert_int_equal(received.len, block.len);
+  assert_memory_equal(received.data, block.data, block.len);
+  close(fd);
+  hurray__sink_reset(&block);
+  hurray__sink_reset(&received);
+  /* an older client (1.2, 1.0): METADATA is not in its session -- refused as a 1.2 server
+     refuses a type it does not know, ending the connection; everything else as before */
+  for (uint16_t minor = 0; minor < 3; minor += 2) {
+    fd = raw_metadata(r.address, minor, "w");
+    assert_int_equal(raw_frame(fd, &h, buf, sizeof buf), WIRE_ERROR);
+    assert_int_equal(h.request_id, 0);
+    assert_int_equal(hurray__load_le32(buf), HURRAY_EPROTOCOL);
+    assert_non_null(strstr((const char *)buf + WIRE_ERROR_FIXED,
+                           minor ? "METADATA needs protocol 1.3; this session speaks 1.2"
+                                 : "METADATA needs protocol 1.3; this session speaks 1.0"));
+    close(fd);
+  }
+  finish(&r);
+  /* a new client against an older server (1.0): nothing sent, EUNSUPPORTED; the rest works */
+  OldServer old = {0};
+  old_server_start(&old);
+  OK(hurray_client_connect(old.address, NULL, &c, E));
+  assert_int_equal(hurray_client_metadata(c, "w", &got, &error), HURRAY_EUNSUPPORTED);
+  assert_string_equal(error.message, "the server speaks wire protocol 1.0, which carries no "
+                                     "metadata requests: they need 1.3");
+  assert_int_equal(hurray_client_metadata(c, NULL, &got, &error), HURRAY_EUNSUPPORTED);
+  hurray_client_destroy(c);
+  pthread_join(old.thread, NULL);
+  close(old.listen_fd);
+  assert_int_equal(old.frames, 0);
+  free(blob);
+}
+
 static void flipped_byte_detected(void **state) {
   (void)state;
   Running r;
@@ -1197,6 +1350,89 @@ static void thousand_clients(void **state) {
   assert_string_equal(error.message, "peer: this server is at its connection limit");
   hurray_client_destroy(a);
   hurray_client_destroy(b);
+  finish(&r);
+}
+
+/* Connects `n` clients to `address`, all of which must be accepted, then one more, which must
+ * be refused HURRAY_EDENIED with `refusal` (NULL: accepted too); destroys them all. */
+static void connect_up_to(const char *address, int n, const char *refusal) {
+  HurrayClient **clients = calloc((size_t)n + 1, sizeof *clients);
+  for (int i = 0; i < n; i++) OK(hurray_client_connect(address, NULL, &clients[i], E));
+  HurrayError error = {0};
+  int status = hurray_client_connect(address, NULL, &clients[n], &error);
+  if (refusal == NULL) {
+    assert_int_equal(status, HURRAY_OK);
+  } else {
+    assert_int_equal(status, HURRAY_EDENIED);
+    assert_string_equal(error.message, refusal);
+  }
+  for (int i = 0; i <= n; i++) hurray_client_destroy(clients[i]);
+  free(clients);
+}
+
+/* A non-loopback IPv4 address of this host, or false. */
+static bool outside_address(char *out, size_t size) {
+  struct ifaddrs *list = NULL;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (struct ifaddrs *i = list; i != NULL && !found; i = i->ifa_next) {
+    if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET) continue;
+    const struct sockaddr_in *in = (const struct sockaddr_in *)i->ifa_addr;
+    if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) continue;
+    found = inet_ntop(AF_INET, &in->sin_addr, out, (socklen_t)size) != NULL;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+/* The bound on connections from one client address (ADR-099): given, it holds on loopback too
+ * and a closed connection makes room again; by default 64 from an address beyond this host
+ * (this host's own non-loopback address is one), none on loopback; Unix-socket clients are not
+ * counted. */
+static void per_address_limit(void **state) {
+  (void)state;
+  HurrayServerOptions so = {.max_connections_per_address = 2};
+  Running r;
+  start(&r, &so);
+  go(&r);
+  connect_up_to(r.address, 2, "peer: this server is at its limit of 2 connections from one "
+                              "address");
+  HurrayClient *c = NULL;
+  HurrayError error = {0};
+  int status = HURRAY_EDENIED; /* the server notices the closed ones on its next turn */
+  for (int k = 0; k < 200 && status == HURRAY_EDENIED; k++) {
+    status = hurray_client_connect(r.address, NULL, &c, &error);
+    if (status == HURRAY_EDENIED) usleep(10000);
+  }
+  assert_int_equal(status, HURRAY_OK);
+  hurray_client_destroy(c);
+  finish(&r);
+  /* the default: loopback clients are bounded by max_connections alone */
+  start(&r, NULL);
+  go(&r);
+  connect_up_to(r.address, 80, NULL);
+  finish(&r);
+  /* ... and 64 from an address beyond the host */
+  char host[64], address[96];
+  if (outside_address(host, sizeof host)) {
+    snprintf(address, sizeof address, "%s:0", host);
+    so = (HurrayServerOptions){.address = address, .flags = HURRAY_SERVER_INSECURE};
+    start(&r, &so);
+    go(&r);
+    connect_up_to(r.address, 64, "peer: this server is at its limit of 64 connections from one "
+                                 "address");
+    finish(&r);
+  } else {
+    fprintf(stderr, "per_address_limit: no non-loopback IPv4 address here; default beyond the "
+                    "host not exercised\n");
+  }
+  /* a Unix socket's clients have no address to count */
+  char unix_address[512];
+  snprintf(unix_address, sizeof unix_address, "unix:%s", path_of("limit.sock"));
+  so = (HurrayServerOptions){.address = unix_address, .max_connections_per_address = 1};
+  start(&r, &so);
+  go(&r);
+  connect_up_to(r.address, 3, NULL);
   finish(&r);
 }
 
@@ -2016,6 +2252,7 @@ int main(void) {
       cmocka_unit_test(unaddressed_bytes_are_never_sent),
       cmocka_unit_test(every_dtype_round_trips),
       cmocka_unit_test(files_and_rows),
+      cmocka_unit_test(metadata_over_the_wire),
       cmocka_unit_test(refused_connect_keeps_its_errno),
       cmocka_unit_test(handshake_refusals),
       cmocka_unit_test(preferred_device),
@@ -2027,6 +2264,7 @@ int main(void) {
       cmocka_unit_test(device_transfer_corrupted_or_cut),
       cmocka_unit_test(faults_do_not_stall_others),
       cmocka_unit_test(thousand_clients),
+      cmocka_unit_test(per_address_limit),
       cmocka_unit_test(killed_server),
       cmocka_unit_test(secrets_and_read_only),
       cmocka_unit_test(safe_defaults),

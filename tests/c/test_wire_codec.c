@@ -405,6 +405,115 @@ static void list_golden(void **state) {
   hurray__sink_reset(&out);
 }
 
+/* §9.11 (1.3): METADATA, request 5, for tensor "w"; its METADATA_RESULT with the metadata
+ * {"unit": "m"}; and METADATA for the server's metadata (no name). */
+static const char kMetadata[] =
+    "89 48 52 57 12 00 00 00 05 00 00 00 00 00 00 00 09 00 00 00 00 00 00 00"
+    "01 00 00 00 00 00 00 00 77";
+static const char kMetadataResult[] =
+    "89 48 52 57 13 01 00 00 05 00 00 00 00 00 00 00 21 00 00 00 00 00 00 00"
+    "11 00 00 00 00 00 00 00 e7 31 6b df d8 b2 08 b9"
+    "06 01 00 00 00 04 00 75 6e 69 74 04 01 00 00 00 6d";
+static const char kServerMetadata[] =
+    "89 48 52 57 12 00 00 00 06 00 00 00 00 00 00 00 08 00 00 00 00 00 00 00"
+    "00 00 00 00 00 00 00 00";
+
+static void expect_metadata_request(const uint8_t *p, size_t len, int status,
+                                    const char *message) {
+  char name[HURRAY_MAX_NAME + 1];
+  size_t n = 0;
+  HurrayError error = {0};
+  assert_int_equal(hurray__wire_metadata_request_decode(p, len, name, &n, &error), status);
+  assert_string_equal(error.message, message);
+}
+
+static void expect_metadata_result(const uint8_t *p, size_t len, int status,
+                                   const char *message) {
+  uint32_t total = 0;
+  uint64_t check = 0;
+  const uint8_t *bytes = NULL;
+  size_t n = 0;
+  HurrayError error = {0};
+  assert_int_equal(hurray__wire_metadata_result_decode(p, len, &total, &check, &bytes, &n, &error),
+                   status);
+  assert_string_equal(error.message, message);
+}
+
+static void metadata_golden(void **state) {
+  (void)state;
+  FileSink payload = {0}, out = {0};
+  hurray__wire_metadata_request_encode("w", 1, &payload);
+  hurray__wire_frame(&out, WIRE_METADATA, 0, 5, payload.data, payload.len);
+  assert_bytes(&out, kMetadata);
+  char name[HURRAY_MAX_NAME + 1];
+  size_t name_len = 0;
+  OK(hurray__wire_metadata_request_decode(payload.data, payload.len, name, &name_len, E));
+  assert_int_equal(name_len, 1);
+  assert_string_equal(name, "w");
+  uint8_t *p = payload.data;
+  p[3] = 1;
+  expect_metadata_request(p, payload.len, HURRAY_EPROTOCOL, "METADATA reserved bytes are not zero");
+  p[3] = 0;
+  expect_metadata_request(p, payload.len - 1, HURRAY_EPROTOCOL,
+                          "METADATA name_length is 1 but the payload holds 0 bytes of name");
+  expect_metadata_request(p, 7, HURRAY_EPROTOCOL, "METADATA truncated: 7 bytes");
+  p[8] = 0;
+  expect_metadata_request(p, payload.len, HURRAY_EPROTOCOL,
+                          "METADATA name contains NUL");
+  payload.len = out.len = 0;
+  hurray__wire_metadata_request_encode(NULL, 0, &payload);
+  hurray__wire_frame(&out, WIRE_METADATA, 0, 6, payload.data, payload.len);
+  assert_bytes(&out, kServerMetadata);
+  OK(hurray__wire_metadata_request_decode(payload.data, payload.len, name, &name_len, E));
+  assert_int_equal(name_len, 0);
+  /* the answer: the block {"unit": "m"} as file-format.md §7 encodes it */
+  static const uint8_t block[] = {0x06, 0x01, 0x00, 0x00, 0x00, 0x04, 0x00, 0x75, 0x6e,
+                                  0x69, 0x74, 0x04, 0x01, 0x00, 0x00, 0x00, 0x6d};
+  HurrayMetaValue *tree = NULL;
+  OK(hurray__meta_decode_tree(block, sizeof block, &tree, E));
+  FileSink encoded = {0};
+  uint16_t minor = 0;
+  OK(hurray__meta_encode(tree, &encoded, &minor, E));
+  assert_int_equal(encoded.len, sizeof block);
+  assert_memory_equal(encoded.data, block, sizeof block);
+  hurray_meta_destroy(tree);
+  hurray__sink_reset(&encoded);
+  payload.len = out.len = 0;
+  assert_int_equal(hurray__xxh3(block, sizeof block), 0xb908b2d8df6b31e7ull);
+  hurray__wire_metadata_result_encode(sizeof block, hurray__xxh3(block, sizeof block), block,
+                                      sizeof block, &payload);
+  hurray__wire_frame(&out, WIRE_METADATA_RESULT, WIRE_FLAG_END, 5, payload.data, payload.len);
+  assert_bytes(&out, kMetadataResult);
+  WireHeader h;
+  OK(hurray__wire_header_decode(out.data, 0, &h, E));
+  assert_int_equal(h.flags, WIRE_FLAG_END);
+  uint32_t total = 0;
+  uint64_t check = 0;
+  const uint8_t *bytes = NULL;
+  size_t n = 0;
+  OK(hurray__wire_metadata_result_decode(payload.data, payload.len, &total, &check, &bytes, &n,
+                                         E));
+  assert_int_equal(total, sizeof block);
+  assert_int_equal(check, 0xb908b2d8df6b31e7ull);
+  assert_int_equal(n, sizeof block);
+  assert_memory_equal(bytes, block, n);
+  p = payload.data;
+  p[4] = 1;
+  expect_metadata_result(p, payload.len, HURRAY_EPROTOCOL,
+                         "METADATA_RESULT reserved bytes are not zero");
+  p[4] = 0;
+  hurray__store_le32(p, 3);
+  expect_metadata_result(p, payload.len, HURRAY_EPROTOCOL,
+                         "METADATA_RESULT carries 17 bytes of a 3-byte block");
+  hurray__store_le32(p, HURRAY_META_MAX_BYTES + 1);
+  expect_metadata_result(p, payload.len, HURRAY_EPROTOCOL,
+                         "METADATA_RESULT metadata_length 16777217 exceeds 16777216 bytes");
+  expect_metadata_result(p, 15, HURRAY_EPROTOCOL, "METADATA_RESULT truncated: 15 bytes");
+  /* a 1.2 peer knows neither type: "unknown frame type" from the header */
+  hurray__sink_reset(&payload);
+  hurray__sink_reset(&out);
+}
+
 /* §9.8: DATA_FD for buffer 0 of request 7, bytes [4096, 4104) of a sealed memfd. */
 static const char kDataFd[] =
     "89 48 52 57 23 01 00 00 07 00 00 00 00 00 00 00 18 00 00 00 00 00 00 00"
@@ -487,7 +596,7 @@ static void hello_refusals(void **state) {
                      p, sizeof p);
   p[0] = 2; /* a version from the future: refused from its first four bytes */
   expect_hello(p, 4, HURRAY_EUNSUPPORTED,
-               "protocol version 2.0 is not supported (this peer speaks 1.2)");
+               "protocol version 2.0 is not supported (this peer speaks 1.3)");
   p[0] = 1;
   p[56] = 0x42;
   expect_hello(p, len, HURRAY_EDEVICE,
@@ -512,6 +621,7 @@ int main(void) {
       cmocka_unit_test(tensor_golden),       cmocka_unit_test(error_goodbye_golden),
       cmocka_unit_test(list_golden),         cmocka_unit_test(data_fd_golden),
       cmocka_unit_test(tensor_header_check_golden),
+      cmocka_unit_test(metadata_golden),
       cmocka_unit_test(error_messages_cut_on_characters),
       cmocka_unit_test(header_refusals),
       cmocka_unit_test(hello_refusals),

@@ -30,16 +30,20 @@ MAGIC = b"\x89HRW"
 HEADER = struct.Struct("<4sBBHQQ")  # §2: magic, type, flags, reserved, request_id, length
 VERSION = (1, 2)
 HEADER_CHECK_MINOR = 2  # §6.3.1: the first minor whose tensor headers end with header_check
+METADATA_MINOR = 3  # §6.8: the first minor with METADATA requests (this client speaks 1.2 unless
+                    # told a version: the older peer of the tests)
 
 # §2.1
 CLIENT_HELLO, SERVER_HELLO, AUTH, AUTH_OK = 0x01, 0x02, 0x03, 0x04
 LIST, LIST_RESULT = 0x10, 0x11
+METADATA, METADATA_RESULT = 0x12, 0x13  # 1.3
 TENSOR_REQUEST, TENSOR_HEADER, DATA, DATA_FD = 0x20, 0x21, 0x22, 0x23
 PUT, PUT_OK, ERROR, GOODBYE = 0x30, 0x31, 0x40, 0x50
-TYPES = {CLIENT_HELLO, SERVER_HELLO, AUTH, AUTH_OK, LIST, LIST_RESULT, TENSOR_REQUEST,
-         TENSOR_HEADER, DATA, DATA_FD, PUT, PUT_OK, ERROR, GOODBYE}
+TYPES = {CLIENT_HELLO, SERVER_HELLO, AUTH, AUTH_OK, LIST, LIST_RESULT, METADATA,
+         METADATA_RESULT, TENSOR_REQUEST, TENSOR_HEADER, DATA, DATA_FD, PUT, PUT_OK, ERROR,
+         GOODBYE}
 END = 0x01
-END_TYPES = {LIST_RESULT, TENSOR_HEADER, PUT, DATA, DATA_FD}  # §2.2
+END_TYPES = {LIST_RESULT, METADATA_RESULT, TENSOR_HEADER, PUT, DATA, DATA_FD}  # §2.2
 
 # §4.1 hello flags
 C_FD_PASSING = 0x1
@@ -131,6 +135,43 @@ def hello(version=VERSION, flags=0, max_frame=4 << 20, nonce=bytes(32), devices=
     for tag, name in devices:
         out += bytes([tag, len(name)]) + name
     return out
+
+
+def metadata_request(name=""):
+    """A METADATA payload (§6.8, 1.3): tensor `name`'s metadata, or with "" the server's."""
+    raw = name.encode("utf-8")
+    return struct.pack("<H6x", len(raw)) + raw
+
+
+def metadata_results(block, limit=SMALL_LIMIT):
+    """The METADATA_RESULT payloads of a metadata block (§6.8): each frame's share of it after
+    the block's length and XXH3-64, at most `limit` bytes of payload each."""
+    step = limit - 16
+    head = struct.pack("<IIQ", len(block), 0, xxh3(block))
+    return [head + block[i:i + step] for i in range(0, max(len(block), 1), step)]
+
+
+def parse_metadata_results(payloads):
+    """The map of a METADATA answer's payloads, in order (§6.8): every frame names the same
+    length, and together they carry exactly that many bytes."""
+    block = b""
+    for p in payloads:
+        if len(p) < 16:
+            _refuse("EPROTOCOL", "METADATA_RESULT is truncated")
+        total, reserved, check = struct.unpack_from("<IIQ", p)
+        if reserved or total > 1 << 24 or p[:16] != payloads[0][:16]:
+            _refuse("EPROTOCOL", "METADATA_RESULT metadata_length, reserved or metadata_check")
+        block += p[16:]
+        if len(block) > total:
+            _refuse("EPROTOCOL", "METADATA_RESULT carries more than its block")
+    if len(block) != total:
+        _refuse("EPROTOCOL", "METADATA_RESULT ends before its block does")
+    if xxh3(block) != check:
+        _refuse("ECHECKSUM", "METADATA_RESULT metadata checksum mismatch")
+    try:
+        return _decode_metadata(block, "METADATA_RESULT metadata")
+    except SpecError as e:
+        _refuse("EPROTOCOL", str(e))
 
 
 def tensor_request(name, device=0, range_=WHOLE, start=0, stop=0, resume=0, flags=0):

@@ -4,6 +4,7 @@ hello, that ask for LISTs and never read them, or that upload without end; how i
 clients it has no descriptor for; and where its idle-timeout ERROR goes in a stalled answer.
 The child's resident set is read from /proc/PID/status, its CPU time from /proc/PID/stat."""
 
+import json
 import os
 import shutil
 import socket
@@ -504,3 +505,61 @@ def test_a_file_truncated_during_a_whole_answer_ends_it_with_an_error(tmp_path):
         type_, _, rid, _ = c.recv_frame()
         assert (type_, rid) == (0x11, 2)  # LIST_RESULT: the connection goes on
         c.sock.close()
+
+
+# ---- issue 24 item 3: connections from one client address (ADR-099) ---------------------------
+
+def test_connections_per_client_address_are_bounded():
+    """serve(max_connections_per_address=2): a third client from 127.0.0.1 is refused with
+    RequestDeniedError naming the limit, and one that closes makes room again."""
+    with hurray.serve({"a": np.zeros(2)}, max_connections_per_address=2) as s:
+        first, second = hurray.connect(s.address), hurray.connect(s.address)
+        with pytest.raises(hurray.RequestDeniedError,
+                           match="at its limit of 2 connections from one address"):
+            hurray.connect(s.address)
+        first.close()
+        for _ in range(200):  # the server notices the close on its next turn
+            try:
+                third = hurray.connect(s.address)
+                break
+            except hurray.RequestDeniedError:
+                time.sleep(0.01)
+        assert np.asarray(third.get("a")).tolist() == [0.0, 0.0]
+        third.close()
+        second.close()
+    with pytest.raises(hurray.InvalidArgumentError):
+        hurray.serve({"a": np.zeros(2)}, max_connections_per_address=0)
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "npy"])
+@pytest.mark.parametrize("request_kind", ["rows", "bytes", "whole"])
+def test_a_truncated_foreign_file_is_an_error_not_a_crash(tmp_path, kind, request_kind):
+    """A served safetensors or .npy file truncated in place killed the server with SIGBUS (its
+    tensors were served from the reader's mapping): now, as for a Hurray file (ADR-084), each
+    request gets an ERROR naming the tensor, the connection goes on and the server answers
+    another client. (A tensor whose bytes the reader copies -- misaligned in the file,
+    byte-swapped, deflated -- is served from that copy, which no truncation reaches.)"""
+    a = np.arange(64 * 4096, dtype=np.float32).reshape(64, 4096)  # 1 MiB, rows of 16 KiB
+    if kind == "safetensors":  # its data at a multiple of 64, so that the reader maps it
+        header = json.dumps({"a": {"dtype": "F32", "shape": [64, 4096],
+                                   "data_offsets": [0, a.nbytes]}}).encode()
+        header += b" " * (-(8 + len(header)) % 64)
+        path = tmp_path / "a.safetensors"
+        path.write_bytes(struct.pack("<Q", len(header)) + header + a.tobytes())
+    else:
+        path = tmp_path / "a.npy"
+        np.save(path, a)
+    b = np.arange(1000, dtype=np.float32)
+    hurray.save(tmp_path / "b.hurray", {"b": b})
+    with serve_paths(path, tmp_path / "b.hurray") as server:
+        with hurray.connect(server.address) as c:
+            assert np.array_equal(np.asarray(c.get("a", slice=(1, 2))), a[1:2])
+            os.truncate(path, 8192)
+            ask = {"rows": lambda: c.get("a", slice=(60, 64)),
+                   "bytes": lambda: c.read("a", 60 * 16384, 61 * 16384),
+                   "whole": lambda: c.get("a")}[request_kind]
+            with pytest.raises(hurray.InputOutputError, match=f"tensor 'a'.*shrank"):
+                ask()
+            assert np.array_equal(np.asarray(c.get("b")), b)  # the same connection goes on
+        with hurray.connect(server.address) as other:
+            assert np.array_equal(np.asarray(other.get("b")), b)

@@ -8,8 +8,10 @@ itself; and the protocol violations the spec says a server must answer with ERRO
 the code it names, with the connection left as §7.2 says. In the other direction, hurray's client
 meets a server built from the spec's frames and refuses what the spec says a client refuses."""
 
+import json
 import re
 import socket
+import subprocess
 import struct
 import threading
 import time
@@ -166,7 +168,7 @@ def test_a_1_1_session_has_no_header_check(server):
 
 def test_minor_versions_of_the_future_are_answered_with_the_servers(server):
     with client(server, version=(1, 9)) as c:
-        assert c.version == w.VERSION
+        assert c.version == (1, w.METADATA_MINOR)  # the reference server's, 1.3
         c.goodbye()
 
 
@@ -275,7 +277,7 @@ GOLDEN = golden()
 
 
 def test_golden_frames_have_their_stated_lengths():
-    assert set(GOLDEN) == {f"9.{i}" for i in range(1, 11)}
+    assert set(GOLDEN) == {f"9.{i}" for i in range(1, 12)}
     for number, frames in GOLDEN.items():
         for f in frames:
             assert struct.unpack_from("<Q", f, 16)[0] == len(f) - 24, number
@@ -446,7 +448,7 @@ def test_major_version_of_the_future(one):
     hello = w.frame(w.CLIENT_HELLO, 0, w.hello((2, 0)))
     with raw(one, hello) as sock:
         assert_closing_error(sock, "EUNSUPPORTED", "protocol version 2.0 is not supported "
-                             "(this peer speaks 1.2)")
+                             "(this peer speaks 1.3)")
 
 
 def test_oversized_frame_is_refused_from_its_header(one):
@@ -737,7 +739,7 @@ def server_hello(version=w.VERSION, flags=0, max_frame=None, devices=((0, b""),)
 
 
 @pytest.mark.parametrize("hello, raises, code", [
-    (server_hello(version=(1, 3)), hurray.WireError, 18),
+    (server_hello(version=(1, 4)), hurray.WireError, 18),  # above the client's 1.3
     (server_hello(version=(2, 0)), hurray.UnsupportedError, 13),
     (server_hello(max_frame=1 << 30), hurray.WireError, 18),
     (server_hello(flags=w.S_FD_PASSING), hurray.WireError, 18),
@@ -1139,3 +1141,180 @@ def test_idle_timeout_bounds_a_wait_without_progress():
     with fake_server(server_hello(), lambda rid: [0.5] + [stalled(rid)]) as s, \
             hurray.connect(s.address) as c:  # no deadline by default: a slow answer arrives
         assert np.asarray(c.get("x")).tolist() == [1.0, 2.0]
+
+
+# ============================================================================================
+# 1.3: METADATA (§6.8, ADR-098), against older peers both ways
+# ============================================================================================
+
+UNIT_M = bytes.fromhex("0601000000040075 6e69740401000000 6d".replace(" ", ""))
+
+
+def test_golden_metadata_frames():
+    """§9.11 encoded and decoded by the client written from the spec."""
+    request, result, server = GOLDEN["9.11"]
+    assert w.frame(w.METADATA, 5, w.metadata_request("w")) == request
+    assert [w.frame(w.METADATA_RESULT, 5, p, w.END) for p in w.metadata_results(UNIT_M)] == \
+        [result]
+    assert w.parse_metadata_results([result[24:]]) == {"unit": "m"}
+    assert w.frame(w.METADATA, 6, w.metadata_request()) == server
+
+
+def served_file(tmp_path, blob=0):
+    path = str(tmp_path / "m.hurray")
+    meta = {"model": "tiny"} if not blob else {"model": "tiny", "blob": "x" * blob}
+    hurray.save(path, {"w": np.zeros(4, np.float32), "b": np.ones(2)}, metadata=meta,
+                tensor_metadata={"w": {"unit": "m"}})
+    return path
+
+
+def test_the_server_sends_golden_metadata(tmp_path):
+    """A 1.3 peer's METADATA gets 9.11's METADATA_RESULT byte for byte; a block of 200 kB comes
+    in frames of at most 64 KiB, each with the block's length, END on the last; an unknown name
+    is the request's ERROR and the session goes on."""
+    with hurray.serve(served_file(tmp_path, blob=200000)) as s, \
+            raw(s, w.frame(w.CLIENT_HELLO, 0, w.hello((1, 3)))) as sock:
+        assert w.parse_hello(recv(sock)[3])["version"] == (1, 3)
+        sock.sendall(w.frame(w.METADATA, 5, w.metadata_request("w")))
+        assert frame_of(recv(sock)) == GOLDEN["9.11"][1]
+        sock.sendall(w.frame(w.METADATA, 6, w.metadata_request()))
+        payloads = []
+        while True:
+            type_, flags, rid, payload = recv(sock)
+            assert (type_, rid) == (w.METADATA_RESULT, 6) and len(payload) <= 1 << 16
+            payloads.append(payload)
+            if flags & w.END:
+                break
+        assert len(payloads) == 4
+        assert w.parse_metadata_results(payloads) == {"blob": "x" * 200000, "model": "tiny"}
+        sock.sendall(w.frame(w.METADATA, 7, w.metadata_request("nope")))
+        type_, _, rid, payload = recv(sock)
+        e = w.parse_error(payload, rid)
+        assert (type_, rid, e.status, e.message) == (w.ERROR, 7, "EINVAL", "no tensor named 'nope'")
+        sock.sendall(w.frame(w.METADATA, 8, struct.pack("<H6x", 2) + b"b"))
+        e = w.parse_error(recv(sock)[3], 8)
+        assert e.status == "EPROTOCOL" and "METADATA name_length is 2" in e.message
+        sock.sendall(w.frame(w.METADATA, 9, w.metadata_request("b")))
+        # no metadata: the empty block, and the XXH3-64 of no bytes
+        assert recv(sock)[3] == struct.pack("<IIQ", 0, 0, 0x2d06800538d394c2)
+
+
+@pytest.mark.parametrize("version", [(1, 2), (1, 0)])
+def test_an_older_client_is_served_as_before(tmp_path, version):
+    """A 1.2 (or 1.0) client -- the spec's, speaking that minor -- is answered in its minor,
+    lists and fetches as before, and a METADATA it should not send ends its session as its
+    minor's server would end it."""
+    with hurray.serve(served_file(tmp_path)) as s:
+        with w.Client(s.address, version=version) as c:
+            assert c.version == version
+            assert [t["name"] for t in c.list()] == ["w", "b"]
+        with raw(s, w.frame(w.CLIENT_HELLO, 0, w.hello(version))) as sock:
+            assert w.parse_hello(recv(sock)[3])["version"] == version
+            sock.sendall(w.frame(w.METADATA, 1, w.metadata_request("w")))
+            assert_closing_error(sock, "EPROTOCOL", "METADATA needs protocol 1.3; this session "
+                                 "speaks 1.%d" % version[1])
+
+
+def test_metadata_from_the_client(tmp_path):
+    """Client.metadata is the first served file's, Client.tensor_metadata(name) a tensor's (the
+    map get() delivers in its record); none is {}; a missing name is a KeyError and the client
+    goes on; a server of tensors in memory has {}."""
+    other = str(tmp_path / "other.hurray")
+    hurray.save(other, {"o": np.ones(1)}, metadata={"second": True})
+    with hurray.serve([served_file(tmp_path), other]) as s, hurray.connect(s.address) as c:
+        assert c.info["version"] == (1, 3)
+        assert c.metadata == {"model": "tiny"}
+        assert c.tensor_metadata("w") == {"unit": "m"}
+        assert c.tensor_metadata("b") == {} and c.tensor_metadata("o") == {}
+        with pytest.raises(hurray.KeyError, match="no tensor named 'nope'"):
+            c.tensor_metadata("nope")
+        with pytest.raises(hurray.InvalidArgumentError):
+            c.tensor_metadata("a\0b")
+        with pytest.raises(TypeError):
+            c.tensor_metadata(3)
+        assert np.asarray(c.get("w")).tolist() == [0.0] * 4
+    with hurray.serve({"m": np.zeros(2)}) as s, hurray.connect(s.address) as c:
+        assert c.metadata == {} and c.tensor_metadata("m") == {}
+
+
+def test_metadata_of_a_safetensors_file(tmp_path):
+    """A served safetensors file's __metadata__ is the server's metadata."""
+    st = pytest.importorskip("safetensors.numpy")
+    path = str(tmp_path / "w.safetensors")
+    st.save_file({"w": np.ones(3, np.float32)}, path, metadata={"format": "np"})
+    with hurray.serve(path) as s, hurray.connect(s.address) as c:
+        assert c.metadata == {"format": "np"}
+        assert c.tensor_metadata("w") == {}
+
+
+def test_a_new_client_against_an_older_server():
+    """A 1.2 server (a scripted one, from the spec): the client sends no METADATA and says why;
+    everything else is as before."""
+    with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
+        assert c.info["version"] == (1, 2)
+        with pytest.raises(hurray.UnsupportedError, match="speaks wire protocol 1.2, which "
+                           "carries no metadata requests: they need 1.3"):
+            c.metadata
+        with pytest.raises(hurray.UnsupportedError):
+            c.tensor_metadata("x")
+        assert np.asarray(c.get("x")).tolist() == [1.0, 2.0]
+    assert [t for t, _ in s.requests] == [w.TENSOR_REQUEST, w.GOODBYE]
+
+
+def hostile_metadata(*payloads, rid=None, flags=None):
+    def answer(request_id):
+        last = len(payloads) - 1
+        return b"".join(w.frame(w.METADATA_RESULT, request_id if rid is None else rid, p,
+                                (w.END if i == last else 0) if flags is None else flags)
+                        for i, p in enumerate(payloads))
+    return answer
+
+
+def mr(total, data, reserved=0, check=None):
+    """A METADATA_RESULT payload: `data` of a block of `total` bytes whose check is UNIT_M's."""
+    return struct.pack("<IIQ", total, reserved, spec_file.xxh3(UNIT_M) if check is None
+                       else check) + data
+
+
+@pytest.mark.parametrize("answer, error, message", [
+    (hostile_metadata(mr(0xFFFFFFFF, b"")), hurray.WireError, "exceeds 16777216 bytes"),
+    (hostile_metadata(mr(17, UNIT_M[:9])), hurray.WireError, "ends after 9 of the block's 17"),
+    (hostile_metadata(mr(17, UNIT_M), flags=0), hurray.WireError, "goes on after 17"),
+    (hostile_metadata(mr(17, UNIT_M[:9]), mr(18, UNIT_M[9:])), hurray.WireError,
+     "metadata_length or metadata_check changed within one answer (17 then 18 bytes)"),
+    (hostile_metadata(mr(3, UNIT_M)), hurray.WireError, "carries 17 bytes of a 3-byte block"),
+    (hostile_metadata(mr(17, UNIT_M, reserved=1)), hurray.WireError,
+     "reserved bytes are not zero"),
+    (hostile_metadata(mr(17, UNIT_M, check=1)), hurray.ChecksumError,
+     "METADATA_RESULT metadata checksum mismatch (metadata_check 0x0000000000000001"),
+    (hostile_metadata(mr(5, b"\x06\xff\xff\xff\x7f",
+                         check=spec_file.xxh3(b"\x06\xff\xff\xff\x7f"))),
+     hurray.WireError, "METADATA_RESULT metadata: "),
+    (hostile_metadata(mr(17, UNIT_M), rid=99), hurray.WireError, "expected METADATA_RESULT"),
+])
+def test_a_hostile_metadata_answer_is_refused(answer, error, message):
+    """A 1.3 server's malformed or corrupted METADATA_RESULT is refused naming the field (never
+    a SystemError, nor an allocation of what a length claims), and the connection is closed."""
+    with fake_server(server_hello(version=(1, 3)), answer) as s, hurray.connect(s.address) as c:
+        with pytest.raises(error, match=re.escape(message)):
+            c.tensor_metadata("w")
+        with pytest.raises(hurray.ConnectionLostError):
+            c.list()
+
+
+def test_ls_json_shows_metadata(tmp_path):
+    """`hurray ls --json`: the server's metadata and each tensor's; null against a 1.2
+    server."""
+    with hurray.serve(served_file(tmp_path)) as s:
+        out = subprocess.run(["hurray", "ls", "--json", s.address], capture_output=True,
+                             text=True, check=True).stdout
+    assert json.loads(out) == {"metadata": {"model": "tiny"}, "tensors": [
+        {"name": "w", "layout": "dense", "dtype": "float32", "shape": [4], "buffers": 1,
+         "data_bytes": 16, "metadata": {"unit": "m"}},
+        {"name": "b", "layout": "dense", "dtype": "float64", "shape": [2], "buffers": 1,
+         "data_bytes": 16, "metadata": {}}]}
+    empty_list = lambda rid: w.frame(w.LIST_RESULT, rid, struct.pack("<II", 0, 0), w.END)  # noqa
+    with fake_server(server_hello(), empty_list) as f:
+        out = subprocess.run(["hurray", "ls", "--json", f.address], capture_output=True,
+                             text=True, check=True).stdout
+    assert json.loads(out) == {"metadata": None, "tensors": []}
