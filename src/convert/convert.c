@@ -24,6 +24,8 @@ const char *hurray_format_name(int format) {
       return "npy";
     case HURRAY_FORMAT_NPZ:
       return "npz";
+    case HURRAY_FORMAT_GGUF:
+      return "gguf";
     default:
       return NULL;
   }
@@ -41,7 +43,8 @@ int hurray_format_from_path(const char *path, int *format, HurrayError *error) {
                      {".hry", HURRAY_FORMAT_HURRAY},
                      {".safetensors", HURRAY_FORMAT_SAFETENSORS},
                      {".npy", HURRAY_FORMAT_NPY},
-                     {".npz", HURRAY_FORMAT_NPZ}};
+                     {".npz", HURRAY_FORMAT_NPZ},
+                     {".gguf", HURRAY_FORMAT_GGUF}};
   size_t len = strlen(path);
   for (size_t i = 0; i < sizeof kExtensions / sizeof kExtensions[0]; i++) {
     size_t n = strlen(kExtensions[i].extension);
@@ -52,7 +55,7 @@ int hurray_format_from_path(const char *path, int *format, HurrayError *error) {
   }
   return hurray__fail(error, HURRAY_EINVAL,
                       "cannot tell the format of '%.128s' from its extension (.hurray, .hry, "
-                      ".safetensors, .npy, .npz): name it in the options",
+                      ".safetensors, .npy, .npz, .gguf): name it in the options",
                       path);
 }
 
@@ -65,6 +68,8 @@ int hurray__sniff(const FileSource *file, int *format, HurrayError *error) {
     *format = HURRAY_FORMAT_NPY;
   } else if (size >= 4 && (memcmp(b, "PK\x03\x04", 4) == 0 || memcmp(b, "PK\x05\x06", 4) == 0)) {
     *format = HURRAY_FORMAT_NPZ;
+  } else if (size >= 4 && memcmp(b, "GGUF", 4) == 0) {
+    *format = HURRAY_FORMAT_GGUF;
   } else if (size >= 9 && hurray__load_le64(b) <= size - 8 && b[8] == '{') {
     *format = HURRAY_FORMAT_SAFETENSORS;
   } else {
@@ -160,6 +165,20 @@ static int open_hurray(ConvSource *s, const char *path, HurrayError *error) {
 static int open_safetensors(ConvSource *s, HurrayError *error) {
   SafetensorsHeader h;
   int status = hurray__safetensors_parse(s->bytes, s->size, &s->arena, &h, error);
+  if (status != HURRAY_OK) return status;
+  s->count = h.count;
+  s->arrays = h.arrays;
+  if (h.metadata.count > 0) {
+    s->metadata = hurray__arena_alloc(&s->arena, sizeof *s->metadata);
+    if (s->metadata == NULL) return arena_fail(error);
+    *s->metadata = h.metadata;
+  }
+  return HURRAY_OK;
+}
+
+static int open_gguf(ConvSource *s, HurrayError *error) {
+  GgufHeader h;
+  int status = hurray__gguf_parse(s->bytes, s->size, &s->arena, &h, error);
   if (status != HURRAY_OK) return status;
   s->count = h.count;
   s->arrays = h.arrays;
@@ -290,6 +309,9 @@ int hurray__source_open_input(FileSource *file, int format, const char *name, Co
         break;
       case HURRAY_FORMAT_NPZ:
         status = open_npz(s, error);
+        break;
+      case HURRAY_FORMAT_GGUF:
+        status = open_gguf(s, error);
         break;
       default:
         status = hurray__fail(error, HURRAY_EINVAL, "format %d is no input format here", format);
@@ -848,6 +870,10 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
         break;
       case HURRAY_FORMAT_NPY:
         status = to_npy(&source, output, o, &pipe, error);
+        break;
+      case HURRAY_FORMAT_GGUF:
+        status = hurray__fail(error, HURRAY_EUNSUPPORTED,
+                              "GGUF is an input format: writing it is not implemented yet");
         break;
       default:
         status = to_npz(&source, output, o, &pipe, error);

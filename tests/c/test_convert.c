@@ -63,7 +63,8 @@ static void formats_are_named_and_inferred(void **state) {
   assert_int_equal(hurray_format_from_path(".npy", &format, NULL), HURRAY_EINVAL);
   assert_string_equal(hurray_format_name(HURRAY_FORMAT_SAFETENSORS), "safetensors");
   assert_string_equal(hurray_format_name(HURRAY_FORMAT_AUTO), "auto");
-  assert_null(hurray_format_name(5));
+  assert_string_equal(hurray_format_name(HURRAY_FORMAT_GGUF), "gguf");
+  assert_null(hurray_format_name(6));
 }
 
 /* ---- golden bytes ------------------------------------------------------------------------- */
@@ -389,7 +390,7 @@ static void other_formats_open_as_readers(void **state) {
   assert_int_equal(
       hurray_file_reader_open(path_of("junk.bin"), HURRAY_FILE_OPEN_FOREIGN, &r, &error),
       HURRAY_EFORMAT);
-  assert_non_null(strstr(error.message, "safetensors, .npy or .npz"));
+  assert_non_null(strstr(error.message, "safetensors, .npy, .npz or GGUF"));
   assert_int_equal(hurray_file_reader_open(path_of("two.npz"), 1u << 3, &r, NULL), HURRAY_EINVAL);
 }
 
