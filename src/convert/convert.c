@@ -515,7 +515,8 @@ static int check_holdable(const ConvArray *a, int format, HurrayError *error) {
 /* Metadata an output without a place for it would lose. */
 static int check_metadata(const ConvSource *s, int format, uint32_t flags, HurrayError *error) {
   if (flags & HURRAY_CONVERT_DROP_METADATA) return HURRAY_OK;
-  if (format != HURRAY_FORMAT_SAFETENSORS && s->metadata != NULL && s->metadata->count > 0) {
+  if (format != HURRAY_FORMAT_SAFETENSORS && format != HURRAY_FORMAT_GGUF && s->metadata != NULL &&
+      s->metadata->count > 0) {
     return hurray__fail(error, HURRAY_EUNSUPPORTED,
                         "the input has file metadata, which %s cannot hold (drop it with "
                         "HURRAY_CONVERT_DROP_METADATA, hurray convert --drop-metadata)",
@@ -653,6 +654,42 @@ static int to_safetensors(ConvSource *s, const char *path, const HurrayConvertOp
   if (status == HURRAY_OK) status = hurray__output_commit(&out, error);
   hurray__output_close(&out);
   free(order);
+  return status;
+}
+
+/* GGUF v3: the header, then each array's bytes in C order, each padded with zeros to the
+ * alignment. File metadata becomes key/values; what GGUF has no type for is refused by name. */
+static int to_gguf(ConvSource *s, const char *path, const HurrayConvertOptions *o, Pipe *pipe,
+                   HurrayError *error) {
+  if (o->alignment != 0) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "a GGUF file's alignment is its general.alignment metadata, not an option");
+  }
+  FileSink header = {0};
+  uint32_t alignment = 0;
+  const HurrayMetaValue *metadata = (o->flags & HURRAY_CONVERT_DROP_METADATA) ? NULL : s->metadata;
+  int status = hurray__gguf_header(&header, s->arrays, s->count, metadata, &alignment, error);
+  for (uint32_t i = 0; i < s->count; i++) pipe->total += s->arrays[i].data_bytes;
+  FileOutput out = {.fd = -1};
+  if (status == HURRAY_OK) status = hurray__output_open(&out, path, durable(o), error);
+  if (status == HURRAY_OK) status = hurray__output_write(&out, header.data, header.len, error);
+  hurray__sink_reset(&header);
+  pipe->fn = output_chunk;
+  pipe->context = &out;
+  static const uint8_t kZeros[64] = {0};
+  if (status == HURRAY_OK) report(pipe);
+  for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
+    status = hurray__source_c_order(s, &s->arrays[i], pipe_chunk, pipe, error);
+    uint64_t pad = (alignment - s->arrays[i].data_bytes % alignment) % alignment;
+    while (status == HURRAY_OK && pad > 0) {
+      size_t n = pad < sizeof kZeros ? (size_t)pad : sizeof kZeros;
+      status = hurray__output_write(&out, kZeros, n, error);
+      pad -= n;
+    }
+    if (status == HURRAY_OK) report(pipe);
+  }
+  if (status == HURRAY_OK) status = hurray__output_commit(&out, error);
+  hurray__output_close(&out);
   return status;
 }
 
@@ -812,7 +849,7 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
     status = hurray_format_from_path(output, &out, error);
   }
   if (status == HURRAY_OK && o->alignment != 0 && out != HURRAY_FORMAT_HURRAY &&
-      out != HURRAY_FORMAT_SAFETENSORS) {
+      out != HURRAY_FORMAT_SAFETENSORS && out != HURRAY_FORMAT_GGUF) {
     status = hurray__fail(error, HURRAY_EINVAL,
                           "alignment applies to Hurray and safetensors outputs, not %s",
                           hurray_format_name(out));
@@ -872,8 +909,7 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
         status = to_npy(&source, output, o, &pipe, error);
         break;
       case HURRAY_FORMAT_GGUF:
-        status = hurray__fail(error, HURRAY_EUNSUPPORTED,
-                              "GGUF is an input format: writing it is not implemented yet");
+        status = to_gguf(&source, output, o, &pipe, error);
         break;
       default:
         status = to_npz(&source, output, o, &pipe, error);

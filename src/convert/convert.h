@@ -200,6 +200,19 @@ typedef struct GgufHeader {
  * Hurray names and unique, types known, offsets aligned and inside the file. */
 HURRAY_INTERNAL int hurray__gguf_parse(const uint8_t *bytes, uint64_t size, FileArena *arena,
                                        GgufHeader *out, HurrayError *error);
+#define CONV_GGUF_MAX_NAME 63u /* bytes of a tensor name ggml takes (GGML_MAX_NAME - 1) */
+
+/* Whether GGUF can hold `a` (dense, a dtype with a ggml type, rank 1..4, a name ggml takes):
+ * HURRAY_EUNSUPPORTED naming the tensor and why not. */
+HURRAY_INTERNAL int hurray__gguf_check(const ConvArray *a, HurrayError *error);
+/* Appends a GGUF v3 header for `count` arrays (each checked by hurray__gguf_check), the data of
+ * each at the next multiple of `*alignment` after the previous one, and the file metadata as
+ * key/values (integers as u32 where they fit, else i32, else i64; floats as f32 where exact;
+ * lists as arrays of one type); `*alignment` is its general.alignment, else 32. The header is
+ * padded to the alignment: the first array's bytes follow it. */
+HURRAY_INTERNAL int hurray__gguf_header(FileSink *out, const ConvArray *arrays, uint32_t count,
+                                        const HurrayMetaValue *metadata, uint32_t *alignment,
+                                        HurrayError *error);
 /* The Hurray dtype of a ggml type (INVALID if Hurray reads none), and back (-1 if none). */
 HURRAY_INTERNAL int hurray__gguf_dtype(uint32_t ggml);
 HURRAY_INTERNAL int hurray__gguf_type(int dtype);

@@ -438,3 +438,194 @@ int hurray__gguf_parse(const uint8_t *bytes, uint64_t size, FileArena *arena, Gg
   free(named);
   return status;
 }
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+static void sink_string(FileSink *out, const char *s, size_t len) {
+  hurray__sink_u64(out, len);
+  hurray__sink_bytes(out, s, len);
+}
+
+/* The GGUF type an integer takes: u32 where it fits (as llama.cpp's counts and sizes), else
+ * i32, else i64. */
+static uint32_t int_type(int64_t v) {
+  if (v >= 0 && v <= (int64_t)UINT32_MAX) return GT_U32;
+  return v >= INT32_MIN ? GT_I32 : GT_I64;
+}
+
+/* The GGUF type of a metadata value, or GT_COUNT where GGUF has none (maps, null). A list takes
+ * its first item's type, every item must have it (integers: one type that holds all). */
+static uint32_t value_type(const HurrayMetaValue *v, uint32_t depth) {
+  switch (v->type) {
+    case HURRAY_META_BOOL: return GT_BOOL;
+    case HURRAY_META_INT64: return int_type(v->as.int64);
+    case HURRAY_META_INTEGER: return v->count > 0 && v->as.string[0] != '-' ? GT_U64 : GT_COUNT;
+    case HURRAY_META_FLOAT64: return (double)(float)v->as.float64 == v->as.float64 ? GT_F32 : GT_F64;
+    case HURRAY_META_STRING: return GT_STRING;
+    case HURRAY_META_LIST: return depth < CONV_GGUF_MAX_DEPTH ? GT_ARRAY : GT_COUNT;
+    default: return GT_COUNT;
+  }
+}
+
+/* The element type of a list: the same for every item; integers widen to one that holds all. */
+static uint32_t list_type(const HurrayMetaValue *v, uint32_t depth) {
+  if (v->count == 0) return GT_U8;
+  uint32_t t = value_type(&v->as.items[0], depth + 1);
+  for (uint32_t i = 1; i < v->count && t != GT_COUNT; i++) {
+    uint32_t u = value_type(&v->as.items[i], depth + 1);
+    const bool ints = (t == GT_U32 || t == GT_I32 || t == GT_I64) &&
+                      (u == GT_U32 || u == GT_I32 || u == GT_I64);
+    if (ints && t != u) {
+      t = GT_I64; /* holds u32, i32 and i64 alike */
+    } else if (u == GT_F64 && t == GT_F32) {
+      t = GT_F64;
+    } else if (!(u == GT_F32 && t == GT_F64) && u != t) {
+      t = GT_COUNT;
+    }
+  }
+  return t;
+}
+
+static int write_value(FileSink *out, const HurrayMetaValue *v, uint32_t type, uint32_t depth,
+                       const char *key, HurrayError *error) {
+  switch (type) {
+    case GT_BOOL: hurray__sink_u8(out, v->as.boolean); return HURRAY_OK;
+    case GT_U32:
+    case GT_I32: hurray__sink_u32(out, (uint32_t)v->as.int64); return HURRAY_OK;
+    case GT_I64: hurray__sink_u64(out, (uint64_t)v->as.int64); return HURRAY_OK;
+    case GT_U64: {
+      uint64_t u = 0;
+      if (v->type == HURRAY_META_INT64) {
+        u = (uint64_t)v->as.int64;
+      } else {
+        for (uint32_t i = 0; i < v->count; i++) {
+          if (hurray__mul_u64(u, 10, &u) ||
+              hurray__add_u64(u, (uint64_t)(v->as.string[i] - '0'), &u)) {
+            return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                                "metadata '%.64s': an integer past 2^64 - 1 has no GGUF type",
+                                key);
+          }
+        }
+      }
+      hurray__sink_u64(out, u);
+      return HURRAY_OK;
+    }
+    case GT_F32: {
+      float f = (float)v->as.float64;
+      uint32_t bits;
+      memcpy(&bits, &f, sizeof bits);
+      hurray__sink_u32(out, bits);
+      return HURRAY_OK;
+    }
+    case GT_F64: {
+      uint64_t bits;
+      memcpy(&bits, &v->as.float64, sizeof bits);
+      hurray__sink_u64(out, bits);
+      return HURRAY_OK;
+    }
+    case GT_STRING: sink_string(out, v->as.string, v->count); return HURRAY_OK;
+    case GT_ARRAY: {
+      uint32_t item = list_type(v, depth);
+      if (item == GT_COUNT) {
+        return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                            "metadata '%.64s': a list GGUF cannot hold (its items differ in "
+                            "type, or are maps or null, or nest deeper than %u)",
+                            key, CONV_GGUF_MAX_DEPTH);
+      }
+      hurray__sink_u32(out, item);
+      hurray__sink_u64(out, v->count);
+      int status = HURRAY_OK;
+      for (uint32_t i = 0; i < v->count && status == HURRAY_OK; i++) {
+        status = write_value(out, &v->as.items[i], item, depth + 1, key, error);
+      }
+      return status;
+    }
+    default:
+      return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                          "metadata '%.64s' is %s, which GGUF has no type for", key,
+                          hurray_meta_type_name(v->type));
+  }
+}
+
+int hurray__gguf_check(const ConvArray *a, HurrayError *error) {
+  if (a->refusal != NULL) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "tensor '%.64s' is a %s tensor: GGUF holds dense arrays only", a->name,
+                        a->refusal);
+  }
+  if (hurray__gguf_type(a->dtype) < 0) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED, "tensor '%.64s' is %s, which GGUF has no type for",
+                        a->name, hurray_dtype_info(a->dtype)->name);
+  }
+  if (a->ndim < 1 || a->ndim > (int32_t)CONV_GGUF_MAX_DIMS) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "tensor '%.64s' has rank %" PRId32 "; GGUF holds ranks 1 to %u", a->name,
+                        a->ndim, CONV_GGUF_MAX_DIMS);
+  }
+  if (a->name_len > CONV_GGUF_MAX_NAME) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "tensor '%.64s': its name is %zu bytes; ggml's are at most %u", a->name,
+                        a->name_len, CONV_GGUF_MAX_NAME);
+  }
+  return HURRAY_OK;
+}
+
+int hurray__gguf_header(FileSink *out, const ConvArray *arrays, uint32_t count,
+                        const HurrayMetaValue *metadata, uint32_t *alignment, HurrayError *error) {
+  *alignment = CONV_GGUF_DEFAULT_ALIGNMENT;
+  uint32_t kvs = metadata != NULL ? metadata->count : 0;
+  for (uint32_t i = 0; i < kvs; i++) {
+    const HurrayMetaValue *v = &metadata->as.items[i];
+    if (strcmp(metadata->keys[i], "general.alignment") == 0) {
+      if (v->type != HURRAY_META_INT64 || v->as.int64 <= 0 ||
+          v->as.int64 > CONV_GGUF_MAX_ALIGNMENT || (v->as.int64 & (v->as.int64 - 1)) != 0) {
+        return hurray__fail(error, HURRAY_EINVAL,
+                            "metadata general.alignment is a power of two up to %u",
+                            CONV_GGUF_MAX_ALIGNMENT);
+      }
+      *alignment = (uint32_t)v->as.int64;
+    }
+  }
+  hurray__sink_bytes(out, "GGUF", 4);
+  hurray__sink_u32(out, 3);
+  hurray__sink_u64(out, count);
+  hurray__sink_u64(out, kvs);
+  int status = HURRAY_OK;
+  for (uint32_t i = 0; i < kvs && status == HURRAY_OK; i++) {
+    const char *key = metadata->keys[i];
+    const HurrayMetaValue *v = &metadata->as.items[i];
+    uint32_t type = value_type(v, 0);
+    if (type == GT_COUNT) {
+      return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                          "metadata '%.64s' is %s, which GGUF has no type for", key,
+                          hurray_meta_type_name(v->type));
+    }
+    sink_string(out, key, strlen(key));
+    hurray__sink_u32(out, type);
+    status = write_value(out, v, type, 0, key, error);
+  }
+  uint64_t offset = 0;
+  for (uint32_t i = 0; i < count && status == HURRAY_OK; i++) {
+    const ConvArray *a = &arrays[i];
+    status = hurray__gguf_check(a, error);
+    if (status != HURRAY_OK) break;
+    sink_string(out, a->name, a->name_len);
+    hurray__sink_u32(out, (uint32_t)a->ndim);
+    uint32_t elements = 1, bytes = 1;
+    bool block = hurray_dtype_block(a->dtype, &elements, &bytes, NULL) == HURRAY_OK;
+    for (int32_t k = a->ndim - 1; k >= 0; k--) {
+      uint64_t ne = (uint64_t)a->shape[k];
+      if (block && k == a->ndim - 1) ne = ne / bytes * elements; /* whole blocks: validated */
+      hurray__sink_u64(out, ne);
+    }
+    hurray__sink_u32(out, (uint32_t)hurray__gguf_type(a->dtype));
+    hurray__sink_u64(out, offset);
+    uint64_t padded = a->data_bytes + (*alignment - a->data_bytes % *alignment) % *alignment;
+    if (hurray__add_u64(offset, padded, &offset)) {
+      status = hurray__fail(error, HURRAY_EOVERFLOW, "the GGUF data section overflows");
+    }
+  }
+  if (status == HURRAY_OK) hurray__sink_zeros(out, (*alignment - out->len % *alignment) % *alignment);
+  if (status == HURRAY_OK && out->failed) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  return status;
+}

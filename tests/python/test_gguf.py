@@ -193,3 +193,48 @@ def test_malformed_files_are_refused_naming_the_field(tmp_path, case):
     path.write_bytes(data)
     with pytest.raises(hurray.FormatError, match=field):
         hurray.load(path)
+
+
+def tensor_bytes(path):
+    r = gguf.GGUFReader(str(path))
+    return {t.name: (int(t.tensor_type), [int(n) for n in t.shape], bytes(np.asarray(t.data)))
+            for t in r.tensors}
+
+
+def test_gguf_to_hurray_to_gguf_keeps_every_tensor_byte(tmp_path):
+    tensors = {name: (random_blocks(q, 2, 256, scales, seed=i), q)
+               for i, (q, name, scales) in enumerate(BLOCKS)}
+    tensors["f"] = (np.arange(12, dtype=np.float32).reshape(3, 4), None)
+    tensors["h"] = (np.arange(7, dtype=np.float16), None)
+    tensors["i"] = (np.arange(6, dtype=np.int32).reshape(1, 2, 3), None)
+    kv = {"test.u32": ("uint32", 7), "test.s": ("string", "x"),
+          "test.a": ("array", ["a", "b"]), "test.f": ("float32", 0.25)}
+    src = write(tmp_path / "a.gguf", tensors, kv)
+    mid = tmp_path / "a.hurray"
+    hurray.convert(src, mid)
+    back = tmp_path / "b.gguf"
+    hurray.convert(mid, back)
+    assert tensor_bytes(back) == tensor_bytes(src)
+    r = gguf.GGUFReader(str(back))
+    f = r.fields
+    assert f["test.u32"].types == [gguf.GGUFValueType.UINT32] and f["test.u32"].contents() == 7
+    assert f["test.s"].contents() == "x" and f["test.a"].contents() == ["a", "b"]
+    assert f["test.f"].contents() == 0.25
+    assert f["general.architecture"].contents() == "test"
+    with hurray.open(back) as g:  # and it reads back as what it was
+        assert same_bits(hurray.dequantize(g["q6_k"]),
+                         gguf.quants.dequantize(tensors["q6_k"][0], T.Q6_K))
+
+
+def test_what_gguf_cannot_hold_is_refused_by_name(tmp_path):
+    path = tmp_path / "x.hurray"
+    hurray.save(path, {"ok": np.zeros(4, np.float32), "flags": np.zeros(3, bool)})
+    with pytest.raises(hurray.UnsupportedError, match="tensor 'flags' is bool, which GGUF"):
+        hurray.convert(path, tmp_path / "x.gguf")
+    hurray.save(path, {"s": np.float32(1.0)})
+    with pytest.raises(hurray.UnsupportedError, match="tensor 's' has rank 0"):
+        hurray.convert(path, tmp_path / "x.gguf")
+    hurray.save(path, {"t": np.zeros(2, np.float32)}, metadata={"m": {"nested": 1}})
+    with pytest.raises(hurray.UnsupportedError, match="metadata 'm' is map"):
+        hurray.convert(path, tmp_path / "x.gguf")
+    assert not (tmp_path / "x.gguf").exists()
