@@ -348,7 +348,11 @@ static int parse_tensor(Reader *r, uint32_t index, ConvArray *a, uint64_t *offse
                           "-weight blocks",
                           field, ne[0], hurray_dtype_info(a->dtype)->name, elements);
     }
-    ne[0] = ne[0] / elements * bytes; /* fits: bytes / elements < 2 */
+    ne[0] = ne[0] / elements * bytes; /* no wrap: bytes / elements < 2 */
+    if (ne[0] > (uint64_t)HURRAY_MAX_DIM) {
+      return hurray__fail(error, HURRAY_EFORMAT,
+                          "GGUF: %s: a row of %" PRIu64 " bytes is too large", field, ne[0]);
+    }
   }
   for (uint32_t k = 0; k < ndim; k++) shape[ndim - 1 - k] = (int64_t)ne[k];
   a->ndim = (int32_t)ndim;

@@ -761,7 +761,7 @@ static int block_prepare(const HurrayTensorDesc *tensor, const HurrayBufferList 
   for (int32_t k = 0; k < tensor->ndim; k++) bytes *= (uint64_t)tensor->shape[k]; /* validated */
   run->dtype = tensor->dtype;
   hurray_dtype_block(tensor->dtype, &run->elements, &run->bytes, NULL);
-  run->data = (const uint8_t *)buffer->data + a->byte_offset;
+  run->data = bytes > 0 ? (const uint8_t *)buffer->data + a->byte_offset : NULL; /* empty: none */
   run->nblocks = bytes / run->bytes;
   if (__builtin_mul_overflow(run->nblocks, (uint64_t)run->elements, &run->numel) ||
       __builtin_mul_overflow(run->numel, (uint64_t)out_itemsize(dtype), out_bytes)) {
