@@ -162,32 +162,30 @@ static int open_hurray(ConvSource *s, const char *path, HurrayError *error) {
   return status;
 }
 
+/* A parsed header's arrays and metadata (a MAP in the arena, kept only when not empty) as the
+ * source's. */
+static int take_header(ConvSource *s, uint32_t count, ConvArray *arrays,
+                       const HurrayMetaValue *metadata, HurrayError *error) {
+  s->count = count;
+  s->arrays = arrays;
+  if (metadata->count > 0) {
+    s->metadata = hurray__arena_alloc(&s->arena, sizeof *s->metadata);
+    if (s->metadata == NULL) return arena_fail(error);
+    *s->metadata = *metadata;
+  }
+  return HURRAY_OK;
+}
+
 static int open_safetensors(ConvSource *s, HurrayError *error) {
   SafetensorsHeader h;
   int status = hurray__safetensors_parse(s->bytes, s->size, &s->arena, &h, error);
-  if (status != HURRAY_OK) return status;
-  s->count = h.count;
-  s->arrays = h.arrays;
-  if (h.metadata.count > 0) {
-    s->metadata = hurray__arena_alloc(&s->arena, sizeof *s->metadata);
-    if (s->metadata == NULL) return arena_fail(error);
-    *s->metadata = h.metadata;
-  }
-  return HURRAY_OK;
+  return status == HURRAY_OK ? take_header(s, h.count, h.arrays, &h.metadata, error) : status;
 }
 
 static int open_gguf(ConvSource *s, HurrayError *error) {
   GgufHeader h;
   int status = hurray__gguf_parse(s->bytes, s->size, &s->arena, &h, error);
-  if (status != HURRAY_OK) return status;
-  s->count = h.count;
-  s->arrays = h.arrays;
-  if (h.metadata.count > 0) {
-    s->metadata = hurray__arena_alloc(&s->arena, sizeof *s->metadata);
-    if (s->metadata == NULL) return arena_fail(error);
-    *s->metadata = h.metadata;
-  }
-  return HURRAY_OK;
+  return status == HURRAY_OK ? take_header(s, h.count, h.arrays, &h.metadata, error) : status;
 }
 
 /* An array from a parsed .npy header whose data is `available` bytes from data_offset on. */
