@@ -611,6 +611,16 @@ static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions
   return status;
 }
 
+/* Opens the output at `path`, writes `header` to it and points `pipe` at it. */
+static int begin_output(FileOutput *out, const char *path, const HurrayConvertOptions *o,
+                        const FileSink *header, Pipe *pipe, HurrayError *error) {
+  int status = hurray__output_open(out, path, durable(o), error);
+  if (status == HURRAY_OK) status = hurray__output_write(out, header->data, header->len, error);
+  pipe->fn = output_chunk;
+  pipe->context = out;
+  return status;
+}
+
 static int to_safetensors(ConvSource *s, const char *path, const HurrayConvertOptions *o,
                           Pipe *pipe, HurrayError *error) {
   uint32_t alignment = o->alignment ? o->alignment : 8;
@@ -639,11 +649,8 @@ static int to_safetensors(ConvSource *s, const char *path, const HurrayConvertOp
                                         alignment, error);
   }
   FileOutput out = {.fd = -1};
-  if (status == HURRAY_OK) status = hurray__output_open(&out, path, durable(o), error);
-  if (status == HURRAY_OK) status = hurray__output_write(&out, header.data, header.len, error);
+  if (status == HURRAY_OK) status = begin_output(&out, path, o, &header, pipe, error);
   hurray__sink_reset(&header);
-  pipe->fn = output_chunk;
-  pipe->context = &out;
   if (status == HURRAY_OK) report(pipe);
   for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
     status = hurray__source_c_order(s, order[i], pipe_chunk, pipe, error);
@@ -669,11 +676,8 @@ static int to_gguf(ConvSource *s, const char *path, const HurrayConvertOptions *
   int status = hurray__gguf_header(&header, s->arrays, s->count, metadata, &alignment, error);
   for (uint32_t i = 0; i < s->count; i++) pipe->total += s->arrays[i].data_bytes;
   FileOutput out = {.fd = -1};
-  if (status == HURRAY_OK) status = hurray__output_open(&out, path, durable(o), error);
-  if (status == HURRAY_OK) status = hurray__output_write(&out, header.data, header.len, error);
+  if (status == HURRAY_OK) status = begin_output(&out, path, o, &header, pipe, error);
   hurray__sink_reset(&header);
-  pipe->fn = output_chunk;
-  pipe->context = &out;
   static const uint8_t kZeros[64] = {0};
   if (status == HURRAY_OK) report(pipe);
   for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
