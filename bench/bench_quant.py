@@ -19,9 +19,15 @@ hurray's time over the other's (below 1: hurray is faster): `new` compares the n
 the copy into new memory, `out=` the call with out= with the copy into written memory. The
 output of each is checked
 against the reference first: equal values (Q4_0's zeros may differ in sign, see
-tests/python/test_quant.py).
+tests/python/test_quant.py). The same Q8_0 and Q4_0 bytes are then dequantised as tensors of
+the block dtypes ``q8_0`` and ``q4_0`` (ADR-094), checked equal to the reference bit for bit.
 
-    python bench/bench_quant.py [--rounds 5] [--slow-rounds 1] [--mib 256]
+Last, a GGUF file of `--gguf-mib` MiB (Q4_0 and F32 tensors of 4096 columns, written by
+``gguf.GGUFWriter``, in the page cache) is loaded and every byte of every tensor touched (its
+maximum taken), by ``hurray.load`` and by ``gguf.GGUFReader``; the ratio is hurray's time over
+the reader's.
+
+    python bench/bench_quant.py [--rounds 5] [--slow-rounds 1] [--mib 256] [--gguf-mib 256]
 
 A benchmark, not a test: it asserts nothing about speed.
 """
@@ -30,11 +36,20 @@ import argparse
 import os
 import platform
 import sys
+import tempfile
+import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(__file__))
-from timing import best  # noqa: E402
+
+def best(fn, rounds):
+    """The least wall time of `rounds` calls of fn (bench/timing.py has no such helper)."""
+    times = []
+    for _ in range(max(1, rounds)):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
 
 import gguf  # noqa: E402
 
@@ -88,11 +103,50 @@ def gguf_blocks(n, qtype):
     return t, lambda: gguf.quants.dequantize(raw, qtype)
 
 
+def block_dtype(n, qtype):
+    """The GGUF bytes as one tensor of Hurray's block dtype (ADR-094), in place."""
+    rows, cols = n // 4096, 4096
+    raw = gguf.quants.quantize(
+        np.random.default_rng(1).standard_normal((rows, cols), dtype=np.float32), qtype)
+    name = "q8_0" if qtype == T.Q8_0 else "q4_0"
+    t = hurray.Tensor(raw, getattr(hurray.dtype, name), list(raw.shape))
+    return t, lambda: gguf.quants.dequantize(raw, qtype)
+
+
+def gguf_file(directory, mib):
+    """A GGUF file of about `mib` MiB: Q4_0 and F32 tensors of 4096 columns, half each."""
+    path = os.path.join(directory, "bench.gguf")
+    w = gguf.GGUFWriter(path, "bench")
+    rng = np.random.default_rng(2)
+    rows = max(1, mib * (1 << 20) // 2 // (4096 * 4) // 8)
+    for i in range(8):
+        x = rng.standard_normal((rows, 4096), dtype=np.float32)
+        w.add_tensor(f"f{i}", x)
+        q = gguf.quants.quantize(np.tile(x, (7, 1)), T.Q4_0)  # 4.5 bits: about as many bytes
+        w.add_tensor(f"q{i}", q, raw_shape=q.shape, raw_dtype=T.Q4_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def touch_hurray(path):
+    return max(int(np.frombuffer(t.bytes_view(), np.uint8).max())
+               for t in hurray.load(path).values())
+
+
+def touch_gguf(path):
+    return max(int(np.asarray(t.data).view(np.uint8).max())
+               for t in gguf.GGUFReader(path).tensors)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--slow-rounds", type=int, default=1)
     parser.add_argument("--mib", type=int, default=256, help="float32 output per tensor")
+    parser.add_argument("--gguf-mib", type=int, default=256, help="size of the GGUF file")
     args = parser.parse_args()
     n = args.mib * (1 << 20) // 4
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
@@ -108,14 +162,18 @@ def main():
           f"{'new/memcpy new':>15} {'out=/memcpy':>12}")
     for name, make in (("int4 per channel", int4_per_channel),
                        ("Q8_0, one buffer", lambda k: gguf_blocks(k, T.Q8_0)),
-                       ("Q4_0, one buffer", lambda k: gguf_blocks(k, T.Q4_0))):
+                       ("Q4_0, one buffer", lambda k: gguf_blocks(k, T.Q4_0)),
+                       ("Q8_0, q8_0 dtype", lambda k: block_dtype(k, T.Q8_0)),
+                       ("Q4_0, q4_0 dtype", lambda k: block_dtype(k, T.Q4_0))):
         t, reference = make(n)
         got = np.asarray(hurray.dequantize(t)).reshape(-1)
         want = reference().reshape(-1)
-        if not np.array_equal(got, want):
+        exact = "dtype" in name  # the block dtypes give the reference's bits, zeros' signs too
+        if not (np.array_equal(got.view(np.uint32), want.view(np.uint32)) if exact
+                else np.array_equal(got, want)):
             sys.exit(f"{name}: hurray.dequantize differs from the reference")
         del got, want
-        into = hurray.from_numpy(np.empty(t.shape, np.float32))
+        into = hurray.from_numpy(np.empty(hurray.dequantize(t).shape, np.float32))
         hurray.dequantize(t, out=into)
         ours = best(lambda: hurray.dequantize(t), args.rounds)
         ours_out = best(lambda: hurray.dequantize(t, out=into), args.rounds)
@@ -123,6 +181,16 @@ def main():
         print(f"{name:18} {ours * 1e3:7.1f} {ours_out * 1e3:8.1f} {ref * 1e3:9.1f} "
               f"{ref / ours_out:11.1f} {ours / copy_new:15.2f} {ours_out / copy_warm:12.2f}")
         del into
+    with tempfile.TemporaryDirectory() as directory:
+        path = gguf_file(directory, args.gguf_mib)
+        size = os.path.getsize(path)
+        if touch_hurray(path) != touch_gguf(path):
+            sys.exit("hurray.load and gguf.GGUFReader read different bytes")
+        ours = best(lambda: touch_hurray(path), args.rounds)
+        theirs = best(lambda: touch_gguf(path), args.rounds)
+        print(f"GGUF file of {size / 2**20:.0f} MiB, load + touch every byte: hurray.load "
+              f"{ours * 1e3:.1f} ms, gguf.GGUFReader {theirs * 1e3:.1f} ms, "
+              f"ratio {ours / theirs:.2f}")
 
 
 if __name__ == "__main__":

@@ -197,7 +197,21 @@ typedef enum HurrayDTypeCode {
   HURRAY_DTYPE_UINT4 = 65,
   HURRAY_DTYPE_INT2 = 66,
   HURRAY_DTYPE_UINT2 = 67,
-  HURRAY_DTYPE_UINT1 = 68
+  HURRAY_DTYPE_UINT1 = 68,
+  /* Tier 3: GGML quantisation blocks (ADR-094, dtypes.md §6). An element is one byte of a
+   * row of whole blocks; a row of n bytes holds n / bytes * elements weights
+   * (hurray_dtype_block). */
+  HURRAY_DTYPE_Q4_0 = 69,
+  HURRAY_DTYPE_Q4_1 = 70,
+  HURRAY_DTYPE_Q5_0 = 71,
+  HURRAY_DTYPE_Q5_1 = 72,
+  HURRAY_DTYPE_Q8_0 = 73,
+  HURRAY_DTYPE_Q2_K = 74,
+  HURRAY_DTYPE_Q3_K = 75,
+  HURRAY_DTYPE_Q4_K = 76,
+  HURRAY_DTYPE_Q5_K = 77,
+  HURRAY_DTYPE_Q6_K = 78,
+  HURRAY_DTYPE_Q8_K = 79
 } HurrayDTypeCode;
 
 typedef enum HurrayDTypeKind {
@@ -205,7 +219,8 @@ typedef enum HurrayDTypeKind {
   HURRAY_KIND_SIGNED = 1,
   HURRAY_KIND_UNSIGNED = 2,
   HURRAY_KIND_FLOAT = 3,
-  HURRAY_KIND_COMPLEX = 4
+  HURRAY_KIND_COMPLEX = 4,
+  HURRAY_KIND_BLOCK = 5 /* bytes of quantisation blocks: HURRAY_DTYPE_Q4_0 .. Q8_K */
 } HurrayDTypeKind;
 
 /* DLPack's DLDataTypeCode values, for HurrayDTypeInfo.dlpack_code (DLPack's integers). */
@@ -232,6 +247,11 @@ HURRAY_API int hurray_dtype_from_dlpack(uint8_t dl_code, uint8_t dl_bits, uint16
 /* Bytes needed to store `count` packed elements: ceil(count * bits / 8), overflow-checked. */
 HURRAY_API int hurray_dtype_storage_bytes(int code, uint64_t count, uint64_t *bytes,
                                           HurrayError *error);
+/* A block dtype's block: `*elements` weights in `*bytes` bytes (Q4_0: 32 in 18). HURRAY_EDTYPE
+ * for a dtype of another kind. A tensor of a block dtype is DENSE, row-major, of rank >= 1,
+ * and its last extent (bytes of a row) a multiple of `*bytes` (ADR-094). */
+HURRAY_API int hurray_dtype_block(int code, uint32_t *elements, uint32_t *bytes,
+                                  HurrayError *error);
 /* The table in code order: hurray_dtype_at(i) for i < hurray_dtype_count(), else NULL. */
 HURRAY_API size_t hurray_dtype_count(void);
 HURRAY_API const HurrayDTypeInfo *hurray_dtype_at(size_t index);
@@ -1314,7 +1334,8 @@ typedef enum HurrayFormat {
   HURRAY_FORMAT_HURRAY = 1,      /* .hurray, .hry */
   HURRAY_FORMAT_SAFETENSORS = 2, /* .safetensors */
   HURRAY_FORMAT_NPY = 3,         /* .npy: one array */
-  HURRAY_FORMAT_NPZ = 4          /* .npz: a zip of .npy members */
+  HURRAY_FORMAT_NPZ = 4,         /* .npz: a zip of .npy members */
+  HURRAY_FORMAT_GGUF = 5         /* .gguf (llama.cpp), versions 2 and 3: an input (ADR-094) */
 } HurrayFormat;
 
 /* Metadata a safetensors output cannot hold as it is: non-string values of the file's

@@ -13,7 +13,7 @@
 
 static const char kKindChars[] = {
     [HURRAY_KIND_BOOL] = 'b',  [HURRAY_KIND_SIGNED] = 'i',  [HURRAY_KIND_UNSIGNED] = 'u',
-    [HURRAY_KIND_FLOAT] = 'f', [HURRAY_KIND_COMPLEX] = 'c',
+    [HURRAY_KIND_FLOAT] = 'f', [HURRAY_KIND_COMPLEX] = 'c', [HURRAY_KIND_BLOCK] = 'q',
 };
 
 PyObject *hurray__py_dtype_object(HurrayState *st, int code) {
@@ -287,7 +287,7 @@ static PyGetSetDef dtype_getset[] = {
     {"tier", get_tier, NULL,
      PyDoc_STR("The tier: 1 array API dtypes, 2 other floats, 3 packed integers."), NULL},
     {"kind", get_kind, NULL,
-     PyDoc_STR("The kind: 'b' bool, 'i' signed, 'u' unsigned, 'f' floating, 'c' complex."),
+     PyDoc_STR("The kind: 'b' bool, 'i' int, 'u' unsigned, 'f' float, 'c' complex, 'q' block."),
      NULL},
     {"code", get_code, NULL, PyDoc_STR("The dtype's code in the Hurray format, fixed forever."),
      NULL},

@@ -22,6 +22,16 @@ static const HurrayDTypeInfo *dtype_or(HurrayState *st, PyObject *obj, int fallb
   return hurray__py_dtype_arg(st, obj);
 }
 
+/* The shape of what dequantising `t` gives into `shape`: t's own, but for a block dtype, whose
+ * last extent (bytes of whole blocks) becomes the weights they hold (ADR-094). */
+static void result_shape(const HurrayTensorDesc *t, int64_t *shape) {
+  memcpy(shape, t->shape, (size_t)t->ndim * sizeof *shape);
+  uint32_t elements = 0, bytes = 0;
+  if (t->ndim > 0 && hurray_dtype_block(t->dtype, &elements, &bytes, NULL) == HURRAY_OK) {
+    shape[t->ndim - 1] = shape[t->ndim - 1] / bytes * elements;
+  }
+}
+
 /* dequantize(t, out=...): the kernel into `out`, a writable, row-major dense CPU tensor of
  * t's shape and `dtype`. Returns a new reference to `out`. */
 static PyObject *dequantize_into(HurrayState *st, HurrayTensorObject *t,
@@ -34,8 +44,10 @@ static PyObject *dequantize_into(HurrayState *st, HurrayTensorObject *t,
   HurrayHostView view;
   if (hurray__py_tensor_host_view(st, out, "dequantize(out=)", &view) < 0) return NULL;
   const HurrayArray *a = view.array;
+  int64_t shape[HURRAY_MAX_NDIM];
+  result_shape(t->desc, shape);
   int same_shape = a->ndim == t->desc->ndim &&
-                   memcmp(a->shape, t->desc->shape, (size_t)a->ndim * sizeof *a->shape) == 0;
+                   memcmp(a->shape, shape, (size_t)a->ndim * sizeof *a->shape) == 0;
   if (view.readonly || a->dtype != dtype->code || !same_shape ||
       !hurray__array_is_c_contiguous(a)) {
     return hurray__py_raise(st, HURRAY_PY_EXC_INVALID_ARGUMENT,
@@ -80,7 +92,9 @@ static PyObject *dequantize(PyObject *module, PyObject *const *args, Py_ssize_t 
   status = hurray_dequantize_buffer(t->desc, t->context->buffers, dtype->code, &out, &error);
   Py_END_ALLOW_THREADS
   if (status != HURRAY_OK) return hurray__py_raise_status(st, status, &error);
-  HurrayArray array = {.shape = t->desc->shape, .ndim = t->desc->ndim, .dtype = dtype->code};
+  int64_t shape[HURRAY_MAX_NDIM];
+  result_shape(t->desc, shape);
+  HurrayArray array = {.shape = shape, .ndim = t->desc->ndim, .dtype = dtype->code};
   return hurray__py_tensor_wrap(st, out, &array, 0, NULL, NULL);
 }
 

@@ -45,7 +45,7 @@ static const char kConvertUsage[] =
     "  -h, --help          show this help\n";
 
 static bool parse_format(const char *text, uint8_t *format) {
-  for (int f = HURRAY_FORMAT_HURRAY; f <= HURRAY_FORMAT_NPZ; f++) {
+  for (int f = HURRAY_FORMAT_HURRAY; f <= HURRAY_FORMAT_GGUF; f++) {
     if (strcmp(text, hurray_format_name(f)) == 0) {
       *format = (uint8_t)f;
       return true;

@@ -44,7 +44,8 @@ static int run_verify(int argc, char **argv) {
   if (r == NULL) return rc;
   HurrayFileInfo info;
   hurray_file_reader_info(r, &info, NULL);
-  if (info.format == HURRAY_FORMAT_SAFETENSORS || info.format == HURRAY_FORMAT_NPY) {
+  if (info.format == HURRAY_FORMAT_SAFETENSORS || info.format == HURRAY_FORMAT_NPY ||
+      info.format == HURRAY_FORMAT_GGUF) {
     /* Opening checked the header and that every tensor lies inside the file: all there is. */
     if (!quiet && info.shard_count > 0) {
       printf("%s: ok, its %" PRIu32 " shards are %s files, which keep no checksums: the index, "

@@ -24,6 +24,8 @@ const char *hurray_format_name(int format) {
       return "npy";
     case HURRAY_FORMAT_NPZ:
       return "npz";
+    case HURRAY_FORMAT_GGUF:
+      return "gguf";
     default:
       return NULL;
   }
@@ -41,7 +43,8 @@ int hurray_format_from_path(const char *path, int *format, HurrayError *error) {
                      {".hry", HURRAY_FORMAT_HURRAY},
                      {".safetensors", HURRAY_FORMAT_SAFETENSORS},
                      {".npy", HURRAY_FORMAT_NPY},
-                     {".npz", HURRAY_FORMAT_NPZ}};
+                     {".npz", HURRAY_FORMAT_NPZ},
+                     {".gguf", HURRAY_FORMAT_GGUF}};
   size_t len = strlen(path);
   for (size_t i = 0; i < sizeof kExtensions / sizeof kExtensions[0]; i++) {
     size_t n = strlen(kExtensions[i].extension);
@@ -52,7 +55,7 @@ int hurray_format_from_path(const char *path, int *format, HurrayError *error) {
   }
   return hurray__fail(error, HURRAY_EINVAL,
                       "cannot tell the format of '%.128s' from its extension (.hurray, .hry, "
-                      ".safetensors, .npy, .npz): name it in the options",
+                      ".safetensors, .npy, .npz, .gguf): name it in the options",
                       path);
 }
 
@@ -65,6 +68,8 @@ int hurray__sniff(const FileSource *file, int *format, HurrayError *error) {
     *format = HURRAY_FORMAT_NPY;
   } else if (size >= 4 && (memcmp(b, "PK\x03\x04", 4) == 0 || memcmp(b, "PK\x05\x06", 4) == 0)) {
     *format = HURRAY_FORMAT_NPZ;
+  } else if (size >= 4 && memcmp(b, "GGUF", 4) == 0) {
+    *format = HURRAY_FORMAT_GGUF;
   } else if (size >= 9 && hurray__load_le64(b) <= size - 8 && b[8] == '{') {
     *format = HURRAY_FORMAT_SAFETENSORS;
   } else {
@@ -157,18 +162,30 @@ static int open_hurray(ConvSource *s, const char *path, HurrayError *error) {
   return status;
 }
 
+/* A parsed header's arrays and metadata (a MAP in the arena, kept only when not empty) as the
+ * source's. */
+static int take_header(ConvSource *s, uint32_t count, ConvArray *arrays,
+                       const HurrayMetaValue *metadata, HurrayError *error) {
+  s->count = count;
+  s->arrays = arrays;
+  if (metadata->count > 0) {
+    s->metadata = hurray__arena_alloc(&s->arena, sizeof *s->metadata);
+    if (s->metadata == NULL) return arena_fail(error);
+    *s->metadata = *metadata;
+  }
+  return HURRAY_OK;
+}
+
 static int open_safetensors(ConvSource *s, HurrayError *error) {
   SafetensorsHeader h;
   int status = hurray__safetensors_parse(s->bytes, s->size, &s->arena, &h, error);
-  if (status != HURRAY_OK) return status;
-  s->count = h.count;
-  s->arrays = h.arrays;
-  if (h.metadata.count > 0) {
-    s->metadata = hurray__arena_alloc(&s->arena, sizeof *s->metadata);
-    if (s->metadata == NULL) return arena_fail(error);
-    *s->metadata = h.metadata;
-  }
-  return HURRAY_OK;
+  return status == HURRAY_OK ? take_header(s, h.count, h.arrays, &h.metadata, error) : status;
+}
+
+static int open_gguf(ConvSource *s, HurrayError *error) {
+  GgufHeader h;
+  int status = hurray__gguf_parse(s->bytes, s->size, &s->arena, &h, error);
+  return status == HURRAY_OK ? take_header(s, h.count, h.arrays, &h.metadata, error) : status;
 }
 
 /* An array from a parsed .npy header whose data is `available` bytes from data_offset on. */
@@ -290,6 +307,9 @@ int hurray__source_open_input(FileSource *file, int format, const char *name, Co
         break;
       case HURRAY_FORMAT_NPZ:
         status = open_npz(s, error);
+        break;
+      case HURRAY_FORMAT_GGUF:
+        status = open_gguf(s, error);
         break;
       default:
         status = hurray__fail(error, HURRAY_EINVAL, "format %d is no input format here", format);
@@ -493,7 +513,8 @@ static int check_holdable(const ConvArray *a, int format, HurrayError *error) {
 /* Metadata an output without a place for it would lose. */
 static int check_metadata(const ConvSource *s, int format, uint32_t flags, HurrayError *error) {
   if (flags & HURRAY_CONVERT_DROP_METADATA) return HURRAY_OK;
-  if (format != HURRAY_FORMAT_SAFETENSORS && s->metadata != NULL && s->metadata->count > 0) {
+  if (format != HURRAY_FORMAT_SAFETENSORS && format != HURRAY_FORMAT_GGUF && s->metadata != NULL &&
+      s->metadata->count > 0) {
     return hurray__fail(error, HURRAY_EUNSUPPORTED,
                         "the input has file metadata, which %s cannot hold (drop it with "
                         "HURRAY_CONVERT_DROP_METADATA, hurray convert --drop-metadata)",
@@ -590,6 +611,16 @@ static int to_hurray(ConvSource *s, const char *path, const HurrayConvertOptions
   return status;
 }
 
+/* Opens the output at `path`, writes `header` to it and points `pipe` at it. */
+static int begin_output(FileOutput *out, const char *path, const HurrayConvertOptions *o,
+                        const FileSink *header, Pipe *pipe, HurrayError *error) {
+  int status = hurray__output_open(out, path, durable(o), error);
+  if (status == HURRAY_OK) status = hurray__output_write(out, header->data, header->len, error);
+  pipe->fn = output_chunk;
+  pipe->context = out;
+  return status;
+}
+
 static int to_safetensors(ConvSource *s, const char *path, const HurrayConvertOptions *o,
                           Pipe *pipe, HurrayError *error) {
   uint32_t alignment = o->alignment ? o->alignment : 8;
@@ -618,11 +649,8 @@ static int to_safetensors(ConvSource *s, const char *path, const HurrayConvertOp
                                         alignment, error);
   }
   FileOutput out = {.fd = -1};
-  if (status == HURRAY_OK) status = hurray__output_open(&out, path, durable(o), error);
-  if (status == HURRAY_OK) status = hurray__output_write(&out, header.data, header.len, error);
+  if (status == HURRAY_OK) status = begin_output(&out, path, o, &header, pipe, error);
   hurray__sink_reset(&header);
-  pipe->fn = output_chunk;
-  pipe->context = &out;
   if (status == HURRAY_OK) report(pipe);
   for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
     status = hurray__source_c_order(s, order[i], pipe_chunk, pipe, error);
@@ -631,6 +659,39 @@ static int to_safetensors(ConvSource *s, const char *path, const HurrayConvertOp
   if (status == HURRAY_OK) status = hurray__output_commit(&out, error);
   hurray__output_close(&out);
   free(order);
+  return status;
+}
+
+/* GGUF v3: the header, then each array's bytes in C order, each padded with zeros to the
+ * alignment. File metadata becomes key/values; what GGUF has no type for is refused by name. */
+static int to_gguf(ConvSource *s, const char *path, const HurrayConvertOptions *o, Pipe *pipe,
+                   HurrayError *error) {
+  if (o->alignment != 0) {
+    return hurray__fail(error, HURRAY_EINVAL,
+                        "a GGUF file's alignment is its general.alignment metadata, not an option");
+  }
+  FileSink header = {0};
+  uint32_t alignment = 0;
+  const HurrayMetaValue *metadata = (o->flags & HURRAY_CONVERT_DROP_METADATA) ? NULL : s->metadata;
+  int status = hurray__gguf_header(&header, s->arrays, s->count, metadata, &alignment, error);
+  for (uint32_t i = 0; i < s->count; i++) pipe->total += s->arrays[i].data_bytes;
+  FileOutput out = {.fd = -1};
+  if (status == HURRAY_OK) status = begin_output(&out, path, o, &header, pipe, error);
+  hurray__sink_reset(&header);
+  static const uint8_t kZeros[64] = {0};
+  if (status == HURRAY_OK) report(pipe);
+  for (uint32_t i = 0; i < s->count && status == HURRAY_OK; i++) {
+    status = hurray__source_c_order(s, &s->arrays[i], pipe_chunk, pipe, error);
+    uint64_t pad = (alignment - s->arrays[i].data_bytes % alignment) % alignment;
+    while (status == HURRAY_OK && pad > 0) {
+      size_t n = pad < sizeof kZeros ? (size_t)pad : sizeof kZeros;
+      status = hurray__output_write(&out, kZeros, n, error);
+      pad -= n;
+    }
+    if (status == HURRAY_OK) report(pipe);
+  }
+  if (status == HURRAY_OK) status = hurray__output_commit(&out, error);
+  hurray__output_close(&out);
   return status;
 }
 
@@ -790,7 +851,7 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
     status = hurray_format_from_path(output, &out, error);
   }
   if (status == HURRAY_OK && o->alignment != 0 && out != HURRAY_FORMAT_HURRAY &&
-      out != HURRAY_FORMAT_SAFETENSORS) {
+      out != HURRAY_FORMAT_SAFETENSORS && out != HURRAY_FORMAT_GGUF) {
     status = hurray__fail(error, HURRAY_EINVAL,
                           "alignment applies to Hurray and safetensors outputs, not %s",
                           hurray_format_name(out));
@@ -848,6 +909,9 @@ int hurray_convert(const char *input, const char *output, const HurrayConvertOpt
         break;
       case HURRAY_FORMAT_NPY:
         status = to_npy(&source, output, o, &pipe, error);
+        break;
+      case HURRAY_FORMAT_GGUF:
+        status = to_gguf(&source, output, o, &pipe, error);
         break;
       default:
         status = to_npz(&source, output, o, &pipe, error);

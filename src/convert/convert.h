@@ -3,6 +3,7 @@
  *
  *   json.c         a bounded, strict JSON cursor (exactly what a safetensors header needs)
  *   safetensors.c  the safetensors header: parse and validate; write
+ *   gguf.c         the GGUF header (v2, v3): parse and validate (ADR-094)
  *   npy.c          the .npy header (a Python dict literal): parse; write
  *   zip.c          the zip directory of .npz files (ZIP64 included): read, inflate, write
  *   array.c        streaming an array's bytes: chunks of a mapping, byte swaps, inflate,
@@ -173,6 +174,48 @@ HURRAY_INTERNAL int hurray__safetensors_header(FileSink *out, const ConvArray *c
                                                uint32_t count, const HurrayMetaValue *metadata,
                                                SafetensorsNonString non_string,
                                                uint32_t alignment, HurrayError *error);
+
+/* ---- gguf.c ------------------------------------------------------------------------------- */
+
+#define CONV_GGUF_MAX_TENSORS HURRAY_FILE_MAX_TENSORS
+#define CONV_GGUF_MAX_KVS (1u << 20)
+#define CONV_GGUF_MAX_STRING (1u << 24) /* bytes of a string value */
+#define CONV_GGUF_MAX_ARRAY (1u << 24)  /* items of an array value */
+#define CONV_GGUF_MAX_DEPTH 8u          /* levels of nested arrays */
+#define CONV_GGUF_MAX_DIMS 4u           /* as ggml's GGML_MAX_DIMS */
+#define CONV_GGUF_MAX_ALIGNMENT (1u << 21)
+#define CONV_GGUF_DEFAULT_ALIGNMENT 32u
+
+typedef struct GgufHeader {
+  uint32_t version;   /* 2 or 3 */
+  uint32_t alignment; /* general.alignment, else 32 */
+  uint64_t data_offset;
+  uint32_t count;
+  ConvArray *arrays;        /* in the arena; region_offset is each tensor's file offset */
+  HurrayMetaValue metadata; /* a MAP of every key/value, in the arena */
+} GgufHeader;
+
+/* Parses and validates a GGUF header (versions 2 and 3) over the `size` bytes at `bytes`:
+ * counts, strings and arrays within limits and the bytes left, keys and tensor names valid
+ * Hurray names and unique, types known, offsets aligned and inside the file. */
+HURRAY_INTERNAL int hurray__gguf_parse(const uint8_t *bytes, uint64_t size, FileArena *arena,
+                                       GgufHeader *out, HurrayError *error);
+#define CONV_GGUF_MAX_NAME 63u /* bytes of a tensor name ggml takes (GGML_MAX_NAME - 1) */
+
+/* Whether GGUF can hold `a` (dense, a dtype with a ggml type, rank 1..4, a name ggml takes):
+ * HURRAY_EUNSUPPORTED naming the tensor and why not. */
+HURRAY_INTERNAL int hurray__gguf_check(const ConvArray *a, HurrayError *error);
+/* Appends a GGUF v3 header for `count` arrays (each checked by hurray__gguf_check), the data of
+ * each at the next multiple of `*alignment` after the previous one, and the file metadata as
+ * key/values (integers as u32 where they fit, else i32, else i64; floats as f32 where exact;
+ * lists as arrays of one type); `*alignment` is its general.alignment, else 32. The header is
+ * padded to the alignment: the first array's bytes follow it. */
+HURRAY_INTERNAL int hurray__gguf_header(FileSink *out, const ConvArray *arrays, uint32_t count,
+                                        const HurrayMetaValue *metadata, uint32_t *alignment,
+                                        HurrayError *error);
+/* The Hurray dtype of a ggml type (INVALID if Hurray reads none), and back (-1 if none). */
+HURRAY_INTERNAL int hurray__gguf_dtype(uint32_t ggml);
+HURRAY_INTERNAL int hurray__gguf_type(int dtype);
 
 /* ---- npy.c -------------------------------------------------------------------------------- */
 

@@ -1,4 +1,4 @@
-/* view.c -- a safetensors, .npy or .npz file presented as a HurrayFileReader
+/* view.c -- a safetensors, .npy, .npz or GGUF file presented as a HurrayFileReader
  * (HURRAY_FILE_OPEN_FOREIGN, ADR-046). The converters' parsers open and validate it (a
  * ConvSource, as hurray_convert opens its input); each array becomes a DENSE tensor with one
  * VALUES buffer whose record is encoded by the writer's encoder, and the index is built by
@@ -164,8 +164,6 @@ static int unknown_format(const FileSource *file, HurrayError *error) {
   } kKnown[] = {
       {"\x89HDF\r\n\x1a\n", 8,
        "an HDF5 file: read it with h5py and save its arrays with hurray.save"},
-      {"GGUF", 4, "a GGUF file: read it with the gguf package and save its tensors with "
-                  "hurray.save"},
       {"\x80\x02", 2, kPickle}, {"\x80\x03", 2, kPickle}, {"\x80\x04", 2, kPickle},
       {"\x80\x05", 2, kPickle},
   };
@@ -178,7 +176,7 @@ static int unknown_format(const FileSource *file, HurrayError *error) {
     }
   }
   return hurray__fail(error, HURRAY_EFORMAT,
-                      "not a Hurray file (bad magic), nor safetensors, .npy or .npz by its "
+                      "not a Hurray file (bad magic), nor safetensors, .npy, .npz or GGUF by its "
                       "first bytes");
 }
 

@@ -213,6 +213,12 @@ int hurray__dlpack_carries(const HurrayTensorDesc *tensor, HurrayError *error) {
   }
   const HurrayArray *values = &tensor->parts[0];
   const HurrayDTypeInfo *dtype = hurray_dtype_info(values->dtype);
+  if (dtype->kind == HURRAY_KIND_BLOCK) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "%s has no DLPack dtype (DLPack has no code for GGML blocks): "
+                        "dequantise it first",
+                        dtype->name);
+  }
   if (dtype->dlpack_lanes == 0) {
     return hurray__fail(error, HURRAY_EUNSUPPORTED,
                         "%s has no DLPack dtype (DLPack has no code for packed %d-bit integers)",

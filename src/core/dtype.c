@@ -63,7 +63,18 @@ enum {
   X("uint4", UINT4, 3, UNSIGNED, 4, DL_NONE)                                               \
   X("int2", INT2, 3, SIGNED, 2, DL_NONE)                                                   \
   X("uint2", UINT2, 3, UNSIGNED, 2, DL_NONE)                                               \
-  X("uint1", UINT1, 3, UNSIGNED, 1, DL_NONE)
+  X("uint1", UINT1, 3, UNSIGNED, 1, DL_NONE)                                               \
+  X("q4_0", Q4_0, 3, BLOCK, 8, DL_NONE)                                                    \
+  X("q4_1", Q4_1, 3, BLOCK, 8, DL_NONE)                                                    \
+  X("q5_0", Q5_0, 3, BLOCK, 8, DL_NONE)                                                    \
+  X("q5_1", Q5_1, 3, BLOCK, 8, DL_NONE)                                                    \
+  X("q8_0", Q8_0, 3, BLOCK, 8, DL_NONE)                                                    \
+  X("q2_k", Q2_K, 3, BLOCK, 8, DL_NONE)                                                    \
+  X("q3_k", Q3_K, 3, BLOCK, 8, DL_NONE)                                                    \
+  X("q4_k", Q4_K, 3, BLOCK, 8, DL_NONE)                                                    \
+  X("q5_k", Q5_K, 3, BLOCK, 8, DL_NONE)                                                    \
+  X("q6_k", Q6_K, 3, BLOCK, 8, DL_NONE)                                                    \
+  X("q8_k", Q8_K, 3, BLOCK, 8, DL_NONE)
 
 /* A DLPack form is always (dl_code, the dtype's own bits, 1 lane); without one it is
  * (HURRAY_DLPACK_NONE, 0, 0). */
@@ -147,6 +158,25 @@ int hurray_dtype_from_dlpack(uint8_t dl_code, uint8_t dl_bits, uint16_t dl_lanes
   return hurray__fail(error, HURRAY_EUNSUPPORTED,
                       "DLPack dtype (code %u, bits %u, lanes %u) has no Hurray dtype", dl_code,
                       dl_bits, dl_lanes);
+}
+
+int hurray_dtype_block(int code, uint32_t *elements, uint32_t *bytes, HurrayError *error) {
+  /* (weights, bytes) of each block dtype, Q4_0 (69) .. Q8_K (79), as ggml's block structs */
+  static const uint16_t kBlocks[][2] = {{32, 18},   {32, 20},   {32, 22},   {32, 24},
+                                        {32, 34},   {256, 84},  {256, 110}, {256, 144},
+                                        {256, 176}, {256, 210}, {256, 292}};
+  if (elements == NULL || bytes == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "hurray_dtype_block: %s is NULL",
+                        elements == NULL ? "elements" : "bytes");
+  }
+  if (code < HURRAY_DTYPE_Q4_0 || code > HURRAY_DTYPE_Q8_K) {
+    const HurrayDTypeInfo *t = hurray_dtype_info(code);
+    if (t == NULL) return hurray__fail(error, HURRAY_EDTYPE, "unknown dtype code %d", code);
+    return hurray__fail(error, HURRAY_EDTYPE, "%s is no block dtype (q4_0 .. q8_k)", t->name);
+  }
+  *elements = kBlocks[code - HURRAY_DTYPE_Q4_0][0];
+  *bytes = kBlocks[code - HURRAY_DTYPE_Q4_0][1];
+  return HURRAY_OK;
 }
 
 int hurray_dtype_storage_bytes(int code, uint64_t count, uint64_t *bytes, HurrayError *error) {

@@ -599,6 +599,204 @@ static int plan_bytes(const Plan *plan, int dtype, uint64_t *bytes, HurrayError 
   return HURRAY_OK;
 }
 
+
+/* ---- GGML blocks (ADR-094, dtypes.md §6) ------------------------------------------------------
+ *
+ * A tensor of a block dtype is rows of whole blocks, row-major: its bytes are one run of
+ * blocks, and block b's weights are weights [b * elements, (b + 1) * elements) of the result.
+ * Each block is decoded as ggml's dequantize_row_* and the gguf package's NumPy reference do,
+ * operation for operation in float32: a scale is d * (float)sc, then value = scale * (float)q,
+ * less min * (float)m where the type has mins, plus m where the block has an offset. */
+
+static inline float le_f16(const uint8_t *p) {
+  return f16_to_f32(hurray__load_le16(p));
+}
+
+/* Q4_K and Q5_K's eight 6-bit scales and mins, packed in 12 bytes. */
+static void k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
+  for (int j = 0; j < 4; j++) {
+    sc[j] = s[j] & 0x3F;
+    mn[j] = s[j + 4] & 0x3F;
+    sc[j + 4] = (uint8_t)((s[j + 8] & 0x0F) | ((s[j] >> 2) & 0x30));
+    mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30));
+  }
+}
+
+/* The weights of one block of `dtype` at `b` into y[0 .. elements). */
+static void ggml_block(int dtype, const uint8_t *b, float *y) {
+  switch (dtype) {
+    case HURRAY_DTYPE_Q4_0: {
+      const float d = le_f16(b);
+      for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)((int)(b[2 + j] & 0x0F) - 8);
+        y[j + 16] = d * (float)((int)(b[2 + j] >> 4) - 8);
+      }
+      return;
+    }
+    case HURRAY_DTYPE_Q4_1: {
+      const float d = le_f16(b), m = le_f16(b + 2);
+      for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)(b[4 + j] & 0x0F) + m;
+        y[j + 16] = d * (float)(b[4 + j] >> 4) + m;
+      }
+      return;
+    }
+    case HURRAY_DTYPE_Q5_0:
+    case HURRAY_DTYPE_Q5_1: {
+      const int one = dtype == HURRAY_DTYPE_Q5_1;
+      const float d = le_f16(b), m = one ? le_f16(b + 2) : 0.0f;
+      const uint32_t qh = hurray__load_le32(b + 2 + 2 * one);
+      const uint8_t *qs = b + 6 + 2 * one;
+      for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 0x0F) | (int)(((qh >> j) & 1u) << 4);
+        int hi = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+        if (one) {
+          y[j] = d * (float)lo + m;
+          y[j + 16] = d * (float)hi + m;
+        } else {
+          y[j] = d * (float)(lo - 16);
+          y[j + 16] = d * (float)(hi - 16);
+        }
+      }
+      return;
+    }
+    case HURRAY_DTYPE_Q8_0: {
+      const float d = le_f16(b);
+      for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)b[2 + j] * d;
+      return;
+    }
+    case HURRAY_DTYPE_Q2_K: { /* scales[16] qs[64] d dmin */
+      const uint8_t *sc = b, *qs = b + 16;
+      const float d = le_f16(b + 80), dmin = le_f16(b + 82);
+      for (int e = 0; e < 256; e++) {
+        const int i = e / 16, h = e / 128, s = (e / 32) % 4, l = e % 32;
+        const float dl = d * (float)(sc[i] & 0x0F), ml = dmin * (float)(sc[i] >> 4);
+        y[e] = dl * (float)((qs[h * 32 + l] >> (2 * s)) & 3) - ml;
+      }
+      return;
+    }
+    case HURRAY_DTYPE_Q3_K: { /* hmask[32] qs[64] scales[12] d */
+      const uint8_t *hm = b, *qs = b + 32, *s12 = b + 96;
+      const float d = le_f16(b + 108);
+      float dl[16];
+      for (int k = 0; k < 16; k++) {
+        int lo = (k < 8 ? s12[k] : s12[k - 8] >> 4) & 0x0F;
+        int hi = (s12[8 + k % 4] >> (2 * (k / 4))) & 3;
+        dl[k] = d * (float)((int)(int8_t)(uint8_t)(lo | hi << 4) - 32);
+      }
+      for (int e = 0; e < 256; e++) {
+        const int h = e / 128, s = (e / 32) % 4, l = e % 32;
+        const int ql = (qs[h * 32 + l] >> (2 * s)) & 3;
+        const int qh = ((hm[l] >> (e / 32)) & 1) ^ 1;
+        y[e] = dl[e / 16] * (float)(ql - (qh << 2));
+      }
+      return;
+    }
+    case HURRAY_DTYPE_Q4_K:
+    case HURRAY_DTYPE_Q5_K: { /* d dmin scales[12] (qh[32]) qs[128] */
+      const int five = dtype == HURRAY_DTYPE_Q5_K;
+      const float d = le_f16(b), dmin = le_f16(b + 2);
+      const uint8_t *qh = b + 16, *qs = b + 16 + 32 * five;
+      uint8_t sc[8], mn[8];
+      k_scales(b + 4, sc, mn);
+      for (int i = 0; i < 8; i++) {
+        const float dd = d * (float)sc[i], dm = dmin * (float)mn[i];
+        const int c = i / 2, shift = 4 * (i % 2);
+        for (int l = 0; l < 32; l++) {
+          int q = (qs[c * 32 + l] >> shift) & 0x0F;
+          if (five) q |= ((qh[l] >> i) & 1) << 4;
+          y[i * 32 + l] = dd * (float)q - dm;
+        }
+      }
+      return;
+    }
+    case HURRAY_DTYPE_Q6_K: { /* ql[128] qh[64] scales[16] (int8) d */
+      const uint8_t *ql = b, *qh = b + 128;
+      const int8_t *sc = (const int8_t *)(const void *)(b + 192);
+      const float d = le_f16(b + 208);
+      for (int e = 0; e < 256; e++) {
+        const int h = e / 128, r = e % 128;
+        const int lo = (ql[h * 64 + r % 64] >> (4 * (r / 64))) & 0x0F;
+        const int hi = (qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
+        const float dd = d * (float)sc[e / 16];
+        y[e] = dd * (float)((int)(int8_t)(uint8_t)(lo | hi << 4) - 32);
+      }
+      return;
+    }
+    default: { /* Q8_K: d (float32) qs[256] bsums[16] */
+      const float d = f32_of_bits(hurray__load_le32(b));
+      for (int e = 0; e < 256; e++) y[e] = (float)(int8_t)b[4 + e] * d;
+      return;
+    }
+  }
+}
+
+/* A validated tensor of a block dtype: its first byte, its bytes and the weights they hold. */
+typedef struct BlockRun {
+  int dtype;
+  const uint8_t *data;
+  uint64_t nblocks;
+  uint32_t elements, bytes;
+  uint64_t numel; /* weights */
+} BlockRun;
+
+static int block_prepare(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
+                         int dtype, BlockRun *run, uint64_t *out_bytes, HurrayError *error) {
+  const HurrayArray *a = &tensor->parts[0];
+  const HurrayBuffer *buffer = buffers->buffers[a->buffer];
+  const char *name = hurray_dtype_info(tensor->dtype)->name;
+  if (buffer->desc.device_tag != HURRAY_DEVICE_CPU) {
+    return hurray__fail(error, HURRAY_EUNSUPPORTED,
+                        "the kernels read CPU memory; the %s blocks (buffer %u) are on %s", name,
+                        a->buffer, "another device");
+  }
+  if (dtype != HURRAY_DTYPE_FLOAT32 && dtype != HURRAY_DTYPE_FLOAT16 &&
+      dtype != HURRAY_DTYPE_BFLOAT16) {
+    const HurrayDTypeInfo *info = hurray_dtype_info(dtype);
+    return hurray__fail(error, HURRAY_EDTYPE,
+                        "a %s tensor dequantises to float32, float16 or bfloat16, not %s", name,
+                        info != NULL ? info->name : "an unknown dtype");
+  }
+  uint64_t bytes = 1;
+  for (int32_t k = 0; k < tensor->ndim; k++) bytes *= (uint64_t)tensor->shape[k]; /* validated */
+  run->dtype = tensor->dtype;
+  hurray_dtype_block(tensor->dtype, &run->elements, &run->bytes, NULL);
+  run->data = bytes > 0 ? (const uint8_t *)buffer->data + a->byte_offset : NULL; /* empty: none */
+  run->nblocks = bytes / run->bytes;
+  if (__builtin_mul_overflow(run->nblocks, (uint64_t)run->elements, &run->numel) ||
+      __builtin_mul_overflow(run->numel, (uint64_t)out_itemsize(dtype), out_bytes)) {
+    return hurray__fail(error, HURRAY_EOVERFLOW, "the result of %llu %s blocks overflows",
+                        (unsigned long long)run->nblocks, name);
+  }
+  return HURRAY_OK;
+}
+
+static int block_open(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers, int dtype,
+                      BlockRun *run, uint64_t *out_bytes, HurrayError *error) {
+  if (buffers == NULL) {
+    return hurray__fail(error, HURRAY_EINVAL, "dequantize: tensor and buffers must not be NULL");
+  }
+  int status = hurray_tensor_validate(tensor, buffers, 0, error);
+  return status == HURRAY_OK ? block_prepare(tensor, buffers, dtype, run, out_bytes, error)
+                             : status;
+}
+
+static void block_run(const BlockRun *run, int dtype, uint8_t *out) {
+  const size_t item = out_itemsize(dtype);
+  float buf[256];
+  for (uint64_t i = 0; i < run->nblocks; i++) {
+    float *y = dtype == HURRAY_DTYPE_FLOAT32 ? (float *)(void *)out : buf;
+    ggml_block(run->dtype, run->data + i * run->bytes, y);
+    store_row(y, run->elements, dtype, out);
+    out += (size_t)run->elements * item;
+  }
+}
+
+static bool is_block(const HurrayTensorDesc *tensor) {
+  uint32_t elements, bytes;
+  return tensor != NULL && hurray_dtype_block(tensor->dtype, &elements, &bytes, NULL) == HURRAY_OK;
+}
+
 /* A checked plan for dequantising `tensor` to `dtype` (heap: free it) and its output bytes. */
 static int plan_prepare(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers,
                         int dtype, Plan **out, uint64_t *bytes, HurrayError *error) {
@@ -613,12 +811,16 @@ static int plan_prepare(const HurrayTensorDesc *tensor, const HurrayBufferList *
 int hurray_dequantize(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers, int dtype,
                       void *out, uint64_t out_size, HurrayError *error) {
   Plan *plan = NULL;
+  BlockRun run = {0};
   uint64_t bytes = 0;
-  int status = plan_prepare(tensor, buffers, dtype, &plan, &bytes, error);
+  const bool block = is_block(tensor);
+  int status = block ? block_open(tensor, buffers, dtype, &run, &bytes, error)
+                     : plan_prepare(tensor, buffers, dtype, &plan, &bytes, error);
   if (status == HURRAY_OK && out_size < bytes) {
     status = hurray__fail(error, HURRAY_EINVAL,
                           "out holds %llu bytes; the %llu %s elements need %llu",
-                          (unsigned long long)out_size, (unsigned long long)plan->numel,
+                          (unsigned long long)out_size,
+                          (unsigned long long)(block ? run.numel : plan->numel),
                           hurray_dtype_info(dtype)->name, (unsigned long long)bytes);
   }
   if (status == HURRAY_OK && bytes > 0 && out == NULL) {
@@ -628,7 +830,8 @@ int hurray_dequantize(const HurrayTensorDesc *tensor, const HurrayBufferList *bu
     status = hurray__fail(error, HURRAY_EALIGN, "out is not aligned to its %zu-byte elements",
                           out_itemsize(dtype));
   }
-  if (status == HURRAY_OK) plan_run(plan, dtype, out);
+  if (status == HURRAY_OK && block) block_run(&run, dtype, out);
+  else if (status == HURRAY_OK) plan_run(plan, dtype, out);
   free(plan);
   return status;
 }
@@ -638,10 +841,14 @@ int hurray_dequantize_buffer(const HurrayTensorDesc *tensor, const HurrayBufferL
   if (out == NULL) return hurray__fail(error, HURRAY_EINVAL, "dequantize: out is NULL");
   *out = NULL;
   Plan *plan = NULL;
+  BlockRun run = {0};
   uint64_t bytes = 0;
-  int status = plan_prepare(tensor, buffers, dtype, &plan, &bytes, error);
+  const bool block = is_block(tensor);
+  int status = block ? block_open(tensor, buffers, dtype, &run, &bytes, error)
+                     : plan_prepare(tensor, buffers, dtype, &plan, &bytes, error);
   if (status == HURRAY_OK) status = hurray_buffer_alloc(bytes, 0, 0, out, error);
-  if (status == HURRAY_OK) plan_run(plan, dtype, (*out)->data);
+  if (status == HURRAY_OK && block) block_run(&run, dtype, (*out)->data);
+  else if (status == HURRAY_OK) plan_run(plan, dtype, (*out)->data);
   free(plan);
   return status;
 }

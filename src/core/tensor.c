@@ -426,6 +426,37 @@ static int validate_parts(const Validator *v, const HurrayTensorDesc *t) {
   }
 }
 
+/* A tensor of a block dtype (ADR-094): DENSE, rank >= 1, its values row-major, each row whole
+ * blocks, so that its bytes are ggml's rows of blocks. */
+static int check_block(const Validator *v, const HurrayTensorDesc *t) {
+  uint32_t elements = 0, bytes = 0;
+  if (hurray_dtype_block(t->dtype, &elements, &bytes, NULL) != HURRAY_OK) return HURRAY_OK;
+  const char *name = hurray_dtype_info(t->dtype)->name;
+  if (t->layout != HURRAY_LAYOUT_DENSE || t->ndim < 1) {
+    return hurray__fail(v->error, HURRAY_ELAYOUT,
+                        "a %s tensor is dense and of rank 1 or more, not %s of rank %" PRId32,
+                        name, hurray_layout_name((int)t->layout), t->ndim);
+  }
+  const HurrayArray *a = &t->parts[0];
+  if (t->shape[t->ndim - 1] % bytes != 0) {
+    return hurray__fail(v->error, HURRAY_ELAYOUT,
+                        "a %s tensor's last extent is bytes of whole %" PRIu32
+                        "-byte blocks; %" PRId64 " is not a multiple of %" PRIu32,
+                        name, bytes, t->shape[t->ndim - 1], bytes);
+  }
+  int64_t stride = 1;
+  for (int32_t k = a->ndim - 1; k >= 0 && a->strides != NULL; k--) {
+    if (a->shape[k] > 1 && a->strides[k] != stride) {
+      return hurray__fail(v->error, HURRAY_ELAYOUT,
+                          "a %s tensor's bytes are row-major; dimension %" PRId32
+                          " has stride %" PRId64 ", not %" PRId64,
+                          name, k, a->strides[k], stride);
+    }
+    stride *= a->shape[k];
+  }
+  return HURRAY_OK;
+}
+
 /* ---- contents of index parts --------------------------------------------------------------- */
 
 /* An index part (int32 or int64) whose bytes this process can read. */
@@ -754,6 +785,7 @@ static int validate_tensor(Validator *v, const HurrayTensorDesc *t) {
   if (status != HURRAY_OK) return status;
   if (t->layout == HURRAY_LAYOUT_COMPOSITE) return validate_children(v, t);
   status = validate_parts(v, t);
+  if (status == HURRAY_OK) status = check_block(v, t);
   if (status != HURRAY_OK || !(v->flags & HURRAY_VALIDATE_CONTENTS)) return status;
   return validate_contents(v, t);
 }

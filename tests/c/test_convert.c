@@ -63,7 +63,8 @@ static void formats_are_named_and_inferred(void **state) {
   assert_int_equal(hurray_format_from_path(".npy", &format, NULL), HURRAY_EINVAL);
   assert_string_equal(hurray_format_name(HURRAY_FORMAT_SAFETENSORS), "safetensors");
   assert_string_equal(hurray_format_name(HURRAY_FORMAT_AUTO), "auto");
-  assert_null(hurray_format_name(5));
+  assert_string_equal(hurray_format_name(HURRAY_FORMAT_GGUF), "gguf");
+  assert_null(hurray_format_name(6));
 }
 
 /* ---- golden bytes ------------------------------------------------------------------------- */
@@ -135,6 +136,69 @@ static void safetensors_golden_input(void **state) {
   assert_string_equal(meta->as.items[1].as.string, "a\"b\\c/\n");
   hurray_meta_destroy(meta);
   hurray_file_reader_destroy(r);
+}
+
+/* A GGUF v3 file made by hand: key/value general.alignment (u32 32), tensor "q" of ggml type
+ * Q8_0 with ne = [32, 2] (two blocks), then the data at the next multiple of 32. Read, written
+ * as Hurray and written back as GGUF, it is the same file, byte for byte; its blocks dequantise
+ * to d * q. */
+static void gguf_round_trip_is_byte_identical(void **state) {
+  (void)state;
+  uint8_t file[256] = {0};
+  size_t n = 0;
+#define PUT(bytes, len) (memcpy(file + n, bytes, len), n += (len))
+#define PUT_LE(value, width)                                                  \
+  do {                                                                          \
+    uint64_t v_ = (value);                                                      \
+    for (int i_ = 0; i_ < (width); i_++) file[n++] = (uint8_t)(v_ >> (8 * i_)); \
+  } while (0)
+  PUT("GGUF", 4);
+  PUT_LE(3, 4);  /* version */
+  PUT_LE(1, 8);  /* tensors */
+  PUT_LE(1, 8);  /* key/values */
+  PUT_LE(17, 8);
+  PUT("general.alignment", 17);
+  PUT_LE(4, 4);  /* u32 */
+  PUT_LE(32, 4);
+  PUT_LE(1, 8);
+  PUT("q", 1);
+  PUT_LE(2, 4);  /* n_dims */
+  PUT_LE(32, 8); /* ne[0] */
+  PUT_LE(2, 8);  /* ne[1] */
+  PUT_LE(8, 4);  /* Q8_0 */
+  PUT_LE(0, 8);  /* offset */
+  n = (n + 31) / 32 * 32;
+  for (int b = 0; b < 2; b++) {
+    PUT_LE(b == 0 ? 0x3C00 : 0xC000, 2); /* d = 1.0, -2.0 */
+    for (int i = 0; i < 32; i++) file[n++] = (uint8_t)(i - 16);
+  }
+  n = (n + 31) / 32 * 32;
+#undef PUT
+#undef PUT_LE
+  write_bytes(path_of("hand.gguf"), file, n);
+  OK(hurray_convert(path_of("hand.gguf"), path_of("hand.hurray"), NULL, E));
+  OK(hurray_convert(path_of("hand.hurray"), path_of("back.gguf"), NULL, E));
+  FILE *f = fopen(path_of("back.gguf"), "rb");
+  assert_non_null(f);
+  uint8_t back[512];
+  size_t got = fread(back, 1, sizeof back, f);
+  fclose(f);
+  assert_int_equal(got, n);
+  assert_memory_equal(back, file, n);
+
+  HurrayTensorContext *t = get_tensor(path_of("hand.hurray"), "q");
+  assert_int_equal(t->tensor->dtype, HURRAY_DTYPE_Q8_0);
+  assert_int_equal(t->tensor->shape[0], 2);
+  assert_int_equal(t->tensor->shape[1], 34); /* bytes of a row: one block */
+  float y[64];
+  OK(hurray_dequantize(t->tensor, t->buffers, HURRAY_DTYPE_FLOAT32, y, sizeof y, E));
+  for (int i = 0; i < 32; i++) {
+    assert_true(y[i] == (float)(i - 16));
+    assert_true(y[32 + i] == (float)(i - 16) * -2.0f);
+  }
+  assert_int_equal(hurray_dequantize(t->tensor, t->buffers, HURRAY_DTYPE_FLOAT32, y, 255, NULL),
+                   HURRAY_EINVAL); /* 64 floats need 256 bytes */
+  hurray_tensor_context_release(t);
 }
 
 /* numpy.save's bytes for a float32 [2, 3] array, and for Fortran order. */
@@ -389,7 +453,7 @@ static void other_formats_open_as_readers(void **state) {
   assert_int_equal(
       hurray_file_reader_open(path_of("junk.bin"), HURRAY_FILE_OPEN_FOREIGN, &r, &error),
       HURRAY_EFORMAT);
-  assert_non_null(strstr(error.message, "safetensors, .npy or .npz"));
+  assert_non_null(strstr(error.message, "safetensors, .npy, .npz or GGUF"));
   assert_int_equal(hurray_file_reader_open(path_of("two.npz"), 1u << 3, &r, NULL), HURRAY_EINVAL);
 }
 
@@ -1058,6 +1122,7 @@ int main(void) {
       cmocka_unit_test(small_and_hashed_inputs_that_shrink_are_a_clear_error),
       cmocka_unit_test(failures_leave_nothing_behind),
       cmocka_unit_test(other_formats_open_as_readers),
+      cmocka_unit_test(gguf_round_trip_is_byte_identical),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

@@ -48,6 +48,17 @@ static const HurrayDTypeInfo kGolden[] = {
     {"int2", 66, 3, HURRAY_KIND_SIGNED, 2, NONE, 0, 0},
     {"uint2", 67, 3, HURRAY_KIND_UNSIGNED, 2, NONE, 0, 0},
     {"uint1", 68, 3, HURRAY_KIND_UNSIGNED, 1, NONE, 0, 0},
+    {"q4_0", 69, 3, HURRAY_KIND_BLOCK, 8, NONE, 0, 0},
+    {"q4_1", 70, 3, HURRAY_KIND_BLOCK, 8, NONE, 0, 0},
+    {"q5_0", 71, 3, HURRAY_KIND_BLOCK, 8, NONE, 0, 0},
+    {"q5_1", 72, 3, HURRAY_KIND_BLOCK, 8, NONE, 0, 0},
+    {"q8_0", 73, 3, HURRAY_KIND_BLOCK, 8, NONE, 0, 0},
+    {"q2_k", 74, 3, HURRAY_KIND_BLOCK, 8, NONE, 0, 0},
+    {"q3_k", 75, 3, HURRAY_KIND_BLOCK, 8, NONE, 0, 0},
+    {"q4_k", 76, 3, HURRAY_KIND_BLOCK, 8, NONE, 0, 0},
+    {"q5_k", 77, 3, HURRAY_KIND_BLOCK, 8, NONE, 0, 0},
+    {"q6_k", 78, 3, HURRAY_KIND_BLOCK, 8, NONE, 0, 0},
+    {"q8_k", 79, 3, HURRAY_KIND_BLOCK, 8, NONE, 0, 0},
 };
 
 #define GOLDEN_COUNT (sizeof kGolden / sizeof kGolden[0])
@@ -90,12 +101,12 @@ static void tiers_have_their_sizes(void **state) {
   assert_int_equal(per_tier[0], 0);
   assert_int_equal(per_tier[1], 13); /* the array API dtypes */
   assert_int_equal(per_tier[2], 14);
-  assert_int_equal(per_tier[3], 5);
+  assert_int_equal(per_tier[3], 16); /* packed integers, GGML blocks */
 }
 
 static void unknown_codes_have_no_info(void **state) {
   (void)state;
-  const int unknown[] = {HURRAY_DTYPE_INVALID, -1, 14, 31, 46, 63, 69, 255, 256, INT_MAX, INT_MIN};
+  const int unknown[] = {HURRAY_DTYPE_INVALID, -1, 14, 31, 46, 63, 80, 255, 256, INT_MAX, INT_MIN};
   for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
     assert_null(hurray_dtype_info(unknown[i]));
   }

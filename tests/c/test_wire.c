@@ -263,9 +263,11 @@ static void every_dtype_round_trips(void **state) {
   OK(hurray_client_connect(r.address, NULL, &c, E));
   for (size_t i = 0; i < hurray_dtype_count(); i++) {
     const HurrayDTypeInfo *info = hurray_dtype_at(i);
-    static const int64_t shape[] = {3, 5};
+    uint32_t elements = 0, block = 0; /* a block dtype's rows are whole blocks */
+    const bool blocks = hurray_dtype_block(info->code, &elements, &block, NULL) == HURRAY_OK;
+    const int64_t shape[] = {3, blocks ? (int64_t)block : 5};
     uint64_t bytes = 0;
-    OK(hurray_dtype_storage_bytes(info->code, 15, &bytes, E));
+    OK(hurray_dtype_storage_bytes(info->code, (uint64_t)(3 * shape[1]), &bytes, E));
     HurrayArray part = {.shape = shape, .ndim = 2, .dtype = info->code};
     HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 2, .shape = shape,
                              .parts = &part, .nparts = 1, .dtype = info->code};

@@ -82,7 +82,7 @@ for command in info verify; do
   run 5 $command missing.hurray
   has "missing.hurray: No such file or directory (HURRAY_EIO)"
   run 3 $command not_hurray.txt
-  has "not a Hurray file (bad magic), nor safetensors, .npy or .npz by its first bytes (HURRAY_EFORMAT)"
+  has "not a Hurray file (bad magic), nor safetensors, .npy, .npz or GGUF by its first bytes (HURRAY_EFORMAT)"
   run 2 $command --bogus good.hurray
   run 0 $command --help
 done
@@ -187,7 +187,7 @@ has "tensor 'per_channel'"
 run 3 verify truncated.hurray
 has "truncated"
 run 3 info not_hurray.txt
-has "not a Hurray file (bad magic), nor safetensors, .npy or .npz by its first bytes (HURRAY_EFORMAT)"
+has "not a Hurray file (bad magic), nor safetensors, .npy, .npz or GGUF by its first bytes (HURRAY_EFORMAT)"
 run 5 info missing.hurray
 has "missing.hurray: No such file or directory"
 run 5 verify . # a directory is a checkpoint: this one has no index and several files
@@ -501,7 +501,7 @@ run 0 fetch -q "$address" composite -o from_ckpt.hurray
 run 0 verify from_ckpt.hurray
 serve_stop
 run 3 serve -a 127.0.0.1:0 not_hurray.txt
-has "nor safetensors, .npy or .npz by its first bytes (HURRAY_EFORMAT)"
+has "nor safetensors, .npy, .npz or GGUF by its first bytes (HURRAY_EFORMAT)"
 printf 's3cret\n' >secret.txt
 serve_start served2.txt -s secret.txt -a 127.0.0.1:0 good.hurray
 run 6 ls "$address"

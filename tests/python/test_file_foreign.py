@@ -208,7 +208,7 @@ def test_formats_are_recognised_by_their_bytes_not_their_names(tmp_path):
     assert list(hurray.load(npy_named_npz)) == ["arr"]
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes(b"not a tensor file at all")
-    with pytest.raises(hurray.FormatError, match="safetensors, .npy or .npz"):
+    with pytest.raises(hurray.FormatError, match="safetensors, .npy, .npz or GGUF"):
         hurray.load(junk)
 
 

@@ -432,16 +432,15 @@ def test_a_pytorch_checkpoint_names_torch_load_and_hurray_save(tmp_path):
 
 
 @pytest.mark.parametrize("signature, route", [
-    (b"\x89HDF\r\n\x1a\n", "an HDF5 file: read it with h5py"),  # HDF5's format signature
-    (b"GGUF\x03\x00\x00\x00", "a GGUF file: read it with the gguf package")])
-def test_hdf5_and_gguf_files_are_named_by_their_signature(tmp_path, signature, route):
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file: read it with h5py")])  # HDF5's format signature
+def test_hdf5_files_are_named_by_their_signature(tmp_path, signature, route):
     path = tmp_path / "weights"
     path.write_bytes(signature + bytes(120))
     with pytest.raises(hurray.FormatError, match=f"its first bytes are those of {route}"):
         hurray.load(path)
     (tmp_path / "notes.txt").write_text("not tensors")
     with pytest.raises(hurray.FormatError, match=r"^not a Hurray file \(bad magic\), nor "
-                                                 "safetensors, .npy or .npz by its first bytes$"):
+                                                 "safetensors, .npy, .npz or GGUF by its first bytes$"):
         hurray.load(tmp_path / "notes.txt")
 
 

@@ -470,7 +470,7 @@ def test_every_format_the_loader_reads_is_served(tmp_path):
         assert np.array_equal(np.asarray(c.get("z")), tensors["layer3"])
         assert c.read("z", 8, 16) == tensors["layer3"].tobytes()[8:16]
     (tmp_path / "junk.bin").write_bytes(b"neither")
-    with pytest.raises(hurray.FormatError, match="nor safetensors, .npy or .npz"):
+    with pytest.raises(hurray.FormatError, match="nor safetensors, .npy, .npz or GGUF"):
         hurray.serve(str(tmp_path / "junk.bin"))
 
 

@@ -1,0 +1,240 @@
+"""GGUF in the one loader (ADR-094), against the real gguf package: files written by
+gguf.GGUFWriter load through hurray.load and hurray.open with every tensor kept as it is (block
+types as their block dtype, bytes untouched), hurray.dequantize equals gguf.quants.dequantize
+bit for bit, the key/values are the file metadata, and malformed files are refused with
+FormatError naming the field."""
+
+import struct
+import subprocess
+
+import pytest
+
+import hurray
+from conftest import peer
+
+np = peer("numpy")
+gguf = peer("gguf")
+from gguf import GGMLQuantizationType as T  # noqa: E402
+from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
+
+# Each block type: (type, hurray dtype name, byte offsets of its float16 scale fields).
+BLOCKS = [
+    (T.Q4_0, "q4_0", (0,)), (T.Q4_1, "q4_1", (0, 2)), (T.Q5_0, "q5_0", (0,)),
+    (T.Q5_1, "q5_1", (0, 2)), (T.Q8_0, "q8_0", (0,)), (T.Q2_K, "q2_k", (80, 82)),
+    (T.Q3_K, "q3_k", (108,)), (T.Q4_K, "q4_k", (0, 2)), (T.Q5_K, "q5_k", (0, 2)),
+    (T.Q6_K, "q6_k", (208,)),
+]
+PLAIN = [(np.float32, "float32"), (np.float16, "float16"), (np.float64, "float64"),
+         (np.int8, "int8"), (np.int16, "int16"), (np.int32, "int32"), (np.int64, "int64")]
+
+
+def random_blocks(qtype, rows, cols, scales, seed):
+    """Blocks of random bytes whose float16 scales are finite (any bit pattern of the rest is a
+    valid block), in the byte shape gguf uses."""
+    rng = np.random.default_rng(seed)
+    block, size = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
+    for at in scales:
+        d = (rng.standard_normal((rows, cols // block)) * 0.05).astype(np.float16)
+        raw[:, :, at:at + 2] = d.view(np.uint8).reshape(rows, cols // block, 2)
+    return raw.reshape(rows, cols // block * size)
+
+
+def write(path, tensors, kv=None):
+    """A GGUF file of `tensors` {name: (array, raw_dtype or None)} and key/values."""
+    w = gguf.GGUFWriter(str(path), "test")
+    for key, (kind, value) in (kv or {}).items():
+        getattr(w, f"add_{kind}")(key, value)
+    for name, (array, raw) in tensors.items():
+        if raw is None:
+            w.add_tensor(name, array)
+        else:
+            w.add_tensor(name, array, raw_shape=array.shape, raw_dtype=raw)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(
+        a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype,name,scales", BLOCKS, ids=[b[1] for b in BLOCKS])
+def test_block_types_dequantise_as_gguf_does(tmp_path, qtype, name, scales):
+    blocks = random_blocks(qtype, 3, 512, scales, seed=int(qtype))
+    path = write(tmp_path / "m.gguf", {"w": (blocks, qtype)})
+    t = hurray.load(path)["w"]
+    assert t.dtype.name == name and t.dtype.kind == "q" and t.shape == blocks.shape
+    assert np.array_equal(np.frombuffer(t.tobytes(), np.uint8).reshape(t.shape), blocks)
+    ref = gguf.quants.dequantize(blocks, qtype)
+    got = hurray.dequantize(t)
+    assert same_bits(got, ref)
+    half = np.asarray(hurray.dequantize(t, hurray.dtype.float16))
+    assert np.array_equal(half.view(np.uint16), ref.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0])
+def test_quantised_by_gguf_round_trips_through_hurray(tmp_path, qtype):
+    """gguf.quants.quantize's blocks load as they are and dequantise as gguf's do, the sign of
+    zero included (Q4_0 with a negative scale gives -0 where 8 - 8 meets it)."""
+    x = np.random.default_rng(1).standard_normal((4, 256)).astype(np.float32)
+    q = gguf.quants.quantize(x, qtype)
+    path = write(tmp_path / "m.gguf", {"q": (q, qtype)})
+    with hurray.open(path) as f:
+        t = f["q"]
+        assert same_bits(hurray.dequantize(t), gguf.quants.dequantize(q, qtype))
+
+
+def test_q8_k_is_d_times_q(tmp_path):
+    """gguf has no Q8_K dequantiser; ggml's is d (float32) times each int8."""
+    rng = np.random.default_rng(2)
+    blocks = rng.integers(0, 256, (2, 292), dtype=np.uint8)
+    d = rng.standard_normal(2).astype(np.float32)
+    blocks[:, :4] = d.view(np.uint8).reshape(2, 4)
+    path = write(tmp_path / "m.gguf", {"k": (blocks, T.Q8_K)})
+    t = hurray.load(path)["k"]
+    want = blocks[:, 4:260].view(np.int8).astype(np.float32) * d[:, None]
+    assert same_bits(hurray.dequantize(t), want)
+
+
+@pytest.mark.parametrize("dtype,name", PLAIN, ids=[p[1] for p in PLAIN])
+def test_plain_types_load_as_they_are(tmp_path, dtype, name):
+    x = (np.arange(24).reshape(2, 3, 4) - 7).astype(dtype)
+    path = write(tmp_path / "m.gguf", {"x": (x, None)})
+    t = hurray.load(path)["x"]
+    assert t.dtype.name == name
+    assert np.array_equal(np.asarray(t), x) and np.asarray(t).shape == (2, 3, 4)
+
+
+def test_bfloat16(tmp_path):
+    raw = np.arange(32, dtype=np.uint16).reshape(2, 16) + 0x3F80
+    path = write(tmp_path / "m.gguf", {"b": (raw.view(np.uint8).reshape(2, 32), T.BF16)})
+    t = hurray.load(path)["b"]
+    assert t.dtype.name == "bfloat16" and t.shape == (2, 16)
+    assert same_bits(hurray.dequantize(t), gguf.quants.dequantize(raw.view(np.uint8), T.BF16))
+
+
+def test_key_values_are_the_file_metadata(tmp_path):
+    kv = {"test.u32": ("uint32", 7), "test.i64": ("int64", -3), "test.f32": ("float32", 0.5),
+          "test.b": ("bool", True), "test.s": ("string", "héllo"),
+          "test.a": ("array", [1, 2, 3]), "test.big": ("uint64", 2 ** 64 - 1)}
+    path = write(tmp_path / "m.gguf", {"x": (np.zeros(4, np.float32), None)}, kv)
+    with hurray.open(path) as f:
+        m = f.metadata
+    assert m["test.u32"] == 7 and m["test.i64"] == -3 and m["test.f32"] == 0.5
+    assert m["test.b"] is True and m["test.s"] == "héllo" and list(m["test.a"]) == [1, 2, 3]
+    assert m["test.big"] == 2 ** 64 - 1 and m["general.architecture"] == "test"
+
+
+def test_info_verify_convert(tmp_path):
+    blocks = random_blocks(T.Q4_K, 2, 256, (0, 2), seed=3)
+    src = write(tmp_path / "m.gguf", {"w": (blocks, T.Q4_K), "b": (np.ones(8, np.float32), None)})
+    info = subprocess.run(["hurray", "info", str(src)], capture_output=True, text=True)
+    assert info.returncode == 0 and "q4_k" in info.stdout and "gguf" in info.stdout
+    assert subprocess.run(["hurray", "verify", str(src)], capture_output=True).returncode == 0
+    out = tmp_path / "m.hurray"
+    hurray.convert(src, out)
+    with hurray.open(out) as f:
+        assert np.frombuffer(f["w"].tobytes(), np.uint8).tobytes() == blocks.tobytes()
+        assert same_bits(hurray.dequantize(f["w"]), gguf.quants.dequantize(blocks, T.Q4_K))
+        assert f.metadata["general.architecture"] == "test"
+    with pytest.raises(hurray.HurrayError, match="w"):
+        hurray.convert(src, tmp_path / "m.safetensors", drop_metadata=True)
+
+
+def header(tensors=0, kvs=0, version=3):
+    return b"GGUF" + struct.pack("<IQQ", version, tensors, kvs)
+
+
+def gguf_string(s):
+    return struct.pack("<Q", len(s)) + s
+
+
+MALFORMED = {
+    "truncated": (header(1, 0)[:-3], "key/value count"),
+    "huge tensor count": (header(2 ** 40, 0), "tensor count"),
+    "huge key/value count": (header(0, 2 ** 40), "key/value count"),
+    "version": (header(version=9), "version"),
+    "value type": (header(0, 1) + gguf_string(b"k") + struct.pack("<I", 99) + b"\0" * 8,
+                   "value type 99"),
+    "string length": (header(0, 1) + gguf_string(b"k") + struct.pack("<IQ", 8, 2 ** 62),
+                      "key 'k'"),
+    "ggml type": (header(1, 0) + gguf_string(b"t") + struct.pack("<IQIQ", 1, 4, 99, 0),
+                  "ggml type 99"),
+    "bad offset": (header(1, 0) + gguf_string(b"t") + struct.pack("<IQIQ", 1, 4, 0, 2 ** 63),
+                   "offset"),
+    "n_dims": (header(1, 0) + gguf_string(b"t") + struct.pack("<I", 9) + b"\0" * 40, "n_dims"),
+}
+
+
+def test_nesting_past_the_limit_is_refused(tmp_path):
+    path = tmp_path / "deep.gguf"
+    path.write_bytes(header(0, 1) + gguf_string(b"k") + struct.pack("<I", 9)
+                     + struct.pack("<IQ", 9, 1) * 12 + b"\0" * 64)
+    with pytest.raises(hurray.LimitError, match="key 'k': arrays nest deeper than 8"):
+        hurray.load(path)
+
+
+def test_a_ggml_type_hurray_does_not_read_is_named(tmp_path):
+    path = tmp_path / "iq.gguf"
+    path.write_bytes(header(1, 0) + gguf_string(b"t") + struct.pack("<IQIQ", 1, 256, 16, 0))
+    with pytest.raises(hurray.UnsupportedError, match="tensor 't': ggml type 16"):
+        hurray.load(path)
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_files_are_refused_naming_the_field(tmp_path, case):
+    data, field = MALFORMED[case]
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(data)
+    with pytest.raises(hurray.FormatError, match=field):
+        hurray.load(path)
+
+
+def tensor_bytes(path):
+    r = gguf.GGUFReader(str(path))
+    return {t.name: (int(t.tensor_type), [int(n) for n in t.shape], bytes(np.asarray(t.data)))
+            for t in r.tensors}
+
+
+def test_gguf_to_hurray_to_gguf_keeps_every_tensor_byte(tmp_path):
+    tensors = {name: (random_blocks(q, 2, 256, scales, seed=i), q)
+               for i, (q, name, scales) in enumerate(BLOCKS)}
+    tensors["f"] = (np.arange(12, dtype=np.float32).reshape(3, 4), None)
+    tensors["h"] = (np.arange(7, dtype=np.float16), None)
+    tensors["i"] = (np.arange(6, dtype=np.int32).reshape(1, 2, 3), None)
+    kv = {"test.u32": ("uint32", 7), "test.s": ("string", "x"),
+          "test.a": ("array", ["a", "b"]), "test.f": ("float32", 0.25)}
+    src = write(tmp_path / "a.gguf", tensors, kv)
+    mid = tmp_path / "a.hurray"
+    hurray.convert(src, mid)
+    back = tmp_path / "b.gguf"
+    hurray.convert(mid, back)
+    assert tensor_bytes(back) == tensor_bytes(src)
+    r = gguf.GGUFReader(str(back))
+    f = r.fields
+    assert f["test.u32"].types == [gguf.GGUFValueType.UINT32] and f["test.u32"].contents() == 7
+    assert f["test.s"].contents() == "x" and f["test.a"].contents() == ["a", "b"]
+    assert f["test.f"].contents() == 0.25
+    assert f["general.architecture"].contents() == "test"
+    with hurray.open(back) as g:  # and it reads back as what it was
+        assert same_bits(hurray.dequantize(g["q6_k"]),
+                         gguf.quants.dequantize(tensors["q6_k"][0], T.Q6_K))
+
+
+def test_what_gguf_cannot_hold_is_refused_by_name(tmp_path):
+    path = tmp_path / "x.hurray"
+    hurray.save(path, {"ok": np.zeros(4, np.float32), "flags": np.zeros(3, bool)})
+    with pytest.raises(hurray.UnsupportedError, match="tensor 'flags' is bool, which GGUF"):
+        hurray.convert(path, tmp_path / "x.gguf")
+    hurray.save(path, {"s": np.float32(1.0)})
+    with pytest.raises(hurray.UnsupportedError, match="tensor 's' has rank 0"):
+        hurray.convert(path, tmp_path / "x.gguf")
+    hurray.save(path, {"t": np.zeros(2, np.float32)}, metadata={"m": {"nested": 1}})
+    with pytest.raises(hurray.UnsupportedError, match="metadata 'm' is map"):
+        hurray.convert(path, tmp_path / "x.gguf")
+    assert not (tmp_path / "x.gguf").exists()
