@@ -100,6 +100,17 @@ class dtype:
     int2: dtype
     uint2: dtype
     uint1: dtype
+    q4_0: dtype
+    q4_1: dtype
+    q5_0: dtype
+    q5_1: dtype
+    q8_0: dtype
+    q2_k: dtype
+    q3_k: dtype
+    q4_k: dtype
+    q5_k: dtype
+    q6_k: dtype
+    q8_k: dtype
 
 bool: dtype
 int8: dtype
