@@ -131,6 +131,20 @@ typedef struct ShardIndex {
  * tensor once; at most HURRAY_FILE_MAX_TENSORS tensors and CONV_MAX_SHARDS shards. */
 HURRAY_INTERNAL int hurray__shard_index_parse(const uint8_t *text, size_t len, FileArena *arena,
                                               ShardIndex *out, HurrayError *error);
+/* Whether hurray_file_reader_open takes `path` as a checkpoint: a directory, or a name
+ * ending in ".index.json". */
+HURRAY_INTERNAL bool hurray__shards_path(const char *path);
+/* Opens the checkpoint at `path` (file-format.md §12), each shard with `flags`. */
+HURRAY_INTERNAL int hurray__shards_open(const char *path, uint32_t flags, HurrayFileReader **out,
+                                        HurrayError *error);
+
+/* ---- view.c ------------------------------------------------------------------------------- */
+
+/* Opens the file at `path`, whose first bytes are not a Hurray file's, as a view when they
+ * show safetensors, .npy, .npz or GGUF (HURRAY_EFORMAT otherwise). `flags` as for
+ * hurray_file_reader_open. */
+HURRAY_INTERNAL int hurray__view_open(const char *path, uint32_t flags, HurrayFileReader **out,
+                                      HurrayError *error);
 
 /* ---- safetensors.c ------------------------------------------------------------------------ */
 

@@ -215,16 +215,6 @@ static int find_in_directory(const char *dir, char **path, bool *is_index, Hurra
   return *path != NULL ? HURRAY_OK : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
 }
 
-void hurray__shards_free(FileShards *shards) {
-  if (shards == NULL) return;
-  for (uint32_t k = 0; shards->readers != NULL && k < shards->count; k++)
-    hurray_file_reader_destroy(shards->readers[k]);
-  free(shards->readers);
-  free(shards->first);
-  hurray__arena_free(&shards->arena);
-  free(shards);
-}
-
 /* The index's text, read whole (it is bounded). */
 static int read_index(const char *path, uint8_t **text, size_t *len, HurrayError *error) {
   FileSource *source = NULL;
@@ -373,7 +363,7 @@ int hurray__shards_open(const char *path, uint32_t flags, HurrayFileReader **out
   free(found);
   free(dir);
   if (status != HURRAY_OK) {
-    hurray__shards_free(shards);
+    hurray__reader_shards_free(shards);
     return status;
   }
   return hurray__reader_open_shards(shards, &info, out, error);

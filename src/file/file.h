@@ -393,11 +393,9 @@ typedef struct FileView {
 HURRAY_INTERNAL int hurray__reader_open_view(FileView *view, HurrayFileReader **out,
                                              HurrayError *error);
 
-/* Defined in src/convert/view.c: opens the file at `path`, whose first bytes are not a Hurray
- * file's, as a view when they show safetensors, .npy or .npz (HURRAY_EFORMAT otherwise).
- * `flags` as for hurray_file_reader_open. */
-HURRAY_INTERNAL int hurray__view_open(const char *path, uint32_t flags, HurrayFileReader **out,
-                                      HurrayError *error);
+/* A reader of the Hurray file open as `source` (SINK, also on failure). */
+HURRAY_INTERNAL int hurray__reader_open_source(FileSource *source, HurrayFileReader **out,
+                                               HurrayError *error);
 
 /* ---- reader.c: sharded checkpoints, presented as one reader -------------------------------- */
 
@@ -425,14 +423,8 @@ typedef struct FileShards {
  * `info`: every query goes to the shard that holds the tensor. */
 HURRAY_INTERNAL int hurray__reader_open_shards(FileShards *shards, const HurrayFileInfo *info,
                                                HurrayFileReader **out, HurrayError *error);
-/* Defined in src/convert/shards.c. */
-HURRAY_INTERNAL void hurray__shards_free(FileShards *shards);
-/* Whether hurray_file_reader_open takes `path` as a checkpoint: a directory, or a name
- * ending in ".index.json". */
-HURRAY_INTERNAL bool hurray__shards_path(const char *path);
-/* Opens the checkpoint at `path` (file-format.md §12), each shard with `flags`. */
-HURRAY_INTERNAL int hurray__shards_open(const char *path, uint32_t flags, HurrayFileReader **out,
-                                        HurrayError *error);
+/* Frees `shards` and destroys every shard's reader (NULL: nothing). */
+HURRAY_INTERNAL void hurray__reader_shards_free(FileShards *shards);
 
 /* ---- output.c ----------------------------------------------------------------------------- */
 

@@ -588,7 +588,7 @@ static HurrayFileReader *reader_new(FileSource *source) {
   return r;
 }
 
-static int open_source(FileSource *source, HurrayFileReader **out, HurrayError *error) {
+int hurray__reader_open_source(FileSource *source, HurrayFileReader **out, HurrayError *error) {
   HurrayFileReader *r = reader_new(source);
   if (r == NULL) {
     hurray__source_release(source);
@@ -633,36 +633,6 @@ int hurray__reader_open_view(FileView *view, HurrayFileReader **out, HurrayError
   return HURRAY_OK;
 }
 
-/* Whether the file starts as a Hurray file does (as far as it goes), or cannot be read: then
- * opening it as one reports the problem. */
-static bool starts_as_hurray(const FileSource *source) {
-  uint8_t magic[FILE_MAGIC_SIZE];
-  uint64_t size = hurray__source_size(source);
-  size_t have = size < sizeof magic ? (size_t)size : sizeof magic;
-  return hurray__source_read(source, 0, magic, have, NULL) != HURRAY_OK ||
-         memcmp(magic, FILE_MAGIC, have) == 0;
-}
-
-int hurray_file_reader_open(const char *path, uint32_t flags, HurrayFileReader **out,
-                            HurrayError *error) {
-  if (path == NULL || out == NULL) {
-    return hurray__fail(error, HURRAY_EINVAL, "hurray_file_reader_open: %s is NULL",
-                        path == NULL ? "path" : "out");
-  }
-  if (flags & ~(HURRAY_FILE_OPEN_PREAD | HURRAY_FILE_OPEN_FOREIGN | HURRAY_FILE_OPEN_WRITABLE)) {
-    return hurray__fail(error, HURRAY_EINVAL, "open flags 0x%" PRIX32 " include unknown bits",
-                        flags);
-  }
-  if (hurray__shards_path(path)) return hurray__shards_open(path, flags, out, error);
-  FileSource *source = NULL;
-  int status = hurray__source_open(path, flags, &source, error);
-  if (status == HURRAY_OK && (flags & HURRAY_FILE_OPEN_FOREIGN) && !starts_as_hurray(source)) {
-    hurray__source_release(source);
-    return hurray__view_open(path, flags, out, error);
-  }
-  return status == HURRAY_OK ? open_source(source, out, error) : status;
-}
-
 int hurray_file_reader_open_memory(const void *data, uint64_t size, HurrayOwnerReleaseFn release,
                                    void *owner, HurrayFileReader **out, HurrayError *error) {
   if (out == NULL) {
@@ -671,7 +641,7 @@ int hurray_file_reader_open_memory(const void *data, uint64_t size, HurrayOwnerR
   }
   FileSource *source = NULL;
   int status = hurray__source_memory(data, size, release, owner, &source, error);
-  return status == HURRAY_OK ? open_source(source, out, error) : status;
+  return status == HURRAY_OK ? hurray__reader_open_source(source, out, error) : status;
 }
 
 static int shard_locate(const HurrayFileReader *r, uint32_t index, const char *function,
@@ -690,7 +660,7 @@ const FileSource *hurray__reader_source(const HurrayFileReader *reader, uint32_t
 
 void hurray_file_reader_destroy(HurrayFileReader *reader) {
   if (reader == NULL) return;
-  hurray__shards_free(reader->shards);
+  hurray__reader_shards_free(reader->shards);
   if (reader->view_ops != NULL) reader->view_ops->destroy(reader->view);
   if (reader->source != NULL) hurray__source_close_file(reader->source); /* verify's */
   hurray__source_release(reader->source);
@@ -712,11 +682,21 @@ void hurray_file_reader_destroy(HurrayFileReader *reader) {
 
 /* ---- sharded checkpoints ------------------------------------------------------------------ */
 
+void hurray__reader_shards_free(FileShards *shards) {
+  if (shards == NULL) return;
+  for (uint32_t k = 0; shards->readers != NULL && k < shards->count; k++)
+    hurray_file_reader_destroy(shards->readers[k]);
+  free(shards->readers);
+  free(shards->first);
+  hurray__arena_free(&shards->arena);
+  free(shards);
+}
+
 int hurray__reader_open_shards(FileShards *shards, const HurrayFileInfo *info,
                                HurrayFileReader **out, HurrayError *error) {
   HurrayFileReader *r = reader_new(NULL);
   if (r == NULL) {
-    hurray__shards_free(shards);
+    hurray__reader_shards_free(shards);
     return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   }
   r->shards = shards;
