@@ -276,11 +276,18 @@ static int open_socket(HurrayClient *c, HurrayError *error) {
   size_t n = 0;
   /* a wait like any other: at most the idle timeout, and no later than the call's deadline */
   int64_t wait = c->idle_timeout_ms;
+  uint32_t limit = c->idle_timeout_ms; /* the caller's limit, which the message names */
   if (c->deadline != 0 && c->deadline - hurray__wire_now_ms() < wait) {
     wait = c->deadline - hurray__wire_now_ms();
     if (wait < 0) wait = 0;
+    limit = c->timeout_ms;
   }
   int status = hurray__wire_address_resolve(&c->address, false, wait, found, &n, error);
+  if (status == HURRAY_ETIMEOUT && c->address.named) {
+    return broken(c, hurray__fail(error, HURRAY_ETIMEOUT,
+                                  "resolving the host name '%s' took longer than %" PRIu32 " ms",
+                                  c->address.host, limit));
+  }
   if (status != HURRAY_OK) return broken(c, status);
   size_t tried = 0;
   status = HURRAY_ECONNECTION;
