@@ -7,10 +7,11 @@
 - A Dask sum over a 256 MiB file: ``hurray.open(path).dask(name, chunks)`` beside
   ``dask.array.from_array(numpy.load(path, mmap_mode="r"), chunks)`` (target <= 1.1x).
 
-Each pair runs in interleaved rounds (machine noise hits both alike); the best round of each is
-reported, with the ratio Hurray / NumPy.
+Each pair runs in interleaved rounds (bench/timing.py: machine noise hits both alike); the
+minimum and the median of the rounds are reported, with the ratio Hurray / NumPy of each, and
+the load average at the start and the end.
 
-    python bench/bench_engines.py [--rounds 5] [--mib 256]
+    python bench/bench_engines.py [--rounds 5] [--mib 256] [--quick]
 
 A benchmark, not a test: it asserts nothing about speed.
 """
@@ -26,14 +27,16 @@ import numpy as np
 import hurray
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import best_pair_wall_and_cpu  # noqa: E402
+from timing import Table, interleaved, load_average  # noqa: E402
 
 
-def report(name, pair, target):
-    (hurray_wall, _), (numpy_wall, _) = pair
-    ratio = hurray_wall / numpy_wall
-    print(f"{name:44s} Hurray {hurray_wall * 1e3:9.2f} ms   NumPy {numpy_wall * 1e3:9.2f} ms   "
-          f"ratio {ratio:5.2f}x (target <= {target}x)", flush=True)
+def report(title, contenders, rounds, target):
+    """Time `contenders` ("Hurray" and "NumPy") in interleaved rounds and print their table,
+    the ratio against NumPy and the issue's target for it."""
+    table = Table(title, refs=["NumPy"], unit="ms", cpu=True,
+                  notes=[f"target: Hurray <= {target}x NumPy"])
+    table.add_all(interleaved(contenders, rounds))
+    table.print()
 
 
 def bench_ray(values, rounds, gets):
@@ -47,8 +50,8 @@ def bench_ray(values, rounds, gets):
         def get(ref):
             return lambda: [ray.get(ref) for _ in range(gets)]
 
-        report(f"ray.get x{gets}, {values.nbytes >> 20} MiB",
-               best_pair_wall_and_cpu(get(tensor_ref), get(array_ref), rounds), 1.2)
+        report(f"ray.get x{gets} of {values.nbytes >> 20} MiB from the object store",
+               {"Hurray": get(tensor_ref), "NumPy": get(array_ref)}, rounds, 1.2)
     finally:
         ray.shutdown()
 
@@ -62,9 +65,9 @@ def bench_dask_transport(values, rounds):
         def round_trip(x):
             return lambda: client.gather(client.scatter(x, direct=True))
 
-        report(f"Dask scatter + gather, {values.nbytes >> 20} MiB",
-               best_pair_wall_and_cpu(round_trip(hurray.from_numpy(values)), round_trip(values),
-                                      rounds), 1.1)
+        report(f"Dask scatter + gather of {values.nbytes >> 20} MiB to a worker process",
+               {"Hurray": round_trip(hurray.from_numpy(values)), "NumPy": round_trip(values)},
+               rounds, 1.1)
 
 
 def bench_dask_sum(values, rounds, directory):
@@ -79,9 +82,9 @@ def bench_dask_sum(values, rounds, directory):
         mine = f.dask("w", chunks=chunks)
         theirs = dask.array.from_array(np.load(npy_path, mmap_mode="r"), chunks=chunks)
         assert float(mine.sum().compute()) == float(theirs.sum().compute())
-        report(f"Dask sum over a {values.nbytes >> 20} MiB file",
-               best_pair_wall_and_cpu(lambda: mine.sum().compute(),
-                                      lambda: theirs.sum().compute(), rounds), 1.1)
+        report(f"Dask sum over a {values.nbytes >> 20} MiB file, 8 chunks, threaded scheduler",
+               {"Hurray": lambda: mine.sum().compute(),
+                "NumPy": lambda: theirs.sum().compute()}, rounds, 1.1)
 
 
 def main():
@@ -89,14 +92,19 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--gets", type=int, default=20, help="ray.get calls per round")
+    parser.add_argument("--quick", action="store_true", help="16 MiB: a check that it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.mib = 16
     values = np.random.default_rng(0).random((args.mib << 18, 1), np.float32).reshape(-1, 1024)
     print(f"# {platform.python_implementation()} {platform.python_version()}, "
-          f"{platform.machine()}, {os.cpu_count()} CPUs; best of {args.rounds} rounds")
+          f"{platform.machine()}; min and median of {args.rounds} interleaved rounds")
+    load_average("start")
     bench_ray(values, args.rounds, args.gets)
     bench_dask_transport(values, args.rounds)
     with tempfile.TemporaryDirectory() as directory:
         bench_dask_sum(values, args.rounds, directory)
+    load_average("end")
 
 
 if __name__ == "__main__":
