@@ -130,11 +130,15 @@ PyObject *hurray__py_numpy_dtype(HurrayState *st, const HurrayDTypeInfo *info) {
   PyObject *cached = PyList_GET_ITEM(st->numpy_dtypes, st->dtype_index[info->code]);
   if (cached != Py_None) return Py_NewRef(cached);
   if (info->bits % 8 != 0) {
+    bool integer = info->kind == HURRAY_KIND_SIGNED || info->kind == HURRAY_KIND_UNSIGNED;
     return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
                             "%s has no NumPy form: Hurray packs its %d-bit elements, NumPy "
-                            "(and ml_dtypes) store one element per byte; bytes_view() and "
-                            "tobytes() give the packed bytes",
-                            info->name, (int)info->bits);
+                            "(and ml_dtypes) store one element per byte; %s, and bytes_view() "
+                            "and tobytes() give the packed bytes",
+                            info->name, (int)info->bits,
+                            integer ? "hurray.dequantize(t, dtype=hurray.int8) (or uint8) unpacks "
+                                      "them one to a byte"
+                                    : "hurray.dequantize(t) widens them to float32");
   }
   PyObject *numpy = hurray__py_numpy(st);
   if (numpy == NULL) return NULL;
@@ -153,7 +157,12 @@ PyObject *hurray__py_numpy_dtype(HurrayState *st, const HurrayDTypeInfo *info) {
     if (spec == NULL) {
       if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
       PyErr_Clear();
-      return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED, "NumPy has no dtype for %s",
+      return hurray__py_raise(st, HURRAY_PY_EXC_UNSUPPORTED,
+                              info->kind == HURRAY_KIND_BLOCK
+                                  ? "NumPy has no dtype for %s, a GGML quantisation block: "
+                                    "hurray.dequantize(t) gives its float32 values, "
+                                    "bytes_view() its bytes"
+                                  : "NumPy has no dtype for %s",
                               info->name);
     }
   }

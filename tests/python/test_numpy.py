@@ -1,6 +1,7 @@
 """NumPy interoperability: __array__ (NumPy 2 semantics) and hurray.from_numpy."""
 
 import gc
+import re
 import subprocess
 import sys
 import weakref
@@ -123,6 +124,21 @@ def test_array_refuses_what_numpy_cannot_hold():
         as_array(hurray.Tensor.from_address(0x1000, hurray.float32, [4], device="cuda"))
     with pytest.raises(hurray.UnsupportedError, match="int4 has no NumPy form"):
         as_array(hurray.Tensor(bytes(4), hurray.dtype.int4, [8]))
+
+
+@pytest.mark.parametrize("dtype,nbytes,route", [  # 32 elements in `nbytes`
+    ("int4", 16, "hurray.dequantize(t, dtype=hurray.int8)"),
+    ("uint1", 4, "hurray.dequantize(t, dtype=hurray.int8)"),
+    ("float4_e2m1fn", 16, "hurray.dequantize(t) widens them to float32"),
+    ("q8_0", 34, "hurray.dequantize(t) gives its float32 values"),  # one block of 32
+])
+def test_a_dtype_numpy_cannot_hold_names_the_route_and_the_route_works(dtype, nbytes, route):
+    d = getattr(hurray.dtype, dtype)
+    with pytest.raises(hurray.UnsupportedError, match=re.escape(route)):
+        np.dtype(d)
+    t = hurray.Tensor(bytes(nbytes), d, [34 if dtype == "q8_0" else 32])
+    wide = hurray.dequantize(t, dtype=hurray.int8 if "int8" in route else hurray.float32)
+    assert np.array_equal(np.asarray(wide), np.zeros(32, wide.dtype.name))
 
 
 @pytest.mark.parametrize("setup,message", [
