@@ -428,10 +428,12 @@ HURRAY_INTERNAL void hurray__reader_shards_free(FileShards *shards);
 
 /* ---- output.c ----------------------------------------------------------------------------- */
 
+typedef struct FileReadBack FileReadBack; /* output.c's */
+
 /* A file written under a temporary name `path` + ".tmp-<pid>-<n>" in the destination's
- * directory (`path` being a symlink's final target, ADR-037), through a 256 KiB staging buffer, and renamed over `path` only by
- * hurray__output_commit: until then nothing appears at `path` and any previous file there is
- * untouched. After an I/O error (HURRAY_EIO) every call fails; only close remains. */
+ * directory (`path` being a symlink's final target, ADR-037), through a 256 KiB staging buffer,
+ * and renamed over `path` only by hurray__output_commit: until then nothing appears at `path`
+ * and any previous file there is untouched. After an I/O error (HURRAY_EIO) every call fails; only close remains. */
 typedef struct FileOutput {
   int fd;
   bool failed;
@@ -445,6 +447,8 @@ typedef struct FileOutput {
   bool reserve_unsupported;
   size_t staged;    /* then `staged` bytes wait in `stage` */
   uint8_t *stage;
+  FileReadBack *read_back;     /* hashes large writes as read back; NULL before the first */
+  bool read_back_unavailable;  /* no thread could be started: large writes read back inline */
 } FileOutput;
 
 /* Creates the temporary (HURRAY_EIO if it cannot be). `durable`: commit fsyncs (ADR-055). On
@@ -456,12 +460,16 @@ HURRAY_INTERNAL int hurray__output_write(FileOutput *o, const void *data, size_t
                                          HurrayError *error);
 /* Appends bytes and adds to `hasher` exactly the bytes that reach the file, even while another
  * thread changes `data`: small writes are hashed in the stage they are copied to, large ones as
- * read back from the file. `owned`:
- * the caller's private bytes, which nothing changes until this returns (a chunk it read into),
- * hashed as they are and written once. */
+ * read back from the file, by a thread of the output's own while the next piece is written, so
+ * `hasher` may not have seen them all when this returns: hurray__output_settle before using it
+ * otherwise. `owned`: the caller's private bytes, which nothing changes until this returns (a
+ * chunk it read into), hashed as they are and written once. */
 HURRAY_INTERNAL int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len,
                                                 FileHasher *hasher, bool owned,
                                                 HurrayError *error);
+/* Waits until every hasher given to hurray__output_write_hashed has seen its bytes;
+ * HURRAY_EIO if reading some back failed (the output is failed then). */
+HURRAY_INTERNAL int hurray__output_settle(FileOutput *o, HurrayError *error);
 HURRAY_INTERNAL int hurray__output_zeros(FileOutput *o, uint64_t len, HurrayError *error);
 /* The length written so far: where the next byte goes. */
 static inline uint64_t hurray__output_position(const FileOutput *o) {

@@ -21,8 +21,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,9 @@
 #endif
 
 enum { STAGE_SIZE = 256u << 10, TEMP_ATTEMPTS = 100, MAX_SYMLINKS = 40 };
+/* Large writes from the caller's memory go out in HASH_CHUNK pieces, each read back and hashed
+ * by the read-back thread while the next is written; at most HASH_LAG pieces wait for it. */
+enum { HASH_CHUNK = 1u << 20, HASH_LAG = 8 };
 #define RESERVE_MIN ((uint64_t)1 << 20)
 #define RESERVE_MAX ((uint64_t)64 << 20)
 
@@ -291,7 +296,10 @@ int hurray__output_open(FileOutput *o, const char *path, bool durable, HurrayErr
   return status;
 }
 
+static void read_back_stop(FileOutput *o);
+
 void hurray__output_close(FileOutput *o) {
+  read_back_stop(o);
   if (o->fd >= 0) close(o->fd);
   if (o->temp_path != NULL) unlink(o->temp_path); /* not committed: nothing appears */
   free(o->temp_path);
@@ -368,11 +376,12 @@ int hurray__output_write(FileOutput *o, const void *data, size_t len, HurrayErro
   return HURRAY_OK;
 }
 
-/* Reads `len` bytes of the file back from `at` through `buffer` (STAGE_SIZE) into `hasher`: 0,
- * or the errno that stopped it (EIO for a file that shrank under us). */
-static int hash_back(int fd, uint8_t *buffer, uint64_t at, uint64_t len, FileHasher *hasher) {
+/* Reads `len` bytes of the file back from `at` through `buffer` (`size` bytes) into `hasher`:
+ * 0, or the errno that stopped it (EIO for a file that shrank under us). */
+static int hash_back(int fd, uint8_t *buffer, size_t size, uint64_t at, uint64_t len,
+                     FileHasher *hasher) {
   for (uint64_t done = 0; done < len;) {
-    ssize_t n = pread(fd, buffer, len - done < STAGE_SIZE ? (size_t)(len - done) : STAGE_SIZE,
+    ssize_t n = pread(fd, buffer, len - done < size ? (size_t)(len - done) : size,
                       (off_t)(at + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return n == 0 ? EIO : errno;
@@ -382,10 +391,141 @@ static int hash_back(int fd, uint8_t *buffer, uint64_t at, uint64_t len, FileHas
   return 0;
 }
 
+/* ---- the read-back thread: what was written is hashed while the next piece is written ----- */
+
+typedef struct ReadBackJob {
+  FileHasher *hasher;
+  uint64_t at, len;
+} ReadBackJob;
+
+struct FileReadBack {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t changed; /* a job was queued or finished, or stop was asked */
+  ReadBackJob jobs[HASH_LAG];
+  unsigned head, queued; /* jobs[head] runs next; `queued` wait */
+  bool running;          /* the thread has taken a job and not finished it */
+  bool stop;
+  int err; /* the first errno a read back stopped with */
+  int fd;
+  uint8_t buffer[HASH_CHUNK];
+};
+
+static void *read_back_main(void *arg) {
+  FileReadBack *rb = arg;
+  pthread_mutex_lock(&rb->lock);
+  for (;;) {
+    while (rb->queued == 0 && !rb->stop) pthread_cond_wait(&rb->changed, &rb->lock);
+    if (rb->queued == 0) break;
+    ReadBackJob job = rb->jobs[rb->head];
+    rb->head = (rb->head + 1) % HASH_LAG;
+    rb->queued--;
+    rb->running = true;
+    bool skip = rb->err != 0; /* after a failure the hashes no longer matter */
+    pthread_mutex_unlock(&rb->lock);
+    int err = skip ? 0 : hash_back(rb->fd, rb->buffer, sizeof rb->buffer, job.at, job.len,
+                                   job.hasher);
+    pthread_mutex_lock(&rb->lock);
+    if (rb->err == 0) rb->err = err;
+    rb->running = false;
+    pthread_cond_broadcast(&rb->changed);
+  }
+  pthread_mutex_unlock(&rb->lock);
+  return NULL;
+}
+
+/* The output's read-back thread, started at its first large write; NULL where none can be
+ * started (the writer then reads back itself). */
+static FileReadBack *read_back(FileOutput *o) {
+  if (o->read_back != NULL || o->read_back_unavailable) return o->read_back;
+  FileReadBack *rb = malloc(sizeof *rb);
+  if (rb != NULL) {
+    memset(rb, 0, offsetof(FileReadBack, buffer));
+    rb->fd = o->fd;
+    pthread_mutex_init(&rb->lock, NULL);
+    pthread_cond_init(&rb->changed, NULL);
+    if (pthread_create(&rb->thread, NULL, read_back_main, rb) != 0) {
+      pthread_cond_destroy(&rb->changed);
+      pthread_mutex_destroy(&rb->lock);
+      free(rb);
+      rb = NULL;
+    }
+  }
+  o->read_back = rb;
+  o->read_back_unavailable = rb == NULL;
+  return rb;
+}
+
+/* Queues [at, at + len) of the file for `hasher`, waiting while HASH_LAG pieces wait. */
+static void read_back_queue(FileReadBack *rb, FileHasher *hasher, uint64_t at, uint64_t len) {
+  pthread_mutex_lock(&rb->lock);
+  while (rb->queued == HASH_LAG) pthread_cond_wait(&rb->changed, &rb->lock);
+  rb->jobs[(rb->head + rb->queued) % HASH_LAG] = (ReadBackJob){hasher, at, len};
+  rb->queued++;
+  pthread_cond_broadcast(&rb->changed);
+  pthread_mutex_unlock(&rb->lock);
+}
+
+int hurray__output_settle(FileOutput *o, HurrayError *error) {
+  FileReadBack *rb = o->read_back;
+  if (rb == NULL) return HURRAY_OK;
+  pthread_mutex_lock(&rb->lock);
+  while (rb->queued > 0 || rb->running) pthread_cond_wait(&rb->changed, &rb->lock);
+  int err = rb->err;
+  rb->err = 0;
+  pthread_mutex_unlock(&rb->lock);
+  if (err == 0) return HURRAY_OK;
+  errno = err;
+  return io_failed(o, "cannot read back", error);
+}
+
+static void read_back_stop(FileOutput *o) {
+  FileReadBack *rb = o->read_back;
+  if (rb == NULL) return;
+  pthread_mutex_lock(&rb->lock);
+  rb->stop = true;
+  pthread_cond_broadcast(&rb->changed);
+  pthread_mutex_unlock(&rb->lock);
+  pthread_join(rb->thread, NULL);
+  pthread_cond_destroy(&rb->changed);
+  pthread_mutex_destroy(&rb->lock);
+  free(rb);
+  o->read_back = NULL;
+}
+
+/* Writes `len` bytes straight from the caller's memory (the kernel's copy fails cleanly where
+ * the memory went away) in HASH_CHUNK pieces, each hashed as read back from the file: by the
+ * read-back thread while the next piece is written, or here where there is none. */
+static int write_read_back(FileOutput *o, const uint8_t *data, uint64_t len, FileHasher *hasher,
+                           HurrayError *error) {
+  FileReadBack *rb = read_back(o);
+  int status = HURRAY_OK;
+  for (uint64_t done = 0; done < len && status == HURRAY_OK;) {
+    size_t n = len - done < HASH_CHUNK ? (size_t)(len - done) : HASH_CHUNK;
+    status = pwrite_all(o, data + done, n, o->flushed, error);
+    if (status == HURRAY_OK && rb != NULL) {
+      read_back_queue(rb, hasher, o->flushed, n);
+    } else if (status == HURRAY_OK) {
+      int err = hash_back(o->fd, o->stage, STAGE_SIZE, o->flushed, n, hasher);
+      if (err != 0) {
+        errno = err;
+        status = io_failed(o, "cannot read back", error);
+      }
+    }
+    if (status == HURRAY_OK) o->flushed += n;
+    done += n;
+  }
+  if (status != HURRAY_OK) hurray__output_settle(o, NULL); /* the write's error is the one */
+  return status;
+}
+
 int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len, FileHasher *hasher,
                                 bool owned, HurrayError *error) {
   if (o->failed) return hurray__fail(error, HURRAY_EIO, "%s: an earlier write failed", o->path);
   int status = len > STAGE_SIZE - o->staged ? flush(o, error) : HURRAY_OK;
+  if (status != HURRAY_OK) return status;
+  if (len >= STAGE_SIZE && !owned) return write_read_back(o, data, len, hasher, error);
+  status = hurray__output_settle(o, error); /* `hasher` takes its bytes in file order */
   if (status != HURRAY_OK) return status;
   if (len < STAGE_SIZE) { /* hashed as copied: later changes to `data` do not reach the file */
     if (len > 0) memcpy(o->stage + o->staged, data, len);
@@ -393,18 +533,9 @@ int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len, Fil
     o->staged += len;
     return HURRAY_OK;
   }
-  if (owned) { /* bytes nobody changes meanwhile: hashed as they are, then written */
-    hurray__hasher_update(hasher, data, len);
-    status = pwrite_all(o, data, len, o->flushed, error);
-  } else { /* straight from the caller's memory (the kernel's copy fails cleanly where the
-            * memory went away), then hashed as read back through the empty stage */
-    status = pwrite_all(o, data, len, o->flushed, error);
-    int err = status == HURRAY_OK ? hash_back(o->fd, o->stage, o->flushed, len, hasher) : 0;
-    if (err != 0) {
-      errno = err;
-      status = io_failed(o, "cannot read back", error);
-    }
-  }
+  /* owned: bytes nobody changes meanwhile, hashed as they are, then written */
+  hurray__hasher_update(hasher, data, len);
+  status = pwrite_all(o, data, len, o->flushed, error);
   if (status == HURRAY_OK) o->flushed += len;
   return status;
 }
@@ -421,6 +552,7 @@ int hurray__output_zeros(FileOutput *o, uint64_t len, HurrayError *error) {
 }
 
 void hurray__output_rewind(FileOutput *o, uint64_t position) {
+  hurray__output_settle(o, NULL); /* what is read back now belongs to the bytes rewound */
   if (position >= o->flushed) {
     o->staged = (size_t)(position - o->flushed);
   } else { /* already on disk: later bytes overwrite it, commit cuts off the rest */
@@ -467,7 +599,8 @@ static int sync_directory(const char *path, HurrayError *error) {
 int hurray__output_commit(FileOutput *o, HurrayError *error) {
   if (o->failed) return hurray__fail(error, HURRAY_EIO, "%s: an earlier write failed", o->path);
   uint64_t size = hurray__output_position(o);
-  int status = flush(o, error);
+  int status = hurray__output_settle(o, error);
+  if (status == HURRAY_OK) status = flush(o, error);
   if (status == HURRAY_OK && (fault(OUTPUT_STEP_TRUNCATE) || ftruncate(o->fd, (off_t)size) != 0)) {
     status = io_failed(o, "cannot truncate", error); /* drops rewound bytes */
   }

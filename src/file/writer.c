@@ -215,10 +215,12 @@ static int open_tensor(HurrayFileWriter *w, const char *name, HurrayError *error
   return HURRAY_OK;
 }
 
-static void close_buffer(HurrayFileWriter *w) {
-  if (!w->buffer_open) return;
+static int close_buffer(HurrayFileWriter *w, HurrayError *error) {
+  if (!w->buffer_open) return HURRAY_OK;
+  int status = checked(w, hurray__output_settle(&w->out, error)); /* the hasher has every byte */
   w->buffers[w->buffer_count - 1].checksum = hurray__hasher_digest(w->hasher);
   w->buffer_open = false;
+  return status;
 }
 
 /* Puts the writer back where it was before the open tensor began. */
@@ -251,9 +253,9 @@ static int reserve_entry(HurrayFileWriter *w, int role, HurrayError *error) {
     w->source_data = sources;
     w->buffer_capacity = capacity;
   }
-  close_buffer(w);
+  int status = close_buffer(w, error);
   w->source_data[w->buffer_count] = NULL; /* streamed, until add says where it came from */
-  return HURRAY_OK;
+  return status;
 }
 
 static int open_buffer(HurrayFileWriter *w, int role, HurrayError *error) {
@@ -300,15 +302,17 @@ static int check_index_limit(uint32_t tensors, uint64_t records, uint64_t metada
 /* Encodes the open tensor's record, checks it as a reader will, and commits the tensor. */
 static int commit_tensor(HurrayFileWriter *w, const HurrayTensorDesc *tensor, FileRebaseFn rebase,
                          void *rebase_context, const FileSink *metadata, HurrayError *error) {
-  close_buffer(w);
+  int status = close_buffer(w, error);
   uint32_t first = w->open_first_buffer, count = w->buffer_count - first;
   FileSink record = {0};
   FileArena arena = {0};
   FileRecord decoded;
   unsigned shift = (unsigned)__builtin_ctz(w->alignment);
-  int status = hurray__file_record_encode((const uint8_t *)w->open_name, w->open_name_len, tensor,
-                                          rebase, rebase_context, w->buffers + first, count, shift,
-                                          metadata->data, (uint32_t)metadata->len, &record, error);
+  if (status == HURRAY_OK) {
+    status = hurray__file_record_encode((const uint8_t *)w->open_name, w->open_name_len, tensor,
+                                        rebase, rebase_context, w->buffers + first, count, shift,
+                                        metadata->data, (uint32_t)metadata->len, &record, error);
+  }
   if (status == HURRAY_OK) {
     status = hurray__file_record_decode(record.data, record.len, shift, &arena, &decoded, error);
   }
@@ -499,11 +503,12 @@ static int share_if_written(HurrayFileWriter *w, const FileRuns *plan,
                             uint64_t size, HurrayError *error) {
   uint32_t original = w->source_slots > 0 && size > 0 ? *source_slot(w, span, size) : 0;
   if (original == 0) return 0;
-  close_buffer(w); /* the hasher is the open buffer's until then */
+  int status = close_buffer(w, error); /* the hasher is the open buffer's until then */
+  if (status != HURRAY_OK) return status;
   hurray__hasher_reset(w->hasher);
   lay_out(w, plan, list->buffers[index]->data, index, hash_only, error);
   if (hurray__hasher_digest(w->hasher) != w->buffers[original - 1].checksum) return 0;
-  int status = reserve_entry(w, list->roles[index], error);
+  status = reserve_entry(w, list->roles[index], error);
   if (status != HURRAY_OK) return status;
   FileBufferEntry shared = w->buffers[original - 1];
   shared.role = (uint8_t)list->roles[index];
