@@ -257,15 +257,18 @@ def bench_load(ctx):
             assert touch(np.from_dlpack(t) for t in loaded.values()) == expected
         return go
 
-    def hurray_lazy():
-        with hurray.open(h) as f:
-            assert touch(np.from_dlpack(f[name]) for name in f) == expected
+    def hurray_lazy(mmap=True):
+        def go():
+            with hurray.open(h, mmap=mmap) as f:
+                assert touch(np.from_dlpack(f[name]) for name in f) == expected
+        return go
 
     npy = ctx.npy_files()
 
-    def np_load(mmap_mode):
+    def np_load(mmap_mode, held=False):
         def go():
-            assert touch(np.load(p, mmap_mode=mmap_mode) for p in npy) == expected
+            arrays = (np.load(p, mmap_mode=mmap_mode) for p in npy)
+            assert touch(list(arrays) if held else arrays) == expected
         return go
 
     copies = {"copy to fresh memory": fresh_copy,
@@ -274,7 +277,7 @@ def bench_load(ctx):
             "np.load(mmap_mode='r')": np_load("r"),
             "hurray.load (mmap)": hurray_load(True),
             "hurray.load(writable=True) (mmap)": hurray_load(True, writable=True),
-            "hurray.open + f[name]": hurray_lazy}
+            "hurray.open + f[name]": hurray_lazy()}
     if safetensors is not None:
         s = ctx.safetensors_file()
 
@@ -288,17 +291,26 @@ def bench_load(ctx):
             return go
 
         copies["safetensors load_file"] = st_load
-        copies["safetensors safe_open + get_tensor"] = st_lazy("np", lambda a: a)
+        copies["safetensors safe_open + get_tensor, one at a time"] = st_lazy("np", lambda a: a)
         if st_torch is not None:
             maps[st_pt] = lambda: touch(t.numpy() for t in st_torch.load_file(s).values())
             maps['safetensors safe_open(framework="pt") + get_tensor'] = \
                 st_lazy("pt", lambda t: t.numpy())
-    copies["np.load (one .npy per tensor)"] = np_load(None)
+    # Two ways to read a file of tensors, each against the peers that read the same way:
+    # every tensor at once and all held (hurray.load, safetensors load_file, a list of
+    # np.load), or one at a time, each dropped before the next is read (hurray.open + f[name],
+    # safe_open + get_tensor, np.load in a generator), which lets an allocator reuse the
+    # memory the previous one had.
+    copies["hurray.open(mmap=False) + f[name], one at a time"] = hurray_lazy(mmap=False)
+    copies["np.load (one .npy per tensor), all held"] = np_load(None, held=True)
+    copies["np.load (one .npy per tensor), one at a time"] = np_load(None)
     copying.add_all(interleaved(copies, rounds))
     mapped.add_all(interleaved(maps, rounds))
     copying.beaten("hurray.load(mmap=False)",
-                   ["safetensors load_file", "safetensors safe_open + get_tensor",
-                    "np.load (one .npy per tensor)"])
+                   ["safetensors load_file", "np.load (one .npy per tensor), all held"])
+    copying.beaten("hurray.open(mmap=False) + f[name], one at a time",
+                   ["safetensors safe_open + get_tensor, one at a time",
+                    "np.load (one .npy per tensor), one at a time"])
     mapped.beaten("hurray.load (mmap)",
                   [n for n in maps if not n.startswith(("hurray", "touch"))])
     return [copying, mapped]

@@ -175,12 +175,14 @@ class Table:
         minimum or the median of their rounds, and by how much, or that none did."""
         mine = self.sample(ours)
         present = [p for p in peers if self.sample(p) is not None]
+        faster = 0
         for peer in present:
             theirs = self.sample(peer)
             if theirs.min < mine.min or theirs.median < mine.median:
+                faster += 1
                 self.verdicts.append(f"PEER FASTER: {peer} beats {ours}: {ours} takes "
                                      f"{versus(mine, theirs)} times as long (min/median)")
-        if present and not self.verdicts:
+        if present and not faster:
             self.verdicts.append(f"{ours} beats every peer here: {', '.join(present)}")
 
 

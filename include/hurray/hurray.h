@@ -478,8 +478,10 @@ HURRAY_API int hurray_buffer_wrap(void *data, const HurrayBufferDesc *desc, uint
 #define HURRAY_ALLOC_ZERO (1u << 0)
 
 /* Allocates `byte_size` bytes of CPU memory aligned to `alignment` (0 means 64), described as
- * (CPU, DEVICE, READY); byte_size 0 gives data NULL. `flags`: HURRAY_ALLOC_ZERO. The handle's
- * release frees the memory. */
+ * (CPU, DEVICE, READY); byte_size 0 gives data NULL. `flags`: HURRAY_ALLOC_ZERO; without it the
+ * bytes are unspecified (as malloc's are: memory this process released may be reused). The
+ * handle's release frees the memory, or keeps up to 64 MiB of it for the next allocations
+ * (ADR-101). */
 HURRAY_API int hurray_buffer_alloc(uint64_t byte_size, uint32_t alignment, uint32_t flags,
                                    HurrayBuffer **out, HurrayError *error);
 /* Calls buffer->release(buffer) once, then frees the handle. NULL is a no-op. */

@@ -3,6 +3,7 @@
  * exactly once: when its handle is destroyed, or never if the handle was never made. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MADV_HUGEPAGE */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -123,15 +124,66 @@ static size_t mapped_length(uint64_t byte_size) {
   return ((size_t)byte_size + page - 1) & ~(page - 1);
 }
 
-static void release_mapped(HurrayBuffer *self) {
-  munmap(self->data, mapped_length(self->desc.byte_size));
+/* Released mappings of up to KEEP_LENGTH bytes are kept for the next buffer of the same length
+ * (at most KEEP_COUNT of them, KEEP_BYTES in all), as glibc's malloc keeps freed chunks under
+ * its mmap threshold (32 MiB at most): a copying load that runs again, or tensors copied one at
+ * a time, then reuse memory already faulted in instead of faulting and zeroing fresh pages
+ * each time (issue 25 item 1). Longer ones are unmapped at once, as glibc's are. */
+enum { KEEP_COUNT = 8 };
+#define KEEP_LENGTH ((size_t)32 << 20)
+#define KEEP_BYTES ((size_t)64 << 20)
+
+static struct {
+  pthread_mutex_t lock;
+  void *start[KEEP_COUNT];
+  size_t length[KEEP_COUNT];
+  unsigned count;
+  size_t bytes;
+} g_kept = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* A kept mapping of `length` bytes starting at a multiple of `align`, taken out; or NULL. */
+static void *take_kept(size_t length, size_t align) {
+  if (length > KEEP_LENGTH) return NULL;
+  void *found = NULL;
+  pthread_mutex_lock(&g_kept.lock);
+  for (unsigned i = g_kept.count; i-- > 0 && found == NULL;) { /* the latest first: warm */
+    if (g_kept.length[i] == length && ((uintptr_t)g_kept.start[i] & (align - 1)) == 0) {
+      found = g_kept.start[i];
+      g_kept.bytes -= length;
+      g_kept.count--;
+      memmove(&g_kept.start[i], &g_kept.start[i + 1], (g_kept.count - i) * sizeof(void *));
+      memmove(&g_kept.length[i], &g_kept.length[i + 1], (g_kept.count - i) * sizeof(size_t));
+    }
+  }
+  pthread_mutex_unlock(&g_kept.lock);
+  return found;
 }
 
-/* `byte_size` bytes at a multiple of `alignment` (a power of two) and of HUGE_PAGE, or NULL. */
-static void *map_huge(uint64_t byte_size, uint32_t alignment) {
+static void release_mapped(HurrayBuffer *self) {
+  size_t length = mapped_length(self->desc.byte_size);
+  bool kept = false;
+  if (length <= KEEP_LENGTH) {
+    pthread_mutex_lock(&g_kept.lock);
+    kept = g_kept.count < KEEP_COUNT && g_kept.bytes + length <= KEEP_BYTES;
+    if (kept) {
+      g_kept.start[g_kept.count] = self->data;
+      g_kept.length[g_kept.count++] = length;
+      g_kept.bytes += length;
+    }
+    pthread_mutex_unlock(&g_kept.lock);
+  }
+  if (!kept) munmap(self->data, length);
+}
+
+/* `byte_size` bytes at a multiple of `alignment` (a power of two) and of HUGE_PAGE, or NULL;
+ * `*reused` says whether they are a kept mapping (its old bytes) rather than fresh zeros. */
+static void *map_huge(uint64_t byte_size, uint32_t alignment, bool *reused) {
   size_t align = alignment > HUGE_PAGE ? alignment : HUGE_PAGE;
   size_t length = mapped_length(byte_size);
   if (length < byte_size || length > SIZE_MAX - align) return NULL;
+  void *kept = take_kept(length, align);
+  *reused = kept != NULL;
+  if (kept != NULL) return kept;
   uint8_t *reserved =
       mmap(NULL, length + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (reserved == MAP_FAILED) return NULL;
@@ -147,8 +199,9 @@ static void *map_huge(uint64_t byte_size, uint32_t alignment) {
 
 /* A zero-byte buffer gets no memory at all: data is NULL, as the contract allows, so every
  * consumer meets the NULL case in its own tests rather than in the field. At least HUGE_PAGE
- * bytes are mapped (map_huge, zero already); smaller sizes are rounded up to a multiple of the
- * alignment, as aligned_alloc requires. `*release` is how the memory is given back. */
+ * bytes are mapped (map_huge: fresh ones are zero already); smaller sizes are rounded up to a
+ * multiple of the alignment, as aligned_alloc requires. `*release` is how the memory is given
+ * back. */
 static int allocate_aligned(uint64_t byte_size, uint32_t alignment, bool zero, void **data,
                             HurrayBufferReleaseFn *release, HurrayError *error) {
   *data = NULL;
@@ -160,8 +213,10 @@ static int allocate_aligned(uint64_t byte_size, uint32_t alignment, bool zero, v
                         "%" PRIu64 " bytes aligned to %" PRIu32 " do not fit in memory", byte_size,
                         alignment);
   }
-  if (byte_size >= HUGE_PAGE && (*data = map_huge(byte_size, alignment)) != NULL) {
+  bool reused = false;
+  if (byte_size >= HUGE_PAGE && (*data = map_huge(byte_size, alignment, &reused)) != NULL) {
     *release = release_mapped;
+    if (zero && reused) memset(*data, 0, (size_t)byte_size);
     return HURRAY_OK;
   }
   rounded &= ~(uint64_t)(alignment - 1);

@@ -301,8 +301,17 @@ static bool any_page_mapped(const uint8_t *data, size_t len) {
   return false;
 }
 
+/* How many of `buffers` (destroyed, `sizes` bytes each) still have a page mapped. */
+static unsigned still_mapped(uint8_t *const *data, const uint64_t *sizes, unsigned n) {
+  unsigned mapped = 0;
+  for (unsigned i = 0; i < n; i++) mapped += any_page_mapped(data[i], (size_t)sizes[i]);
+  return mapped;
+}
+
 /* Buffers of 2 MiB or more are mappings that start on a 2 MiB boundary, where transparent huge
- * pages can back them, and destroy gives back every page of them (ADR-058). */
+ * pages can back them (ADR-058). A released one of up to 32 MiB is kept for the next buffer of
+ * its length -- at most 8 and 64 MiB of them -- and a longer one is given back at once
+ * (ADR-101). */
 static void alloc_maps_large_buffers_on_huge_page_boundaries(void **state) {
   (void)state;
   static const uint64_t sizes[] = {UINT64_C(2) << 20, (UINT64_C(3) << 20) + 1};
@@ -314,8 +323,43 @@ static void alloc_maps_large_buffers_on_huge_page_boundaries(void **state) {
     memset(data, 0x5A, (size_t)sizes[s]);
     assert_true(any_page_mapped(data, (size_t)sizes[s]));
     hurray_buffer_destroy(buffer);
-    assert_false(any_page_mapped(data, (size_t)sizes[s]));
+    assert_int_equal(hurray_buffer_alloc(sizes[s], 64, 0, &buffer, NULL), HURRAY_OK);
+    assert_ptr_equal(buffer->data, data); /* kept, and taken again: no fresh pages */
+    assert_int_equal(((uint8_t *)buffer->data)[0], 0x5A);
+    hurray_buffer_destroy(buffer);
   }
+  HurrayBuffer *large = NULL;
+  assert_int_equal(hurray_buffer_alloc(UINT64_C(33) << 20, 64, 0, &large, NULL), HURRAY_OK);
+  uint8_t *large_data = large->data;
+  memset(large_data, 0x5A, (size_t)33 << 20);
+  hurray_buffer_destroy(large);
+  assert_false(any_page_mapped(large_data, (size_t)33 << 20));
+
+  enum { MANY = 9 }; /* one more than are kept */
+  HurrayBuffer *many[MANY];
+  uint8_t *many_data[MANY];
+  uint64_t many_sizes[MANY];
+  for (unsigned i = 0; i < MANY; i++) {
+    many_sizes[i] = (UINT64_C(5) << 20) + 4096 * i; /* lengths nothing kept has yet */
+    assert_int_equal(hurray_buffer_alloc(many_sizes[i], 64, 0, &many[i], NULL), HURRAY_OK);
+    many_data[i] = many[i]->data;
+    memset(many_data[i], 1, (size_t)many_sizes[i]);
+  }
+  for (unsigned i = 0; i < MANY; i++) hurray_buffer_destroy(many[i]);
+  assert_true(still_mapped(many_data, many_sizes, MANY) <= 8);
+
+  enum { BIG = 3 }; /* 90 MiB: more than the 64 MiB kept */
+  HurrayBuffer *big[BIG];
+  uint8_t *big_data[BIG];
+  uint64_t big_sizes[BIG];
+  for (unsigned i = 0; i < BIG; i++) {
+    big_sizes[i] = (UINT64_C(30) << 20) + 4096 * i;
+    assert_int_equal(hurray_buffer_alloc(big_sizes[i], 64, 0, &big[i], NULL), HURRAY_OK);
+    big_data[i] = big[i]->data;
+    memset(big_data[i], 1, (size_t)big_sizes[i]);
+  }
+  for (unsigned i = 0; i < BIG; i++) hurray_buffer_destroy(big[i]);
+  assert_true(still_mapped(big_data, big_sizes, BIG) <= 2);
 }
 
 static void alloc_of_zero_bytes_has_no_memory(void **state) {
