@@ -94,7 +94,8 @@ static int connect_to(const Command *command, const char *url, const ConnectArgs
 
 static const char kServeUsage[] =
     "usage: hurray serve [-u] [-a ADDRESS] [-s SECRET_FILE] [-c N] [-q] [--json] [--insecure]\n"
-    "                    [--max-upload-total BYTES] [--tls-cert FILE --tls-key FILE] FILE...\n"
+    "                    [--max-connections-per-address N] [--max-upload-total BYTES]\n"
+    "                    [--tls-cert FILE --tls-key FILE] FILE...\n"
     "\n"
     "Serves every tensor of the FILEs over the wire protocol until interrupted (SIGINT or\n"
     "SIGTERM). A FILE is any file the loader reads: a Hurray file (its tensors read through\n"
@@ -115,6 +116,9 @@ static const char kServeUsage[] =
     "      --insecure            listen beyond this host without a secret: anyone who\n"
     "                            reaches the address may fetch (and with -u upload)\n"
     "  -c, --max-connections N   clients served at once (default 1024)\n"
+    "      --max-connections-per-address N  clients served at once from one IP address\n"
+    "                            (default 64 beyond this host, loopback clients bounded\n"
+    "                            by -c alone); a value given bounds loopback clients too\n"
     "      --max-upload-total BYTES  what clients' uploads may hold together (default\n"
     "                            4 GiB); an upload over it is refused\n"
     "      --tls-cert FILE       serve over TLS (clients connect to hurrays://HOST:PORT)\n"
@@ -154,7 +158,7 @@ static void print_served(const char *bound, bool json, const HurrayServerOptions
 static int run_serve(int argc, char **argv) {
   bool uploads = false, quiet = false, json = false, insecure = false;
   const char *address = "127.0.0.1:7700", *secret_file = NULL, *max_connections = NULL;
-  const char *tls_cert = NULL, *tls_key = NULL, *upload_total = NULL;
+  const char *tls_cert = NULL, *tls_key = NULL, *upload_total = NULL, *per_address = NULL;
   const CliOption options[] = {{'a', "address", NULL, &address},
                                {'u', "uploads", &uploads, NULL},
                                {'s', "secret-file", NULL, &secret_file},
@@ -164,10 +168,11 @@ static int run_serve(int argc, char **argv) {
                                {0, "insecure", &insecure, NULL},
                                {0, "tls-cert", NULL, &tls_cert},
                                {0, "tls-key", NULL, &tls_key},
-                               {0, "max-upload-total", NULL, &upload_total}};
+                               {0, "max-upload-total", NULL, &upload_total},
+                               {0, "max-connections-per-address", NULL, &per_address}};
   char **files = NULL;
   int count = 0;
-  int rc = cli_parse_list(&kServeCommand, argc, argv, options, 10, &files, &count, "FILE");
+  int rc = cli_parse_list(&kServeCommand, argc, argv, options, 11, &files, &count, "FILE");
   if (rc >= 0) return rc;
   if ((tls_cert == NULL) != (tls_key == NULL)) {
     cli_error(&kServeCommand, "--tls-cert and --tls-key go together");
@@ -179,6 +184,11 @@ static int run_serve(int argc, char **argv) {
   if (rc < 0 && max_connections != NULL) {
     rc = parse_number(&kServeCommand, "max-connections", max_connections, 1 << 20, &connections);
   }
+  double from_one = 0; /* 0: the default (ADR-099) */
+  if (rc < 0 && per_address != NULL) {
+    rc = parse_number(&kServeCommand, "max-connections-per-address", per_address, 1 << 20,
+                      &from_one);
+  }
   double total = 0;
   if (rc < 0 && upload_total != NULL) {
     rc = parse_number(&kServeCommand, "max-upload-total", upload_total, 0x1p62, &total);
@@ -188,6 +198,7 @@ static int run_serve(int argc, char **argv) {
                             .flags = (uploads ? HURRAY_SERVER_UPLOADS : 0u) |
                                      (insecure ? HURRAY_SERVER_INSECURE : 0u),
                             .max_connections = (uint32_t)connections,
+                            .max_connections_per_address = (uint32_t)from_one,
                             .max_upload_total_bytes = (uint64_t)total};
   if (secret.len > 0) {
     so.secret = secret.bytes;

@@ -351,6 +351,9 @@ HURRAY_INTERNAL void hurray__source_release(FileSource *source);
 
 /* The bytes of a mapped or memory source (after hurray__source_map), NULL for a pread one. */
 HURRAY_INTERNAL const uint8_t *hurray__source_bytes(const FileSource *source);
+/* A new descriptor (close-on-exec) of the file a source reads, which stays open when the source
+ * is released: -1 with HURRAY_OK if it has none (memory, or a mapped file's once closed). */
+HURRAY_INTERNAL int hurray__source_dup_fd(const FileSource *source, int *fd, HurrayError *error);
 
 /* The source that holds tensor `index`'s buffers, for reading their bytes with
  * hurray__source_read (a reader opened from a path keeps its descriptor until destroyed): the

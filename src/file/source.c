@@ -114,6 +114,11 @@ const uint8_t *hurray__source_bytes(const FileSource *source) {
   return source->base;
 }
 
+int hurray__source_dup_fd(const FileSource *source, int *fd, HurrayError *error) {
+  *fd = source->fd >= 0 ? fcntl(source->fd, F_DUPFD_CLOEXEC, 0) : -1;
+  return source->fd >= 0 && *fd < 0 ? system_error(error, "dup") : HURRAY_OK;
+}
+
 bool hurray__source_read_only(const FileSource *source) {
   return source->base != NULL && !source->writable;
 }

@@ -249,9 +249,10 @@ static void index_fill(HurrayServer *s, size_t n) {
 }
 
 /* Adds `n` tensors at once, or none if a name is taken. SINK for every entry, and for
- * `file_fd` (-1 for none), the descriptor of the file they come from. */
-static int register_tensors(HurrayServer *s, WireServed **items, size_t n, int file_fd,
-                            HurrayError *error) {
+ * `file_fds[0, nfds)`, the descriptors of the files they come from (a file's, or each shard's
+ * of a sharded checkpoint). */
+static int register_tensors(HurrayServer *s, WireServed **items, size_t n, const int *file_fds,
+                            size_t nfds, HurrayError *error) {
   int status = HURRAY_OK;
   pthread_mutex_lock(&s->lock);
   if (s->ntensors + n > s->cap) {
@@ -277,8 +278,8 @@ static int register_tensors(HurrayServer *s, WireServed **items, size_t n, int f
       index_fill(s, s->ntensors);
     }
   }
-  if (status == HURRAY_OK && file_fd >= 0) { /* room for it, taken only on success */
-    int *grown = realloc(s->files, (s->nfiles + 1) * sizeof *grown);
+  if (status == HURRAY_OK && nfds > 0) { /* room for them, taken only on success */
+    int *grown = realloc(s->files, (s->nfiles + nfds) * sizeof *grown);
     if (grown == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
     else s->files = grown;
   }
@@ -294,14 +295,14 @@ static int register_tensors(HurrayServer *s, WireServed **items, size_t n, int f
     }
   }
   if (status == HURRAY_OK) {
-    if (file_fd >= 0) s->files[s->nfiles++] = file_fd;
+    for (size_t k = 0; k < nfds; k++) s->files[s->nfiles++] = file_fds[k];
     s->ntensors += n;
     for (size_t i = 0; i < n; i++) s->device_mask |= 1u << items[i]->device; /* tags < 32 */
   }
   pthread_mutex_unlock(&s->lock);
   if (status != HURRAY_OK) {
     for (size_t i = 0; i < n; i++) hurray__wire_served_destroy(items[i]);
-    if (file_fd >= 0) close(file_fd);
+    for (size_t k = 0; k < nfds; k++) close(file_fds[k]);
   }
   return status;
 }
@@ -315,7 +316,7 @@ int hurray_server_add_tensor(HurrayServer *server, const char *name, HurrayTenso
   WireServed *served = NULL;
   int status = hurray__wire_served_create(name, tensor, NULL, -1, NULL, NULL, 0, &served, error);
   if (status != HURRAY_OK) return status;
-  return register_tensors(server, &served, 1, -1, error);
+  return register_tensors(server, &served, 1, NULL, 0, error);
 }
 
 /* Whether every buffer of `context` is a view of the reader's mapping of its file at the
@@ -337,8 +338,9 @@ static bool views_of_file(const HurrayFileReader *reader, uint32_t index,
  * file's (`fd` >= 0, not `stored`: safetensors, .npy, .npz) the same way where its buffers are
  * views of the file's mapping, with checksums hashed now, so that a file truncated in place is
  * an ERROR, not SIGBUS; a buffer the reader copied (misaligned, byte-swapped, deflated) is
- * served from that copy. Otherwise (`fd` < 0: a sharded checkpoint, ADR-092) from the memory
- * the reader gives, with the stored checksums if `stored` (Hurray shards), else hashed now. */
+ * served from that copy. A sharded checkpoint's tensor is its shard's, `fd` that shard's
+ * descriptor and `stored` whether it is a Hurray file. Otherwise (`fd` < 0: no descriptor)
+ * from the memory the reader gives, with the stored checksums if `stored`, else hashed now. */
 static int served_from_file(const HurrayFileReader *reader, uint32_t index, int fd, bool stored,
                             WireServed **out, HurrayError *error) {
   HurrayFileTensorInfo info;
@@ -397,6 +399,30 @@ static int served_from_file(const HurrayFileReader *reader, uint32_t index, int 
   return status;
 }
 
+/* The descriptor that tensor `index` of a sharded checkpoint is read through: its shard's,
+ * duplicated from the shard reader's the first time one of the shard's tensors asks for it
+ * (`sources`, `fds`: the `*nfds` duplicated so far, room for one per shard), -1 if the shard has
+ * none (the tensor is then served from the reader's memory). `*stored`: whether the shard's
+ * checksums are stored ones (a Hurray shard). */
+static int shard_fd(const HurrayFileReader *reader, uint32_t index, const FileSource **sources,
+                    int *fds, size_t *nfds, int *fd, bool *stored, HurrayError *error) {
+  *fd = -1;
+  const FileSource *source = hurray__reader_source(reader, index, stored);
+  if (source == NULL) return HURRAY_OK;
+  for (size_t k = 0; k < *nfds; k++) {
+    if (sources[k] == source) {
+      *fd = fds[k];
+      return HURRAY_OK;
+    }
+  }
+  int status = hurray__source_dup_fd(source, fd, error);
+  if (status == HURRAY_OK && *fd >= 0) {
+    sources[*nfds] = source;
+    fds[(*nfds)++] = *fd;
+  }
+  return status;
+}
+
 /* The file's metadata, encoded as the wire carries it (any value the file holds). */
 static int file_metadata(const HurrayFileReader *reader, FileSink *out, HurrayError *error) {
   HurrayMetaValue *meta = NULL;
@@ -433,7 +459,8 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
   HurrayFileInfo info = {0};
   if (status == HURRAY_OK) status = hurray_file_reader_info(reader, &info, error);
   bool stored = info.format == HURRAY_FORMAT_HURRAY;
-  if (status == HURRAY_OK && info.shard_count > 0) { /* served from memory */
+  bool sharded = status == HURRAY_OK && info.shard_count > 0;
+  if (sharded) { /* each shard is read through its reader's descriptor, duplicated */
     if (fd >= 0) close(fd);
     fd = -1;
   } else if (status == HURRAY_OK && fd < 0) {
@@ -447,21 +474,40 @@ int hurray_server_add_file(HurrayServer *server, const char *path, HurrayError *
     }
   }
   WireServed **items = status == HURRAY_OK ? calloc(info.tensor_count + 1u, sizeof *items) : NULL;
-  if (status == HURRAY_OK && items == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  size_t room = sharded ? info.shard_count : 1, nfds = 0; /* the descriptors kept */
+  int *fds = status == HURRAY_OK ? calloc(room + 1, sizeof *fds) : NULL;
+  const FileSource **sources = sharded ? calloc(room + 1, sizeof *sources) : NULL;
+  if (status == HURRAY_OK && (items == NULL || fds == NULL || (sharded && sources == NULL))) {
+    status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
+  if (status == HURRAY_OK && fd >= 0) {
+    fds[nfds++] = fd;
+    fd = -1;
+  }
   uint32_t made = 0;
   for (; status == HURRAY_OK && made < info.tensor_count; made++) {
-    status = served_from_file(reader, made, fd, stored, &items[made], error);
+    int tensor_fd = sharded ? -1 : fds[0];
+    bool tensor_stored = stored;
+    if (sharded) {
+      status = shard_fd(reader, made, sources, fds, &nfds, &tensor_fd, &tensor_stored, error);
+    }
+    if (status == HURRAY_OK) {
+      status = served_from_file(reader, made, tensor_fd, tensor_stored, &items[made], error);
+    }
     if (status != HURRAY_OK) break;
   }
   FileSink file_meta = {0};
   if (status == HURRAY_OK) status = file_metadata(reader, &file_meta, error);
   hurray_file_reader_destroy(reader); /* the contexts keep the mapping */
   if (status == HURRAY_OK) {
-    status = register_tensors(server, items, made, fd, error);
+    status = register_tensors(server, items, made, fds, nfds, error);
   } else {
     for (uint32_t i = 0; i < made; i++) hurray__wire_served_destroy(items[i]);
+    for (size_t k = 0; k < nfds; k++) close(fds[k]);
     if (fd >= 0) close(fd);
   }
+  free(fds);
+  free(sources);
   if (status == HURRAY_OK) {
     pthread_mutex_lock(&server->lock);
     if (!server->file_metadata_set) { /* the first file's is the server's (spec §6.8) */
@@ -1140,7 +1186,7 @@ static void upload_finish(HurrayServer *s, Conn *c) {
         free(checksums);
       }
     }
-    if (status == HURRAY_OK) status = register_tensors(s, &t, 1, -1, &e);
+    if (status == HURRAY_OK) status = register_tensors(s, &t, 1, NULL, 0, &e);
     if (status == HURRAY_OK) {
       u->charged = 0; /* held for as long as the server serves it */
       hurray__wire_frame(&c->out, WIRE_PUT_OK, 0, u->request_id, NULL, 0);

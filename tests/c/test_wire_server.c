@@ -426,6 +426,94 @@ static void served_file_truncated_or_corrupted(void **state) {
   hurray_tensor_context_release(small);
 }
 
+/* A safetensors file at `path` holding `t` (uint8, one dimension) as `name`, its data at a
+ * multiple of 64 so that the reader maps it where it lies. */
+static void write_safetensors(const char *path, const char *name, const HurrayTensorContext *t) {
+  uint64_t n = t->buffers->buffers[0]->desc.byte_size;
+  char header[256];
+  int len = snprintf(header, sizeof header,
+                     "{\"%s\":{\"dtype\":\"U8\",\"shape\":[%llu],\"data_offsets\":[0,%llu]}}", name,
+                     (unsigned long long)n, (unsigned long long)n);
+  while ((8 + len) % 64 != 0) header[len++] = ' ';
+  uint64_t header_len = (uint64_t)len; /* little-endian, as the format says */
+  uint8_t prefix[8];
+  for (int i = 0; i < 8; i++) prefix[i] = (uint8_t)(header_len >> (8 * i));
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(prefix, 1, 8, f), 8);
+  assert_int_equal(fwrite(header, 1, (size_t)len, f), (size_t)len);
+  assert_int_equal(fwrite(t->buffers->buffers[0]->data, 1, n, f), n);
+  assert_int_equal(fclose(f), 0);
+}
+
+/* A sharded checkpoint in directory `dir`: 'big' alone in shard 1, 'small' in shard 2, both
+ * Hurray files or both safetensors files; the path of shard 1 in `big_shard`. */
+static void write_two_shards(const char *dir, bool safetensors, HurrayTensorContext *big,
+                             HurrayTensorContext *small, char *big_shard, size_t size) {
+  assert_int_equal(mkdir(dir, 0700), 0);
+  const char *names[] = {"big", "small"};
+  const uint32_t shard_of[] = {0, 1};
+  const char *shards[2] = {safetensors ? "m-1.safetensors" : "m-1.hurray",
+                           safetensors ? "m-2.safetensors" : "m-2.hurray"};
+  HurrayTensorContext *tensors[] = {big, small};
+  char path[600];
+  for (int k = 0; k < 2; k++) {
+    snprintf(path, sizeof path, "%s/%s", dir, shards[k]);
+    if (safetensors) {
+      write_safetensors(path, names[k], tensors[k]);
+      continue;
+    }
+    HurrayFileWriter *w = NULL;
+    OK(hurray_file_writer_create(path, NULL, &w, E));
+    OK(hurray_file_writer_add(w, names[k], tensors[k]->tensor, tensors[k]->buffers, NULL, E));
+    OK(hurray_file_writer_finish(w, E));
+    hurray_file_writer_destroy(w);
+  }
+  snprintf(big_shard, size, "%s/%s", dir, shards[0]);
+  snprintf(path, sizeof path, "%s/model.%s.index.json", dir,
+           safetensors ? "safetensors" : "hurray");
+  OK(hurray_shard_index_write(path, names, shard_of, 2, shards, 2, 0,
+                              HURRAY_FILE_WRITE_NOT_DURABLE, E));
+}
+
+/* A shard of a served sharded checkpoint truncated in place: an ERROR for each request of its
+ * tensor, never SIGBUS (each shard is read through its own descriptor, ADR-084), and the same
+ * connection goes on to a tensor of another shard. */
+static void served_shard_truncated(void **state) {
+  (void)state;
+  HurrayTensorContext *big = bytes_tensor(CHECKED_SIZE, 3), *small = bytes_tensor(10, 1);
+  for (int safetensors = 0; safetensors < 2; safetensors++) {
+    char dir[520], shard[600];
+    snprintf(dir, sizeof dir, "%s", path_of(safetensors ? "ckpt-safetensors" : "ckpt-hurray"));
+    write_two_shards(dir, safetensors, big, small, shard, sizeof shard);
+    Running r;
+    start(&r, NULL);
+    OK(hurray_server_add_file(r.server, dir, E));
+    go(&r);
+    HurrayClient *c = NULL;
+    OK(hurray_client_connect(r.address, NULL, &c, E));
+    uint8_t *got = malloc(CHECKED_SIZE);
+    OK(hurray_client_read(c, "big", 2 << 20, 3 << 20, got, NULL, E));
+    assert_int_equal(got[5], (uint8_t)((((2 << 20) + 5) * 7 + 3) % 251)); /* bytes_tensor's */
+    assert_int_equal(truncate(shard, 4096), 0);
+    HurrayError error = {0};
+    assert_int_equal(hurray_client_read(c, "big", 2 << 20, 3 << 20, got, NULL, &error),
+                     HURRAY_EIO);
+    assert_non_null(strstr(error.message, "tensor 'big': its file shrank while served"));
+    HurrayTensorContext *back = NULL;
+    assert_int_equal(hurray_client_get(c, "big", NULL, &back, &error), HURRAY_EIO);
+    assert_non_null(strstr(error.message, "shrank"));
+    OK(hurray_client_get(c, "small", NULL, &back, E)); /* the same connection, the other shard */
+    assert_memory_equal(back->buffers->buffers[0]->data, small->buffers->buffers[0]->data, 10);
+    hurray_tensor_context_release(back);
+    free(got);
+    hurray_client_destroy(c);
+    finish(&r);
+  }
+  hurray_tensor_context_release(big);
+  hurray_tensor_context_release(small);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -438,6 +526,7 @@ int main(void) {
       cmocka_unit_test(file_reads_survive_truncation),
       cmocka_unit_test(file_ranges_vouched_for_by_the_stored_checksum),
       cmocka_unit_test(served_file_truncated_or_corrupted),
+      cmocka_unit_test(served_shard_truncated),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

@@ -393,6 +393,33 @@ port=$(sed -n 's/^{"address": "0.0.0.0:\([0-9]*\)".*/\1/p' served_j.txt)
 run 0 ls "127.0.0.1:$port"
 has "dense  dense float32"
 serve_stop
+# --max-connections-per-address (ADR-099): a value given bounds loopback clients too; one
+# connection held open from 127.0.0.1 (by Python, where there is one) leaves no room for ls
+run 2 serve --max-connections-per-address 0 good.hurray
+has "--max-connections-per-address must be a positive number up to 1048576, not '0'"
+if [ -n "$python" ] && "$python" -c "import socket" >/dev/null 2>&1; then
+  serve_start served_p.txt -q --max-connections-per-address 1 -a 127.0.0.1:0 good.hurray
+  last="serve --max-connections-per-address 1"
+  out=$("$python" - "$hurray" "$address" 2>&1 <<'PYTHON'
+import socket, subprocess, sys, time
+hurray, address = sys.argv[1:3]
+host, port = address.rsplit(":", 1)
+held = socket.create_connection((host, int(port)))
+ls = subprocess.run([hurray, "ls", address], capture_output=True, text=True)
+print("held: exit", ls.returncode, ls.stderr.strip())
+held.close()
+for _ in range(100):  # until the server has seen the held connection close
+    ls = subprocess.run([hurray, "ls", address], capture_output=True, text=True)
+    if ls.returncode == 0:
+        break
+    time.sleep(0.05)
+print("closed: exit", ls.returncode, ls.stdout.splitlines()[0] if ls.stdout else ls.stderr)
+PYTHON
+  )
+  has "held: exit 6 hurray ls: $address: peer: this server is at its limit of 1 connections from one address (HURRAY_EDENIED)"
+  has "closed: exit 0 dense  dense float32 [2, 3]  1 buffer  24 B"
+  serve_stop
+fi
 serve_start served.txt -a 127.0.0.1:0 good.hurray
 last="serve"
 out=$(cat served.txt.err)

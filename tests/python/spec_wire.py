@@ -28,10 +28,9 @@ from spec_file import (_Cursor, SpecArray, SpecBuffer, SpecError, SpecFileError,
 
 MAGIC = b"\x89HRW"
 HEADER = struct.Struct("<4sBBHQQ")  # §2: magic, type, flags, reserved, request_id, length
-VERSION = (1, 2)
+VERSION = (1, 3)  # the spec's current version, which this client speaks unless told another
 HEADER_CHECK_MINOR = 2  # §6.3.1: the first minor whose tensor headers end with header_check
-METADATA_MINOR = 3  # §6.8: the first minor with METADATA requests (this client speaks 1.2 unless
-                    # told a version: the older peer of the tests)
+METADATA_MINOR = 3  # §6.8: the first minor with METADATA requests
 
 # §2.1
 CLIENT_HELLO, SERVER_HELLO, AUTH, AUTH_OK = 0x01, 0x02, 0x03, 0x04

@@ -563,3 +563,49 @@ def test_a_truncated_foreign_file_is_an_error_not_a_crash(tmp_path, kind, reques
             assert np.array_equal(np.asarray(c.get("b")), b)  # the same connection goes on
         with hurray.connect(server.address) as other:
             assert np.array_equal(np.asarray(other.get("b")), b)
+
+
+def sharded_checkpoint(directory, a, b, kind):
+    """A sharded checkpoint in `directory`: 'a' alone in one shard, 'b' in another, the shards
+    Hurray or safetensors files (the latter's data at a multiple of 64, so that the reader maps
+    it); the path of the shard holding 'a'."""
+    if kind == "hurray":
+        hurray.save(directory, {"a": a, "b": b}, max_shard_size=a.nbytes // 2)
+        index = json.loads(next(directory.glob("*.index.json")).read_text())
+        return directory / index["weight_map"]["a"]
+    directory.mkdir()
+    names = {}
+    for i, (name, t) in enumerate((("a", a), ("b", b))):
+        header = json.dumps({name: {"dtype": "F32", "shape": list(t.shape),
+                                    "data_offsets": [0, t.nbytes]}}).encode()
+        header += b" " * (-(8 + len(header)) % 64)
+        names[name] = f"model-{i + 1:05d}-of-00002.safetensors"
+        (directory / names[name]).write_bytes(struct.pack("<Q", len(header)) + header +
+                                              t.tobytes())
+    (directory / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": names}))
+    return directory / names["a"]
+
+
+@pytest.mark.parametrize("kind", ["hurray", "safetensors"])
+@pytest.mark.parametrize("request_kind", ["rows", "bytes", "whole"])
+def test_a_truncated_shard_is_an_error_not_a_crash(tmp_path, kind, request_kind):
+    """A shard of a served sharded checkpoint truncated in place killed the server with SIGBUS
+    (its tensors were served from the shard readers' mappings): now each shard is read through
+    its own descriptor, as a single file is (ADR-084), so the request gets an ERROR naming the
+    tensor, the connection goes on and the server answers another client."""
+    a = np.arange(64 * 4096, dtype=np.float32).reshape(64, 4096)  # 1 MiB, rows of 16 KiB
+    b = np.arange(1000, dtype=np.float32)
+    shard = sharded_checkpoint(tmp_path / "ckpt", a, b, kind)
+    with serve_paths(tmp_path / "ckpt") as server:
+        with hurray.connect(server.address) as c:
+            assert np.array_equal(np.asarray(c.get("a", slice=(1, 2))), a[1:2])
+            os.truncate(shard, 8192)
+            ask = {"rows": lambda: c.get("a", slice=(60, 64)),
+                   "bytes": lambda: c.read("a", 60 * 16384, 61 * 16384),
+                   "whole": lambda: c.get("a")}[request_kind]
+            with pytest.raises(hurray.InputOutputError, match="tensor 'a'.*shrank"):
+                ask()
+            assert np.array_equal(np.asarray(c.get("b")), b)  # the same connection goes on
+        with hurray.connect(server.address) as other:
+            assert np.array_equal(np.asarray(other.get("b")), b)

@@ -154,16 +154,19 @@ def test_a_1_0_session_has_no_frame_checks(server):
 
 
 def test_a_1_1_session_has_no_header_check(server):
-    """§8: the 1.2 server speaks 1.1 to a 1.1 client -- tensor headers without header_check --
-    and 1.2 to a 1.2 one, whose headers spec_wire checks (§6.3.1)."""
+    """§8: the server speaks 1.1 to a 1.1 client -- tensor headers without header_check --
+    and 1.2 to a 1.2 one, 1.3 to a 1.3 one (spec_wire's default), whose headers end with the
+    header_check spec_wire checks (§6.3.1; 1.3's are 1.2's)."""
     want = DENSE["f32"]().tobytes()
     with client(server, version=(1, 1)) as c:
         assert c.version == (1, 1)
         assert c.get("f32").buffers[0].data == want
-    with client(server) as c:
-        assert c.version == (1, 2)
-        assert c.get("f32").buffers[0].data == want
-        assert c.get("f32", w.ROWS, 1, 2).buffers[0].data == want[12:]
+    for version in ((1, 2), None):
+        with client(server, **({"version": version} if version else {})) as c:
+            assert c.version == (version or w.VERSION) and c.version[1] >= w.HEADER_CHECK_MINOR
+            assert c.get("f32").buffers[0].data == want
+            assert c.get("f32", w.ROWS, 1, 2).buffers[0].data == want[12:]
+    assert w.VERSION == (1, w.METADATA_MINOR)  # the spec's current version
 
 
 def test_minor_versions_of_the_future_are_answered_with_the_servers(server):
@@ -375,8 +378,8 @@ def test_the_server_sends_golden_bytes():
         assert w.parse_hello(recv(sock)[3])["version"] == (1, 1)
         sock.sendall(w.frame(w.TENSOR_REQUEST, 7, w.tensor_request("x")))
         assert [frame_of(recv(sock)), frame_of(recv(sock))] == GOLDEN["9.5"]
-    with hurray.serve({"x": x}) as s, raw(s) as sock:
-        assert w.parse_hello(recv(sock)[3])["version"] == (1, 2)
+    with hurray.serve({"x": x}) as s, raw(s, w.frame(w.CLIENT_HELLO, 0, w.hello((1, 2)))) as sock:
+        assert w.parse_hello(recv(sock)[3])["version"] == (1, 2)  # 9.10 is of a 1.2 session
         sock.sendall(w.frame(w.TENSOR_REQUEST, 7, w.tensor_request("x")))
         assert [frame_of(recv(sock)), frame_of(recv(sock))] == GOLDEN["9.10"] + GOLDEN["9.5"][1:]
         sock.sendall(w.frame(w.TENSOR_REQUEST, 8, w.tensor_request("x", range_=w.BYTES,
@@ -798,11 +801,12 @@ def test_the_client_checks_the_header_check_of_1_2():
     of it changed in transit -- the name, which every other check passes, or the node's dtype --
     is a ChecksumError naming the header checksum, and the connection is closed. A 1.1 server
     sends no check and is served as before (§8)."""
-    with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
+    with fake_server(server_hello(version=(1, 2)), answer_x(minor=2)) as s, \
+            hurray.connect(s.address) as c:
         assert c.info["version"] == (1, 2)
         assert np.asarray(c.get("x")).tolist() == [1.0, 2.0]
     for flip in (0x48, 0x51):  # 9.5's name "x", its node's dtype float32
-        with fake_server(server_hello(), answer_x(flip=flip)) as s, \
+        with fake_server(server_hello(version=(1, 2)), answer_x(flip=flip, minor=2)) as s, \
                 hurray.connect(s.address) as c:
             with pytest.raises(hurray.ChecksumError,
                                match=r"TENSOR_HEADER header checksum mismatch .*corrupted"):
@@ -1250,7 +1254,8 @@ def test_metadata_of_a_safetensors_file(tmp_path):
 def test_a_new_client_against_an_older_server():
     """A 1.2 server (a scripted one, from the spec): the client sends no METADATA and says why;
     everything else is as before."""
-    with fake_server(server_hello(), answer_x()) as s, hurray.connect(s.address) as c:
+    with fake_server(server_hello(version=(1, 2)), answer_x(minor=2)) as s, \
+            hurray.connect(s.address) as c:
         assert c.info["version"] == (1, 2)
         with pytest.raises(hurray.UnsupportedError, match="speaks wire protocol 1.2, which "
                            "carries no metadata requests: they need 1.3"):
@@ -1314,7 +1319,7 @@ def test_ls_json_shows_metadata(tmp_path):
         {"name": "b", "layout": "dense", "dtype": "float64", "shape": [2], "buffers": 1,
          "data_bytes": 16, "metadata": {}}]}
     empty_list = lambda rid: w.frame(w.LIST_RESULT, rid, struct.pack("<II", 0, 0), w.END)  # noqa
-    with fake_server(server_hello(), empty_list) as f:
+    with fake_server(server_hello(version=(1, 2)), empty_list) as f:
         out = subprocess.run(["hurray", "ls", "--json", f.address], capture_output=True,
                              text=True, check=True).stdout
     assert json.loads(out) == {"metadata": None, "tensors": []}
