@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import hurray
-from conftest import peer
+from conftest import mappings_of, peer
 
 np = peer("numpy")
 gguf = peer("gguf")
@@ -116,6 +116,38 @@ def test_bfloat16(tmp_path):
     t = hurray.load(path)["b"]
     assert t.dtype.name == "bfloat16" and t.shape == (2, 16)
     assert same_bits(hurray.dequantize(t), gguf.quants.dequantize(raw.view(np.uint8), T.BF16))
+
+
+def test_tensors_at_gguf_default_alignment_are_views_of_the_mapping(tmp_path):
+    """GGUFWriter (as llama.cpp) puts each tensor at a multiple of 32: every one is mapped, not
+    copied; its buffer starts at the multiple of 64 below it and its values `byte_offset` bytes
+    in (buffer-protocol.md §6.2). A mmap=False load copies them, values first."""
+    q = gguf.quants.quantize(np.random.default_rng(4).standard_normal((4, 64)).astype(np.float32),
+                             T.Q8_0)
+    tensors = {"a": (np.arange(7, dtype=np.float32), None), "q": (q, T.Q8_0),
+               "h": (np.arange(5, dtype=np.float16), None), "k": (random_blocks(T.Q4_K, 1, 256,
+                                                                                 (0, 2), 5), T.Q4_K)}
+    path = write(tmp_path / "m.gguf", tensors)
+    offsets = {t.name: int(t.data_offset) for t in gguf.GGUFReader(str(path)).tensors}
+    assert {at % 64 for at in offsets.values()} == {0, 32}  # both cases occur
+    loaded = hurray.load(path)
+    ranges = mappings_of(path)
+    for name, (array, raw) in tensors.items():
+        t = loaded[name]
+        buffer = t.buffers[0]
+        first = buffer["address"] + t.byte_offset
+        assert buffer["address"] % 64 == 0 and t.byte_offset == offsets[name] % 64, name
+        assert any(lo <= first < hi for lo, hi in ranges), f"{name} is a copy"
+        assert buffer["byte_size"] == t.byte_offset + array.nbytes and t.readonly
+        assert bytes(t.bytes_view()) == array.tobytes(), name
+        copy = hurray.load(path, mmap=False)[name]
+        assert copy.byte_offset == 0 and bytes(copy.bytes_view()) == array.tobytes()
+    assert same_bits(hurray.dequantize(loaded["q"]), gguf.quants.dequantize(q, T.Q8_0))
+    assert np.array_equal(np.asarray(loaded["h"]), tensors["h"][0])
+    again = tmp_path / "m.hurray"
+    hurray.save(again, loaded)  # the bytes before the values are not written
+    with hurray.open(again) as f:
+        assert f["q"].byte_offset == 0 and f["q"].buffers[0]["byte_size"] == q.nbytes
 
 
 def test_key_values_are_the_file_metadata(tmp_path):
