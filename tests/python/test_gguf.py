@@ -4,8 +4,10 @@ types as their block dtype, bytes untouched), hurray.dequantize equals gguf.quan
 bit for bit, the key/values are the file metadata, and malformed files are refused with
 FormatError naming the field."""
 
+import json
 import struct
 import subprocess
+import time
 
 import pytest
 
@@ -160,6 +162,63 @@ def test_key_values_are_the_file_metadata(tmp_path):
     assert m["test.u32"] == 7 and m["test.i64"] == -3 and m["test.f32"] == 0.5
     assert m["test.b"] is True and m["test.s"] == "héllo" and list(m["test.a"]) == [1, 2, 3]
     assert m["test.big"] == 2 ** 64 - 1 and m["general.architecture"] == "test"
+
+
+def tokenizer(n_tokens, n_merges, seed=0):
+    """A byte-level BPE vocabulary as llama.cpp stores one: unique token strings of 1 to 24
+    characters (ASCII, GPT-2's Ġ and Ċ, some UTF-8), merges as pairs of them, a float32 score
+    and a token type for each token."""
+    rng = np.random.default_rng(seed)
+    alphabet = np.array([chr(c) for c in range(0x21, 0x7F)] + list("ĠĊéäß中文ĉ"))
+    lengths = np.clip(rng.geometric(0.18, n_tokens), 1, 24)
+    chars = alphabet[rng.integers(0, len(alphabet), int(lengths.sum()))]
+    ends = np.cumsum(lengths)
+    tokens = [f"{''.join(chars[e - n:e])}{i}" for i, (e, n) in enumerate(zip(ends, lengths))]
+    pairs = rng.integers(0, n_tokens, (n_merges, 2))
+    merges = [f"{tokens[a]} {tokens[b]}" for a, b in pairs]
+    scores = rng.standard_normal(n_tokens).astype(np.float32)
+    types = rng.integers(1, 7, n_tokens).astype(np.int32)
+    return tokens, merges, scores, types
+
+
+# llama-3's counts; a 262,144-token vocabulary (Gemma 3's size) with 514,906 merges, whose
+# metadata encodes past the 16 MiB that bounded a file's metadata before ADR-103.
+@pytest.mark.parametrize("n_tokens,n_merges", [(128256, 280147), (262144, 514906)],
+                         ids=["llama3", "past_16_mib"])
+def test_tokenizers_at_real_scale_load_with_every_key_value(tmp_path, n_tokens, n_merges):
+    tokens, merges, scores, types = tokenizer(n_tokens, n_merges)
+    w = gguf.GGUFWriter(str(tmp_path / "tok.gguf"), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_merges(merges)
+    w.add_token_scores(scores.tolist())
+    w.add_token_types(types.tolist())
+    w.add_tensor("w", np.arange(8, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    path = tmp_path / "tok.gguf"
+    want = {"general.architecture": "llama", "tokenizer.ggml.model": "gpt2",
+            "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges,
+            "tokenizer.ggml.scores": scores.astype(np.float64).tolist(),
+            "tokenizer.ggml.token_type": types.tolist()}
+    start = time.perf_counter()
+    with hurray.open(path) as f:
+        assert f.metadata == want
+    opened = time.perf_counter() - start  # about 0.2 s for llama-3's (gguf.GGUFReader: 15 s)
+    assert opened < 10, opened
+    assert np.array_equal(np.asarray(hurray.load(path)["w"]), np.arange(8, dtype=np.float32))
+    info = subprocess.run(["hurray", "info", str(path)], capture_output=True, text=True)
+    assert info.returncode == 0 and "gguf" in info.stdout, info.stderr
+    assert f"{n_tokens - 8} more]" in info.stdout and len(info.stdout) < 4096  # lists cut short
+    info = subprocess.run(["hurray", "info", "--json", str(path)], capture_output=True, text=True)
+    assert info.returncode == 0 and json.loads(info.stdout)["metadata"] == want  # all of it
+    hurray.convert(path, tmp_path / "tok.hurray")  # the file metadata as a Hurray file's
+    hurray.convert(tmp_path / "tok.hurray", tmp_path / "back.gguf")
+    for again in (tmp_path / "tok.hurray", tmp_path / "back.gguf"):
+        with hurray.open(again) as f:
+            assert f.metadata == want, again
 
 
 def test_info_verify_convert(tmp_path):
