@@ -124,11 +124,11 @@ def test_tensors_at_gguf_default_alignment_are_views_of_the_mapping(tmp_path):
     """GGUFWriter (as llama.cpp) puts each tensor at a multiple of 32: every one is mapped, not
     copied; its buffer starts at the multiple of 64 below it and its values `byte_offset` bytes
     in (buffer-protocol.md §6.2). A mmap=False load copies them, values first."""
-    q = gguf.quants.quantize(np.random.default_rng(4).standard_normal((4, 64)).astype(np.float32),
-                             T.Q8_0)
+    x = np.random.default_rng(4).standard_normal((4, 64)).astype(np.float32)
+    q = gguf.quants.quantize(x, T.Q8_0)
     tensors = {"a": (np.arange(7, dtype=np.float32), None), "q": (q, T.Q8_0),
-               "h": (np.arange(5, dtype=np.float16), None), "k": (random_blocks(T.Q4_K, 1, 256,
-                                                                                 (0, 2), 5), T.Q4_K)}
+               "h": (np.arange(5, dtype=np.float16), None),
+               "k": (random_blocks(T.Q4_K, 1, 256, (0, 2), 5), T.Q4_K)}
     path = write(tmp_path / "m.gguf", tensors)
     offsets = {t.name: int(t.data_offset) for t in gguf.GGUFReader(str(path)).tensors}
     assert {at % 64 for at in offsets.values()} == {0, 32}  # both cases occur
@@ -259,7 +259,33 @@ MALFORMED = {
     "bad offset": (header(1, 0) + gguf_string(b"t") + struct.pack("<IQIQ", 1, 4, 0, 2 ** 63),
                    "offset"),
     "n_dims": (header(1, 0) + gguf_string(b"t") + struct.pack("<I", 9) + b"\0" * 40, "n_dims"),
+    "truncated value": (header(0, 1) + gguf_string(b"k") + struct.pack("<I", 4) + b"\0\0",
+                        "the file ends inside key 'k'"),
+    "huge array count": (header(0, 1) + gguf_string(b"k") + struct.pack("<IIQ", 9, 4, 2 ** 40),
+                         "key 'k': an array of 1099511627776 items"),
+    "bool": (header(0, 1) + gguf_string(b"k") + struct.pack("<IB", 7, 2), "key 'k': a bool"),
+    "alignment": (header(0, 1) + gguf_string(b"general.alignment") + struct.pack("<II", 4, 48),
+                  "general.alignment is a u32 power of two"),
+    "duplicate key": (header(0, 2) + (gguf_string(b"k") + struct.pack("<IB", 0, 1)) * 2,
+                      "duplicate key 'k'"),
+    "data past the end": (header(1, 0) + gguf_string(b"t") + struct.pack("<IQIQ", 1, 4, 0, 0),
+                          "tensor 't': offset 0 \\(16 bytes\\) ends past the 0 bytes"),
+    "misaligned offset": (header(1, 0) + gguf_string(b"t") + struct.pack("<IQIQ", 1, 4, 0, 8)
+                          + b"\0" * 64, "tensor 't': offset 8 is not a multiple of the alignment"),
+    "partial block": (header(1, 0) + gguf_string(b"t") + struct.pack("<IQIQ", 1, 48, 8, 0),
+                      "tensor 't': ne\\[0\\] = 48 is not a multiple of q8_0's 32-weight blocks"),
 }
+
+
+def test_version_2_reads_as_version_3(tmp_path):
+    """GGUF v2 has v3's layout (v3 only adds big-endian files, which say so in the version)."""
+    blocks = random_blocks(T.Q5_1, 2, 64, (0, 2), seed=6)
+    raw = bytearray(write(tmp_path / "m.gguf", {"w": (blocks, T.Q5_1)}).read_bytes())
+    raw[4:8] = struct.pack("<I", 2)
+    path = tmp_path / "v2.gguf"
+    path.write_bytes(bytes(raw))
+    t = hurray.load(path)["w"]
+    assert same_bits(hurray.dequantize(t), gguf.quants.dequantize(blocks, T.Q5_1))
 
 
 def test_nesting_past_the_limit_is_refused(tmp_path):
@@ -298,6 +324,14 @@ def test_gguf_to_hurray_to_gguf_keeps_every_tensor_byte(tmp_path):
     tensors["f"] = (np.arange(12, dtype=np.float32).reshape(3, 4), None)
     tensors["h"] = (np.arange(7, dtype=np.float16), None)
     tensors["i"] = (np.arange(6, dtype=np.int32).reshape(1, 2, 3), None)
+    tensors["d"] = (np.linspace(0, 1, 5), None)
+    for dtype in (np.int8, np.int16, np.int64):
+        tensors[np.dtype(dtype).name] = (np.arange(-3, 5, dtype=dtype), None)
+    bf16 = (np.arange(32, dtype=np.uint16) + 0x3F80).view(np.uint8).reshape(2, 32)
+    tensors["bf16"] = (bf16, T.BF16)
+    q8_k = np.random.default_rng(9).integers(0, 256, (2, 292), dtype=np.uint8)
+    q8_k[:, :4] = np.float32([0.5, -0.25]).view(np.uint8).reshape(2, 4)
+    tensors["q8_k"] = (q8_k, T.Q8_K)
     kv = {"test.u32": ("uint32", 7), "test.s": ("string", "x"),
           "test.a": ("array", ["a", "b"]), "test.f": ("float32", 0.25)}
     src = write(tmp_path / "a.gguf", tensors, kv)
