@@ -5,9 +5,11 @@ bit for bit, the key/values are the file metadata, and malformed files are refus
 FormatError naming the field."""
 
 import json
+import os
 import struct
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,11 @@ np = peer("numpy")
 gguf = peer("gguf")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
+
+# The hurray command built with the hurray imported (an in-tree build puts it beside the
+# package's directory), else the one on PATH (pip install . puts it beside the interpreter).
+_BESIDE = Path(hurray.__file__).resolve().parents[2] / "hurray"
+CLI = str(_BESIDE) if _BESIDE.is_file() and os.access(_BESIDE, os.X_OK) else "hurray"
 
 # Each block type: (type, hurray dtype name, byte offsets of its float16 scale fields).
 BLOCKS = [
@@ -209,10 +216,10 @@ def test_tokenizers_at_real_scale_load_with_every_key_value(tmp_path, n_tokens, 
     opened = time.perf_counter() - start  # about 0.2 s for llama-3's (gguf.GGUFReader: 15 s)
     assert opened < 10, opened
     assert np.array_equal(np.asarray(hurray.load(path)["w"]), np.arange(8, dtype=np.float32))
-    info = subprocess.run(["hurray", "info", str(path)], capture_output=True, text=True)
+    info = subprocess.run([CLI, "info", str(path)], capture_output=True, text=True)
     assert info.returncode == 0 and "gguf" in info.stdout, info.stderr
     assert f"{n_tokens - 8} more]" in info.stdout and len(info.stdout) < 4096  # lists cut short
-    info = subprocess.run(["hurray", "info", "--json", str(path)], capture_output=True, text=True)
+    info = subprocess.run([CLI, "info", "--json", str(path)], capture_output=True, text=True)
     assert info.returncode == 0 and json.loads(info.stdout)["metadata"] == want  # all of it
     hurray.convert(path, tmp_path / "tok.hurray")  # the file metadata as a Hurray file's
     hurray.convert(tmp_path / "tok.hurray", tmp_path / "back.gguf")
@@ -224,9 +231,9 @@ def test_tokenizers_at_real_scale_load_with_every_key_value(tmp_path, n_tokens, 
 def test_info_verify_convert(tmp_path):
     blocks = random_blocks(T.Q4_K, 2, 256, (0, 2), seed=3)
     src = write(tmp_path / "m.gguf", {"w": (blocks, T.Q4_K), "b": (np.ones(8, np.float32), None)})
-    info = subprocess.run(["hurray", "info", str(src)], capture_output=True, text=True)
+    info = subprocess.run([CLI, "info", str(src)], capture_output=True, text=True)
     assert info.returncode == 0 and "q4_k" in info.stdout and "gguf" in info.stdout
-    assert subprocess.run(["hurray", "verify", str(src)], capture_output=True).returncode == 0
+    assert subprocess.run([CLI, "verify", str(src)], capture_output=True).returncode == 0
     out = tmp_path / "m.hurray"
     hurray.convert(src, out)
     with hurray.open(out) as f:
