@@ -948,6 +948,8 @@ typedef enum HurrayMetaType {
 
 #define HURRAY_META_MAX_DEPTH 16         /* levels of nesting; the root map is level 1 */
 #define HURRAY_META_MAX_BYTES (1u << 24) /* encoded bytes of one metadata map, 16 MiB */
+#define HURRAY_FILE_META_MAX_BYTES (1u << 26) /* of the file's own map, 64 MiB: a GGUF
+                                                 tokenizer's vocabulary and merges */
 #define HURRAY_META_MAX_DIGITS 1024      /* bytes of an INTEGER's text, its sign included */
 
 /* One metadata value; a tree of them is metadata. Writers build trees in their own storage

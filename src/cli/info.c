@@ -19,7 +19,12 @@ static const char kInfoUsage[] =
     "  -p, --pread    read with pread instead of mapping the file\n"
     "  -h, --help     show this help\n";
 
-void cli_print_meta(const HurrayMetaValue *v) {
+/* `v` as JSON-like text; a list of more than `items` items (0: no limit) shows its first
+ * CLI_META_ITEMS and how many more there are, so that a GGUF tokenizer (128,256 tokens,
+ * 280,147 merges) is a line, not 12 MB. */
+enum { CLI_META_ITEMS = 8 };
+
+static void print_meta(const HurrayMetaValue *v, uint32_t items) {
   switch (v->type) {
     case HURRAY_META_BOOL:
       fputs(v->as.boolean ? "true" : "false", stdout);
@@ -45,21 +50,26 @@ void cli_print_meta(const HurrayMetaValue *v) {
     default: { /* LIST, MAP */
       bool map = v->type == HURRAY_META_MAP;
       putchar(map ? '{' : '[');
-      for (uint32_t i = 0; i < v->count; i++) {
+      const bool cut = !map && items > 0 && v->count > items;
+      for (uint32_t i = 0; i < (cut ? CLI_META_ITEMS : v->count); i++) {
         if (i > 0) fputs(", ", stdout);
         if (map) {
           cli_escape(stdout, v->keys[i], strlen(v->keys[i]), true);
           fputs(": ", stdout);
         }
-        cli_print_meta(&v->as.items[i]);
+        print_meta(&v->as.items[i], items);
       }
+      if (cut) printf(", ... %" PRIu32 " more", v->count - CLI_META_ITEMS);
       putchar(map ? '}' : ']');
     }
   }
 }
 
+void cli_print_meta(const HurrayMetaValue *v) { print_meta(v, 0); }
+
 /* The metadata of the file (HURRAY_FILE_WHOLE) or of a tensor: as text, a line "metadata: {...}"
- * when there is any; as JSON, `"metadata": {...}` always. */
+ * when there is any, lists of more than 16 items cut short; as JSON, `"metadata": {...}` always,
+ * all of it. */
 static int print_metadata(const HurrayFileReader *r, uint32_t index, const char *indent,
                           bool json) {
   HurrayMetaValue *meta = NULL;
@@ -68,7 +78,7 @@ static int print_metadata(const HurrayFileReader *r, uint32_t index, const char 
   if (status != HURRAY_OK) return cli_fail(&kInfoCommand, "metadata", status, &error);
   if (json || meta->count > 0) {
     printf(json ? "%s\"metadata\": " : "%smetadata: ", indent);
-    cli_print_meta(meta);
+    print_meta(meta, json ? 0 : 2 * CLI_META_ITEMS);
     if (!json) putchar('\n');
   }
   hurray_meta_destroy(meta);

@@ -427,14 +427,17 @@ int hurray__gguf_parse(const uint8_t *bytes, uint64_t size, FileArena *arena, Gg
   for (uint32_t i = 0; i < out->count && status == HURRAY_OK; i++) {
     ConvArray *a = &out->arrays[i];
     uint64_t begin = 0, end = 0;
-    if (offsets[i] % out->alignment != 0 || hurray__add_u64(data, offsets[i], &begin) ||
-        hurray__add_u64(begin, a->region_size, &end) || end > size) {
+    if (offsets[i] % out->alignment != 0) {
+      status = hurray__fail(error, HURRAY_EFORMAT,
+                            "GGUF: tensor '%.64s': offset %" PRIu64
+                            " is not a multiple of the alignment %" PRIu32,
+                            a->name, offsets[i], out->alignment);
+    } else if (hurray__add_u64(data, offsets[i], &begin) ||
+               hurray__add_u64(begin, a->region_size, &end) || end > size) {
       status = hurray__fail(error, HURRAY_EFORMAT,
                             "GGUF: tensor '%.64s': offset %" PRIu64 " (%" PRIu64
-                            " bytes) is not a multiple of the alignment %" PRIu32
-                            " inside the %" PRIu64 " bytes of data",
-                            a->name, offsets[i], a->region_size, out->alignment,
-                            size > data ? size - data : 0);
+                            " bytes) ends past the %" PRIu64 " bytes of data (truncated?)",
+                            a->name, offsets[i], a->region_size, size > data ? size - data : 0);
     }
     a->region_offset = begin;
   }

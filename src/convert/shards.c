@@ -542,9 +542,12 @@ int hurray_shard_writer_create(const char *path, uint64_t max_shard_size,
   if (metadata != NULL) { /* a private copy: encoded (and so validated) once, decoded back */
     FileSink encoded = {0};
     uint16_t minor = 0;
-    status = hurray__meta_encode(metadata, &encoded, &minor, error);
-    if (status == HURRAY_OK)
-      status = hurray__meta_decode_tree(encoded.data, encoded.len, &w->metadata, error);
+    status = hurray__meta_encode_max(metadata, HURRAY_FILE_META_MAX_BYTES, &encoded, &minor,
+                                     error);
+    if (status == HURRAY_OK) {
+      status = hurray__meta_decode_tree_max(encoded.data, encoded.len, HURRAY_FILE_META_MAX_BYTES,
+                                            &w->metadata, error);
+    }
     hurray__sink_reset(&encoded);
     if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
   }

@@ -4,8 +4,11 @@
  * VALUES buffer whose record is encoded by the writer's encoder, and the index is built by
  * the writer's hurray__index_build, so the reader validates and serves it exactly as a
  * file's. Buffers are zero-copy views of the mapping where an array's bytes lie in the
- * file as they are at a multiple of 64; otherwise (misaligned, big-endian, deflated, or a
- * PREAD reader) each get copies them through the source's streaming into 64-aligned memory. */
+ * file as they are at a multiple of 64, and so are a GGUF file's wherever its alignment puts
+ * them (32 by default): such a buffer starts at the multiple of 64 below the values, which lie
+ * `slack` bytes in (buffer-protocol.md §6.2, ADR-008). Otherwise (misaligned, big-endian,
+ * deflated, or a PREAD reader) each get copies them through the source's streaming into
+ * 64-aligned memory. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +32,28 @@ static bool stored_as_is(const View *v, const ConvArray *a, uint64_t *at) {
   return m->method == 0 && a->swap == 0;
 }
 
+/* The alignment an element (or a block's widest field: Q8_K's float32 scale) of `dtype` wants
+ * in memory for a view to hand it out where it lies. */
+static uint64_t element_alignment(int dtype) {
+  uint32_t elements = 0, block = 0;
+  if (hurray_dtype_block(dtype, &elements, &block, NULL) == HURRAY_OK) return 4;
+  const uint64_t bytes = hurray_dtype_info(dtype)->bits / 8;
+  return bytes == 0 ? 1 : bytes > 16 ? 16 : bytes;
+}
+
+/* The bytes by which array `a`'s buffer starts before its values: for a GGUF array mapped as
+ * it lies at a multiple of its element's alignment but not of 64, the distance down to the
+ * multiple of 64 below it (never read or written: §6.3); else 0. The other formats keep their
+ * buffers starting at the values (test_file_foreign), copied when misaligned. */
+static uint64_t slack_of(const View *v, const ConvArray *a) {
+  uint64_t at = 0;
+  if (v->source.format != HURRAY_FORMAT_GGUF || v->copy || !stored_as_is(v, a, &at) ||
+      a->region_size == 0 || at % element_alignment(a->dtype) != 0) {
+    return 0;
+  }
+  return at % HURRAY_MIN_ALIGNMENT;
+}
+
 typedef struct Fill {
   uint8_t *at;
 } Fill;
@@ -45,16 +70,21 @@ static int view_buffer(void *context, uint32_t buffer, uint64_t offset, uint64_t
                        HurrayBuffer **out, HurrayError *error) {
   View *v = context;
   const ConvArray *a = &v->source.arrays[buffer];
+  const uint64_t slack = slack_of(v, a); /* `offset` counts from the buffer's start */
   uint64_t at = 0;
-  if (stored_as_is(v, a, &at) && !v->copy && len > 0 && (at + offset) % HURRAY_MIN_ALIGNMENT == 0) {
-    return hurray__source_buffer(v->source.file, at + offset, len, HURRAY_MIN_ALIGNMENT, out,
-                                 error);
+  if (stored_as_is(v, a, &at) && !v->copy && len > 0 &&
+      (at - slack + offset) % HURRAY_MIN_ALIGNMENT == 0) {
+    return hurray__source_buffer(v->source.file, at - slack + offset, len, HURRAY_MIN_ALIGNMENT,
+                                 out, error);
   }
   HurrayBuffer *copy = NULL;
   int status = hurray_buffer_alloc(len, HURRAY_MIN_ALIGNMENT, 0, &copy, error);
-  if (status == HURRAY_OK && len > 0) {
-    Fill fill = {.at = copy->data};
-    status = hurray__source_stream(&v->source, a, offset, len, fill_chunk, &fill, error);
+  const uint64_t lead = offset < slack ? (slack - offset < len ? slack - offset : len) : 0;
+  if (status == HURRAY_OK && lead > 0) memset(copy->data, 0, (size_t)lead); /* unaddressed */
+  if (status == HURRAY_OK && len > lead) {
+    Fill fill = {.at = (uint8_t *)copy->data + lead};
+    status = hurray__source_stream(&v->source, a, offset + lead - slack, len - lead, fill_chunk,
+                                   &fill, error);
   }
   if (status != HURRAY_OK) {
     hurray_buffer_destroy(copy);
@@ -96,13 +126,14 @@ static int describe_arrays(View *v, FileSink *records, FileIndexTensor *tensors,
     const ConvArray *a = &v->source.arrays[i];
     HurrayArray part;
     HurrayTensorDesc desc;
-    hurray__array_dense_desc(a, a->byte_offset, &part, &desc);
+    const uint64_t slack = slack_of(v, a);
+    hurray__array_dense_desc(a, a->byte_offset + slack, &part, &desc);
     uint64_t at = 0;
     stored_as_is(v, a, &at);
-    const FileBufferEntry buffer = {.desc = {.byte_size = a->region_size},
-                                    .offset = at,
+    const FileBufferEntry buffer = {.desc = {.byte_size = slack + a->region_size},
+                                    .offset = at - slack,
                                     .role = HURRAY_ROLE_VALUES};
-    *data_bytes += a->region_size;
+    *data_bytes += slack + a->region_size;
     status = hurray__file_record_encode((const uint8_t *)a->name, a->name_len, &desc, NULL, NULL,
                                         &buffer, 1, 0, NULL, 0, &record, error);
     if (status != HURRAY_OK) break;
@@ -138,7 +169,8 @@ static int build_index(View *v, FileSink *index, HurrayError *error) {
                                : hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   if (status == HURRAY_OK) {
     uint16_t minor = 0; /* a source's metadata is strings: version 2.0's */
-    status = hurray__meta_encode(v->source.metadata, &metadata, &minor, error);
+    status = hurray__meta_encode_max(v->source.metadata, HURRAY_FILE_META_MAX_BYTES, &metadata,
+                                     &minor, error);
     if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
   }
   if (status == HURRAY_OK) {

@@ -167,14 +167,23 @@ HURRAY_INTERNAL void hurray__hasher_destroy(FileHasher *h);
 /* Encodes a caller's metadata MAP (or NULL) into `out`, keys sorted; an empty map encodes as
  * no bytes. `*minor` is the file format minor version the encoded values need (1 where they
  * hold a NULL or INTEGER, else 0). HURRAY_EINVAL for a malformed tree, HURRAY_ELIMIT past the
- * depth or size limits. */
+ * depth limit or `max` bytes: HURRAY_META_MAX_BYTES for a tensor's (and the wire's),
+ * HURRAY_FILE_META_MAX_BYTES for the file's own (spec §8). */
+HURRAY_INTERNAL int hurray__meta_encode_max(const HurrayMetaValue *root, uint32_t max,
+                                            FileSink *out, uint16_t *minor, HurrayError *error);
 HURRAY_INTERNAL int hurray__meta_encode(const HurrayMetaValue *root, FileSink *out,
                                         uint16_t *minor, HurrayError *error);
-/* Validates an encoded metadata block from a file (spec §7); `len` 0 is the empty map. With
- * `arena`, also decodes it into `*out` (allocated in the arena); without, only validates. */
+/* Validates an encoded metadata block of at most `max` bytes from a file (spec §7); `len` 0 is
+ * the empty map. With `arena`, also decodes it into `*out` (allocated in the arena); without,
+ * only validates. hurray__meta_decode: at most HURRAY_META_MAX_BYTES. */
+HURRAY_INTERNAL int hurray__meta_decode_max(const uint8_t *bytes, size_t len, uint32_t max,
+                                            FileArena *arena, HurrayMetaValue *out,
+                                            HurrayError *error);
 HURRAY_INTERNAL int hurray__meta_decode(const uint8_t *bytes, size_t len, FileArena *arena,
                                         HurrayMetaValue *out, HurrayError *error);
 /* Decodes a validated block into a new tree for hurray_meta_destroy. */
+HURRAY_INTERNAL int hurray__meta_decode_tree_max(const uint8_t *bytes, size_t len, uint32_t max,
+                                                 HurrayMetaValue **out, HurrayError *error);
 HURRAY_INTERNAL int hurray__meta_decode_tree(const uint8_t *bytes, size_t len,
                                              HurrayMetaValue **out, HurrayError *error);
 

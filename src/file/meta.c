@@ -100,6 +100,7 @@ static int compare_keys(const void *a, const void *b) {
 /* What encoding a tree found: the file format minor version its values need. */
 typedef struct Encoder {
   FileSink *out;
+  uint32_t max; /* bytes */
   uint16_t minor;
   HurrayError *error;
 } Encoder;
@@ -147,9 +148,9 @@ static int encode_value(const HurrayMetaValue *v, int depth, Encoder *e) {
   if (v->reserved[0] | v->reserved[1] | v->reserved[2]) {
     return hurray__fail(error, HURRAY_EINVAL, "metadata value has nonzero reserved bytes");
   }
-  if (v->count > HURRAY_META_MAX_BYTES) { /* could never fit: refuse before reading it */
+  if (v->count > e->max) { /* could never fit: refuse before reading it */
     return hurray__fail(error, HURRAY_ELIMIT, "metadata value of %u items or bytes exceeds %u",
-                        v->count, HURRAY_META_MAX_BYTES);
+                        v->count, e->max);
   }
   int status = HURRAY_OK;
   switch (v->type) {
@@ -222,9 +223,8 @@ static int encode_value(const HurrayMetaValue *v, int depth, Encoder *e) {
     default:
       return hurray__fail(error, HURRAY_EINVAL, "metadata type %u is unknown", v->type);
   }
-  if (status == HURRAY_OK && out->len > HURRAY_META_MAX_BYTES) {
-    return hurray__fail(error, HURRAY_ELIMIT, "metadata encodes to more than %u bytes",
-                        HURRAY_META_MAX_BYTES);
+  if (status == HURRAY_OK && out->len > e->max) {
+    return hurray__fail(error, HURRAY_ELIMIT, "metadata encodes to more than %u bytes", e->max);
   }
   if (status == HURRAY_OK && out->failed) {
     return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
@@ -234,6 +234,11 @@ static int encode_value(const HurrayMetaValue *v, int depth, Encoder *e) {
 
 int hurray__meta_encode(const HurrayMetaValue *root, FileSink *out, uint16_t *minor,
                         HurrayError *error) {
+  return hurray__meta_encode_max(root, HURRAY_META_MAX_BYTES, out, minor, error);
+}
+
+int hurray__meta_encode_max(const HurrayMetaValue *root, uint32_t max, FileSink *out,
+                            uint16_t *minor, HurrayError *error) {
   hurray__sink_reset(out);
   *minor = 0;
   if (root == NULL) return HURRAY_OK;
@@ -242,7 +247,7 @@ int hurray__meta_encode(const HurrayMetaValue *root, FileSink *out, uint16_t *mi
         error, HURRAY_EINVAL, "metadata must be a map, not %s",
         hurray_meta_type_name(root->type) ? hurray_meta_type_name(root->type) : "an unknown type");
   }
-  Encoder e = {.out = out, .error = error};
+  Encoder e = {.out = out, .max = max, .error = error};
   int status = encode_value(root, 0, &e);
   if (status != HURRAY_OK || root->count == 0) hurray__sink_reset(out); /* {} is no bytes */
   if (status == HURRAY_OK) *minor = e.minor;
@@ -405,9 +410,13 @@ static int decode_value(Decoder *d, int depth, HurrayMetaValue *out) {
 
 int hurray__meta_decode(const uint8_t *bytes, size_t len, FileArena *arena, HurrayMetaValue *out,
                         HurrayError *error) {
-  if (len > HURRAY_META_MAX_BYTES) {
-    return hurray__fail(error, HURRAY_ELIMIT, "metadata is %zu bytes, more than %u", len,
-                        HURRAY_META_MAX_BYTES);
+  return hurray__meta_decode_max(bytes, len, HURRAY_META_MAX_BYTES, arena, out, error);
+}
+
+int hurray__meta_decode_max(const uint8_t *bytes, size_t len, uint32_t max, FileArena *arena,
+                            HurrayMetaValue *out, HurrayError *error) {
+  if (len > max) {
+    return hurray__fail(error, HURRAY_ELIMIT, "metadata is %zu bytes, more than %u", len, max);
   }
   HurrayMetaValue scratch;
   if (out == NULL) out = &scratch;
@@ -436,10 +445,15 @@ typedef struct MetaBlock {
 
 int hurray__meta_decode_tree(const uint8_t *bytes, size_t len, HurrayMetaValue **out,
                              HurrayError *error) {
+  return hurray__meta_decode_tree_max(bytes, len, HURRAY_META_MAX_BYTES, out, error);
+}
+
+int hurray__meta_decode_tree_max(const uint8_t *bytes, size_t len, uint32_t max,
+                                 HurrayMetaValue **out, HurrayError *error) {
   FileArena arena = {0};
   MetaBlock *block = hurray__arena_alloc(&arena, sizeof *block);
   if (block == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
-  int status = hurray__meta_decode(bytes, len, &arena, &block->root, error);
+  int status = hurray__meta_decode_max(bytes, len, max, &arena, &block->root, error);
   if (status != HURRAY_OK) {
     hurray__arena_free(&arena);
     return status;

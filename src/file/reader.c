@@ -251,9 +251,9 @@ static int read_index_header(HurrayFileReader *r, HurrayError *error) {
   r->metadata_offset = hurray__load_le64(x + IDX_METADATA_OFFSET);
   r->metadata_length = hurray__load_le32(x + IDX_METADATA_LENGTH);
   uint64_t end = 0;
-  if (r->metadata_length > HURRAY_META_MAX_BYTES) {
+  if (r->metadata_length > HURRAY_FILE_META_MAX_BYTES) {
     return hurray__fail(error, HURRAY_ELIMIT, "file metadata is %" PRIu32 " bytes, more than %u",
-                        r->metadata_length, HURRAY_META_MAX_BYTES);
+                        r->metadata_length, HURRAY_FILE_META_MAX_BYTES);
   }
   if (r->metadata_length == 0 ? r->metadata_offset != 0
                               : (r->metadata_offset < r->heap ||
@@ -567,7 +567,8 @@ static int check_index(HurrayFileReader *r, HurrayError *error) {
   free(seen);
   if (status == HURRAY_OK) {
     status =
-        hurray__meta_decode(r->index + r->metadata_offset, r->metadata_length, NULL, NULL, error);
+        hurray__meta_decode_max(r->index + r->metadata_offset, r->metadata_length,
+                                HURRAY_FILE_META_MAX_BYTES, NULL, NULL, error);
     if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
   }
   return status;
@@ -1201,8 +1202,9 @@ int hurray_file_reader_metadata(const HurrayFileReader *reader, uint32_t index,
     status = need(r, r->metadata_offset, r->metadata_length, error);
     pthread_mutex_unlock(&r->lock);
     if (status != HURRAY_OK) return status;
-    status = hurray__meta_decode_tree(reader->index + reader->metadata_offset,
-                                      reader->metadata_length, out, error);
+    status = hurray__meta_decode_tree_max(reader->index + reader->metadata_offset,
+                                          reader->metadata_length, HURRAY_FILE_META_MAX_BYTES,
+                                          out, error);
     if (status != HURRAY_OK) hurray__error_prefix(error, status, "file metadata: ");
     return status;
   }

@@ -580,7 +580,9 @@ int hurray_file_writer_set_metadata(HurrayFileWriter *writer, const HurrayMetaVa
       check_state(writer, IDLE_OK | IN_TENSOR_OK, "hurray_file_writer_set_metadata", error);
   FileSink encoded = {0};
   uint16_t minor = 0;
-  if (status == HURRAY_OK) status = hurray__meta_encode(metadata, &encoded, &minor, error);
+  if (status == HURRAY_OK) {
+    status = hurray__meta_encode_max(metadata, HURRAY_FILE_META_MAX_BYTES, &encoded, &minor, error);
+  }
   if (status == HURRAY_OK) {
     status = check_index_limit(writer->tensor_count, writer->records_bytes, encoded.len, error);
   }

@@ -625,8 +625,8 @@ static void index_violations_are_named(void **state) {
   expect_patched(TINY_INDEX + 12, "\x01", 1, HURRAY_EFORMAT, "reserved index header bytes");
   store32(v, HURRAY_FILE_MAX_BUFFERS + 1);
   expect_patched(TINY_INDEX + 4, v, 4, HURRAY_ELIMIT, "buffers");
-  store32(v, HURRAY_META_MAX_BYTES + 1);
-  expect_patched(TINY_INDEX + 24, v, 4, HURRAY_ELIMIT, "file metadata is 16777217 bytes");
+  store32(v, HURRAY_FILE_META_MAX_BYTES + 1);
+  expect_patched(TINY_INDEX + 24, v, 4, HURRAY_ELIMIT, "file metadata is 67108865 bytes");
   store32(v, 16);
   expect_patched(TINY_INDEX + 24, v, 4, HURRAY_EBOUNDS, "file metadata"); /* length, no offset */
   /* The totals are checked by verify, which adds up every record. */

@@ -83,6 +83,19 @@ def run_isolated(code, timeout=300):
     return result.stdout
 
 
+def mappings_of(path):
+    """The address ranges at which this process maps the file at `path`."""
+    target = str(path.resolve())
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].strip() == target:
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                ranges.append((lo, hi))
+    return ranges
+
+
 def peak_rss_kib():
     """Peak resident set size of this process in KiB: its own VmHWM. Not getrusage's ru_maxrss,
     which survives exec: a child started by a 1 GB pytest reports 1 GB before it allocates."""

@@ -27,7 +27,8 @@ INDEX_LIMIT = 1 << 28
 MAX_TENSORS = 1 << 20
 MAX_FILE_BUFFERS = 1 << 24
 MAX_BUCKET_BITS = 20
-MAX_METADATA = 1 << 24
+MAX_METADATA = 1 << 24  # a tensor's metadata block (and the wire's)
+MAX_FILE_METADATA = 1 << 26  # the file's own
 MAX_METADATA_DEPTH = 16
 MAX_BUFFERS = 65536
 MAX_NDIM = 64
@@ -200,12 +201,12 @@ def encode_zigzag(value):
 # ============================================================================================
 
 
-def _decode_metadata(raw, what):
-    """The map that a metadata block holds; {} for an empty block."""
+def _decode_metadata(raw, what, limit=MAX_METADATA):
+    """The map that a metadata block of at most `limit` bytes holds; {} for an empty block."""
     if not raw:
         return {}
-    if len(raw) > MAX_METADATA:
-        raise SpecFileError("ELIMIT", f"{what} is longer than 2^24 bytes")
+    if len(raw) > limit:
+        raise SpecFileError("ELIMIT", f"{what} is longer than {limit} bytes")
     c = _Cursor(raw, 0, len(raw), what)
     if raw[0] != M_MAP:
         raise SpecFileError("EFORMAT", f"{what} is not a map")
@@ -553,7 +554,8 @@ class _Reader:
             raise SpecFileError("EFORMAT", f"data_bytes {self.data_bytes}")
         self._data(records)
         metadata = _decode_metadata(self.index[self.metadata_offset:self.metadata_offset
-                                               + self.metadata_length], "the file metadata")
+                                               + self.metadata_length], "the file metadata",
+                                    MAX_FILE_METADATA)
         return SpecFile(version, self.alignment, chunk_log2, index_offset, index_length,
                         metadata, {r.name: r for r in records})
 
@@ -579,7 +581,7 @@ class _Reader:
             raise SpecFileError("ELIMIT", f"buffer_count {bc}")
         if bb > MAX_BUCKET_BITS:
             raise SpecFileError("ELIMIT", f"bucket_bits {bb}")
-        if m_length > MAX_METADATA:
+        if m_length > MAX_FILE_METADATA:
             raise SpecFileError("ELIMIT", f"metadata_length {m_length}")
         if r12 or r28 or any(r40):
             raise SpecFileError("EFORMAT", "reserved bytes of the index header are not zero")

@@ -11,22 +11,9 @@ import zipfile
 import pytest
 
 import hurray
-from conftest import peer
+from conftest import mappings_of, peer
 
 np = peer("numpy")
-
-
-def mappings_of(path):
-    """The address ranges at which this process maps the file at `path`."""
-    target = str(path.resolve())
-    ranges = []
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and fields[5].strip() == target:
-                lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                ranges.append((lo, hi))
-    return ranges
 
 
 def address(t):

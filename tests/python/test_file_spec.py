@@ -451,7 +451,7 @@ REFUSED = {
     "tensor_count over 2^20": (lambda: patched(INDEX, "<I", (1 << 20) + 1), "ELIMIT"),
     "buffer_count over 2^24": (lambda: patched(INDEX + 4, "<I", (1 << 24) + 1), "ELIMIT"),
     "bucket_bits 21": (lambda: patched(INDEX + 8, "<I", 21), "ELIMIT"),
-    "file metadata over 2^24": (lambda: patched(INDEX + 24, "<I", (1 << 24) + 1), "ELIMIT"),
+    "file metadata over 2^26": (lambda: patched(INDEX + 24, "<I", (1 << 26) + 1), "ELIMIT"),
     "reserved index bytes": (lambda: patched(INDEX + 40, "<Q", 1), "EFORMAT"),
     "tables longer than the index": (lambda: patched(INDEX, "<I", 1000), "EFORMAT"),
     "file metadata outside the heap": (lambda: patched(INDEX + 16, "<Q", 64), "EBOUNDS"),

@@ -4,18 +4,27 @@ types as their block dtype, bytes untouched), hurray.dequantize equals gguf.quan
 bit for bit, the key/values are the file metadata, and malformed files are refused with
 FormatError naming the field."""
 
+import json
+import os
 import struct
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
 import hurray
-from conftest import peer
+from conftest import mappings_of, peer
 
 np = peer("numpy")
 gguf = peer("gguf")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
+
+# The hurray command built with the hurray imported (an in-tree build puts it beside the
+# package's directory), else the one on PATH (pip install . puts it beside the interpreter).
+_BESIDE = Path(hurray.__file__).resolve().parents[2] / "hurray"
+CLI = str(_BESIDE) if _BESIDE.is_file() and os.access(_BESIDE, os.X_OK) else "hurray"
 
 # Each block type: (type, hurray dtype name, byte offsets of its float16 scale fields).
 BLOCKS = [
@@ -118,6 +127,38 @@ def test_bfloat16(tmp_path):
     assert same_bits(hurray.dequantize(t), gguf.quants.dequantize(raw.view(np.uint8), T.BF16))
 
 
+def test_tensors_at_gguf_default_alignment_are_views_of_the_mapping(tmp_path):
+    """GGUFWriter (as llama.cpp) puts each tensor at a multiple of 32: every one is mapped, not
+    copied; its buffer starts at the multiple of 64 below it and its values `byte_offset` bytes
+    in (buffer-protocol.md §6.2). A mmap=False load copies them, values first."""
+    x = np.random.default_rng(4).standard_normal((4, 64)).astype(np.float32)
+    q = gguf.quants.quantize(x, T.Q8_0)
+    tensors = {"a": (np.arange(7, dtype=np.float32), None), "q": (q, T.Q8_0),
+               "h": (np.arange(5, dtype=np.float16), None),
+               "k": (random_blocks(T.Q4_K, 1, 256, (0, 2), 5), T.Q4_K)}
+    path = write(tmp_path / "m.gguf", tensors)
+    offsets = {t.name: int(t.data_offset) for t in gguf.GGUFReader(str(path)).tensors}
+    assert {at % 64 for at in offsets.values()} == {0, 32}  # both cases occur
+    loaded = hurray.load(path)
+    ranges = mappings_of(path)
+    for name, (array, raw) in tensors.items():
+        t = loaded[name]
+        buffer = t.buffers[0]
+        first = buffer["address"] + t.byte_offset
+        assert buffer["address"] % 64 == 0 and t.byte_offset == offsets[name] % 64, name
+        assert any(lo <= first < hi for lo, hi in ranges), f"{name} is a copy"
+        assert buffer["byte_size"] == t.byte_offset + array.nbytes and t.readonly
+        assert bytes(t.bytes_view()) == array.tobytes(), name
+        copy = hurray.load(path, mmap=False)[name]
+        assert copy.byte_offset == 0 and bytes(copy.bytes_view()) == array.tobytes()
+    assert same_bits(hurray.dequantize(loaded["q"]), gguf.quants.dequantize(q, T.Q8_0))
+    assert np.array_equal(np.asarray(loaded["h"]), tensors["h"][0])
+    again = tmp_path / "m.hurray"
+    hurray.save(again, loaded)  # the bytes before the values are not written
+    with hurray.open(again) as f:
+        assert f["q"].byte_offset == 0 and f["q"].buffers[0]["byte_size"] == q.nbytes
+
+
 def test_key_values_are_the_file_metadata(tmp_path):
     kv = {"test.u32": ("uint32", 7), "test.i64": ("int64", -3), "test.f32": ("float32", 0.5),
           "test.b": ("bool", True), "test.s": ("string", "héllo"),
@@ -130,12 +171,69 @@ def test_key_values_are_the_file_metadata(tmp_path):
     assert m["test.big"] == 2 ** 64 - 1 and m["general.architecture"] == "test"
 
 
+def tokenizer(n_tokens, n_merges, seed=0):
+    """A byte-level BPE vocabulary as llama.cpp stores one: unique token strings of 1 to 24
+    characters (ASCII, GPT-2's Ġ and Ċ, some UTF-8), merges as pairs of them, a float32 score
+    and a token type for each token."""
+    rng = np.random.default_rng(seed)
+    alphabet = np.array([chr(c) for c in range(0x21, 0x7F)] + list("ĠĊéäß中文ĉ"))
+    lengths = np.clip(rng.geometric(0.18, n_tokens), 1, 24)
+    chars = alphabet[rng.integers(0, len(alphabet), int(lengths.sum()))]
+    ends = np.cumsum(lengths)
+    tokens = [f"{''.join(chars[e - n:e])}{i}" for i, (e, n) in enumerate(zip(ends, lengths))]
+    pairs = rng.integers(0, n_tokens, (n_merges, 2))
+    merges = [f"{tokens[a]} {tokens[b]}" for a, b in pairs]
+    scores = rng.standard_normal(n_tokens).astype(np.float32)
+    types = rng.integers(1, 7, n_tokens).astype(np.int32)
+    return tokens, merges, scores, types
+
+
+# llama-3's counts; a 262,144-token vocabulary (Gemma 3's size) with 514,906 merges, whose
+# metadata encodes past the 16 MiB that bounded a file's metadata before ADR-103.
+@pytest.mark.parametrize("n_tokens,n_merges", [(128256, 280147), (262144, 514906)],
+                         ids=["llama3", "past_16_mib"])
+def test_tokenizers_at_real_scale_load_with_every_key_value(tmp_path, n_tokens, n_merges):
+    tokens, merges, scores, types = tokenizer(n_tokens, n_merges)
+    w = gguf.GGUFWriter(str(tmp_path / "tok.gguf"), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_merges(merges)
+    w.add_token_scores(scores.tolist())
+    w.add_token_types(types.tolist())
+    w.add_tensor("w", np.arange(8, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    path = tmp_path / "tok.gguf"
+    want = {"general.architecture": "llama", "tokenizer.ggml.model": "gpt2",
+            "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges,
+            "tokenizer.ggml.scores": scores.astype(np.float64).tolist(),
+            "tokenizer.ggml.token_type": types.tolist()}
+    start = time.perf_counter()
+    with hurray.open(path) as f:
+        assert f.metadata == want
+    opened = time.perf_counter() - start  # about 0.2 s for llama-3's (gguf.GGUFReader: 15 s)
+    assert opened < 10, opened
+    assert np.array_equal(np.asarray(hurray.load(path)["w"]), np.arange(8, dtype=np.float32))
+    info = subprocess.run([CLI, "info", str(path)], capture_output=True, text=True)
+    assert info.returncode == 0 and "gguf" in info.stdout, info.stderr
+    assert f"{n_tokens - 8} more]" in info.stdout and len(info.stdout) < 4096  # lists cut short
+    info = subprocess.run([CLI, "info", "--json", str(path)], capture_output=True, text=True)
+    assert info.returncode == 0 and json.loads(info.stdout)["metadata"] == want  # all of it
+    hurray.convert(path, tmp_path / "tok.hurray")  # the file metadata as a Hurray file's
+    hurray.convert(tmp_path / "tok.hurray", tmp_path / "back.gguf")
+    for again in (tmp_path / "tok.hurray", tmp_path / "back.gguf"):
+        with hurray.open(again) as f:
+            assert f.metadata == want, again
+
+
 def test_info_verify_convert(tmp_path):
     blocks = random_blocks(T.Q4_K, 2, 256, (0, 2), seed=3)
     src = write(tmp_path / "m.gguf", {"w": (blocks, T.Q4_K), "b": (np.ones(8, np.float32), None)})
-    info = subprocess.run(["hurray", "info", str(src)], capture_output=True, text=True)
+    info = subprocess.run([CLI, "info", str(src)], capture_output=True, text=True)
     assert info.returncode == 0 and "q4_k" in info.stdout and "gguf" in info.stdout
-    assert subprocess.run(["hurray", "verify", str(src)], capture_output=True).returncode == 0
+    assert subprocess.run([CLI, "verify", str(src)], capture_output=True).returncode == 0
     out = tmp_path / "m.hurray"
     hurray.convert(src, out)
     with hurray.open(out) as f:
@@ -168,7 +266,33 @@ MALFORMED = {
     "bad offset": (header(1, 0) + gguf_string(b"t") + struct.pack("<IQIQ", 1, 4, 0, 2 ** 63),
                    "offset"),
     "n_dims": (header(1, 0) + gguf_string(b"t") + struct.pack("<I", 9) + b"\0" * 40, "n_dims"),
+    "truncated value": (header(0, 1) + gguf_string(b"k") + struct.pack("<I", 4) + b"\0\0",
+                        "the file ends inside key 'k'"),
+    "huge array count": (header(0, 1) + gguf_string(b"k") + struct.pack("<IIQ", 9, 4, 2 ** 40),
+                         "key 'k': an array of 1099511627776 items"),
+    "bool": (header(0, 1) + gguf_string(b"k") + struct.pack("<IB", 7, 2), "key 'k': a bool"),
+    "alignment": (header(0, 1) + gguf_string(b"general.alignment") + struct.pack("<II", 4, 48),
+                  "general.alignment is a u32 power of two"),
+    "duplicate key": (header(0, 2) + (gguf_string(b"k") + struct.pack("<IB", 0, 1)) * 2,
+                      "duplicate key 'k'"),
+    "data past the end": (header(1, 0) + gguf_string(b"t") + struct.pack("<IQIQ", 1, 4, 0, 0),
+                          "tensor 't': offset 0 \\(16 bytes\\) ends past the 0 bytes"),
+    "misaligned offset": (header(1, 0) + gguf_string(b"t") + struct.pack("<IQIQ", 1, 4, 0, 8)
+                          + b"\0" * 64, "tensor 't': offset 8 is not a multiple of the alignment"),
+    "partial block": (header(1, 0) + gguf_string(b"t") + struct.pack("<IQIQ", 1, 48, 8, 0),
+                      "tensor 't': ne\\[0\\] = 48 is not a multiple of q8_0's 32-weight blocks"),
 }
+
+
+def test_version_2_reads_as_version_3(tmp_path):
+    """GGUF v2 has v3's layout (v3 only adds big-endian files, which say so in the version)."""
+    blocks = random_blocks(T.Q5_1, 2, 64, (0, 2), seed=6)
+    raw = bytearray(write(tmp_path / "m.gguf", {"w": (blocks, T.Q5_1)}).read_bytes())
+    raw[4:8] = struct.pack("<I", 2)
+    path = tmp_path / "v2.gguf"
+    path.write_bytes(bytes(raw))
+    t = hurray.load(path)["w"]
+    assert same_bits(hurray.dequantize(t), gguf.quants.dequantize(blocks, T.Q5_1))
 
 
 def test_nesting_past_the_limit_is_refused(tmp_path):
@@ -207,6 +331,14 @@ def test_gguf_to_hurray_to_gguf_keeps_every_tensor_byte(tmp_path):
     tensors["f"] = (np.arange(12, dtype=np.float32).reshape(3, 4), None)
     tensors["h"] = (np.arange(7, dtype=np.float16), None)
     tensors["i"] = (np.arange(6, dtype=np.int32).reshape(1, 2, 3), None)
+    tensors["d"] = (np.linspace(0, 1, 5), None)
+    for dtype in (np.int8, np.int16, np.int64):
+        tensors[np.dtype(dtype).name] = (np.arange(-3, 5, dtype=dtype), None)
+    bf16 = (np.arange(32, dtype=np.uint16) + 0x3F80).view(np.uint8).reshape(2, 32)
+    tensors["bf16"] = (bf16, T.BF16)
+    q8_k = np.random.default_rng(9).integers(0, 256, (2, 292), dtype=np.uint8)
+    q8_k[:, :4] = np.float32([0.5, -0.25]).view(np.uint8).reshape(2, 4)
+    tensors["q8_k"] = (q8_k, T.Q8_K)
     kv = {"test.u32": ("uint32", 7), "test.s": ("string", "x"),
           "test.a": ("array", ["a", "b"]), "test.f": ("float32", 0.25)}
     src = write(tmp_path / "a.gguf", tensors, kv)
