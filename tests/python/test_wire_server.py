@@ -348,6 +348,33 @@ def certs(tmp_path_factory):
     return d
 
 
+def write_mapped_safetensors(path, name, t):
+    """A safetensors file of the float32 `t` alone, its data at a multiple of 64, so that the
+    reader maps it (and a truncation reaches the served bytes)."""
+    header = json.dumps({name: {"dtype": "F32", "shape": list(t.shape),
+                                "data_offsets": [0, t.nbytes]}}).encode()
+    header += b" " * (-(8 + len(header)) % 64)
+    path.write_bytes(struct.pack("<Q", len(header)) + header + t.tobytes())
+
+
+def assert_truncation_is_an_error(server, path, a, b, request_kind):
+    """`path`, serving `a` (64 rows, 16 KiB or more each), is cut to 8 KiB under a connected
+    client: the request of `request_kind` for 'a' is an InputOutputError naming the tensor, and
+    'b' is still served, to that connection and to another client."""
+    with hurray.connect(server.address) as c:
+        assert np.array_equal(np.asarray(c.get("a", slice=(1, 2))), a[1:2])
+        os.truncate(path, 8192)
+        row = a[0].nbytes
+        ask = {"rows": lambda: c.get("a", slice=(60, 64)),
+               "bytes": lambda: c.read("a", 60 * row, 61 * row),
+               "whole": lambda: c.get("a")}[request_kind]
+        with pytest.raises(hurray.InputOutputError, match="tensor 'a'.*shrank"):
+            ask()
+        assert np.array_equal(np.asarray(c.get("b")), b)  # the same connection goes on
+    with hurray.connect(server.address) as other:
+        assert np.array_equal(np.asarray(other.get("b")), b)
+
+
 @pytest.mark.parametrize("request_kind", ["rows", "bytes", "whole"])
 def test_a_truncated_file_is_an_error_not_a_crash(tmp_path, request_kind):
     """Item 2: a served file truncated in place (cp, truncate, rsync --inplace over it) made any
@@ -358,17 +385,7 @@ def test_a_truncated_file_is_an_error_not_a_crash(tmp_path, request_kind):
     b = np.arange(1000, dtype=np.float32)
     hurray.save(tmp_path / "b.hurray", {"b": b})
     with serve_paths(tmp_path / "a.hurray", tmp_path / "b.hurray") as server:
-        with hurray.connect(server.address) as c:
-            assert np.array_equal(np.asarray(c.get("a", slice=(1, 2))), a[1:2])
-            os.truncate(tmp_path / "a.hurray", 8192)
-            ask = {"rows": lambda: c.get("a", slice=(60, 64)),
-                   "bytes": lambda: c.read("a", 60 * ROW, 61 * ROW),
-                   "whole": lambda: c.get("a")}[request_kind]
-            with pytest.raises(hurray.InputOutputError, match="tensor 'a'.*shrank"):
-                ask()
-            assert np.array_equal(np.asarray(c.get("b")), b)  # the same connection goes on
-        with hurray.connect(server.address) as other:
-            assert np.array_equal(np.asarray(other.get("b")), b)
+        assert_truncation_is_an_error(server, tmp_path / "a.hurray", a, b, request_kind)
 
 
 def test_a_truncated_file_over_tls_is_an_error_not_a_crash(tmp_path, certs):
@@ -540,29 +557,16 @@ def test_a_truncated_foreign_file_is_an_error_not_a_crash(tmp_path, kind, reques
     another client. (A tensor whose bytes the reader copies -- misaligned in the file,
     byte-swapped, deflated -- is served from that copy, which no truncation reaches.)"""
     a = np.arange(64 * 4096, dtype=np.float32).reshape(64, 4096)  # 1 MiB, rows of 16 KiB
-    if kind == "safetensors":  # its data at a multiple of 64, so that the reader maps it
-        header = json.dumps({"a": {"dtype": "F32", "shape": [64, 4096],
-                                   "data_offsets": [0, a.nbytes]}}).encode()
-        header += b" " * (-(8 + len(header)) % 64)
+    if kind == "safetensors":
         path = tmp_path / "a.safetensors"
-        path.write_bytes(struct.pack("<Q", len(header)) + header + a.tobytes())
+        write_mapped_safetensors(path, "a", a)
     else:
         path = tmp_path / "a.npy"
         np.save(path, a)
     b = np.arange(1000, dtype=np.float32)
     hurray.save(tmp_path / "b.hurray", {"b": b})
     with serve_paths(path, tmp_path / "b.hurray") as server:
-        with hurray.connect(server.address) as c:
-            assert np.array_equal(np.asarray(c.get("a", slice=(1, 2))), a[1:2])
-            os.truncate(path, 8192)
-            ask = {"rows": lambda: c.get("a", slice=(60, 64)),
-                   "bytes": lambda: c.read("a", 60 * 16384, 61 * 16384),
-                   "whole": lambda: c.get("a")}[request_kind]
-            with pytest.raises(hurray.InputOutputError, match=f"tensor 'a'.*shrank"):
-                ask()
-            assert np.array_equal(np.asarray(c.get("b")), b)  # the same connection goes on
-        with hurray.connect(server.address) as other:
-            assert np.array_equal(np.asarray(other.get("b")), b)
+        assert_truncation_is_an_error(server, path, a, b, request_kind)
 
 
 def sharded_checkpoint(directory, a, b, kind):
@@ -576,12 +580,8 @@ def sharded_checkpoint(directory, a, b, kind):
     directory.mkdir()
     names = {}
     for i, (name, t) in enumerate((("a", a), ("b", b))):
-        header = json.dumps({name: {"dtype": "F32", "shape": list(t.shape),
-                                    "data_offsets": [0, t.nbytes]}}).encode()
-        header += b" " * (-(8 + len(header)) % 64)
         names[name] = f"model-{i + 1:05d}-of-00002.safetensors"
-        (directory / names[name]).write_bytes(struct.pack("<Q", len(header)) + header +
-                                              t.tobytes())
+        write_mapped_safetensors(directory / names[name], name, t)
     (directory / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {}, "weight_map": names}))
     return directory / names["a"]
@@ -598,14 +598,4 @@ def test_a_truncated_shard_is_an_error_not_a_crash(tmp_path, kind, request_kind)
     b = np.arange(1000, dtype=np.float32)
     shard = sharded_checkpoint(tmp_path / "ckpt", a, b, kind)
     with serve_paths(tmp_path / "ckpt") as server:
-        with hurray.connect(server.address) as c:
-            assert np.array_equal(np.asarray(c.get("a", slice=(1, 2))), a[1:2])
-            os.truncate(shard, 8192)
-            ask = {"rows": lambda: c.get("a", slice=(60, 64)),
-                   "bytes": lambda: c.read("a", 60 * 16384, 61 * 16384),
-                   "whole": lambda: c.get("a")}[request_kind]
-            with pytest.raises(hurray.InputOutputError, match="tensor 'a'.*shrank"):
-                ask()
-            assert np.array_equal(np.asarray(c.get("b")), b)  # the same connection goes on
-        with hurray.connect(server.address) as other:
-            assert np.array_equal(np.asarray(other.get("b")), b)
+        assert_truncation_is_an_error(server, shard, a, b, request_kind)
