@@ -9,6 +9,12 @@
  * float32, each operation rounded to nearest even (no fused multiply-add: the library is built
  * as ISO C11, which leaves contraction off). */
 #include <stdlib.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "internal.h"
 
@@ -151,6 +157,13 @@ typedef struct Part {
 } Part;
 
 static inline uint64_t load_le(const uint8_t *p, int bytes) {
+  switch (bytes) { /* the widths of the dtypes, each one load */
+    case 1: return p[0];
+    case 2: return hurray__load_le16(p);
+    case 4: return hurray__load_le32(p);
+    case 8: return hurray__load_le64(p);
+    default: break;
+  }
   uint64_t v = 0;
   for (int i = 0; i < bytes; i++) v |= (uint64_t)p[i] << (8 * i);
   return v;
@@ -203,7 +216,22 @@ static inline void decode_row(const Part *p, int64_t bit, int64_t stride, int64_
   if (bits < 8 && stride == 1) {
     for (; k < len && (bit & 7) != 0; k++, bit += bits) dst[k] = p->lut[part_raw(p, bit)];
     const uint8_t *b = p->data + (bit >> 3);
-    if (bits == 4) { /* a byte at a time: one 8-byte load and store */
+    if (bits == 4 && p->kind != HURRAY_KIND_FLOAT) { /* by arithmetic, which vectorises */
+      int64_t pairs = (len - k) / 2;
+      if (pairs > ROW_CHUNK / 2) pairs = ROW_CHUNK / 2;
+      uint8_t q[ROW_CHUNK];
+      for (int64_t i = 0; i < pairs; i++) {
+        q[2 * i] = b[i] & 0x0F;
+        q[2 * i + 1] = b[i] >> 4;
+      }
+      const int32_t half = p->kind == HURRAY_KIND_SIGNED ? 8 : 0;
+      float *d = dst + k;
+      for (int64_t i = 0; i < 2 * pairs; i++) {
+        d[i] = (float)((int32_t)(q[i] ^ (unsigned)half) - half);
+      }
+      k += 2 * pairs;
+      bit += 8 * pairs;
+    } else if (bits == 4) { /* the 4-bit floats, a byte at a time: one 8-byte load and store */
       int64_t pairs = (len - k) / 2;
       float *d = dst + k;
       for (int64_t i = 0; i < pairs; i++) memcpy(d + 2 * i, p->pair[b[i]], sizeof p->pair[0]);
@@ -433,16 +461,112 @@ static int plan_output(const Plan *plan, int dtype, HurrayError *error) {
                       info != NULL ? info->name : "an unknown dtype");
 }
 
-static void store_row(const float *src, int64_t n, int dtype, uint8_t *out) {
-  if (dtype == HURRAY_DTYPE_FLOAT16) {
-    uint16_t *o = (uint16_t *)(void *)out;
-    for (int64_t k = 0; k < n; k++) o[k] = f32_to_f16(src[k]);
-  } else if (dtype == HURRAY_DTYPE_BFLOAT16) {
-    uint16_t *o = (uint16_t *)(void *)out;
-    for (int64_t k = 0; k < n; k++) o[k] = f32_to_bf16(src[k]);
-  } else if ((const void *)src != (void *)out) {
-    memcpy(out, src, (size_t)n * sizeof *src);
+/* ---- where results go --------------------------------------------------------------------
+ *
+ * The kernels compute float32 rows; a Sink takes them to the output. A float32 output whose
+ * size fits the cache is written in place. Otherwise rows are staged in a small buffer on the
+ * stack (converted there to float16 or bfloat16) and copied out a stage at a time, with
+ * non-temporal stores where the output is larger than half the last-level cache: the rows are
+ * not read back, and ordinary stores would first read every output line into a cache that
+ * cannot hold them (ADR-102: that read is a third of a large dequantisation's memory traffic,
+ * and glibc's memcpy skips it the same way). */
+
+#define SINK_FLOATS 2048
+
+typedef struct Sink {
+  uint8_t *out;  /* the next output byte */
+  int dtype;     /* float32, float16 or bfloat16 */
+  bool staged;   /* rows go through `stage` */
+  bool stream;   /* non-temporal stores */
+  int64_t count; /* floats in `stage` */
+  float stage[SINK_FLOATS];
+  uint16_t half[SINK_FLOATS];
+} Sink;
+
+/* The test hook that sets the output size from which stores are non-temporal (bytes, decimal):
+ * private, so that the tests run that path on small tensors. */
+#define STREAM_HOOK "_HURRAY_TEST_STREAM_BYTES"
+
+static uint64_t stream_threshold(void) {
+  const char *hook = getenv(STREAM_HOOK);
+  if (hook != NULL) return strtoull(hook, NULL, 10);
+  long llc = -1;
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+  llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+  return llc > 0 ? (uint64_t)llc / 2 : (uint64_t)16 << 20;
+}
+
+/* `fresh`: `out` is memory just allocated, whose pages the kernel zeroes (into the cache) as the
+ * first store to each faults it in: there ordinary stores are the cheaper. */
+static void sink_open(Sink *s, int dtype, uint8_t *out, uint64_t bytes, bool fresh) {
+  s->out = out;
+  s->dtype = dtype;
+#if defined(__SSE2__)
+  s->stream = !fresh && bytes >= stream_threshold();
+#else
+  (void)bytes;
+  (void)fresh;
+  s->stream = false;
+#endif
+  s->staged = s->stream || dtype != HURRAY_DTYPE_FLOAT32;
+  s->count = 0;
+}
+
+static void copy_out(const Sink *s, const void *src, size_t n) {
+  if (n == 0) return; /* an empty output may be NULL */
+#if defined(__SSE2__)
+  if (s->stream) {
+    const uint8_t *from = src;
+    uint8_t *to = s->out;
+    size_t head = (size_t)(-(uintptr_t)to & 15);
+    if (head > n) head = n;
+    memcpy(to, from, head);
+    for (size_t i = head; i + 16 <= n; i += 16) {
+      _mm_stream_si128((__m128i *)(void *)(to + i), _mm_loadu_si128((const void *)(from + i)));
+    }
+    size_t tail = head + (n - head) / 16 * 16;
+    memcpy(to + tail, from + tail, n - tail);
+    return;
   }
+#endif
+  memcpy(s->out, src, n);
+}
+
+static void sink_flush(Sink *s) {
+  const int64_t n = s->count;
+  if (s->dtype == HURRAY_DTYPE_FLOAT32) {
+    copy_out(s, s->stage, (size_t)n * 4);
+    s->out += (size_t)n * 4;
+  } else {
+    for (int64_t k = 0; k < n; k++) {
+      s->half[k] = s->dtype == HURRAY_DTYPE_FLOAT16 ? f32_to_f16(s->stage[k])
+                                                    : f32_to_bf16(s->stage[k]);
+    }
+    copy_out(s, s->half, (size_t)n * 2);
+    s->out += (size_t)n * 2;
+  }
+  s->count = 0;
+}
+
+/* Room for the next `n` (<= SINK_FLOATS) results; sink_done(s, n) once they are written. */
+static inline float *sink_row(Sink *s, int64_t n) {
+  if (!s->staged) return (float *)(void *)s->out;
+  if (s->count + n > SINK_FLOATS) sink_flush(s);
+  return s->stage + s->count;
+}
+
+static inline void sink_done(Sink *s, int64_t n) {
+  if (s->staged) s->count += n;
+  else s->out += (size_t)n * 4;
+}
+
+static void sink_close(Sink *s) {
+  if (s->staged) sink_flush(s);
+#if defined(__SSE2__)
+  if (s->stream) _mm_sfence(); /* the stores are visible before the call returns */
+#endif
 }
 
 /* Applies the row's scales (and zero points or mins) to x[0..len), the elements k0.. of the row
@@ -519,8 +643,10 @@ static void unpack_row(const Part *p, int64_t bit, int64_t stride, int64_t len, 
   }
 }
 
-/* Runs a checked plan into `out` (numel * itemsize bytes, aligned for the dtype). */
-static void plan_run(const Plan *plan, int dtype, uint8_t *out) {
+/* Runs a checked plan into `out` (`bytes`: numel * itemsize, aligned for the dtype), through
+ * `sink` (a scratch Sink) unless the output is int8 or uint8. */
+static void plan_run(const Plan *plan, int dtype, uint8_t *out, uint64_t bytes, bool fresh,
+                     Sink *sink) {
   if (plan->numel == 0) return;
   const int last = plan->ndim - 1;
   const int64_t n = plan->shape[last];
@@ -528,7 +654,7 @@ static void plan_run(const Plan *plan, int dtype, uint8_t *out) {
   const Part *v = &plan->parts[0];
   const int64_t vstride = plan->maps[0].mult[last];
   int64_t idx[HURRAY_MAX_NDIM] = {0};
-  float buf[ROW_CHUNK];
+  sink_open(sink, dtype, out, bytes, fresh);
   /* Each part's first bit in the row, stepped as the index moves: step[i][k] bits per index of
    * dimension k, except where the part's offset divides that index (a block axis before the
    * last), whose moves recompute the offsets from the index. */
@@ -540,7 +666,7 @@ static void plan_run(const Plan *plan, int dtype, uint8_t *out) {
     for (uint32_t i = 0; recompute && i < plan->nparts; i++) {
       sb[i] = plan->parts[i].bit0 + map_offset(&plan->maps[i], idx, last) * plan->parts[i].bits;
     }
-    if (item == 4 && n <= ROW_CHUNK && inner >= 0 && !plan->divides[inner]) {
+    if (item != 1 && n <= ROW_CHUNK && inner >= 0 && !plan->divides[inner]) {
       /* Short float32 rows (GGUF's blocks): every row left along dimension `inner`, and along
        * `inner - 1` too where that one steps as well, without the index; the state is then
        * that of the last row done. */
@@ -553,29 +679,28 @@ static void plan_run(const Plan *plan, int dtype, uint8_t *out) {
           at[i] = sb[i] + (outer ? r2 * step[i][inner - 1] : 0);
         }
         for (int64_t r = 0; r < rows; r++) {
-          float *x = (float *)(void *)out;
+          float *x = sink_row(sink, n);
           decode_row(v, at[0], vstride, n, x);
           if (plan->nparts > 1) scale_row(plan, at, 0, n, x);
-          out += (size_t)n * 4;
+          sink_done(sink, n);
           for (uint32_t i = 0; i < plan->nparts; i++) at[i] += step[i][inner];
         }
       }
       for (uint32_t i = 0; i < plan->nparts; i++) sb[i] = at[i] - step[i][inner];
-      out -= (size_t)n * 4;
       idx[inner] = plan->shape[inner] - 1;
       if (outer) idx[inner - 1] = plan->shape[inner - 1] - 1;
     } else if (item == 1) {
       unpack_row(v, sb[0], vstride, n, out);
+      out += n;
     } else {
       for (int64_t k0 = 0; k0 < n; k0 += ROW_CHUNK) {
         int64_t len = n - k0 < ROW_CHUNK ? n - k0 : ROW_CHUNK;
-        float *x = dtype == HURRAY_DTYPE_FLOAT32 ? (float *)(void *)(out + 4 * k0) : buf;
+        float *x = sink_row(sink, len);
         decode_row(v, sb[0] + k0 * vstride * v->bits, vstride, len, x);
         if (plan->nparts > 1) scale_row(plan, sb, k0, len, x);
-        store_row(x, len, dtype, out + (size_t)k0 * item);
+        sink_done(sink, len);
       }
     }
-    out += (size_t)n * item;
     recompute = 0;
     int k = inner;
     for (; k >= 0; k--) {
@@ -587,8 +712,9 @@ static void plan_run(const Plan *plan, int dtype, uint8_t *out) {
       if (!carry) break;
       idx[k] = 0;
     }
-    if (k < 0) return;
+    if (k < 0) break;
   }
+  if (item != 1) sink_close(sink);
 }
 
 static int plan_bytes(const Plan *plan, int dtype, uint64_t *bytes, HurrayError *error) {
@@ -622,23 +748,27 @@ static void k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
   }
 }
 
+/* The 32 nibbles of 16 bytes in ggml's order: the low nibbles, then the high ones. */
+static inline void nibbles(const uint8_t *restrict b, uint8_t *restrict q) {
+  for (int j = 0; j < 16; j++) q[j] = b[j] & 0x0F;
+  for (int j = 0; j < 16; j++) q[j + 16] = b[j] >> 4;
+}
+
 /* The weights of one block of `dtype` at `b` into y[0 .. elements). */
-static void ggml_block(int dtype, const uint8_t *b, float *y) {
+static void ggml_block(int dtype, const uint8_t *restrict b, float *restrict y) {
   switch (dtype) {
-    case HURRAY_DTYPE_Q4_0: {
+    case HURRAY_DTYPE_Q4_0: { /* nibbles to bytes, then bytes to floats: both vectorise */
       const float d = le_f16(b);
-      for (int j = 0; j < 16; j++) {
-        y[j] = d * (float)((int)(b[2 + j] & 0x0F) - 8);
-        y[j + 16] = d * (float)((int)(b[2 + j] >> 4) - 8);
-      }
+      uint8_t q[32];
+      nibbles(b + 2, q);
+      for (int j = 0; j < 32; j++) y[j] = d * (float)((int)q[j] - 8);
       return;
     }
     case HURRAY_DTYPE_Q4_1: {
       const float d = le_f16(b), m = le_f16(b + 2);
-      for (int j = 0; j < 16; j++) {
-        y[j] = d * (float)(b[4 + j] & 0x0F) + m;
-        y[j + 16] = d * (float)(b[4 + j] >> 4) + m;
-      }
+      uint8_t q[32];
+      nibbles(b + 4, q);
+      for (int j = 0; j < 32; j++) y[j] = d * (float)q[j] + m;
       return;
     }
     case HURRAY_DTYPE_Q5_0:
@@ -781,15 +911,14 @@ static int block_open(const HurrayTensorDesc *tensor, const HurrayBufferList *bu
                              : status;
 }
 
-static void block_run(const BlockRun *run, int dtype, uint8_t *out) {
-  const size_t item = out_itemsize(dtype);
-  float buf[256];
+static void block_run(const BlockRun *run, int dtype, uint8_t *out, uint64_t bytes, bool fresh,
+                      Sink *sink) {
+  sink_open(sink, dtype, out, bytes, fresh);
   for (uint64_t i = 0; i < run->nblocks; i++) {
-    float *y = dtype == HURRAY_DTYPE_FLOAT32 ? (float *)(void *)out : buf;
-    ggml_block(run->dtype, run->data + i * run->bytes, y);
-    store_row(y, run->elements, dtype, out);
-    out += (size_t)run->elements * item;
+    ggml_block(run->dtype, run->data + i * run->bytes, sink_row(sink, run->elements));
+    sink_done(sink, run->elements);
   }
+  sink_close(sink);
 }
 
 static bool is_block(const HurrayTensorDesc *tensor) {
@@ -806,6 +935,18 @@ static int plan_prepare(const HurrayTensorDesc *tensor, const HurrayBufferList *
   if (status == HURRAY_OK) status = plan_output(*out, dtype, error);
   if (status == HURRAY_OK) status = plan_bytes(*out, dtype, bytes, error);
   return status;
+}
+
+/* Dequantises a checked tensor (`plan` or, for a block dtype, `run`) into `out` (`fresh`: just
+ * allocated). */
+static int dequantize_run(const Plan *plan, const BlockRun *run, int dtype, uint8_t *out,
+                          uint64_t bytes, bool fresh, HurrayError *error) {
+  Sink *sink = malloc(sizeof *sink);
+  if (sink == NULL) return hurray__fail(error, HURRAY_ENOMEM, "dequantize: no memory");
+  if (plan == NULL) block_run(run, dtype, out, bytes, fresh, sink);
+  else plan_run(plan, dtype, out, bytes, fresh, sink);
+  free(sink);
+  return HURRAY_OK;
 }
 
 int hurray_dequantize(const HurrayTensorDesc *tensor, const HurrayBufferList *buffers, int dtype,
@@ -830,8 +971,7 @@ int hurray_dequantize(const HurrayTensorDesc *tensor, const HurrayBufferList *bu
     status = hurray__fail(error, HURRAY_EALIGN, "out is not aligned to its %zu-byte elements",
                           out_itemsize(dtype));
   }
-  if (status == HURRAY_OK && block) block_run(&run, dtype, out);
-  else if (status == HURRAY_OK) plan_run(plan, dtype, out);
+  if (status == HURRAY_OK) status = dequantize_run(plan, &run, dtype, out, bytes, false, error);
   free(plan);
   return status;
 }
@@ -847,8 +987,13 @@ int hurray_dequantize_buffer(const HurrayTensorDesc *tensor, const HurrayBufferL
   int status = block ? block_open(tensor, buffers, dtype, &run, &bytes, error)
                      : plan_prepare(tensor, buffers, dtype, &plan, &bytes, error);
   if (status == HURRAY_OK) status = hurray_buffer_alloc(bytes, 0, 0, out, error);
-  if (status == HURRAY_OK && block) block_run(&run, dtype, (*out)->data);
-  else if (status == HURRAY_OK) plan_run(plan, dtype, (*out)->data);
+  if (status == HURRAY_OK) {
+    status = dequantize_run(plan, &run, dtype, (*out)->data, bytes, true, error);
+  }
+  if (status != HURRAY_OK && *out != NULL) {
+    hurray_buffer_destroy(*out);
+    *out = NULL;
+  }
   free(plan);
   return status;
 }

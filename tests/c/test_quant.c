@@ -3,6 +3,7 @@
  * decoded from its definition in dtypes.md, float16/bfloat16 rounding found by a search for the
  * nearest code. Random tensors of every layout, dtype and output dtype, strided and reversed;
  * the worked examples of §8.7 and §8.8; unpacking; quantisation and its round trip; refusals. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -240,6 +241,14 @@ static void run_case(const Case *c, int flip, int64_t pad, int out_dtype) {
   HurrayBuffer *out = NULL;
   int status = hurray_dequantize_buffer(&t, list, out_dtype, &out, &error);
   if (status != HURRAY_OK) fail_msg("%s", error.message);
+  /* into caller memory one element past a 16-byte boundary: the same bytes */
+  const size_t bytes = (size_t)out->desc.byte_size;
+  const size_t item = out_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
+  uint8_t *memory = aligned_alloc(16, (bytes + item + 15) / 16 * 16);
+  assert_non_null(memory);
+  assert_int_equal(hurray_dequantize(&t, list, out_dtype, memory + item, bytes, &error), HURRAY_OK);
+  assert_memory_equal(memory + item, out->data, bytes);
+  free(memory);
 
   int64_t numel = 1;
   for (int k = 0; k < c->ndim; k++) numel *= c->shape[k];
@@ -346,6 +355,14 @@ static void dequantize_matches_reference(void **state) {
              .vdtype = HURRAY_DTYPE_INT8, .sdtype = HURRAY_DTYPE_FLOAT32};
   run_case(&pc, 1, 1, HURRAY_DTYPE_FLOAT16);
   assert_true(cases > 50);
+}
+
+/* The same cases with every output written by non-temporal stores, as outputs larger than the
+ * cache are (the private test hook lowers the size from which they are used to none). */
+static void dequantize_streamed_matches_reference(void **state) {
+  assert_int_equal(setenv("_HURRAY_TEST_STREAM_BYTES", "0", 1), 0);
+  dequantize_matches_reference(state);
+  assert_int_equal(unsetenv("_HURRAY_TEST_STREAM_BYTES"), 0);
 }
 
 /* §8.7: the per-channel int4 example. */
@@ -688,6 +705,7 @@ static void kernels_refuse(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dequantize_matches_reference),
+      cmocka_unit_test(dequantize_streamed_matches_reference),
       cmocka_unit_test(worked_example_per_channel),
       cmocka_unit_test(worked_example_interleaved),
       cmocka_unit_test(float_outputs_round_to_nearest_even),

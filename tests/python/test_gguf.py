@@ -73,7 +73,7 @@ def same_bits(a, b):
 
 
 @pytest.mark.parametrize("qtype,name,scales", BLOCKS, ids=[b[1] for b in BLOCKS])
-def test_block_types_dequantise_as_gguf_does(tmp_path, qtype, name, scales):
+def test_block_types_dequantise_as_gguf_does(tmp_path, monkeypatch, qtype, name, scales):
     blocks = random_blocks(qtype, 3, 512, scales, seed=int(qtype))
     path = write(tmp_path / "m.gguf", {"w": (blocks, qtype)})
     t = hurray.load(path)["w"]
@@ -84,6 +84,12 @@ def test_block_types_dequantise_as_gguf_does(tmp_path, qtype, name, scales):
     assert same_bits(got, ref)
     half = np.asarray(hurray.dequantize(t, hurray.dtype.float16))
     assert np.array_equal(half.view(np.uint16), ref.astype(np.float16).view(np.uint16))
+    # into memory written before, by the non-temporal stores of outputs larger than the cache
+    # (a private test hook makes every output one)
+    monkeypatch.setenv("_HURRAY_TEST_STREAM_BYTES", "0")
+    into = np.full(ref.shape, np.nan, np.float32)
+    hurray.dequantize(t, out=hurray.from_numpy(into))
+    assert same_bits(into, ref)
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0])
