@@ -497,17 +497,34 @@ static int hash_only(HurrayFileWriter *w, const void *data, size_t len, HurrayEr
 
 /* Buffer `index` of the list as a shared entry, when the same memory span was written before
  * in this file as the same bytes (their hash equal: memory reused for other contents since is
- * written anew). 1 if shared, 0 if it must be written, or a failure. */
+ * written anew): the span the plan lays out, or else the buffer's whole memory as given, whose
+ * arrays then address the earlier bytes as they address the memory (`*verbatim` set: a view of
+ * a storage written whole before). 1 if shared, 0 if it must be written, or a failure. */
 static int share_if_written(HurrayFileWriter *w, const FileRuns *plan,
                             const HurrayBufferList *list, uint32_t index, const void *span,
-                            uint64_t size, HurrayError *error) {
+                            uint64_t size, bool *verbatim, HurrayError *error) {
+  const HurrayBuffer *buffer = list->buffers[index];
+  const uint64_t whole = buffer->desc.byte_size;
   uint32_t original = w->source_slots > 0 && size > 0 ? *source_slot(w, span, size) : 0;
-  if (original == 0) return 0;
+  *verbatim = original == 0 && w->source_slots > 0 && whole > 0 && whole <= SIZE_MAX &&
+              (span != buffer->data || size != whole);
+  if (*verbatim) original = *source_slot(w, buffer->data, whole);
+  if (original == 0) {
+    *verbatim = false;
+    return 0;
+  }
   int status = close_buffer(w, error); /* the hasher is the open buffer's until then */
   if (status != HURRAY_OK) return status;
   hurray__hasher_reset(w->hasher);
-  lay_out(w, plan, list->buffers[index]->data, index, hash_only, error);
-  if (hurray__hasher_digest(w->hasher) != w->buffers[original - 1].checksum) return 0;
+  if (*verbatim) {
+    hurray__hasher_update(w->hasher, buffer->data, (size_t)whole);
+  } else {
+    lay_out(w, plan, buffer->data, index, hash_only, error);
+  }
+  if (hurray__hasher_digest(w->hasher) != w->buffers[original - 1].checksum) {
+    *verbatim = false;
+    return 0;
+  }
   status = reserve_entry(w, list->roles[index], error);
   if (status != HURRAY_OK) return status;
   FileBufferEntry shared = w->buffers[original - 1];
@@ -517,18 +534,33 @@ static int share_if_written(HurrayFileWriter *w, const FileRuns *plan,
   return 1;
 }
 
-/* Streams buffer `index` of the list as the plan lays it out, or shares it. */
+/* Streams buffer `index` of the list as the plan lays it out, or shares it (`*verbatim`: as the
+ * earlier bytes of its whole memory). */
 static int stream_buffer(HurrayFileWriter *w, const FileRuns *plan, const HurrayBufferList *list,
-                         uint32_t index, HurrayError *error) {
+                         uint32_t index, bool *verbatim, HurrayError *error) {
   const uint8_t *data = list->buffers[index]->data;
   uint64_t start = 0;
   uint64_t size = planned_span(plan, index, &start);
-  int status = share_if_written(w, plan, list, index, data + start, size, error);
+  int status = share_if_written(w, plan, list, index, data + start, size, verbatim, error);
   if (status != 0) return status > 0 ? HURRAY_OK : status;
   status = open_buffer(w, list->roles[index], error);
   if (status == HURRAY_OK) status = lay_out(w, plan, data, index, stream, error);
   if (status == HURRAY_OK) remember_source(w, w->buffer_count - 1, data + start, size);
   return status;
+}
+
+/* How add laid out a tensor's buffers: by the plan, or verbatim (shared as the bytes of its
+ * whole memory, written before), per buffer of the list. */
+typedef struct Layout {
+  const FileRuns *plan;
+  bool *verbatim;
+} Layout;
+
+/* A FileRebaseFn over a Layout: an array's byte offset in the buffer as the file holds it. */
+static uint64_t layout_rebase(void *context, const HurrayArray *array) {
+  const Layout *layout = context;
+  if (layout->verbatim[array->buffer]) return array->byte_offset;
+  return hurray__runs_rebase((void *)layout->plan, array);
 }
 
 int hurray_file_writer_add(HurrayFileWriter *writer, const char *name,
@@ -555,18 +587,24 @@ int hurray_file_writer_add(HurrayFileWriter *writer, const char *name,
   FileRuns plan = {0};
   FileSink encoded = {0};
   uint16_t minor = 0;
+  Layout layout = {.plan = &plan};
+  if (status == HURRAY_OK && buffers->count > 0) {
+    layout.verbatim = calloc(buffers->count, sizeof *layout.verbatim);
+    if (layout.verbatim == NULL) status = hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  }
   if (status == HURRAY_OK) status = hurray__runs_make(&plan, tensor, error);
   if (status == HURRAY_OK) status = hurray__meta_encode(metadata, &encoded, &minor, error);
   if (status == HURRAY_OK) status = open_tensor(writer, name, error);
   bool opened = status == HURRAY_OK;
   for (uint32_t i = 0; opened && i < buffers->count && status == HURRAY_OK; i++) {
-    status = stream_buffer(writer, &plan, buffers, i, error);
+    status = stream_buffer(writer, &plan, buffers, i, &layout.verbatim[i], error);
   }
   if (opened && status == HURRAY_OK) {
-    status = commit_tensor(writer, tensor, hurray__runs_rebase, &plan, &encoded, error);
+    status = commit_tensor(writer, tensor, layout_rebase, &layout, &encoded, error);
   }
   if (opened && status != HURRAY_OK) discard_tensor(writer);
   if (status == HURRAY_OK && minor > writer->records_minor) writer->records_minor = minor;
+  free(layout.verbatim);
   hurray__runs_free(&plan);
   hurray__sink_reset(&encoded);
   return status;

@@ -650,6 +650,75 @@ static void verification_reports_progress(void **state) {
   }
 }
 
+/* A dense float32 tensor of `n` elements from element `first` of `storage` (64 floats): a view
+ * whose buffer borrows the storage's whole memory, as a C runtime describes views of one
+ * allocation. */
+static void add_view(HurrayFileWriter *w, const char *name, float *storage, int64_t first,
+                     const int64_t *n) {
+  HurrayBufferDesc d = {.byte_size = 64 * sizeof(float), .alignment = 64};
+  HurrayBuffer *buffer = NULL;
+  OK(hurray_buffer_wrap(storage, &d, 0, NULL, 0, NULL, NULL, &buffer, E));
+  HurrayBufferList *list = sample_list();
+  OK(hurray_buffer_list_append(list, buffer, HURRAY_ROLE_VALUES, NULL, E));
+  HurrayArray part = SAMPLE_ARRAY(HURRAY_DTYPE_FLOAT32, 1, n, NULL,
+                                  (uint64_t)first * sizeof(float), 0);
+  HurrayTensorDesc desc = {.layout = HURRAY_LAYOUT_DENSE, .ndim = 1, .shape = n,
+                           .parts = &part, .nparts = 1, .dtype = HURRAY_DTYPE_FLOAT32};
+  OK(hurray_file_writer_add(w, name, &desc, list, NULL, E));
+  hurray_buffer_list_destroy(list);
+}
+
+/* Spec §4: views of a storage written whole before share its bytes (each view's buffer is the
+ * storage's memory, its offset into it kept); a view written before the whole has its own, and
+ * memory changed since is written anew. */
+static void views_of_a_storage_written_whole_share_its_bytes(void **state) {
+  (void)state;
+  static float storage[64] __attribute__((aligned(64)));
+  for (int i = 0; i < 64; i++) storage[i] = (float)i;
+  static const int64_t all[] = {64}, ten[] = {10}, tail[] = {24};
+  const char *path = path_of("views.hurray");
+  HurrayFileWriter *w = NULL;
+  OK(hurray_file_writer_create(path, NULL, &w, E));
+  add_view(w, "early.head", storage, 0, ten); /* before the whole: its own bytes */
+  add_view(w, "w", storage, 0, all);
+  add_view(w, "head", storage, 0, ten);
+  add_view(w, "tail", storage, 40, tail);
+  storage[63] = -1.0f; /* changed since "w" was written: written anew */
+  add_view(w, "changed.tail", storage, 40, tail);
+  OK(hurray_file_writer_finish(w, E));
+  hurray_file_writer_destroy(w);
+  HurrayFileReader *r = open_as(path, MAPPED);
+  OK(hurray_file_reader_verify(r, HURRAY_FILE_WHOLE, NULL, NULL, E));
+  HurrayFileInfo info;
+  OK(hurray_file_reader_info(r, &info, E));
+  assert_int_equal(info.version_minor, 2);
+  HurrayFileBufferInfo b[5];
+  for (uint32_t t = 0; t < 5; t++) OK(hurray_file_reader_buffer_info(r, t, 0, &b[t], E));
+  assert_int_equal(b[0].desc.byte_size, 40);
+  assert_int_equal(b[1].desc.byte_size, 256);
+  /* "head" is the span "early.head" was written from: those bytes; "tail" lies in "w"'s */
+  assert_true(b[2].offset == b[0].offset && b[2].desc.byte_size == 40);
+  assert_true(b[3].offset == b[1].offset && b[3].desc.byte_size == 256);
+  assert_true(b[3].checksum == b[1].checksum);
+  assert_true(b[4].offset > b[1].offset && b[4].desc.byte_size == 96);
+  static const struct {
+    uint32_t tensor;
+    float first, last;
+    int64_t n;
+  } want[] = {{0, 0, 9, 10}, {1, 0, 63, 64}, {2, 0, 9, 10}, {3, 40, 63, 24}, {4, 40, -1, 24}};
+  for (size_t i = 0; i < 5; i++) {
+    HurrayTensorContext *c = NULL;
+    OK(hurray_file_reader_get(r, want[i].tensor, HURRAY_FILE_GET_VERIFY, &c, E));
+    const HurrayArray *a = &c->tensor->parts[0];
+    const float *x = (const float *)((const uint8_t *)c->buffers->buffers[0]->data +
+                                     a->byte_offset);
+    assert_int_equal(c->tensor->shape[0], want[i].n);
+    assert_true(x[0] == want[i].first && x[want[i].n - 1] == want[i].last);
+    hurray_tensor_context_release(c);
+  }
+  hurray_file_reader_destroy(r);
+}
+
 /* Keeps changing the bytes of a buffer that is being saved, until told to stop. */
 typedef struct Scribbler {
   volatile uint8_t *bytes;
@@ -720,6 +789,7 @@ int main(void) {
       cmocka_unit_test(many_tensors_are_found_by_name),
       cmocka_unit_test(verification_reports_progress),
       cmocka_unit_test(a_save_verifies_though_its_memory_changes_meanwhile),
+      cmocka_unit_test(views_of_a_storage_written_whole_share_its_bytes),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }
