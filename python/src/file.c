@@ -499,7 +499,104 @@ typedef struct SaveItem {
   PyObject *tensor; /* a live hurray.Tensor (strong) */
   const char *name; /* in the arena */
   const HurrayMetaValue *metadata;
+  Py_ssize_t storage; /* the earlier item whose memory holds all of this one's, or -1 */
 } SaveItem;
+
+/* ---- views of one storage (ADR-093 amended): written once ----------------------------------
+ *
+ * A PyTorch view (`w[:10]`, a split of a fused weight) reaches save as a tensor whose buffer is
+ * its own bytes of the storage. Each tensor with one CPU buffer whose memory lies inside an
+ * earlier tensor's buffer memory is handed to the writer as a view of that memory instead (the
+ * same bytes, its offset into them added to its arrays'), which the writer then shares with the
+ * bytes it wrote for the earlier tensor (file-format.md §4). */
+
+typedef struct Span {
+  uintptr_t lo, hi;
+  Py_ssize_t item;
+} Span;
+
+static int compare_spans(const void *a, const void *b) {
+  const Span *x = a, *y = b;
+  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+  if (x->hi != y->hi) return x->hi > y->hi ? -1 : 1; /* the widest first */
+  return (x->item > y->item) - (x->item < y->item);
+}
+
+/* The one CPU buffer of an item's tensor, or NULL. */
+static const HurrayBuffer *sole_buffer(const SaveItem *item) {
+  const HurrayTensorContext *c = ((HurrayTensorObject *)item->tensor)->context;
+  if (c->buffers->count != 1 || c->tensor->nchildren != 0) return NULL;
+  const HurrayBuffer *b = c->buffers->buffers[0];
+  return b->desc.device_tag == HURRAY_DEVICE_CPU && b->desc.byte_size > 0 && b->data != NULL
+             ? b
+             : NULL;
+}
+
+/* Sets each item's `storage`: among the items whose buffer memory holds all of its own (other
+ * than its own span exactly, which the writer shares as it is), the widest, where that one
+ * comes earlier. -1 with MemoryError. */
+static int find_storages(SaveItem *items, Py_ssize_t n) {
+  Span *spans = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *spans);
+  if (spans == NULL) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  Py_ssize_t count = 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    items[i].storage = -1;
+    const HurrayBuffer *b = sole_buffer(&items[i]);
+    if (b == NULL) continue;
+    uintptr_t lo = (uintptr_t)b->data;
+    spans[count++] = (Span){lo, lo + (uintptr_t)b->desc.byte_size, i};
+  }
+  qsort(spans, (size_t)count, sizeof *spans, compare_spans);
+  const Span *widest = NULL;
+  for (Py_ssize_t k = 0; k < count; k++) {
+    const Span *e = &spans[k];
+    if (widest == NULL || e->hi > widest->hi) {
+      widest = e;
+    } else if (widest->item < e->item && (e->lo != widest->lo || e->hi != widest->hi)) {
+      items[e->item].storage = widest->item;
+    }
+  }
+  PyMem_Free(spans);
+  return 0;
+}
+
+/* hurray_file_writer_add of item `i`: as it is, or as a view of its storage's memory. */
+static int add_item(HurrayFileWriter *writer, const SaveItem *items, Py_ssize_t i,
+                    HurrayError *error) {
+  const HurrayTensorContext *c = ((HurrayTensorObject *)items[i].tensor)->context;
+  if (items[i].storage < 0) {
+    return hurray_file_writer_add(writer, items[i].name, c->tensor, c->buffers, items[i].metadata,
+                                  error);
+  }
+  const HurrayBuffer *own = c->buffers->buffers[0];
+  const HurrayBuffer *memory = sole_buffer(&items[items[i].storage]);
+  const uint64_t shift = (uint64_t)((const uint8_t *)own->data - (const uint8_t *)memory->data);
+  HurrayTensorDesc view = *c->tensor;
+  HurrayArray parts[HURRAY_MAX_PARTS];
+  for (uint32_t k = 0; k < view.nparts; k++) {
+    parts[k] = c->tensor->parts[k];
+    parts[k].byte_offset += shift;
+  }
+  view.parts = parts;
+  HurrayBufferList *list = NULL;
+  HurrayBuffer *borrowed = NULL;
+  int status = hurray_buffer_list_create(1, &list, error);
+  if (status == HURRAY_OK) {
+    status = hurray_buffer_wrap(memory->data, &memory->desc, 0, NULL, 0, NULL, NULL, &borrowed,
+                                error);
+  }
+  if (status == HURRAY_OK) {
+    status = hurray_buffer_list_append(list, borrowed, c->buffers->roles[0], NULL, error);
+  }
+  if (status == HURRAY_OK) {
+    status = hurray_file_writer_add(writer, items[i].name, &view, list, items[i].metadata, error);
+  }
+  hurray_buffer_list_destroy(list);
+  return status;
+}
 
 static const char *const kSaveNames[] = {"path",    "tensors",        "metadata",
                                          "alignment", "tensor_metadata", "durable",
@@ -550,8 +647,7 @@ static int write_items(const char *cpath, const HurrayFileWriterOptions *options
   for (Py_ssize_t i = begin; status == HURRAY_OK && i < end; i++) {
     const HurrayTensorContext *context = ((HurrayTensorObject *)items[i].tensor)->context;
     Py_BEGIN_ALLOW_THREADS;
-    status = hurray_file_writer_add(writer, items[i].name, context->tensor, context->buffers,
-                                    items[i].metadata, error);
+    status = add_item(writer, items, i, error);
     Py_END_ALLOW_THREADS;
     if (status == HURRAY_OK) progress_tensor(progress, context->tensor);
     if (status == HURRAY_OK && progress->failed) status = -1; /* it raised: abandon the file */
@@ -611,10 +707,7 @@ static int save_shards(HurrayState *st, PyObject *path_obj, const char *cpath,
     Py_BEGIN_ALLOW_THREADS;
     status = hurray_shard_writer_next(shards, items[i].name, addressed_bytes(context->tensor),
                                       &writer, &error);
-    if (status == HURRAY_OK) {
-      status = hurray_file_writer_add(writer, items[i].name, context->tensor, context->buffers,
-                                      items[i].metadata, &error);
-    }
+    if (status == HURRAY_OK) status = add_item(writer, items, i, &error);
     Py_END_ALLOW_THREADS;
     if (status == HURRAY_OK) progress_tensor(progress, context->tensor);
     if (status == HURRAY_OK && progress->failed) status = -1; /* it raised: abandon the save */
@@ -756,6 +849,7 @@ static PyObject *save(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
   }
   hurray__py_progress_call(&progress, 0, progress.total); /* the start: 0 of the total */
   if (progress.failed) goto done;
+  if (find_storages(items, n) < 0) goto done;
   if (max_shard_size > 0) {
     if (save_shards(st, a[SV_PATH], cpath, &options, items, n, max_shard_size, file_metadata,
                     &progress) < 0)

@@ -395,16 +395,41 @@ def test_a_copying_load_gives_each_name_its_own_memory_with_the_same_values(tmp_
     assert b[0] == 0
 
 
-def test_only_the_same_span_of_memory_is_shared_not_equal_bytes_elsewhere(tmp_path):
+def test_views_of_one_storage_are_written_once_not_equal_bytes_elsewhere(tmp_path):
     import spec_file
     storage = torch.zeros(2048)  # all equal bytes: only the memory they come from tells them apart
     tensors = {"rows": storage.view(2, 1024), "cols": storage.view(1024, 2),
-               "low": storage[:1024], "high": storage[1024:]}
+               "low": storage[:1024], "high": storage[1024:], "even": storage[::2],
+               "elsewhere": torch.zeros(1024)}
     hurray.save(tmp_path / "views.hurray", tensors)
     spec = spec_file.read((tmp_path / "views.hurray").read_bytes())
     shared = {name: t.buffers[0].shared for name, t in spec.tensors.items()}
-    assert shared == {"rows": False, "cols": True, "low": False, "high": False}
-    assert spec.tensors["cols"].buffers[0].offset == spec.tensors["rows"].buffers[0].offset
+    assert shared == {"rows": False, "cols": True, "low": True, "high": True, "even": True,
+                      "elsewhere": False}
+    rows = spec.tensors["rows"].buffers[0]
+    for name in ("cols", "low", "high", "even"):  # the storage's bytes, each at its own offset
+        b = spec.tensors[name].buffers[0]
+        assert (b.offset, b.size, b.checksum) == (rows.offset, rows.size, rows.checksum), name
+    assert (tmp_path / "views.hurray").stat().st_size < 2048 * 4 + 1024 * 4 + 4096
     loaded = hurray.load(tmp_path / "views.hurray", verify=True)
     for name, t in tensors.items():
         assert torch.equal(torch.from_dlpack(loaded[name]), t), name
+    base = torch.from_dlpack(loaded["rows"]).data_ptr()  # views of one mapping, as saved
+    assert torch.from_dlpack(loaded["high"]).data_ptr() == base + 1024 * 4
+    copied = hurray.load(tmp_path / "views.hurray", mmap=False, verify=True)
+    for name, t in tensors.items():
+        assert torch.equal(torch.from_dlpack(copied[name]), t), name
+
+
+def test_a_view_is_written_once_after_its_tensor_and_anew_before_it(tmp_path):
+    """Issue 22's `w`, `w[:10]`: 25,600 bytes once. The writer cannot take back bytes it has
+    written, so a view saved before the tensor that holds it keeps bytes of its own."""
+    w = torch.randn(64, 100)
+    hurray.save(tmp_path / "after.hurray", {"w": w, "w10": w[:10]})
+    hurray.save(tmp_path / "before.hurray", {"w10": w[:10], "w": w})
+    assert (tmp_path / "after.hurray").stat().st_size < w.nbytes + 1024
+    assert (tmp_path / "before.hurray").stat().st_size > w.nbytes + w[:10].nbytes
+    for name in ("after", "before"):
+        loaded = state_dict_of(hurray.load(tmp_path / f"{name}.hurray", verify=True))
+        assert torch.equal(loaded["w"], w) and torch.equal(loaded["w10"], w[:10])
+        assert list(loaded) == (["w", "w10"] if name == "after" else ["w10", "w"])
