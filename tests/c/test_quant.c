@@ -354,6 +354,13 @@ static void dequantize_matches_reference(void **state) {
   Case pc = {.layout = HURRAY_LAYOUT_PER_CHANNEL, .axis = 1, .ndim = 2, .shape = {2, 1500},
              .vdtype = HURRAY_DTYPE_INT8, .sdtype = HURRAY_DTYPE_FLOAT32};
   run_case(&pc, 1, 1, HURRAY_DTYPE_FLOAT16);
+  /* short rows of byte codes with one scale and min each: the one-pass loop (byte_rows) */
+  Case rows = {.layout = HURRAY_LAYOUT_BLOCK, .axis = 2, .block_size = 40, .ndim = 3,
+               .shape = {4, 3, 40}, .vdtype = HURRAY_DTYPE_INT8, .sdtype = HURRAY_DTYPE_FLOAT16,
+               .zdtype = HURRAY_DTYPE_FLOAT32};
+  run_case(&rows, -1, 0, HURRAY_DTYPE_FLOAT32);
+  rows.vdtype = HURRAY_DTYPE_UINT8;
+  run_case(&rows, -1, 0, HURRAY_DTYPE_BFLOAT16);
   assert_true(cases > 50);
 }
 
