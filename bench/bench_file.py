@@ -19,7 +19,9 @@ a loaded copy; on disk the hurray, safetensors and .npy files). Sections:
 
   save       durable saves (each contender then fsyncs the file and its directory; hurray.save
              does it itself) and saves left in the page cache, against safetensors
-             save_file, np.save and the floor: os.write of the same bytes into one file.
+             save_file, np.save and the floor: os.write of the same bytes into one file;
+             then 10,000 tensors of 64 bytes against safetensors save_file (the per-tensor
+             cost).
   convert    a safetensors file to a hurray file, against cp of the same file.
   load       copying loads against copying the same bytes into fresh memory (np.empty,
              np.copyto, then the same touch), safetensors load_file and safe_open (NumPy) and
@@ -198,7 +200,27 @@ def bench_save(ctx):
     for path in (raw, s, npy, h):
         if path.exists():
             path.unlink()
-    return [durable, cached]
+    return [durable, cached, save_small(ctx)]
+
+
+def save_small(ctx):
+    """10,000 tensors of 64 bytes, not durable: the per-tensor cost of a save."""
+    n = 10_000
+    small = {f"model.layers.{i}.weight": np.full(16, i, np.float32) for i in range(n)}
+    st = "safetensors save_file"
+    table = Table(f"save {n:,} tensors of 64 bytes, not durable", refs=[st], unit="ms")
+    h, s = ctx.work / "small.hurray", ctx.work / "small.safetensors"
+    runs = {"hurray.save(durable=False)": lambda: hurray.save(h, small, durable=False)}
+    if safetensors is not None:
+        runs = {st: lambda: st_numpy.save_file(small, s), **runs}
+    else:
+        table.skip(st, "safetensors is not installed")
+    paths = {st: s, "hurray.save(durable=False)": h}
+    table.add_all(interleaved(runs, ctx.args.rounds, before=fresh(paths)))
+    for path in (h, s):
+        if path.exists():
+            path.unlink()
+    return table
 
 
 def bench_convert(ctx):
