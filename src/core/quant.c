@@ -523,7 +523,6 @@ static void sink_open(Sink *s, int dtype, uint8_t *out, uint64_t bytes, bool fre
 }
 
 static void copy_out(const Sink *s, const void *src, size_t n) {
-  if (n == 0) return; /* an empty output may be NULL */
 #if defined(__SSE2__)
   if (s->stream) {
     const uint8_t *from = src;
@@ -544,6 +543,7 @@ static void copy_out(const Sink *s, const void *src, size_t n) {
 
 static void sink_flush(Sink *s) {
   const int64_t n = s->count;
+  if (n == 0) return; /* an empty output may be NULL */
   if (s->dtype == HURRAY_DTYPE_FLOAT32) {
     copy_out(s, s->stage, (size_t)n * 4);
     s->out += (size_t)n * 4;
