@@ -216,6 +216,12 @@ static inline float part_float(const Part *p, int64_t bit) {
   return p->kind == HURRAY_KIND_SIGNED ? (float)sign_extend(raw, p->bits) : (float)raw;
 }
 
+/* The integer whose `bits`-bit code is `code`, as float32: `half` is 2^(bits-1) for a signed
+ * dtype (two's complement by xor and subtraction, which vectorises), 0 for an unsigned one. */
+static inline float int_of_code(unsigned code, int32_t half) {
+  return (float)((int32_t)(code ^ (unsigned)half) - half);
+}
+
 /* dst[k] = element at bit + k * stride elements, for k < len, as float32. */
 static inline void decode_row(const Part *p, int64_t bit, int64_t stride, int64_t len,
                               float *dst) {
@@ -235,7 +241,7 @@ static inline void decode_row(const Part *p, int64_t bit, int64_t stride, int64_
       const int32_t half = p->kind == HURRAY_KIND_SIGNED ? 8 : 0;
       float *d = dst + k;
       for (int64_t i = 0; i < 2 * pairs; i++) {
-        d[i] = (float)((int32_t)(q[i] ^ (unsigned)half) - half);
+        d[i] = int_of_code(q[i], half);
       }
       k += 2 * pairs;
       bit += 8 * pairs;
@@ -258,7 +264,7 @@ static inline void decode_row(const Part *p, int64_t bit, int64_t stride, int64_
       int32_t half = p->kind == HURRAY_KIND_SIGNED ? (int32_t)(mask + 1) / 2 : 0;
       for (; k < len; k++) {
         unsigned code = ((unsigned)b[k] >> shift) & mask;
-        dst[k] = (float)((int32_t)(code ^ (unsigned)half) - half);
+        dst[k] = int_of_code(code, half);
       }
     }
     return;
@@ -472,9 +478,10 @@ static int plan_output(const Plan *plan, int dtype, HurrayError *error) {
 /* ---- where results go --------------------------------------------------------------------
  *
  * The kernels compute float32 rows; a Sink takes them to the output. A float32 output whose
- * size fits the cache is written in place. Otherwise rows are staged in a small buffer on the
- * stack (converted there to float16 or bfloat16) and copied out a stage at a time, with
- * non-temporal stores where the output is larger than half the last-level cache: the rows are
+ * size fits the cache is written in place. Otherwise rows are staged in the Sink (12 KiB, one
+ * per call on the heap; converted there to float16 or bfloat16) and copied out a stage at a
+ * time, with non-temporal stores where the output is larger than half the last-level cache
+ * and was written before (not a new buffer, see sink_open): the rows are
  * not read back, and ordinary stores would first read every output line into a cache that
  * cannot hold them (ADR-102: that read is a third of a large dequantisation's memory traffic,
  * and glibc's memcpy skips it the same way). */
@@ -670,20 +677,18 @@ NOINLINE static void byte_row(const Plan *plan, const int64_t *at, int64_t n, fl
   const float sv = part_float(&plan->parts[1], at[1]);
   if (plan->nparts == 2) {
     for (int64_t k = 0; k < n; k++) {
-      x[k] = (float)((int32_t)((((unsigned)b[k] >> shift) & mask) ^ (unsigned)half) - half) * sv;
+      x[k] = int_of_code(((unsigned)b[k] >> shift) & mask, half) * sv;
     }
     return;
   }
   const float zv = part_float(&plan->parts[2], at[2]);
   if (plan->layout == HURRAY_LAYOUT_PER_CHANNEL) {
     for (int64_t k = 0; k < n; k++) {
-      float q = (float)((int32_t)((((unsigned)b[k] >> shift) & mask) ^ (unsigned)half) - half);
-      x[k] = (q - zv) * sv;
+      x[k] = (int_of_code(((unsigned)b[k] >> shift) & mask, half) - zv) * sv;
     }
   } else {
     for (int64_t k = 0; k < n; k++) {
-      float q = (float)((int32_t)((((unsigned)b[k] >> shift) & mask) ^ (unsigned)half) - half);
-      x[k] = q * sv + zv;
+      x[k] = int_of_code(((unsigned)b[k] >> shift) & mask, half) * sv + zv;
     }
   }
 }
