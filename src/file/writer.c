@@ -505,26 +505,22 @@ static int share_if_written(HurrayFileWriter *w, const FileRuns *plan,
                             uint64_t size, bool *verbatim, HurrayError *error) {
   const HurrayBuffer *buffer = list->buffers[index];
   const uint64_t whole = buffer->desc.byte_size;
+  *verbatim = false;
   uint32_t original = w->source_slots > 0 && size > 0 ? *source_slot(w, span, size) : 0;
-  *verbatim = original == 0 && w->source_slots > 0 && whole > 0 && whole <= SIZE_MAX &&
-              (span != buffer->data || size != whole);
-  if (*verbatim) original = *source_slot(w, buffer->data, whole);
-  if (original == 0) {
-    *verbatim = false;
-    return 0;
-  }
+  const bool as_given = original == 0 && w->source_slots > 0 && whole > 0 &&
+                        whole <= SIZE_MAX && (span != buffer->data || size != whole);
+  if (as_given) original = *source_slot(w, buffer->data, whole);
+  if (original == 0) return 0;
   int status = close_buffer(w, error); /* the hasher is the open buffer's until then */
   if (status != HURRAY_OK) return status;
   hurray__hasher_reset(w->hasher);
-  if (*verbatim) {
+  if (as_given) {
     hurray__hasher_update(w->hasher, buffer->data, (size_t)whole);
   } else {
     lay_out(w, plan, buffer->data, index, hash_only, error);
   }
-  if (hurray__hasher_digest(w->hasher) != w->buffers[original - 1].checksum) {
-    *verbatim = false;
-    return 0;
-  }
+  if (hurray__hasher_digest(w->hasher) != w->buffers[original - 1].checksum) return 0;
+  *verbatim = as_given;
   status = reserve_entry(w, list->roles[index], error);
   if (status != HURRAY_OK) return status;
   FileBufferEntry shared = w->buffers[original - 1];
