@@ -9,10 +9,12 @@
  * division's corrected kernel, the in-place, unary and conversion ones) and every other pair of
  * operands go to the Python operator (array_object.c).
  *
- * Indexing with an int, a slice, a tensor, or a tuple of ints and slices (ADR-095's fast keys) is likewise the very
- * NumPy subscript hurray.array_api._indexing.__getitem__ makes for them, answered here for a
- * tensor of a dtype of the standard over the array it was made from; every other key, every
- * other tensor and every error go to the Python function, which names what is wrong.
+ * Indexing a tensor of a dtype of the standard over the array it was made from (ADR-095): an
+ * int, a slice of ints and Nones, or a tuple of those gives the view NumPy's basic indexing
+ * would, made here without NumPy (hurray__py_ndarray_subscript); a tensor key, and slices of
+ * other objects, get the very NumPy subscript hurray.array_api._indexing.__getitem__ makes for
+ * them. Every other key, every other tensor and every error go to the Python function, which
+ * names what is wrong.
  */
 #include "hurray_python.h"
 
@@ -44,46 +46,47 @@ PyObject *hurray__py_array_dispatch(HurrayState *st, int op, PyObject *self, PyO
   if (st->ufuncs == NULL || !Py_IS_TYPE(other, st->tensor_type)) return NULL;
   PyObject *ufunc = PyTuple_GET_ITEM(st->ufuncs, op);
   HurrayTensorObject *a = (HurrayTensorObject *)self, *b = (HurrayTensorObject *)other;
-  if (ufunc == Py_None || a->ndarray == NULL || b->ndarray == NULL ||
-      a->desc->dtype != b->desc->dtype || hurray_dtype_info(a->desc->dtype)->tier != 1) {
+  if (ufunc == Py_None) return NULL;
+  PyObject *args[2] = {hurray__py_tensor_source_ndarray(a), hurray__py_tensor_source_ndarray(b)};
+  if (args[0] == NULL || args[1] == NULL || a->desc->dtype != b->desc->dtype ||
+      hurray_dtype_info(a->desc->dtype)->tier != 1) {
     return NULL;
   }
-  PyObject *args[2] = {hurray__py_tensor_source_ndarray(a), hurray__py_tensor_source_ndarray(b)};
-  if (args[0] == NULL || args[1] == NULL) return NULL;
   *done = 1;
   PyObject *result = PyObject_Vectorcall(ufunc, args, 2, NULL);
   return result == NULL ? NULL : hurray__py_wrap_result(st, result);
 }
 
 /* The key NumPy is given for an int, slice, tensor or tuple-of-ints-and-slices key, as
- * _indexing's fast paths give it (an int or tuple gains a trailing Ellipsis, so that the result
- * is a view, a 0-d one for a full index; a tensor becomes its ndarray); NULL for any other key
- * (with an exception only where making the key failed). */
+ * _indexing's fast paths give it (hurray__py_view_key; a tensor becomes its ndarray); NULL for
+ * any other key (with an exception only where making the key failed). */
 static PyObject *basic_key(HurrayState *st, PyObject *key) {
-  if (PySlice_Check(key)) return Py_NewRef(key);
   if (Py_IS_TYPE(key, st->tensor_type)) { /* an integer array or a mask: NumPy's own key */
     return hurray__py_tensor_ndarray(st, (HurrayTensorObject *)key);
   }
-  if (PyLong_CheckExact(key)) return PyTuple_Pack(2, key, Py_Ellipsis);
-  if (!PyTuple_CheckExact(key)) return NULL;
-  Py_ssize_t n = PyTuple_GET_SIZE(key);
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *k = PyTuple_GET_ITEM(key, i);
-    if (!PyLong_CheckExact(k) && !PySlice_Check(k)) return NULL;
+  if (PyTuple_CheckExact(key)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(key); i++) {
+      PyObject *k = PyTuple_GET_ITEM(key, i);
+      if (!PyLong_CheckExact(k) && !PySlice_Check(k)) return NULL;
+    }
+  } else if (!PySlice_Check(key) && !PyLong_CheckExact(key)) {
+    return NULL;
   }
-  PyObject *full = PyTuple_New(n + 1);
-  if (full == NULL) return NULL;
-  for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(full, i, Py_NewRef(PyTuple_GET_ITEM(key, i)));
-  PyTuple_SET_ITEM(full, n, Py_NewRef(Py_Ellipsis));
-  return full;
+  return hurray__py_view_key(key);
 }
 
 PyObject *hurray__py_array_getitem(HurrayState *st, PyObject *self, PyObject *key, int *done) {
   *done = 0;
   HurrayTensorObject *t = (HurrayTensorObject *)self;
-  if (t->ndarray == NULL || hurray_dtype_info(t->desc->dtype)->tier != 1) return NULL;
   PyObject *a = hurray__py_tensor_source_ndarray(t);
-  if (a == NULL) return NULL;
+  if (a == NULL || hurray_dtype_info(t->desc->dtype)->tier != 1) return NULL;
+  if (!Py_IS_TYPE(key, st->tensor_type)) { /* ints and plain slices: the view, without NumPy */
+    PyObject *view = hurray__py_ndarray_subscript(st, a, key);
+    if (view != NULL || PyErr_Occurred()) {
+      *done = 1;
+      return view;
+    }
+  }
   PyObject *np_key = basic_key(st, key);
   if (np_key == NULL) {
     PyErr_Clear(); /* the Python function tries again and reports what failed */

@@ -451,10 +451,16 @@ typedef struct HurrayTensorObject {
   const HurrayTensorDesc *desc;               /* context->tensor */
   Py_ssize_t exports; /* live Python buffer exports (memoryview, __array__) */
   PyObject *weakreflist;
-  /* The owner (borrowed through it) when it is a NumPy array whose data, shape, strides and
-   * dtype are exactly the tensor's (from_numpy): the array API engine computes on it without
-   * building a view (hurray__py_tensor_ndarray). NULL otherwise. */
+  /* The NumPy array whose data, shape, strides and dtype are exactly the tensor's, which the
+   * array API engine computes on without building a view (hurray__py_tensor_ndarray): the
+   * owner itself (borrowed through it) for from_numpy; for a basic subscript answered in C
+   * (view_key set) the owner's view that key selects, made at the first need and owned here.
+   * NULL otherwise. */
   PyObject *ndarray;
+  /* For a tensor made in C by a basic subscript of the NumPy array that is its owner
+   * (hurray__py_ndarray_subscript): the key, kept to make `ndarray` when it is first asked
+   * for. NULL otherwise. */
+  PyObject *view_key;
   /* The typed buffer export (buffer.c), made at the first one and kept: a tensor's
    * descriptor and memory never change, so later exports only check the consumer's flags. */
   struct HurrayPyExport *export;
@@ -705,9 +711,23 @@ PyObject *hurray__py_numpy(HurrayState *st);
  * naming the route where NumPy has none: packed sub-byte dtypes, complex32, Tier 2 floats
  * without ml_dtypes. The one mapping, behind __array__ and dtype.__numpy_dtype__. */
 PyObject *hurray__py_numpy_dtype(HurrayState *st, const HurrayDTypeInfo *info);
-/* The NumPy array the tensor was made from (from_numpy), borrowed, when it still is exactly
- * the tensor (data, shape, strides, dtype, writability); else NULL, no exception. */
+/* The NumPy array the tensor was made from (from_numpy), or the view its subscript key
+ * selects of the array it was subscripted from (made now if not yet), borrowed, when it still
+ * is exactly the tensor (data, shape, strides, dtype, writability); else NULL, no exception. */
 PyObject *hurray__py_tensor_source_ndarray(HurrayTensorObject *self);
+/* Drops the tensor's `ndarray` and `view_key` (tp_clear, tp_dealloc). */
+void hurray__py_tensor_forget_ndarray(HurrayTensorObject *self);
+/* The view NumPy's basic indexing gives of the ndarray `arr` (exact type, a dtype of the
+ * standard) for `key` -- an int, a slice of ints and Nones, or a tuple of those, at most one
+ * per axis -- as a new Tensor that owns a reference to `arr` and makes that NumPy view only
+ * when asked for it (view_key). NULL without an exception for any other key, or an index NumPy
+ * would refuse (the caller's general path raises NumPy's error); NULL with an exception when
+ * making the tensor failed. */
+PyObject *hurray__py_ndarray_subscript(HurrayState *st, PyObject *arr, PyObject *key);
+/* The key NumPy is given for an array API key of ints and slices (a new reference, or NULL with
+ * an exception): an int or a tuple gains a trailing Ellipsis, so that a full index gives a
+ * 0-d view rather than a scalar; any other key is itself. */
+PyObject *hurray__py_view_key(PyObject *key);
 /* The array the engine computes on for a CPU tensor (a new reference): that source array, or
  * else a new view of the tensor's memory (__array__). */
 PyObject *hurray__py_tensor_ndarray(HurrayState *st, HurrayTensorObject *self);

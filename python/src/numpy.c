@@ -600,6 +600,111 @@ static PyObject *from_numpy(PyObject *module, PyObject *arr) {
   return from_ndarray(st, arr);
 }
 
+/* ---- Basic subscripts in C (ADR-095) ---------------------------------------------------- */
+
+/* A slice whose start, stop and step are ints or None: unpacking it runs no Python code. */
+static int plain_slice(PyObject *key) {
+  if (!PySlice_Check(key)) return 0;
+  PySliceObject *slice = (PySliceObject *)key;
+  PyObject *parts[3] = {slice->start, slice->stop, slice->step};
+  for (int i = 0; i < 3; i++) {
+    if (parts[i] != Py_None && !PyLong_CheckExact(parts[i])) return 0;
+  }
+  return 1;
+}
+
+PyObject *hurray__py_ndarray_subscript(HurrayState *st, PyObject *arr, PyObject *key) {
+  PyObject *const *items = &key;
+  Py_ssize_t count = 1;
+  if (PyTuple_CheckExact(key)) {
+    items = &PyTuple_GET_ITEM(key, 0);
+    count = PyTuple_GET_SIZE(key);
+  }
+  const HurrayDTypeInfo *info = cached_dtype(st, ND(arr)->descr);
+  int nd = ND(arr)->nd;
+  if (info == NULL || count > nd) return NULL;
+  char *data = ND(arr)->data;
+  /* `arr` is exactly a tensor (hurray__py_tensor_source_ndarray): nd <= HURRAY_MAX_NDIM */
+  Py_ssize_t dims[HURRAY_MAX_NDIM], strides[HURRAY_MAX_NDIM];
+  int ndim = 0;
+  /* NumPy's get_view_from_index, for these keys */
+  for (int axis = 0; axis < nd; axis++) {
+    Py_ssize_t extent = ND(arr)->dimensions[axis], stride = ND(arr)->strides[axis];
+    PyObject *k = axis < count ? items[axis] : NULL;
+    if (k != NULL && PyLong_CheckExact(k)) {
+      Py_ssize_t i = PyLong_AsSsize_t(k);
+      if (i == -1 && PyErr_Occurred()) {
+        PyErr_Clear(); /* too big for an index: NumPy's IndexError, from the general path */
+        return NULL;
+      }
+      if (i < 0) i += extent;
+      if (i < 0 || i >= extent) return NULL;
+      data += i * stride;
+      continue;
+    }
+    if (k != NULL) {
+      Py_ssize_t start, stop, step;
+      if (!plain_slice(k)) return NULL;
+      if (PySlice_Unpack(k, &start, &stop, &step) < 0) {
+        PyErr_Clear(); /* a zero step: NumPy's ValueError, from the general path */
+        return NULL;
+      }
+      Py_ssize_t length = PySlice_AdjustIndices(extent, &start, &stop, step);
+      if (length <= 0) { /* as NumPy makes an empty slice */
+        length = 0;
+        step = 1;
+        start = 0;
+      }
+      data += start * stride;
+      extent = length;
+      if (length > 1) stride *= step; /* within the array's span: |step| < extent */
+    }
+    dims[ndim] = extent;
+    strides[ndim] = stride;
+    ndim++;
+  }
+  HurrayPyMemory memory = {
+      .readonly = (ND(arr)->flags & ND_WRITEABLE) == 0,
+      .acyclic = 1, /* as from_ndarray_head: the owner is an array of numbers */
+  };
+  PyObject *tensor = tensor_over(st, info, data, ndim, dims, strides, &memory, Py_NewRef(arr),
+                                 hurray__py_owner_release_object);
+  if (tensor != NULL) ((HurrayTensorObject *)tensor)->view_key = Py_NewRef(key);
+  return tensor;
+}
+
+PyObject *hurray__py_view_key(PyObject *key) {
+  if (PyLong_CheckExact(key)) return PyTuple_Pack(2, key, Py_Ellipsis);
+  if (!PyTuple_CheckExact(key)) return Py_NewRef(key);
+  Py_ssize_t n = PyTuple_GET_SIZE(key);
+  PyObject *full = PyTuple_New(n + 1);
+  if (full == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(full, i, Py_NewRef(PyTuple_GET_ITEM(key, i)));
+  PyTuple_SET_ITEM(full, n, Py_NewRef(Py_Ellipsis));
+  return full;
+}
+
+/* The NumPy view a tensor made by hurray__py_ndarray_subscript stands for: its owner indexed
+ * with its key as hurray__py_view_key gives it. NULL, no exception, if NumPy does not give an
+ * array of the owner's type. */
+static PyObject *subscript_view(HurrayTensorObject *self) {
+  PyObject *np_key = hurray__py_view_key(self->view_key);
+  PyObject *owner = self->context->owner;
+  PyObject *view = np_key == NULL ? NULL : PyObject_GetItem(owner, np_key);
+  Py_XDECREF(np_key);
+  if (view == NULL) PyErr_Clear();
+  if (view != NULL && !Py_IS_TYPE(view, Py_TYPE(owner))) Py_CLEAR(view);
+  return view;
+}
+
+void hurray__py_tensor_forget_ndarray(HurrayTensorObject *self) {
+  if (self->view_key != NULL) { /* the view is this tensor's own; else the owner holds it */
+    Py_CLEAR(self->ndarray);
+    Py_CLEAR(self->view_key);
+  }
+  self->ndarray = NULL;
+}
+
 PyObject *hurray__py_wrap_result(HurrayState *st, PyObject *arr) {
   if (!Py_IS_TYPE(arr, (PyTypeObject *)st->numpy_ndarray)) { /* a NumPy scalar, say */
     PyObject *array = PyObject_CallOneArg(st->numpy_asarray, arr);
@@ -634,8 +739,10 @@ static int ndarray_is_tensor(HurrayTensorObject *self, PyObject *a) {
 }
 
 PyObject *hurray__py_tensor_source_ndarray(HurrayTensorObject *self) {
+  if (self->context == NULL) return NULL;
+  if (self->ndarray == NULL && self->view_key != NULL) self->ndarray = subscript_view(self);
   PyObject *a = self->ndarray;
-  return a != NULL && self->context != NULL && ndarray_is_tensor(self, a) ? a : NULL;
+  return a != NULL && ndarray_is_tensor(self, a) ? a : NULL;
 }
 
 PyObject *hurray__py_tensor_ndarray(HurrayState *st, HurrayTensorObject *self) {

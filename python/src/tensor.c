@@ -97,6 +97,7 @@ PyObject *hurray__py_tensor_adopt(HurrayState *st, HurrayTensorContext *context)
   self->exports = 0;
   self->weakreflist = NULL;
   self->ndarray = NULL;
+  self->view_key = NULL;
   self->export = NULL;
   PyObject_GC_Track(self);
   return (PyObject *)self;
@@ -179,6 +180,7 @@ static PyObject *tensor_inline(HurrayState *st, void *data, uint64_t size,
   self->exports = 0;
   self->weakreflist = NULL;
   self->ndarray = NULL;
+  self->view_key = NULL;
   self->export = NULL;
   if (!memory->acyclic) PyObject_GC_Track(self);
   return (PyObject *)self;
@@ -354,7 +356,7 @@ static int tensor_clear(PyObject *op) {
     HurrayTensorContext *context = self->context;
     self->context = NULL;
     self->desc = NULL;
-    self->ndarray = NULL; /* released with the owner */
+    hurray__py_tensor_forget_ndarray(self);
     release_context(context);
   }
   return 0;
@@ -367,6 +369,7 @@ static void tensor_dealloc(PyObject *op) {
   /* A chain of tensors each owning the one it was made from (from_hurray(from_hurray(...)))
    * is freed without recursing once per link. */
   Py_TRASHCAN_BEGIN(op, tensor_dealloc) if (self->weakreflist != NULL) PyObject_ClearWeakRefs(op);
+  hurray__py_tensor_forget_ndarray(self);
   if (self->context != NULL) {
     HurrayTensorContext *context = self->context;
     self->context = NULL;

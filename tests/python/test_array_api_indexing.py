@@ -163,6 +163,70 @@ def test_keys_off_the_fast_paths_still_index():
         t[1.0]
 
 
+# ---- views made in C for int and plain-slice keys (ADR-095) ---------------------------------
+
+def address(arr):
+    return arr.__array_interface__["data"][0]
+
+
+plain_parts = st.one_of(st.integers(-7, 7),
+                        st.builds(slice, st.none() | st.integers(-7, 7),
+                                  st.none() | st.integers(-7, 7),
+                                  st.none() | st.integers(-3, 3).filter(bool)))
+
+
+@SETTINGS
+@given(shapes, st.lists(st.lists(plain_parts, max_size=4), min_size=1, max_size=3),
+       st.booleans())
+def test_views_of_views_are_numpys_views_of_the_same_memory(shape, keys, writeable):
+    a = base(shape)
+    a.flags.writeable = writeable
+    t, want = hurray.from_numpy(a), a
+    for parts in keys:
+        key = tuple(parts) if len(parts) != 1 else parts[0]
+        expect, expect_error = outcome(lambda: want[tuple(parts) + (Ellipsis,)])
+        got, got_error = outcome(lambda: t[key])
+        assert got_error is expect_error
+        if expect_error is not None:
+            return
+        t, want = got, expect
+        assert type(t) is hurray.Tensor and t.shape == want.shape
+        if want.size:
+            assert address(np.asarray(t)) == address(want)  # the very bytes NumPy's view reads
+        np.testing.assert_array_equal(np.asarray(t), want)
+        np.testing.assert_array_equal(np.asarray(t + t), want + want)  # the engine's array
+        assert np.asarray(t).flags.writeable == writeable
+
+
+def test_a_view_keeps_its_memory_after_the_tensor_and_array_it_came_from_are_gone():
+    t = xp.asarray(np.arange(10, dtype=np.float64))
+    v = t[2:8:2]
+    del t
+    np.testing.assert_array_equal(np.asarray(v), [2.0, 4.0, 6.0])
+    v = xp.asarray(np.arange(10_001, dtype=np.int64))
+    for _ in range(10_000):  # each view made from the last: no chain to walk later
+        v = v[1:]
+    assert v.shape == (1,) and int(v[0]) == 10_000 and int((v + v)[0]) == 20_000
+
+
+def test_a_view_of_an_array_whose_head_changed_since_reads_its_own_memory():
+    a = np.arange(8, dtype=np.float32)
+    v = hurray.from_numpy(a)[2:4]
+    a.shape = (2, 4)  # the view's NumPy key no longer selects its bytes
+    np.testing.assert_array_equal(np.asarray(v + v), [4.0, 6.0])
+    np.testing.assert_array_equal(np.asarray(v[::-1]), [3.0, 2.0])
+
+
+def test_a_view_of_a_read_only_array_is_read_only():
+    a = np.arange(6, dtype=np.int16)
+    a.flags.writeable = False
+    t = hurray.from_numpy(a)
+    v = t[1:4]
+    assert v.readonly
+    assert message(lambda: v.__setitem__(0, 5)) == message(lambda: t.__setitem__(1, 5))
+    assert (a == np.arange(6)).all()
+
+
 REDUCTIONS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "all": np.all,
               "any": np.any}
 
