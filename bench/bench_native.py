@@ -29,6 +29,7 @@ A benchmark, not a test: it asserts nothing about speed.
 """
 
 import argparse
+import array
 import os
 import platform
 
@@ -58,6 +59,7 @@ NUMPY_EQUIVALENT = {
     "NumPy -> Hurray, from_numpy": "NumPy -> NumPy, DLPack",
     "NumPy -> Hurray, DLPack": "NumPy -> NumPy, DLPack",
     "Hurray -> NumPy, DLPack": "NumPy -> NumPy, DLPack",
+    "Hurray -> NumPy, np.asarray (buffer)": "array.array -> NumPy, np.asarray (buffer)",
 }
 
 
@@ -71,6 +73,12 @@ def cases():
         hurray.from_numpy
     torch_from, numpy_from, frombuffer = torch.from_dlpack, np.from_dlpack, np.frombuffer
     Tensor, float32 = hurray.Tensor, hurray.float32
+    asarray = np.asarray
+    # NumPy's np.asarray of other buffer exporters: array.array builds a fresh Py_buffer per
+    # call, as every exporter does; a memoryview hands over one it already holds (CPython's
+    # managed buffer), a shortcut no exporter can take (ADR-104).
+    words = array.array("f", data)
+    view = memoryview(words)
     return {
         "Hurray -> Hurray, native": lambda: from_hurray(t),
         "Hurray -> Hurray, native, capsule": lambda: from_hurray(foreign),
@@ -82,6 +90,9 @@ def cases():
         "NumPy -> Hurray, from_numpy": lambda: from_numpy(arr),
         "NumPy -> Hurray, DLPack": lambda: from_dlpack(arr),
         "Hurray -> NumPy, DLPack": lambda: numpy_from(t),
+        "Hurray -> NumPy, np.asarray (buffer)": lambda: asarray(t),
+        "array.array -> NumPy, np.asarray (buffer)": lambda: asarray(words),
+        "memoryview -> NumPy, np.asarray (buffer)": lambda: asarray(view),
     }
 
 
