@@ -198,6 +198,20 @@ def test_views_of_views_are_numpys_views_of_the_same_memory(shape, keys, writeab
         assert np.asarray(t).flags.writeable == writeable
 
 
+@pytest.mark.parametrize("key", [slice(None, None, 0), (0, slice(1, None, 0))])
+def test_a_zero_step_raises_numpys_value_error(key):
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    parts = key if type(key) is tuple else (key,)
+    assert message(lambda: hurray.from_numpy(a)[key]) == message(lambda: a[parts + (Ellipsis,)])
+    assert message(lambda: hurray.from_numpy(a)[key])[0] is ValueError
+
+
+@pytest.mark.parametrize("key", [(slice(2 ** 70), 0), (slice(np.int64(1), None), 0)])
+def test_slices_the_view_path_declines_give_numpys_view(key):
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    np.testing.assert_array_equal(np.asarray(hurray.from_numpy(a)[key]), a[key + (Ellipsis,)])
+
+
 def test_a_view_keeps_its_memory_after_the_tensor_and_array_it_came_from_are_gone():
     t = xp.asarray(np.arange(10, dtype=np.float64))
     v = t[2:8:2]
