@@ -3,6 +3,7 @@
  * gathered element by element into C order (for outputs that cannot hold strides). Reading with
  * pread rather than from the mapping makes a file that shrinks under the conversion HURRAY_EIO,
  * not SIGBUS. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,11 +112,104 @@ void hurray__swap_free(SwapAdapter *s) {
   s->used = 0;
 }
 
+/* ---- the read-ahead thread: the next chunk is read (and hashed) while `fn` takes this one --- */
+
+typedef struct ReadAhead {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t changed; /* a read was asked or finished, or stop was asked */
+  const FileSource *file;
+  FileHasher *hasher;
+  uint8_t *into;
+  uint64_t at;
+  size_t n;
+  bool pending, stop;
+  int status; /* of the last read; `error` says why where it failed */
+  HurrayError error;
+} ReadAhead;
+
+static int read_chunk(const FileSource *file, uint64_t at, uint8_t *into, size_t n,
+                      FileHasher *hasher, HurrayError *error) {
+  int status = hurray__source_read(file, at, into, n, error);
+  if (status == HURRAY_OK && hasher != NULL) hurray__hasher_update(hasher, into, n);
+  return status;
+}
+
+static void *read_ahead_main(void *arg) {
+  ReadAhead *ra = arg;
+  pthread_mutex_lock(&ra->lock);
+  for (;;) {
+    while (!ra->pending && !ra->stop) pthread_cond_wait(&ra->changed, &ra->lock);
+    if (!ra->pending) break;
+    pthread_mutex_unlock(&ra->lock);
+    int status = read_chunk(ra->file, ra->at, ra->into, ra->n, ra->hasher, &ra->error);
+    pthread_mutex_lock(&ra->lock);
+    ra->status = status;
+    ra->pending = false;
+    pthread_cond_broadcast(&ra->changed);
+  }
+  pthread_mutex_unlock(&ra->lock);
+  return NULL;
+}
+
+/* The read-ahead thread, or NULL where none can be started (the stream then reads inline). */
+static ReadAhead *read_ahead_start(const FileSource *file, FileHasher *hasher) {
+  ReadAhead *ra = malloc(sizeof *ra);
+  if (ra == NULL) return NULL;
+  *ra = (ReadAhead){.file = file, .hasher = hasher};
+  pthread_mutex_init(&ra->lock, NULL);
+  pthread_cond_init(&ra->changed, NULL);
+  if (pthread_create(&ra->thread, NULL, read_ahead_main, ra) != 0) {
+    pthread_cond_destroy(&ra->changed);
+    pthread_mutex_destroy(&ra->lock);
+    free(ra);
+    return NULL;
+  }
+  return ra;
+}
+
+static void read_ahead_ask(ReadAhead *ra, uint64_t at, uint8_t *into, size_t n) {
+  pthread_mutex_lock(&ra->lock);
+  ra->at = at;
+  ra->into = into;
+  ra->n = n;
+  ra->pending = true;
+  pthread_cond_broadcast(&ra->changed);
+  pthread_mutex_unlock(&ra->lock);
+}
+
+/* Waits for the read asked last; its status, its error copied into `error` where it failed. */
+static int read_ahead_wait(ReadAhead *ra, HurrayError *error) {
+  pthread_mutex_lock(&ra->lock);
+  while (ra->pending) pthread_cond_wait(&ra->changed, &ra->lock);
+  int status = ra->status;
+  pthread_mutex_unlock(&ra->lock);
+  if (status != HURRAY_OK && error != NULL) *error = ra->error;
+  return status;
+}
+
+static void read_ahead_stop(ReadAhead *ra) {
+  pthread_mutex_lock(&ra->lock);
+  ra->stop = true;
+  pthread_cond_broadcast(&ra->changed);
+  pthread_mutex_unlock(&ra->lock);
+  pthread_join(ra->thread, NULL);
+  pthread_cond_destroy(&ra->changed);
+  pthread_mutex_destroy(&ra->lock);
+  free(ra);
+}
+
+/* A stream of more than one chunk reads into two buffers in turn: the read-ahead thread fills
+ * (and hashes) one while `fn` takes the other, so the copy out of the page cache overlaps the
+ * copy into the output. One chunk, or no thread, reads inline into one buffer. */
 int hurray__stream_file(const FileSource *file, uint64_t offset, uint64_t len, uint8_t swap,
                         FileHasher *hasher, ConvChunkFn fn, void *context, HurrayError *error) {
   if (len == 0) return HURRAY_OK;
-  uint8_t *chunk = malloc(len < READ_STEP ? (size_t)len : READ_STEP);
-  if (chunk == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
+  bool ahead = fn != NULL && len > READ_STEP;
+  size_t step = len < READ_STEP ? (size_t)len : READ_STEP;
+  uint8_t *chunks = malloc(ahead ? 2 * (size_t)READ_STEP : step);
+  ReadAhead *ra = chunks != NULL && ahead ? read_ahead_start(file, hasher) : NULL;
+  if (chunks == NULL) return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   SwapAdapter adapter;
   int status = HURRAY_OK;
   if (fn != NULL && swap > 1) {
@@ -123,12 +217,25 @@ int hurray__stream_file(const FileSource *file, uint64_t offset, uint64_t len, u
     fn = hurray__swap_chunk;
     context = &adapter;
   }
-  for (uint64_t at = 0; at < len && status == HURRAY_OK; at += READ_STEP) {
-    size_t n = len - at < READ_STEP ? (size_t)(len - at) : READ_STEP;
-    status = hurray__source_read(file, offset + at, chunk, n, error);
-    if (status == HURRAY_OK && hasher != NULL) hurray__hasher_update(hasher, chunk, n);
-    if (status == HURRAY_OK && fn != NULL) status = fn(context, chunk, n, error);
+  size_t n = step;
+  if (status == HURRAY_OK) status = read_chunk(file, offset, chunks, n, hasher, error);
+  for (uint64_t at = 0, turn = 0; at < len && status == HURRAY_OK; turn ^= ra != NULL) {
+    uint8_t *chunk = chunks + turn * READ_STEP, *other = chunks + (turn ^ 1) * READ_STEP;
+    uint64_t next = at + n;
+    size_t next_n = len - next < READ_STEP ? (size_t)(len - next) : READ_STEP;
+    bool asked = ra != NULL && next < len;
+    if (asked) read_ahead_ask(ra, offset + next, other, next_n);
+    if (fn != NULL) status = fn(context, chunk, n, error);
+    if (asked) {
+      int read = read_ahead_wait(ra, status == HURRAY_OK ? error : NULL);
+      if (status == HURRAY_OK) status = read;
+    } else if (status == HURRAY_OK && next < len) {
+      status = read_chunk(file, offset + next, chunk, next_n, hasher, error);
+    }
+    at = next;
+    n = next_n;
   }
+  if (ra != NULL) read_ahead_stop(ra);
   if (fn == hurray__swap_chunk) {
     if (status == HURRAY_OK) {
       status = hurray__swap_finish(&adapter, error);
@@ -136,7 +243,7 @@ int hurray__stream_file(const FileSource *file, uint64_t offset, uint64_t len, u
       hurray__swap_free(&adapter);
     }
   }
-  free(chunk);
+  free(chunks);
   return status;
 }
 

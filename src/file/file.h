@@ -456,6 +456,7 @@ typedef struct FileOutput {
   char *temp_path;  /* NULL before open, while unnamed and once renamed into place */
   uint64_t flushed; /* bytes [0, flushed) were handed to the kernel */
   uint64_t reserved; /* bytes [0, reserved) have blocks allocated (fallocate) */
+  uint64_t written_back; /* durable: writeback of bytes [0, written_back) was started */
   bool reserve_unsupported;
   size_t staged;    /* then `staged` bytes wait in `stage` */
   uint8_t *stage;
@@ -475,7 +476,8 @@ HURRAY_INTERNAL int hurray__output_write(FileOutput *o, const void *data, size_t
  * read back from the file, by a thread of the output's own while the next piece is written, so
  * `hasher` may not have seen them all when this returns: hurray__output_settle before using it
  * otherwise. `owned`: the caller's private bytes, which nothing changes until this returns (a
- * chunk it read into), hashed as they are and written once. */
+ * chunk it read into), hashed as they are (by the output's thread while they are written; done
+ * when this returns) and written once. */
 HURRAY_INTERNAL int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len,
                                                 FileHasher *hasher, bool owned,
                                                 HurrayError *error);

@@ -16,7 +16,7 @@
  * temporary is that named file from the start. Either way the writer holds an flock on it, and
  * every open removes the stale temporaries of the same destination, those whose writer died:
  * its pid is gone from this host and nobody holds the lock (ADR-080). */
-#define _GNU_SOURCE /* O_TMPFILE, linkat's AT_SYMLINK_FOLLOW, flock, fallocate */
+#define _GNU_SOURCE /* O_TMPFILE, linkat's AT_SYMLINK_FOLLOW, flock, fallocate, sync_file_range */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +42,7 @@ enum { STAGE_SIZE = 256u << 10, TEMP_ATTEMPTS = 100, MAX_SYMLINKS = 40 };
 /* Large writes from the caller's memory go out in HASH_CHUNK pieces, each read back and hashed
  * by the read-back thread while the next is written; at most HASH_LAG pieces wait for it. */
 enum { HASH_CHUNK = 1u << 20, HASH_LAG = 8 };
+#define WRITEBACK_STEP ((uint64_t)8 << 20)
 #define RESERVE_MIN ((uint64_t)1 << 20)
 #define RESERVE_MAX ((uint64_t)64 << 20)
 
@@ -336,6 +337,21 @@ static int reserve(FileOutput *o, uint64_t end, HurrayError *error) {
   return HURRAY_OK;
 }
 
+/* A durable output starts the writeback of what it wrote every WRITEBACK_STEP bytes, so that the
+ * disk writes while the next bytes are produced and commit's fsync waits for the last step
+ * only, not for the whole file (sync_file_range's SYNC_FILE_RANGE_WRITE: asynchronous, no
+ * promise; the fsync is still what makes the file durable, and what reports a failure). */
+static void start_writeback(FileOutput *o, uint64_t end) {
+#ifdef __linux__
+  if (!o->durable || end < o->written_back + WRITEBACK_STEP) return;
+  (void)sync_file_range(o->fd, (off_t)o->written_back, (off_t)(end - o->written_back),
+                        SYNC_FILE_RANGE_WRITE);
+  o->written_back = end;
+#else
+  (void)o, (void)end;
+#endif
+}
+
 static int pwrite_all(FileOutput *o, const uint8_t *data, size_t len, uint64_t offset,
                       HurrayError *error) {
   int status = reserve(o, offset + len, error);
@@ -348,6 +364,7 @@ static int pwrite_all(FileOutput *o, const uint8_t *data, size_t len, uint64_t o
     len -= (size_t)n;
     offset += (uint64_t)n;
   }
+  start_writeback(o, offset);
   return HURRAY_OK;
 }
 
@@ -395,6 +412,7 @@ static int hash_back(int fd, uint8_t *buffer, size_t size, uint64_t at, uint64_t
 
 typedef struct ReadBackJob {
   FileHasher *hasher;
+  const uint8_t *memory; /* NULL: hash bytes [at, at + len) of the file; else these bytes */
   uint64_t at, len;
 } ReadBackJob;
 
@@ -423,8 +441,12 @@ static void *read_back_main(void *arg) {
     rb->running = true;
     bool skip = rb->err != 0; /* after a failure the hashes no longer matter */
     pthread_mutex_unlock(&rb->lock);
-    int err = skip ? 0 : hash_back(rb->fd, rb->buffer, sizeof rb->buffer, job.at, job.len,
-                                   job.hasher);
+    int err = 0;
+    if (!skip && job.memory != NULL) {
+      hurray__hasher_update(job.hasher, job.memory, (size_t)job.len);
+    } else if (!skip) {
+      err = hash_back(rb->fd, rb->buffer, sizeof rb->buffer, job.at, job.len, job.hasher);
+    }
     pthread_mutex_lock(&rb->lock);
     if (rb->err == 0) rb->err = err;
     rb->running = false;
@@ -457,10 +479,11 @@ static FileReadBack *read_back(FileOutput *o) {
 }
 
 /* Queues [at, at + len) of the file for `hasher`, waiting while HASH_LAG pieces wait. */
-static void read_back_queue(FileReadBack *rb, FileHasher *hasher, uint64_t at, uint64_t len) {
+static void read_back_queue(FileReadBack *rb, FileHasher *hasher, const uint8_t *memory,
+                            uint64_t at, uint64_t len) {
   pthread_mutex_lock(&rb->lock);
   while (rb->queued == HASH_LAG) pthread_cond_wait(&rb->changed, &rb->lock);
-  rb->jobs[(rb->head + rb->queued) % HASH_LAG] = (ReadBackJob){hasher, at, len};
+  rb->jobs[(rb->head + rb->queued) % HASH_LAG] = (ReadBackJob){hasher, memory, at, len};
   rb->queued++;
   pthread_cond_broadcast(&rb->changed);
   pthread_mutex_unlock(&rb->lock);
@@ -504,7 +527,7 @@ static int write_read_back(FileOutput *o, const uint8_t *data, uint64_t len, Fil
     size_t n = len - done < HASH_CHUNK ? (size_t)(len - done) : HASH_CHUNK;
     status = pwrite_all(o, data + done, n, o->flushed, error);
     if (status == HURRAY_OK && rb != NULL) {
-      read_back_queue(rb, hasher, o->flushed, n);
+      read_back_queue(rb, hasher, NULL, o->flushed, n);
     } else if (status == HURRAY_OK) {
       int err = hash_back(o->fd, o->stage, STAGE_SIZE, o->flushed, n, hasher);
       if (err != 0) {
@@ -533,11 +556,18 @@ int hurray__output_write_hashed(FileOutput *o, const void *data, size_t len, Fil
     o->staged += len;
     return HURRAY_OK;
   }
-  /* owned: bytes nobody changes meanwhile, hashed as they are, then written */
-  hurray__hasher_update(hasher, data, len);
+  /* owned: bytes nobody changes meanwhile, hashed as they are by the output's thread while they
+   * are written (here, where it has none) */
+  FileReadBack *rb = read_back(o);
+  if (rb != NULL) {
+    read_back_queue(rb, hasher, data, 0, len);
+  } else {
+    hurray__hasher_update(hasher, data, len);
+  }
   status = pwrite_all(o, data, len, o->flushed, error);
   if (status == HURRAY_OK) o->flushed += len;
-  return status;
+  int settled = hurray__output_settle(o, status == HURRAY_OK ? error : NULL);
+  return status == HURRAY_OK ? settled : status;
 }
 
 int hurray__output_zeros(FileOutput *o, uint64_t len, HurrayError *error) {

@@ -996,6 +996,80 @@ static void an_input_that_shrinks_is_a_clear_error(void **state) {
   }
 }
 
+/* Tensors of several 4 MiB read chunks stream through the read-ahead thread (a chunk is read
+ * while the one before it is written): every output holds the bytes whole and in order, the
+ * Hurray file's checksum (hashed while written, on the output's thread) verifies, and a Hurray
+ * input's checksum is checked across its chunks. */
+static void tensors_of_many_chunks_convert_whole(void **state) {
+  (void)state;
+  size_t size = (9u << 20) + 123;
+  uint8_t *data = malloc(size), *back = malloc(size);
+  assert_non_null(data);
+  assert_non_null(back);
+  for (size_t i = 0; i < size; i++) data[i] = (uint8_t)(i * 31 + (i >> 20));
+  Dense t = {.name = "big", .dtype = HURRAY_DTYPE_UINT8, .ndim = 1, .shape = {(int64_t)size},
+             .bytes = data, .size = size};
+  write_hurray(path_of("many.hurray"), &t, 1, NULL);
+  static const char *const kChain[] = {"many.safetensors", "many2.hurray", "many.npy",
+                                       "many3.hurray", "many.npz", "many4.hurray"};
+  /* the name each Hurray file gives it: a .npy input's one array is named after the file */
+  static const char *const kName[] = {NULL, "big", NULL, "many", NULL, "many"};
+  const char *from = path_of("many.hurray");
+  char previous[4096];
+  for (size_t i = 0; i < sizeof kChain / sizeof *kChain; i++) {
+    OK(hurray_convert(from, path_of(kChain[i]), NULL, E));
+    snprintf(previous, sizeof previous, "%s", path_of(kChain[i]));
+    from = previous;
+    if (strstr(kChain[i], ".hurray") != NULL) { /* get_tensor verifies the checksum */
+      memset(back, 0, size);
+      assert_int_equal(c_order_bytes(previous, kName[i], back, size), size);
+      assert_memory_equal(back, data, size);
+    }
+  }
+  free(back);
+  free(data);
+}
+
+/* The input (context: a ShrinkTo) truncated to `size` bytes when the conversion begins. */
+typedef struct ShrinkTo {
+  const char *path;
+  off_t size;
+} ShrinkTo;
+
+static void shrink_input(void *context, uint64_t done, uint64_t total) {
+  (void)total;
+  const ShrinkTo *to = context;
+  if (done == 0) assert_int_equal(truncate(to->path, to->size), 0);
+}
+
+/* An input that shrinks past its first chunk: the chunk the read-ahead thread reads is short,
+ * and its error is the conversion's, HURRAY_EIO saying the file shrank; nothing is left. */
+static void a_shrink_seen_by_the_read_ahead_is_a_clear_error(void **state) {
+  (void)state;
+  size_t size = 9u << 20;
+  uint8_t *data = malloc(size);
+  assert_non_null(data);
+  for (size_t i = 0; i < size; i++) data[i] = (uint8_t)(i * 7);
+  Dense t = {.name = "big", .dtype = HURRAY_DTYPE_UINT8, .ndim = 1, .shape = {(int64_t)size},
+             .bytes = data, .size = size};
+  static const char *const kInputs[] = {"ahead.hurray", "ahead.safetensors"};
+  static const char *const kOut[] = {"ahead-out.hurray", "ahead-out.npy", "ahead-out.safetensors"};
+  for (size_t i = 0; i < 2; i++) {
+    for (size_t j = 0; j < 3; j++) {
+      write_hurray(path_of("ahead.hurray"), &t, 1, NULL);
+      OK(hurray_convert(path_of("ahead.hurray"), path_of("ahead.safetensors"), NULL, E));
+      ShrinkTo to = {path_of(kInputs[i]), (off_t)(6u << 20)}; /* the first chunk is whole */
+      HurrayConvertOptions o = {.progress = shrink_input, .progress_context = &to};
+      HurrayError error = {0};
+      assert_int_equal(hurray_convert(to.path, path_of(kOut[j]), &o, &error), HURRAY_EIO);
+      assert_non_null(strstr(error.message, "the file shrank"));
+      assert_false(exists(path_of(kOut[j])));
+      assert_int_equal(temporaries(), 0);
+    }
+  }
+  free(data);
+}
+
 /* Converts `input` to `output` in a child process, truncating the input as the conversion
  * begins: 0 when the child got HURRAY_EIO saying the file shrank, 1 for any other result, 128
  * plus the signal that killed it. */
@@ -1119,6 +1193,8 @@ int main(void) {
       cmocka_unit_test(not_durable_outputs_skip_only_the_fsyncs),
       cmocka_unit_test(progress_is_reported),
       cmocka_unit_test(an_input_that_shrinks_is_a_clear_error),
+      cmocka_unit_test(tensors_of_many_chunks_convert_whole),
+      cmocka_unit_test(a_shrink_seen_by_the_read_ahead_is_a_clear_error),
       cmocka_unit_test(small_and_hashed_inputs_that_shrink_are_a_clear_error),
       cmocka_unit_test(failures_leave_nothing_behind),
       cmocka_unit_test(other_formats_open_as_readers),
