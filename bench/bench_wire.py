@@ -27,6 +27,8 @@ references:
              request, is one call, beside a copy into new memory of the memfd's page size
              (NumPy's huge-page advice switched off where shmem gets no huge pages).
   unix bytes the same fetch through the Unix socket without fd passing (DATA frames).
+  unix small round trips of a 1 KiB tensor over a Unix socket with fd passing on (a tensor
+             under 512 KiB goes as DATA frames even so) against the same without it.
   small      round trips of a 64-byte tensor: hurray get, against Flight do_get of a 64-byte
              table.
   TLS        the same fetch over hurrays:// (TLS 1.3), against the plaintext fetch and against
@@ -217,7 +219,9 @@ def main():
 
         path = f"{tmp}/bench.hurray"
         hurray.save(path, {"f": data})
-        server = stack.enter_context(hurray.serve({"x": data}, address=f"unix:{tmp}/a.sock"))
+        kib = np.arange(256, dtype=np.float32)  # 1 KiB: below the descriptor threshold
+        server = stack.enter_context(hurray.serve({"x": data, "kib": kib},
+                                                  address=f"unix:{tmp}/a.sock"))
         memfd = stack.enter_context(hurray.connect(server.address))
         assert memfd.info["fd_passing"]
         t0 = time.perf_counter()
@@ -225,7 +229,8 @@ def main():
         t_first = time.perf_counter() - t0
         server = stack.enter_context(hurray.serve(path, address=f"unix:{tmp}/b.sock"))
         filefd = stack.enter_context(hurray.connect(server.address))
-        server = stack.enter_context(hurray.serve({"x": data}, address=f"unix:{tmp}/c.sock"))
+        server = stack.enter_context(hurray.serve({"x": data, "kib": kib},
+                                                  address=f"unix:{tmp}/c.sock"))
         nofd = stack.enter_context(hurray.connect(server.address, fd_passing=False))
         unix = Table(f"Unix socket: fetch {args.mib} MiB and read every byte", unit="ms",
                      refs=["memcpy + touch"], nbytes=nbytes, cpu=True,
@@ -238,6 +243,12 @@ def main():
             "memcpy + touch": memcpy_touch,
             "bytes (fd_passing=False) + touch": lambda: touch(np.asarray(nofd.get("x"))),
             "copy without huge pages, no touch": copy_without_huge_pages}, args.rounds))
+        unix_small = Table("Unix socket small: one round trip of a 1 KiB tensor", unit="us",
+                           refs=["get, fd_passing=False"],
+                           notes=["target: fd passing costs a small get nothing"])
+        unix_small.add_all(interleaved({"get, fd passing on": lambda: memfd.get("kib"),
+                                        "get, fd_passing=False": lambda: nofd.get("kib")},
+                                       args.rounds, args.small))
 
         # ---- TLS: hurrays:// against plaintext and Flight over grpc+tls ----------------
         certs = f"{tmp}/certs"
@@ -265,7 +276,7 @@ def main():
         tls_small.add_all(interleaved({"hurrays get": lambda: secure.get("tiny"),
                                        "hurray get (plaintext)": lambda: c.get("tiny")},
                                       args.rounds, args.small))
-    for table in (tcp, small_table, unix, tls_table, tls_small):
+    for table in (tcp, small_table, unix, unix_small, tls_table, tls_small):
         table.print()
     load_average("end")
 
