@@ -24,10 +24,20 @@ def cluster():
 
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), saved]))
-    nodes = Cluster(initialize_head=True,
-                    head_node_args={"num_cpus": 1, "object_store_memory": 80 << 20})
-    nodes.add_node(num_cpus=1, object_store_memory=80 << 20, resources={"second": 1})
-    ray.init(address=nodes.address, log_to_driver=False)
+    # Under the sanitizer stage the ASan runtime is preloaded. Ray's own servers (GCS, raylet:
+    # C++ and none of ours) start without it, or their start-up outlasts Ray's fixed 30 s on a
+    # slow machine; its Python workers, which import the instrumented extension, get it back
+    # through the job's runtime environment.
+    preload = os.environ.pop("LD_PRELOAD", None)
+    try:
+        nodes = Cluster(initialize_head=True,
+                        head_node_args={"num_cpus": 1, "object_store_memory": 80 << 20})
+        nodes.add_node(num_cpus=1, object_store_memory=80 << 20, resources={"second": 1})
+    finally:
+        if preload is not None:
+            os.environ["LD_PRELOAD"] = preload
+    ray.init(address=nodes.address, log_to_driver=False,
+             runtime_env={"env_vars": {"LD_PRELOAD": preload}} if preload else None)
     nodes.wait_for_nodes()
     yield nodes
     ray.shutdown()
@@ -53,6 +63,17 @@ def test_put_get_keeps_every_field_and_is_read_only(cluster, make):
     t = make()
     back = ray.get(ray.put(t))
     assert descriptor(back) == descriptor(t, readonly=True)
+
+
+@ray.remote(resources={"second": 1})
+def which_hurray():
+    return hurray.__file__, os.environ.get("LD_PRELOAD")
+
+
+def test_workers_run_the_build_under_test(cluster):
+    """The workers import the same extension as the driver, under the driver's preload (the
+    sanitizer stage's ASan runtime, which Ray's servers run without)."""
+    assert ray.get(which_hurray.remote()) == (hurray.__file__, os.environ.get("LD_PRELOAD"))
 
 
 def test_task_arguments_and_returns_on_another_node(cluster):
