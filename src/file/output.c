@@ -47,6 +47,9 @@ enum { STAGE_SIZE = 256u << 10, TEMP_ATTEMPTS = 100, MAX_SYMLINKS = 40 };
  * mapped by one page-table entry: pieces that cover whole 2 MiB blocks make the file's mapped
  * loads fault and miss the TLB 512 times less (1 MiB pieces at offset 64 never did). */
 enum { HASH_CHUNK = 2u << 20, HASH_LAG = 8 };
+/* The read-back thread reads a piece back through a buffer of this size, small enough that the
+ * bytes the hash then reads are still in the core's L2 cache. */
+enum { READ_BACK_BUFFER = 1u << 20 };
 #define WRITEBACK_STEP ((uint64_t)8 << 20)
 #define RESERVE_MIN ((uint64_t)1 << 20)
 #define RESERVE_MAX ((uint64_t)64 << 20)
@@ -450,7 +453,7 @@ struct FileReadBack {
   bool stop;
   int err; /* the first errno a read back stopped with */
   int fd;
-  uint8_t buffer[HASH_CHUNK];
+  uint8_t buffer[READ_BACK_BUFFER];
 };
 
 static void *read_back_main(void *arg) {
