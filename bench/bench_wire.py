@@ -13,6 +13,12 @@ references:
              the tensor it returns: new memory, faulted in as the bytes land) and fills it with
              recv_into(..., MSG_WAITALL), one call for the whole tensor. Neither end sets socket
              buffer sizes; neither does hurray.
+  into memory allocated once
+             the transport alone: hurray's Client.read(name, 0, nbytes, out=) (every DATA
+             frame's XXH3 check compared as it lands) against the raw socket's recv_into, each
+             into its own array allocated and faulted in once before the rounds. A VM that gives
+             freed memory back to its host (free page reporting) makes the rows above pay for
+             faulting it in again after a pause; these rows do not allocate.
   Flight     pyarrow.flight: the same bytes as one uint8 column, do_get + read_all from an
              in-process FlightServerBase on 127.0.0.1, at its best and at its worst: a table of
              4 MiB record batches (Flight's streaming unit, the size its own guidance and
@@ -94,8 +100,9 @@ class RawTcp:
         self.port = int(self.child.stdout.readline())
         self.out = None
 
-    def fetch(self):
-        self.out = np.empty(self.nbytes, np.uint8)  # new memory each time, as a fetch makes
+    def fetch(self, into=None):
+        """Into new memory each time, as a fetch makes, or into the array `into`."""
+        self.out = np.empty(self.nbytes, np.uint8) if into is None else into
         target = memoryview(self.out).cast("B")
         with socket.create_connection(("127.0.0.1", self.port)) as s:
             got = 0
@@ -197,6 +204,15 @@ def main():
         tcp.add_all(interleaved(fetch, args.rounds))
         assert np.array_equal(raw.out, data)
         raw.out = None
+        mine, theirs = np.ones(nbytes, np.uint8), np.ones(nbytes, np.uint8)  # faulted in once
+        into = Table(f"TCP: {args.mib} MiB into memory allocated once (the transport alone)",
+                     refs=["raw socket recv_into"], nbytes=nbytes,
+                     notes=["target: hurray / raw >= 0.9x throughput"])
+        into.add_all(interleaved({
+            "hurray read(out=)": lambda: c.read("x", 0, nbytes, out=mine),
+            "raw socket recv_into": lambda: raw.fetch(into=theirs)}, args.rounds))
+        assert np.array_equal(mine, data) and np.array_equal(theirs, data)
+        raw.out = mine = theirs = None
         small_table = Table("small: one round trip of a 64-byte tensor", unit="us",
                             refs=["Flight do_get"])
         small_table.add_all(interleaved({"hurray get": lambda: c.get("tiny"),
@@ -276,7 +292,7 @@ def main():
         tls_small.add_all(interleaved({"hurrays get": lambda: secure.get("tiny"),
                                        "hurray get (plaintext)": lambda: c.get("tiny")},
                                       args.rounds, args.small))
-    for table in (tcp, small_table, unix, unix_small, tls_table, tls_small):
+    for table in (tcp, into, small_table, unix, unix_small, tls_table, tls_small):
         table.print()
     load_average("end")
 
