@@ -2,6 +2,7 @@
 every dtype and layout round trips with its descriptor, faults surface as their exact
 exception classes, and only loopback addresses and Unix sockets are ever used."""
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -775,9 +776,11 @@ def read_frame(conn):
     return head, payload
 
 
-def hand_over(tmp_path, fd, kind, offset, length=8, fds=True):
+def hand_over(tmp_path, fd, kind, offset, length=8, fds=True, stray=None):
     """Serves one DATA_FD frame naming bytes [offset, offset + length) of `fd`; returns what
-    a client's get("x") gives or raises."""
+    a client's get("x") gives or raises. `stray` sends one more descriptor (of /dev/null) with
+    the first byte of the TENSOR_HEADER frame ("header"), with a byte of its payload
+    ("payload"), or with the DATA_FD frame beside its own ("second")."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(tmp_path / "fake.sock"))
     listener.listen(1)
@@ -791,15 +794,27 @@ def hand_over(tmp_path, fd, kind, offset, length=8, fds=True):
             conn.sendall(frame(0x02, 0, 0, hello))
             head, _ = read_frame(conn)  # TENSOR_REQUEST
             rid = int.from_bytes(head[8:16], "little")
-            conn.sendall(frame(0x21, 0, rid, GOLDEN_HEADER))
-            ref = (bytes(4) + bytes([kind]) + bytes(3) + offset.to_bytes(8, "little") +
-                   length.to_bytes(8, "little"))
-            data = frame(0x23, 1, rid, ref)
-            if fds:
-                socket.send_fds(conn, [data], [fd])
-            else:
+            header = frame(0x21, 0, rid, GOLDEN_HEADER)
+            null = os.open(os.devnull, os.O_RDONLY)
+            try:
+                if stray == "header":
+                    socket.send_fds(conn, [header], [null])
+                elif stray == "payload":
+                    conn.sendall(header[:30])
+                    socket.send_fds(conn, [header[30:]], [null])
+                else:
+                    conn.sendall(header)
+                ref = (bytes(4) + bytes([kind]) + bytes(3) + offset.to_bytes(8, "little") +
+                       length.to_bytes(8, "little"))
+                data = frame(0x23, 1, rid, ref)
+                if fds:
+                    socket.send_fds(conn, [data], [fd, null] if stray == "second" else [fd])
+            finally:
+                os.close(null)
+            if not fds:
                 conn.sendall(data)
-            conn.recv(1)
+            with contextlib.suppress(ConnectionResetError):  # a client that failed the session
+                conn.recv(1)
 
     thread = threading.Thread(target=serve)
     thread.start()
@@ -844,6 +859,22 @@ def test_a_client_checks_the_descriptor_it_is_handed(tmp_path):
         hand_over(tmp_path, memfd(X), 1, 0, fds=False)
     with pytest.raises(hurray.ChecksumError, match="buffer 0: checksum mismatch"):
         hand_over(tmp_path, memfd(np.float32([1.0, 3.0]).tobytes()), 1, 0)
+
+
+def test_a_descriptor_comes_only_with_a_data_fd_frame_and_never_stays(tmp_path):
+    """§6.6: one descriptor, with a DATA_FD frame's first byte. One with another frame's first
+    byte, or a second one, fails the session; one with a later byte of a frame (received
+    without a control buffer) is closed by the kernel. None of them stays open here."""
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    with pytest.raises(hurray.WireError, match="a file descriptor came with a TENSOR_HEADER"):
+        hand_over(tmp_path, memfd(X), 1, 0, stray="header")
+    with pytest.raises(hurray.WireError, match="sent a file descriptor where none may come"):
+        hand_over(tmp_path, memfd(X), 1, 0, stray="second")
+    assert hand_over(tmp_path, memfd(X), 1, 0, stray="payload") == [1.0, 2.0]
+    assert open_fds() == before
 
 
 def test_the_cli_escapes_what_a_server_sends(tmp_path):
