@@ -39,7 +39,14 @@ references:
              table.
   TLS        the same fetch over hurrays:// (TLS 1.3), against the plaintext fetch and against
              Flight over grpc+tls (both batchings), with certificates of a throwaway CA made by
-             tests/tls/make_certs.sh.
+             tests/tls/make_certs.sh; and hurrays read(out=) into memory allocated once, the
+             TLS transport alone.
+Every table of small round trips is given twice: with the threads where the scheduler puts
+them, and with every thread of the process (hurray's servers, Flight's gRPC pool) on one CPU.
+Each round trip wakes a thread on each side; a VM is slow to wake a virtual CPU that went idle
+(on 2 vCPUs a 64-byte get took 11 us on one CPU and 80-110 us once the scheduler had split
+client and server), and that state changes within a round, falling on whichever contender is
+running. On one CPU it is the same for every contender.
 hurray's fetch includes what the protocol does: the request, the descriptor, checking the
 XXH3-64 of every byte, and allocating the destination (64-byte aligned) once. The memfd and
 memcpy rows also give the minimum CPU time of the process (every thread: the server's too), the
@@ -64,7 +71,7 @@ from numpy._core.multiarray import _get_madvise_hugepage, _set_madvise_hugepage
 
 import hurray
 
-from timing import Table, interleaved, load_average
+from timing import Table, interleaved, load_average, one_cpu
 
 
 def pattern(nbytes):
@@ -158,6 +165,18 @@ def flight_client(tables, certs=None):
     return server, client
 
 
+def round_trips(title, contenders, refs, rounds, number, notes=()):
+    """Two tables of the same small round trips, in microseconds: with the threads where the
+    scheduler puts them, and with every thread of the process on one CPU (timing.one_cpu),
+    where waking the other side costs every contender alike."""
+    placed = Table(title, unit="us", refs=refs, notes=notes)
+    placed.add_all(interleaved(contenders, rounds, number))
+    with one_cpu() as cpu:
+        pinned = Table(f"{title}, every thread on CPU {cpu}", unit="us", refs=refs, notes=notes)
+        pinned.add_all(interleaved(contenders, rounds, number))
+    return placed, pinned
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=512)
@@ -213,11 +232,10 @@ def main():
             "raw socket recv_into": lambda: raw.fetch(into=theirs)}, args.rounds))
         assert np.array_equal(mine, data) and np.array_equal(theirs, data)
         raw.out = mine = theirs = None
-        small_table = Table("small: one round trip of a 64-byte tensor", unit="us",
-                            refs=["Flight do_get"])
-        small_table.add_all(interleaved({"hurray get": lambda: c.get("tiny"),
-                                         "Flight do_get": lambda: fclient.do_get(small).read_all()},
-                                        args.rounds, args.small))
+        small_tables = round_trips("small: one round trip of a 64-byte tensor", {
+            "hurray get": lambda: c.get("tiny"),
+            "Flight do_get": lambda: fclient.do_get(small).read_all()},
+            ["Flight do_get"], args.rounds, args.small)
 
         # ---- Unix socket: the fd-passing path against memcpy ----------------------------
         def memcpy_touch():
@@ -259,12 +277,11 @@ def main():
             "memcpy + touch": memcpy_touch,
             "bytes (fd_passing=False) + touch": lambda: touch(np.asarray(nofd.get("x"))),
             "copy without huge pages, no touch": copy_without_huge_pages}, args.rounds))
-        unix_small = Table("Unix socket small: one round trip of a 1 KiB tensor", unit="us",
-                           refs=["get, fd_passing=False"],
-                           notes=["target: fd passing costs a small get nothing"])
-        unix_small.add_all(interleaved({"get, fd passing on": lambda: memfd.get("kib"),
-                                        "get, fd_passing=False": lambda: nofd.get("kib")},
-                                       args.rounds, args.small))
+        unix_small = round_trips("Unix socket small: one round trip of a 1 KiB tensor", {
+            "get, fd passing on": lambda: memfd.get("kib"),
+            "get, fd_passing=False": lambda: nofd.get("kib")},
+            ["get, fd_passing=False"], args.rounds, args.small,
+            notes=["target: fd passing costs a small get nothing"])
 
         # ---- TLS: hurrays:// against plaintext and Flight over grpc+tls ----------------
         certs = f"{tmp}/certs"
@@ -281,18 +298,23 @@ def main():
         stack.callback(ftls.close)
         tls_table = Table(f"TLS: fetch {args.mib} MiB", nbytes=nbytes,
                           refs=["hurray fetch (plaintext)", "Flight TLS, 4 MiB batches"],
-                          notes=["target: hurrays faster than Flight TLS at its best"])
+                          notes=["hurrays read(out=): into memory allocated once, the TLS "
+                                 "transport alone (every other row faults in new memory)",
+                                 "target: hurrays faster than Flight TLS at its best"])
+        mine = np.ones(nbytes, np.uint8)  # faulted in once
         tls_table.add_all(interleaved({
             "hurrays fetch": lambda: secure.get("x"),
+            "hurrays read(out=)": lambda: secure.read("x", 0, nbytes, out=mine),
             "hurray fetch (plaintext)": lambda: c.get("x"),
             "Flight TLS, 4 MiB batches": lambda: ftls.do_get(batched).read_all(),
             "Flight TLS, one batch": lambda: ftls.do_get(one).read_all()}, args.rounds))
-        tls_small = Table("TLS small: one round trip of a 64-byte tensor", unit="us",
-                          refs=["hurray get (plaintext)"])
-        tls_small.add_all(interleaved({"hurrays get": lambda: secure.get("tiny"),
-                                       "hurray get (plaintext)": lambda: c.get("tiny")},
-                                      args.rounds, args.small))
-    for table in (tcp, into, small_table, unix, unix_small, tls_table, tls_small):
+        assert np.array_equal(mine, data)
+        mine = None
+        tls_small = round_trips("TLS small: one round trip of a 64-byte tensor", {
+            "hurrays get": lambda: secure.get("tiny"),
+            "hurray get (plaintext)": lambda: c.get("tiny")},
+            ["hurray get (plaintext)"], args.rounds, args.small)
+    for table in (tcp, into, *small_tables, unix, *unix_small, tls_table, *tls_small):
         table.print()
     load_average("end")
 

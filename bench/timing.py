@@ -16,9 +16,15 @@ A sceptic's rules, which every bench follows through this module:
 - on a virtual machine that gives freed memory back to its host (virtio-balloon free page
   reporting), the end says how much it gave back during the run: a call that allocates fresh
   memory after such a report faults every page back in from the host, and on a VM of 2 CPUs
-  that made a 0.25 s fetch of 512 MiB take 0.5-1.0 s. Such rounds raise medians, not minima.
+  that made a 0.25 s fetch of 512 MiB take 0.5-1.0 s. Such rounds raise medians, not minima;
+- a round trip wakes one thread of each side, and a VM is slow to wake a virtual CPU that has
+  gone idle: on 2 vCPUs a 64-byte get took 11 us while client and server ran on one CPU and
+  80-110 us once the scheduler had put them on two, whichever contender that fell on. Tables of
+  small round trips are therefore also timed under ``one_cpu()``, where that state is the same
+  for every contender.
 """
 
+import contextlib
 import os
 import statistics
 import time
@@ -64,6 +70,34 @@ def load_average(when):
               "memory back to its host during the run (free page reporting): calls that "
               "allocated fresh memory after it faulted it back in from the host, which raises "
               "medians, not minima")
+
+
+def _threads():
+    return [int(tid) for tid in os.listdir("/proc/self/task")]
+
+
+@contextlib.contextmanager
+def one_cpu():
+    """Run the block with every thread of this process (a server's, a peer's pool) on one CPU,
+    the first this process may use; threads started inside inherit it. Afterwards each thread
+    is back on the CPUs it had, and threads started inside on the process's. Yields the CPU."""
+    allowed = os.sched_getaffinity(0)
+    cpu = min(allowed)
+    before = {}
+    for tid in _threads():
+        try:
+            before[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, {cpu})
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+    try:
+        yield cpu
+    finally:
+        for tid in _threads():
+            try:
+                os.sched_setaffinity(tid, before.get(tid, allowed))
+            except ProcessLookupError:
+                pass
 
 
 class Sample:

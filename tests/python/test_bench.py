@@ -3,9 +3,12 @@ that bench/timing.py no longer had, and nothing noticed until someone ran it. Th
 nothing; they run each script's ``--help``, which imports it and everything it imports at the
 top (bench/timing.py, hurray, NumPy)."""
 
+import os
 import pathlib
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -25,14 +28,57 @@ def test_a_bench_starts(script):
     assert "usage:" in done.stdout, done.stdout
 
 
-def test_the_end_says_how_much_memory_the_host_took_back(tmp_path, monkeypatch, capsys):
-    """On a VM with free page reporting, rounds after the host took freed memory back fault it
-    in again (a 0.25 s fetch became 0.5-1.0 s); the benches' last line says it happened."""
+def _timing():
     sys.path.insert(0, str(BENCH))
     try:
         import timing
     finally:
         sys.path.remove(str(BENCH))
+    return timing
+
+
+def test_one_cpu_holds_every_thread_and_gives_each_its_cpus_back():
+    """Small round trips are timed with the whole process on one CPU: a thread that was already
+    running (as a server's is) must be moved too, not only the caller."""
+    timing = _timing()
+    allowed = os.sched_getaffinity(0)
+    seen, go, done = {}, threading.Event(), threading.Event()
+
+    def worker():
+        seen["tid"] = threading.get_native_id()
+        go.wait()
+        seen["inside"] = os.sched_getaffinity(0)
+        done.wait()
+        seen["after"] = os.sched_getaffinity(0)
+
+    started = threading.Thread(target=worker, daemon=True)
+    started.start()
+    try:
+        while "tid" not in seen:
+            time.sleep(0.001)
+        with timing.one_cpu() as cpu:
+            go.set()
+            while "inside" not in seen:
+                time.sleep(0.001)
+            assert os.sched_getaffinity(0) == {cpu} and cpu in allowed
+            assert seen["inside"] == {cpu}
+            born = {}
+            child = threading.Thread(
+                target=lambda: born.setdefault("cpus", os.sched_getaffinity(0)))
+            child.start()
+            child.join()
+            assert born["cpus"] == {cpu}
+    finally:
+        go.set()
+        done.set()
+        started.join(10)
+    assert seen["after"] == allowed and os.sched_getaffinity(0) == allowed
+
+
+def test_the_end_says_how_much_memory_the_host_took_back(tmp_path, monkeypatch, capsys):
+    """On a VM with free page reporting, rounds after the host took freed memory back fault it
+    in again (a 0.25 s fetch became 0.5-1.0 s); the benches' last line says it happened."""
+    timing = _timing()
     counter = tmp_path / "reported_kib"
     monkeypatch.setattr(timing, "REPORTED_KIB", str(counter))
     counter.write_text("1000\n")
