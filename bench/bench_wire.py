@@ -42,11 +42,8 @@ references:
              tests/tls/make_certs.sh; and hurrays read(out=) into memory allocated once, the
              TLS transport alone.
 Every table of small round trips is given twice: with the threads where the scheduler puts
-them, and with every thread of the process (hurray's servers, Flight's gRPC pool) on one CPU.
-Each round trip wakes a thread on each side; a VM is slow to wake a virtual CPU that went idle
-(on 2 vCPUs a 64-byte get took 11 us on one CPU and 80-110 us once the scheduler had split
-client and server), and that state changes within a round, falling on whichever contender is
-running. On one CPU it is the same for every contender.
+them, and with every thread of the process (hurray's servers, Flight's gRPC pool) on one CPU,
+where waking the other side costs every contender alike (bench/timing.py says why).
 hurray's fetch includes what the protocol does: the request, the descriptor, checking the
 XXH3-64 of every byte, and allocating the destination (64-byte aligned) once. The memfd and
 memcpy rows also give the minimum CPU time of the process (every thread: the server's too), the

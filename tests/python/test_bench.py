@@ -42,10 +42,10 @@ def test_one_cpu_holds_every_thread_and_gives_each_its_cpus_back():
     running (as a server's is) must be moved too, not only the caller."""
     timing = _timing()
     allowed = os.sched_getaffinity(0)
-    seen, go, done = {}, threading.Event(), threading.Event()
+    seen, ready, go, done = {}, threading.Event(), threading.Event(), threading.Event()
 
     def worker():
-        seen["tid"] = threading.get_native_id()
+        ready.set()
         go.wait()
         seen["inside"] = os.sched_getaffinity(0)
         done.wait()
@@ -54,8 +54,7 @@ def test_one_cpu_holds_every_thread_and_gives_each_its_cpus_back():
     started = threading.Thread(target=worker, daemon=True)
     started.start()
     try:
-        while "tid" not in seen:
-            time.sleep(0.001)
+        ready.wait()
         with timing.one_cpu() as cpu:
             go.set()
             while "inside" not in seen:
