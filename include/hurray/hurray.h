@@ -480,12 +480,17 @@ HURRAY_API int hurray_buffer_wrap(void *data, const HurrayBufferDesc *desc, uint
 /* Allocates `byte_size` bytes of CPU memory aligned to `alignment` (0 means 64), described as
  * (CPU, DEVICE, READY); byte_size 0 gives data NULL. `flags`: HURRAY_ALLOC_ZERO; without it the
  * bytes are unspecified (as malloc's are: memory this process released may be reused). The
- * handle's release frees the memory, or keeps up to 64 MiB of it for the next allocations
- * (ADR-101). */
+ * handle's release frees the memory; a buffer of 2 MiB or more is kept for the next allocation
+ * of its length instead, up to 64 buffers and 1 GiB (or a sixteenth of the machine's memory),
+ * in memory the kernel may take back whenever it needs it (ADR-108). */
 HURRAY_API int hurray_buffer_alloc(uint64_t byte_size, uint32_t alignment, uint32_t flags,
                                    HurrayBuffer **out, HurrayError *error);
 /* Calls buffer->release(buffer) once, then frees the handle. NULL is a no-op. */
 HURRAY_API void hurray_buffer_destroy(HurrayBuffer *buffer);
+/* Gives back to the system every released buffer that hurray_buffer_alloc keeps for reuse, as
+ * malloc_trim does for the heap; returns the bytes given back. Thread-safe; buffers still in use
+ * are not touched. */
+HURRAY_API uint64_t hurray_buffer_trim(void);
 
 /* ============================================================================================
  * HurrayBufferList (ADR-030): every buffer of one tensor, in order, each with a role

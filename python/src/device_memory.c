@@ -80,10 +80,10 @@ static void release_host(HurrayBuffer *self) {
  * aligned_alloc memory, which the allocator recycles as it does np.empty's (glibc raises its
  * mmap threshold to the size of a block freed, up to 32 MiB, so a copy repeated at one size
  * meets pages already faulted in), with a large block's pages advised huge, as NumPy advises its
- * arrays of 4 MiB and more; hurray_buffer_alloc maps fresh huge pages from 2 MiB on (ADR-058),
- * whose faults such a repeated copy would pay every time (1.4x-1.7x pyopencl's time at 4 and
- * 16 MiB). From MALLOC_MAPS_BYTES on malloc maps fresh pages too, and hurray_buffer_alloc's,
- * 2 MiB-aligned, fault fastest. */
+ * arrays of 4 MiB and more; hurray_buffer_alloc mapped fresh huge pages from 2 MiB on (ADR-058),
+ * whose faults such a repeated copy paid every time (1.4x-1.7x pyopencl's time at 4 and 16 MiB,
+ * measured before it kept released mappings: ADR-101, ADR-108). From MALLOC_MAPS_BYTES on
+ * malloc maps fresh pages too, and hurray_buffer_alloc's, 2 MiB-aligned and kept, are faster. */
 static int host_alloc(uint64_t size, uint32_t alignment, HurrayBuffer **out, HurrayError *error) {
   if (size == 0 || size >= MALLOC_MAPS_BYTES) {
     return hurray_buffer_alloc(size, alignment, 0, out, error);

@@ -1,7 +1,7 @@
 /* buffer.c -- HurrayBuffer, one owned region of memory on some device, and HurrayBufferList,
  * every buffer of one tensor in order, each with a role (ADR-030). A buffer's `release` runs
  * exactly once: when its handle is destroyed, or never if the handle was never made. */
-#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MADV_HUGEPAGE */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MADV_HUGEPAGE, MADV_FREE */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -124,35 +124,58 @@ static size_t mapped_length(uint64_t byte_size) {
   return ((size_t)byte_size + page - 1) & ~(page - 1);
 }
 
-/* Released mappings of up to KEEP_LENGTH bytes are kept for the next buffer of the same length
- * (at most KEEP_COUNT of them, KEEP_BYTES in all), as glibc's malloc keeps freed chunks under
- * its mmap threshold (32 MiB at most): a copying load that runs again, or tensors copied one at
- * a time, then reuse memory already faulted in instead of faulting and zeroing fresh pages
- * each time (issue 25 item 1). Longer ones are unmapped at once, as glibc's are. */
-enum { KEEP_COUNT = 8 };
-#define KEEP_LENGTH ((size_t)32 << 20)
-#define KEEP_BYTES ((size_t)64 << 20)
+/* Released mappings are kept for the next buffer of the same length, as an allocator keeps
+ * freed memory (ADR-101, ADR-108): a copying load or a fetch that runs again, or tensors copied
+ * one at a time, then reuse memory already faulted in instead of faulting and zeroing fresh
+ * pages each time -- and, on a virtual machine that reports free memory to its host, instead
+ * of faulting it back in from the host. At most KEEP_COUNT mappings and kept_limit() bytes
+ * are kept; a release that would pass either gives back the oldest first, and a mapping
+ * longer than the limit is given back at once. A kept mapping is advised MADV_FREE: the kernel
+ * may take its pages whenever it needs memory, without writing them anywhere, so what is kept
+ * never causes memory pressure; a buffer that takes it back finds zero pages where it did. */
+enum { KEEP_COUNT = 64 };
+#define KEEP_MOST ((uint64_t)1 << 30)
 
 static struct {
   pthread_mutex_t lock;
-  void *start[KEEP_COUNT];
+  void *start[KEEP_COUNT]; /* oldest first */
   size_t length[KEEP_COUNT];
   unsigned count;
   size_t bytes;
 } g_kept = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+static size_t g_kept_limit;
+static pthread_once_t g_kept_limit_once = PTHREAD_ONCE_INIT;
+
+static void find_kept_limit(void) {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  uint64_t sixteenth = pages > 0 ? (uint64_t)pages * page_size() / 16 : KEEP_MOST;
+  g_kept_limit = (size_t)(sixteenth < KEEP_MOST ? sixteenth : KEEP_MOST);
+}
+
+/* The most bytes of released mappings kept: 1 GiB, or a sixteenth of the machine's memory where
+ * that is less (ADR-108). */
+static size_t kept_limit(void) {
+  pthread_once(&g_kept_limit_once, find_kept_limit);
+  return g_kept_limit;
+}
+
+static void forget_kept(unsigned i) {
+  g_kept.bytes -= g_kept.length[i];
+  g_kept.count--;
+  memmove(&g_kept.start[i], &g_kept.start[i + 1], (g_kept.count - i) * sizeof(void *));
+  memmove(&g_kept.length[i], &g_kept.length[i + 1], (g_kept.count - i) * sizeof(size_t));
+}
+
 /* A kept mapping of `length` bytes starting at a multiple of `align`, taken out; or NULL. */
 static void *take_kept(size_t length, size_t align) {
-  if (length > KEEP_LENGTH) return NULL;
   void *found = NULL;
   pthread_mutex_lock(&g_kept.lock);
-  for (unsigned i = g_kept.count; i-- > 0 && found == NULL;) { /* the latest first: warm */
+  for (unsigned i = g_kept.count; i-- > 0;) { /* the latest first: warm */
     if (g_kept.length[i] == length && ((uintptr_t)g_kept.start[i] & (align - 1)) == 0) {
       found = g_kept.start[i];
-      g_kept.bytes -= length;
-      g_kept.count--;
-      memmove(&g_kept.start[i], &g_kept.start[i + 1], (g_kept.count - i) * sizeof(void *));
-      memmove(&g_kept.length[i], &g_kept.length[i + 1], (g_kept.count - i) * sizeof(size_t));
+      forget_kept(i);
+      break;
     }
   }
   pthread_mutex_unlock(&g_kept.lock);
@@ -161,18 +184,42 @@ static void *take_kept(size_t length, size_t align) {
 
 static void release_mapped(HurrayBuffer *self) {
   size_t length = mapped_length(self->desc.byte_size);
-  bool kept = false;
-  if (length <= KEEP_LENGTH) {
-    pthread_mutex_lock(&g_kept.lock);
-    kept = g_kept.count < KEEP_COUNT && g_kept.bytes + length <= KEEP_BYTES;
-    if (kept) {
-      g_kept.start[g_kept.count] = self->data;
-      g_kept.length[g_kept.count++] = length;
-      g_kept.bytes += length;
-    }
-    pthread_mutex_unlock(&g_kept.lock);
+  if (length > kept_limit()) {
+    munmap(self->data, length);
+    return;
   }
-  if (!kept) munmap(self->data, length);
+#ifdef MADV_FREE
+  madvise(self->data, length, MADV_FREE); /* advice: where refused, the pages simply stay */
+#endif
+  void *evicted[KEEP_COUNT];
+  size_t evicted_length[KEEP_COUNT];
+  unsigned n_evicted = 0;
+  pthread_mutex_lock(&g_kept.lock);
+  while (g_kept.count == KEEP_COUNT || g_kept.bytes + length > kept_limit()) {
+    evicted[n_evicted] = g_kept.start[0];
+    evicted_length[n_evicted++] = g_kept.length[0];
+    forget_kept(0);
+  }
+  g_kept.start[g_kept.count] = self->data;
+  g_kept.length[g_kept.count++] = length;
+  g_kept.bytes += length;
+  pthread_mutex_unlock(&g_kept.lock);
+  for (unsigned i = 0; i < n_evicted; i++) munmap(evicted[i], evicted_length[i]);
+}
+
+uint64_t hurray_buffer_trim(void) {
+  void *start[KEEP_COUNT];
+  size_t length[KEEP_COUNT];
+  pthread_mutex_lock(&g_kept.lock);
+  unsigned count = g_kept.count;
+  size_t bytes = g_kept.bytes;
+  memcpy(start, g_kept.start, count * sizeof(void *));
+  memcpy(length, g_kept.length, count * sizeof(size_t));
+  g_kept.count = 0;
+  g_kept.bytes = 0;
+  pthread_mutex_unlock(&g_kept.lock);
+  for (unsigned i = 0; i < count; i++) munmap(start[i], length[i]);
+  return bytes;
 }
 
 /* `byte_size` bytes at a multiple of `alignment` (a power of two) and of HUGE_PAGE, or NULL;

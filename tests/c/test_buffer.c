@@ -308,10 +308,28 @@ static unsigned still_mapped(uint8_t *const *data, const uint64_t *sizes, unsign
   return mapped;
 }
 
+/* ADR-108's limit on the bytes of released mappings kept: 1 GiB, or a sixteenth of memory. */
+static size_t kept_limit(void) {
+  uint64_t sixteenth = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 16;
+  return (size_t)(sixteenth < (UINT64_C(1) << 30) ? sixteenth : UINT64_C(1) << 30);
+}
+
+/* Allocates `n` buffers of `sizes` bytes, writes one byte to the first page of each (so the
+ * page is mapped) and destroys them in order, oldest first; their data pointers go to `data`. */
+static void release_touched(const uint64_t *sizes, uint8_t **data, unsigned n) {
+  for (unsigned i = 0; i < n; i++) {
+    HurrayBuffer *buffer = NULL;
+    assert_int_equal(hurray_buffer_alloc(sizes[i], 64, 0, &buffer, NULL), HURRAY_OK);
+    data[i] = buffer->data;
+    data[i][0] = 1;
+    hurray_buffer_destroy(buffer);
+  }
+}
+
 /* Buffers of 2 MiB or more are mappings that start on a 2 MiB boundary, where transparent huge
- * pages can back them (ADR-058). A released one of up to 32 MiB is kept for the next buffer of
- * its length -- at most 8 and 64 MiB of them -- and a longer one is given back at once
- * (ADR-101). */
+ * pages can back them (ADR-058). A released one is kept for the next buffer of its length --
+ * at most 64 of them and kept_limit() bytes, the oldest given back first -- and
+ * one longer than that limit is given back at once (ADR-101, ADR-108). */
 static void alloc_maps_large_buffers_on_huge_page_boundaries(void **state) {
   (void)state;
   static const uint64_t sizes[] = {UINT64_C(2) << 20, (UINT64_C(3) << 20) + 1};
@@ -323,43 +341,53 @@ static void alloc_maps_large_buffers_on_huge_page_boundaries(void **state) {
     memset(data, 0x5A, (size_t)sizes[s]);
     assert_true(any_page_mapped(data, (size_t)sizes[s]));
     hurray_buffer_destroy(buffer);
+    assert_true(any_page_mapped(data, (size_t)sizes[s])); /* kept */
     assert_int_equal(hurray_buffer_alloc(sizes[s], 64, 0, &buffer, NULL), HURRAY_OK);
-    assert_ptr_equal(buffer->data, data); /* kept, and taken again: no fresh pages */
-    assert_int_equal(((uint8_t *)buffer->data)[0], 0x5A);
+    assert_ptr_equal(buffer->data, data); /* taken again: no fresh pages */
+    /* its old bytes, or zeros where the kernel took a page it was free to take (MADV_FREE) */
+    uint8_t first = ((uint8_t *)buffer->data)[0];
+    assert_true(first == 0x5A || first == 0);
     hurray_buffer_destroy(buffer);
   }
+
+  size_t limit = kept_limit();
+  assert_true(limit >= (size_t)256 << 20); /* a machine of 4 GiB or more, as MANY below needs */
   HurrayBuffer *large = NULL;
-  assert_int_equal(hurray_buffer_alloc(UINT64_C(33) << 20, 64, 0, &large, NULL), HURRAY_OK);
+  assert_int_equal(hurray_buffer_alloc(limit + 1, 64, 0, &large, NULL), HURRAY_OK);
   uint8_t *large_data = large->data;
-  memset(large_data, 0x5A, (size_t)33 << 20);
+  large_data[0] = 1;
   hurray_buffer_destroy(large);
-  assert_false(any_page_mapped(large_data, (size_t)33 << 20));
+  assert_false(any_page_mapped(large_data, 4096)); /* longer than the limit: given back */
 
-  enum { MANY = 9 }; /* one more than are kept */
-  HurrayBuffer *many[MANY];
-  uint8_t *many_data[MANY];
+  enum { MANY = 65 }; /* one more than are kept */
   uint64_t many_sizes[MANY];
+  uint8_t *many_data[MANY];
   for (unsigned i = 0; i < MANY; i++) {
-    many_sizes[i] = (UINT64_C(5) << 20) + 4096 * i; /* lengths nothing kept has yet */
-    assert_int_equal(hurray_buffer_alloc(many_sizes[i], 64, 0, &many[i], NULL), HURRAY_OK);
-    many_data[i] = many[i]->data;
-    memset(many_data[i], 1, (size_t)many_sizes[i]);
+    many_sizes[i] = (UINT64_C(2) << 20) + 4096 * (i + 1); /* lengths nothing kept has yet */
   }
-  for (unsigned i = 0; i < MANY; i++) hurray_buffer_destroy(many[i]);
-  assert_true(still_mapped(many_data, many_sizes, MANY) <= 8);
+  release_touched(many_sizes, many_data, MANY);
+  assert_int_equal(still_mapped(many_data, many_sizes, MANY), MANY - 1);
+  assert_false(any_page_mapped(many_data[0], 4096)); /* the oldest given back */
 
-  enum { BIG = 3 }; /* 90 MiB: more than the 64 MiB kept */
-  HurrayBuffer *big[BIG];
-  uint8_t *big_data[BIG];
+  enum { BIG = 3 }; /* three of more than a third of the limit each */
   uint64_t big_sizes[BIG];
-  for (unsigned i = 0; i < BIG; i++) {
-    big_sizes[i] = (UINT64_C(30) << 20) + 4096 * i;
-    assert_int_equal(hurray_buffer_alloc(big_sizes[i], 64, 0, &big[i], NULL), HURRAY_OK);
-    big_data[i] = big[i]->data;
-    memset(big_data[i], 1, (size_t)big_sizes[i]);
-  }
-  for (unsigned i = 0; i < BIG; i++) hurray_buffer_destroy(big[i]);
-  assert_true(still_mapped(big_data, big_sizes, BIG) <= 2);
+  uint8_t *big_data[BIG];
+  for (unsigned i = 0; i < BIG; i++) big_sizes[i] = limit / 3 + 4096 * (i + 1);
+  release_touched(big_sizes, big_data, BIG);
+  assert_false(any_page_mapped(big_data[0], 4096)); /* the oldest given back to make room */
+  assert_true(any_page_mapped(big_data[1], 4096) && any_page_mapped(big_data[2], 4096));
+}
+
+/* hurray_buffer_trim gives back every kept mapping, and says how many bytes that was. */
+static void trim_gives_back_every_kept_buffer(void **state) {
+  (void)state;
+  static const uint64_t sizes[] = {UINT64_C(4) << 20, (UINT64_C(6) << 20) + 1};
+  uint8_t *data[2];
+  release_touched(sizes, data, 2);
+  assert_int_equal(still_mapped(data, sizes, 2), 2);
+  assert_true(hurray_buffer_trim() >= (UINT64_C(10) << 20) + 4096);
+  assert_int_equal(still_mapped(data, sizes, 2), 0);
+  assert_int_equal(hurray_buffer_trim(), 0);
 }
 
 static void alloc_of_zero_bytes_has_no_memory(void **state) {
@@ -556,6 +584,7 @@ int main(void) {
       cmocka_unit_test(alloc_honours_size_and_alignment),
       cmocka_unit_test(alloc_zero_clears_every_byte),
       cmocka_unit_test(alloc_maps_large_buffers_on_huge_page_boundaries),
+      cmocka_unit_test(trim_gives_back_every_kept_buffer),
       cmocka_unit_test(alloc_of_zero_bytes_has_no_memory),
       cmocka_unit_test(alloc_failures),
       cmocka_unit_test(role_names),
