@@ -28,7 +28,9 @@ a loaded copy; on disk the hurray, safetensors and .npy files). Sections:
              (copy_file_range; cp moves whole pages, a new layout splits each across two).
   load       copying loads against copying the same bytes into fresh memory (np.empty,
              np.copyto, then the same touch), safetensors load_file and safe_open (NumPy) and
-             np.load; mapped loads (read-only and writable=True) against touching the arrays in
+             np.load; hurray.load(mmap=False) both as it runs again (in memory the previous
+             round's tensors released, which hurray keeps: ADR-108) and, "nothing kept", after
+             hurray.empty_cache(), as a process's first load; mapped loads (read-only and writable=True) against touching the arrays in
              memory, np.load(mmap_mode='r') and safetensors' mapped PyTorch loads
              (safetensors.torch.load_file, safe_open(framework="pt") + get_tensor, touched
              through Tensor.numpy(), a view). Every loaded array is touched the same way,
@@ -57,7 +59,7 @@ from pathlib import Path
 import numpy as np
 
 import hurray
-from timing import Table, interleaved, load_average
+from timing import Table, interleaved, load_average, nothing_kept
 
 try:
     import safetensors
@@ -315,7 +317,8 @@ def bench_load(ctx):
         return go
 
     copies = {"copy to fresh memory": fresh_copy,
-              "hurray.load(mmap=False)": hurray_load(False)}
+              "hurray.load(mmap=False)": hurray_load(False),
+              "hurray.load(mmap=False), nothing kept": hurray_load(False)}
     maps = {"touch in memory": lambda: touch(values),
             "np.load(mmap_mode='r')": np_load("r"),
             "hurray.load (mmap)": hurray_load(True),
@@ -343,11 +346,14 @@ def bench_load(ctx):
     # every tensor at once and all held (hurray.load, safetensors load_file, a list of
     # np.load), or one at a time, each dropped before the next is read (hurray.open + f[name],
     # safe_open + get_tensor, np.load in a generator), which lets an allocator reuse the
-    # memory the previous one had.
+    # memory the previous one had. hurray also keeps the memory of tensors released, up to
+    # 1 GiB, for the next of their size (ADR-108), so a load that runs again takes the pages
+    # the previous round's tensors had, where the peers' all-held loads get fresh ones from
+    # glibc; ", nothing kept" is the same load after hurray.empty_cache(): a process's first.
     copies["hurray.open(mmap=False) + f[name], one at a time"] = hurray_lazy(mmap=False)
     copies["np.load (one .npy per tensor), all held"] = np_load(None, held=True)
     copies["np.load (one .npy per tensor), one at a time"] = np_load(None)
-    copying.add_all(interleaved(copies, rounds))
+    copying.add_all(interleaved(copies, rounds, before=nothing_kept))
     mapped.add_all(interleaved(maps, rounds))
     copying.beaten("hurray.load(mmap=False)",
                    ["safetensors load_file", "np.load (one .npy per tensor), all held"])

@@ -9,16 +9,20 @@ is given as the minimum and the median of --rounds (at least 5), and as ratios t
 references:
   raw TCP    the ceiling for one stream, no protocol, no checks: a child process (its own
              interpreter, so no lock is shared with the receiver) sends the same bytes with one
-             socket.sendall; the receiver makes a new NumPy array each round (as a fetch makes
-             the tensor it returns: new memory, faulted in as the bytes land) and fills it with
-             recv_into(..., MSG_WAITALL), one call for the whole tensor. Neither end sets socket
-             buffer sizes; neither does hurray.
+             socket.sendall; the receiver makes a new NumPy array each round (new memory,
+             faulted in as the bytes land: glibc maps blocks this large afresh) and fills it
+             with recv_into(..., MSG_WAITALL), one call for the whole tensor. Neither end sets
+             socket buffer sizes; neither does hurray. A fetch allocates its tensor with
+             hurray_buffer_alloc, which takes the memory the previous round's tensor released
+             (ADR-108), as Flight's memory pool reuses its own; "nothing kept" is the same
+             fetch after hurray.empty_cache(), as a process's first fetch is.
   into memory allocated once
              the transport alone: hurray's Client.read(name, 0, nbytes, out=) (every DATA
              frame's XXH3 check compared as it lands) against the raw socket's recv_into, each
              into its own array allocated and faulted in once before the rounds. A VM that gives
-             freed memory back to its host (free page reporting) makes the rows above pay for
-             faulting it in again after a pause; these rows do not allocate.
+             freed memory back to its host (free page reporting) makes the rows above that
+             allocate fresh memory pay for faulting it in again after a pause; these rows do
+             not allocate.
   Flight     pyarrow.flight: the same bytes as one uint8 column, do_get + read_all from an
              in-process FlightServerBase on 127.0.0.1, at its best and at its worst: a table of
              4 MiB record batches (Flight's streaming unit, the size its own guidance and
@@ -68,7 +72,7 @@ from numpy._core.multiarray import _get_madvise_hugepage, _set_madvise_hugepage
 
 import hurray
 
-from timing import Table, interleaved, load_average, one_cpu
+from timing import Table, interleaved, load_average, nothing_kept, one_cpu
 
 
 def pattern(nbytes):
@@ -211,13 +215,17 @@ def main():
         stack.callback(fserver.shutdown)
         stack.callback(fclient.close)
         assert touch(np.asarray(fclient.do_get(batched).read_all()["x"].combine_chunks())) == want
-        fetch = {"hurray fetch": lambda: c.get("x"), "raw socket": raw.fetch,
+        fetch = {"hurray fetch": lambda: c.get("x"),
+                 "hurray fetch, nothing kept": lambda: c.get("x"), "raw socket": raw.fetch,
                  "Flight, 4 MiB batches": lambda: fclient.do_get(batched).read_all(),
                  "Flight, one batch": lambda: fclient.do_get(one).read_all()}
         tcp = Table(f"TCP: fetch {args.mib} MiB", refs=["raw socket", "Flight, 4 MiB batches"],
                     nbytes=nbytes, notes=["targets: hurray / raw >= 0.9x throughput, "
-                                          "hurray faster than Flight at its best"])
-        tcp.add_all(interleaved(fetch, args.rounds))
+                                          "hurray faster than Flight at its best",
+                                          "hurray fetch reuses the memory the previous "
+                                          "round's tensor released (ADR-108), as Flight's "
+                                          "pool does; nothing kept: after hurray.empty_cache()"])
+        tcp.add_all(interleaved(fetch, args.rounds, before=nothing_kept))
         assert np.array_equal(raw.out, data)
         raw.out = None
         mine, theirs = np.ones(nbytes, np.uint8), np.ones(nbytes, np.uint8)  # faulted in once
@@ -296,15 +304,17 @@ def main():
         tls_table = Table(f"TLS: fetch {args.mib} MiB", nbytes=nbytes,
                           refs=["hurray fetch (plaintext)", "Flight TLS, 4 MiB batches"],
                           notes=["hurrays read(out=): into memory allocated once, the TLS "
-                                 "transport alone (every other row faults in new memory)",
+                                 "transport alone; nothing kept: after hurray.empty_cache()",
                                  "target: hurrays faster than Flight TLS at its best"])
         mine = np.ones(nbytes, np.uint8)  # faulted in once
         tls_table.add_all(interleaved({
             "hurrays fetch": lambda: secure.get("x"),
+            "hurrays fetch, nothing kept": lambda: secure.get("x"),
             "hurrays read(out=)": lambda: secure.read("x", 0, nbytes, out=mine),
             "hurray fetch (plaintext)": lambda: c.get("x"),
             "Flight TLS, 4 MiB batches": lambda: ftls.do_get(batched).read_all(),
-            "Flight TLS, one batch": lambda: ftls.do_get(one).read_all()}, args.rounds))
+            "Flight TLS, one batch": lambda: ftls.do_get(one).read_all()}, args.rounds,
+            before=nothing_kept))
         assert np.array_equal(mine, data)
         mine = None
         tls_small = round_trips("TLS small: one round trip of a 64-byte tensor", {
