@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import hurray
-from conftest import peer
+from conftest import peer, ray_servers_started
 from test_pickle import CASES, descriptor
 
 np = peer("numpy")
@@ -24,27 +24,11 @@ def cluster():
 
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), saved]))
-    # Under the sanitizer stage the ASan runtime is preloaded. Ray's own servers (GCS, raylet:
-    # C++ and none of ours) start without it, or their start-up outlasts Ray's fixed 30 s on a
-    # slow machine; its Python workers, which import the instrumented extension, get it back
-    # through the job's runtime environment.
-    preload = os.environ.pop("LD_PRELOAD", None)
-    try:
+    with ray_servers_started() as runtime_env:
         nodes = Cluster(initialize_head=True,
                         head_node_args={"num_cpus": 1, "object_store_memory": 80 << 20})
         nodes.add_node(num_cpus=1, object_store_memory=80 << 20, resources={"second": 1})
-    finally:
-        if preload is not None:
-            os.environ["LD_PRELOAD"] = preload
-    # Ray's vendored setproctitle scans the environment for argv at a worker's start and reads
-    # memory the interpreter freed (py-setproctitle issue 131); ASan's strcmp interceptor
-    # aborts that worker at random and Ray waits for it forever. The workers' checking of
-    # their strcmp arguments is off; every instrumented access of the extension is checked.
-    workers = {"LD_PRELOAD": preload,
-               "ASAN_OPTIONS": ":".join(filter(None, [os.environ.get("ASAN_OPTIONS"),
-                                                      "intercept_strcmp=0"]))}
-    ray.init(address=nodes.address, log_to_driver=False,
-             runtime_env={"env_vars": workers} if preload else None)
+    ray.init(address=nodes.address, log_to_driver=False, runtime_env=runtime_env)
     nodes.wait_for_nodes()
     yield nodes
     ray.shutdown()
