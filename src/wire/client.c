@@ -134,15 +134,16 @@ static int send_bytes(HurrayClient *c, const void *data, size_t len, HurrayError
   return send_iov(c, &iov, 1, error);
 }
 
-/* `len` bytes of the stream. A descriptor comes only with a frame's first byte (spec §6.6), so
- * only a frame header (`header`) is received with a control buffer where fd passing is on; the
- * rest of a frame is received without one (recvmsg costs about 75 ns more than recv here, five
- * times in a small get), and a descriptor a server attached to such a byte is closed by the
- * kernel before it could reach this process. */
-static int recv_bytes(HurrayClient *c, void *out, size_t len, bool header, HurrayError *error) {
+/* `len` bytes of the stream. A descriptor comes only with the first byte of a DATA_FD frame,
+ * which takes the place of a whole buffer of a WHOLE response (spec §6.6), so only the header
+ * of a frame that may be one (`fd_may_come`) is received with a control buffer where fd passing
+ * is on. Every other byte is received without one (recvmsg costs about 75 ns more than recv
+ * here), and a descriptor a server attached to such a byte is closed by the kernel before it
+ * could reach this process. */
+static int recv_bytes(HurrayClient *c, void *out, size_t len, bool fd_may_come, HurrayError *error) {
   uint8_t *p = out;
   while (len > 0) {
-    ssize_t n = c->fd_passing && header
+    ssize_t n = c->fd_passing && fd_may_come
                     ? hurray__wire_recvmsg(c->fd, p, len, &c->pending_fd, &c->fd_extra)
                     : hurray__wire_recv(c->fd, c->tls, p, len);
     if (c->fd_extra) {
@@ -173,11 +174,12 @@ static int recv_exact(HurrayClient *c, void *out, size_t len, HurrayError *error
   return recv_bytes(c, out, len, false, error);
 }
 
-/* Reads a frame header. An ERROR frame is read whole and becomes the status (for request 0
- * the connection is finished). */
-static int read_header(HurrayClient *c, WireHeader *h, HurrayError *error) {
+/* Reads a frame header, with a control buffer for a descriptor if `fd_may_come` (the frame
+ * may be a DATA_FD). An ERROR frame is read whole and becomes the status (for request 0 the
+ * connection is finished). */
+static int read_frame_header(HurrayClient *c, WireHeader *h, bool fd_may_come, HurrayError *error) {
   uint8_t head[WIRE_HEADER_SIZE];
-  int status = recv_bytes(c, head, sizeof head, true, error);
+  int status = recv_bytes(c, head, sizeof head, fd_may_come, error);
   if (status != HURRAY_OK) return status;
   uint64_t max_data = c->max_frame ? c->max_frame + WIRE_DATA_FIXED : 0;
   status = hurray__wire_header_decode(head, max_data, h, error);
@@ -197,6 +199,11 @@ static int read_header(HurrayClient *c, WireHeader *h, HurrayError *error) {
   status = hurray__wire_error_decode(payload, (size_t)h->length, error);
   if (h->request_id == 0 || status == HURRAY_EPROTOCOL) broken(c, status);
   return status;
+}
+
+/* Reads the header of a frame that cannot be a DATA_FD. */
+static int read_header(HurrayClient *c, WireHeader *h, HurrayError *error) {
+  return read_frame_header(c, h, false, error);
 }
 
 static int read_payload(HurrayClient *c, const WireHeader *h, uint8_t **out, HurrayError *error) {
@@ -1023,7 +1030,10 @@ static int receive_frames(HurrayClient *c, uint64_t id, Transfer *t, const Hurra
   for (;;) {
     WireHeader h;
     uint8_t fixed[WIRE_DATA_FIXED];
-    int status = read_header(c, &h, error);
+    /* a DATA_FD takes the place of a whole buffer, so it comes only where one starts */
+    bool boundary = t->offset == 0 || (t->buffer < t->tensor.nbuffers &&
+                                       t->offset == t->tensor.buffers[t->buffer].desc.byte_size);
+    int status = read_frame_header(c, &h, !t->range && boundary, error);
     if (status != HURRAY_OK) return status;
     if (h.type == WIRE_DATA_FD && c->fd_passing) {
       status = expect(c, &h, WIRE_DATA_FD, id, error);

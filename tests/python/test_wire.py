@@ -780,7 +780,8 @@ def hand_over(tmp_path, fd, kind, offset, length=8, fds=True, stray=None):
     """Serves one DATA_FD frame naming bytes [offset, offset + length) of `fd`; returns what
     a client's get("x") gives or raises. `stray` sends one more descriptor (of /dev/null) with
     the first byte of the TENSOR_HEADER frame ("header"), with a byte of its payload
-    ("payload"), or with the DATA_FD frame beside its own ("second")."""
+    ("payload"), with the DATA_FD frame beside its own ("second"), or with a DATA frame that
+    carries the buffer's bytes (X) in the DATA_FD frame's place ("data")."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(tmp_path / "fake.sock"))
     listener.listen(1)
@@ -807,11 +808,13 @@ def hand_over(tmp_path, fd, kind, offset, length=8, fds=True, stray=None):
                 ref = (bytes(4) + bytes([kind]) + bytes(3) + offset.to_bytes(8, "little") +
                        length.to_bytes(8, "little"))
                 data = frame(0x23, 1, rid, ref)
-                if fds:
+                if stray == "data":
+                    socket.send_fds(conn, [frame(0x22, 1, rid, bytes(16) + X)], [null])
+                elif fds:
                     socket.send_fds(conn, [data], [fd, null] if stray == "second" else [fd])
             finally:
                 os.close(null)
-            if not fds:
+            if not fds and stray != "data":
                 conn.sendall(data)
             with contextlib.suppress(ConnectionResetError):  # a client that failed the session
                 conn.recv(1)
@@ -862,17 +865,20 @@ def test_a_client_checks_the_descriptor_it_is_handed(tmp_path):
 
 
 def test_a_descriptor_comes_only_with_a_data_fd_frame_and_never_stays(tmp_path):
-    """§6.6: one descriptor, with a DATA_FD frame's first byte. One with another frame's first
-    byte, or a second one, fails the session; one with a later byte of a frame (received
-    without a control buffer) is closed by the kernel. None of them stays open here."""
+    """§6.6: one descriptor, with a DATA_FD frame's first byte. One with the first byte of a
+    frame that could have been a DATA_FD (where a buffer starts), or a second one, fails the
+    session; one with any other byte (received without a control buffer: a later byte of a
+    frame, the header of a frame no DATA_FD can take the place of) is closed by the kernel.
+    None of them stays open here."""
     def open_fds():
         return len(os.listdir("/proc/self/fd"))
 
     before = open_fds()
-    with pytest.raises(hurray.WireError, match="a file descriptor came with a TENSOR_HEADER"):
-        hand_over(tmp_path, memfd(X), 1, 0, stray="header")
+    with pytest.raises(hurray.WireError, match="a file descriptor came with a DATA frame"):
+        hand_over(tmp_path, memfd(X), 1, 0, fds=False, stray="data")
     with pytest.raises(hurray.WireError, match="sent a file descriptor where none may come"):
         hand_over(tmp_path, memfd(X), 1, 0, stray="second")
+    assert hand_over(tmp_path, memfd(X), 1, 0, stray="header") == [1.0, 2.0]
     assert hand_over(tmp_path, memfd(X), 1, 0, stray="payload") == [1.0, 2.0]
     assert open_fds() == before
 
