@@ -11,8 +11,13 @@ A sceptic's rules, which every bench follows through this module:
 - warm rounds: each contender runs once untimed before the first round, and no round is timed
   straight after ``gc.collect()`` (a collection before a single call times an empty heap no
   program ever runs with);
-- the load average is printed at the start and at the end, with a warning line when it is
-  above ``BUSY_PER_CPU`` per CPU: such a run's figures are noisy;
+- the load average is printed at the start and at the end, but it judges nothing: it counts
+  the benchmark's own threads (a client and a server keep two CPUs busy) and, for minutes, a
+  benchmark that ran just before. What judges a run is the CPU time other work took (the
+  kernel's count of busy time, less this process's and its children's) and the time the host
+  took from this VM (steal): the start says what they took in the second before it, the end
+  what they took during the run, each with a warning line when either is above
+  ``OTHER_SHARE`` of the machine: such a run's figures are noisy;
 - on a virtual machine that gives freed memory back to its host (virtio-balloon free page
   reporting), the end says how much it gave back during the run: a call that allocates fresh
   memory after such a report faults every page back in from the host, and on a VM of 2 CPUs
@@ -31,7 +36,7 @@ import time
 import timeit
 
 MIN_ROUNDS = 5
-BUSY_PER_CPU = 0.5
+OTHER_SHARE = 0.05
 GIB = 1 << 30
 _SCALE = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
 
@@ -39,7 +44,28 @@ _SCALE = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
 # The kernel's count of the KiB free page reporting has given back to the host (Linux's
 # page_reporting, as on VMs with a virtio-balloon that reports free pages).
 REPORTED_KIB = "/sys/module/page_reporting/parameters/reported_kib"
+PROC_STAT = "/proc/stat"
 _reported_at_start = None
+_cpu_at_start = None
+
+
+def _cpu_seconds():
+    """(busy, steal, own, wall) seconds so far: every CPU's busy time (user, nice, system, irq,
+    softirq) and the time the host took from them (steal) from the kernel's count, this
+    process's CPU time and its reaped children's, and a monotonic clock; None where the kernel
+    does not count (not Linux)."""
+    try:
+        with open(PROC_STAT) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    tick = os.sysconf("SC_CLK_TCK")
+    t = os.times()
+    own = t.user + t.system + t.children_user + t.children_system
+    return ((user + nice + system + irq + softirq) / tick, steal / tick, own, time.monotonic())
 
 
 def _reported_kib():
@@ -51,25 +77,47 @@ def _reported_kib():
 
 
 def load_average(when):
-    """Print the 1, 5 and 15 minute load averages, `when` saying at which point of the run, and
-    a warning line when the last minute's is above ``BUSY_PER_CPU`` per CPU. At the "end", also
-    how much freed memory the machine gave back to its host since the "start", where it does."""
-    global _reported_at_start
+    """Print the 1, 5 and 15 minute load averages, `when` saying at which point of the run
+    ("start" or "end"), and the CPU time other work and the host (steal) took: at the "start"
+    in the second before it (this call waits that second), at the "end" since the start, each
+    with a warning line when either is above ``OTHER_SHARE`` of the machine. At the "end",
+    also how much freed memory the machine gave back to its host, where it does."""
+    global _reported_at_start, _cpu_at_start
     one, five, fifteen = os.getloadavg()
     cpus = os.cpu_count() or 1
-    print(f"# load average at the {when}: {one:.2f} {five:.2f} {fifteen:.2f} on {cpus} CPUs")
-    if one > BUSY_PER_CPU * cpus:
-        print(f"# WARNING: a load average of {one:.2f} is above {BUSY_PER_CPU} per CPU: other "
-              "work competes for the CPUs and these figures are noisy; rerun on an idle machine")
+    print(f"# load average at the {when}: {one:.2f} {five:.2f} {fifteen:.2f} on {cpus} CPUs "
+          "(it counts this benchmark's threads, and one that ran just before)")
     reported = _reported_kib()
     if when == "start":
+        before = _cpu_seconds()
+        time.sleep(1.0)
+        _cpu_at_start = _cpu_seconds()
+        _other_work(before, _cpu_at_start, cpus, "in the second before the start")
         _reported_at_start = reported
-    elif reported is not None and _reported_at_start is not None \
+        return
+    _other_work(_cpu_at_start, _cpu_seconds(), cpus, "during the run")
+    if reported is not None and _reported_at_start is not None \
             and reported > _reported_at_start:
         print(f"# this machine gave {(reported - _reported_at_start) / 1024:.0f} MiB of freed "
               "memory back to its host during the run (free page reporting): calls that "
               "allocated fresh memory after it faulted it back in from the host, which raises "
               "medians, not minima")
+
+
+def _other_work(start, end, cpus, span):
+    """Print what other work and the host took of the machine between `start` and `end`
+    (_cpu_seconds), `span` naming that time."""
+    if start is None or end is None:
+        return
+    busy, steal, own, wall = (b - a for a, b in zip(start, end))
+    other = max(0.0, busy - own)
+    capacity = max(wall * cpus, 1e-9)
+    print(f"# CPU time {span} ({wall:.0f} s on {cpus} CPUs): this benchmark {own:.1f} s, "
+          f"other work {other:.1f} s ({other / capacity:.0%} of the machine), taken by the "
+          f"host (steal) {steal:.1f} s ({steal / capacity:.0%})")
+    if other > OTHER_SHARE * capacity or steal > OTHER_SHARE * capacity:
+        print(f"# WARNING: other work or the host took more than {OTHER_SHARE:.0%} of the "
+              f"machine {span}: these figures are noisy; rerun on an idle machine")
 
 
 def _threads():

@@ -78,6 +78,7 @@ def test_the_end_says_how_much_memory_the_host_took_back(tmp_path, monkeypatch, 
     """On a VM with free page reporting, rounds after the host took freed memory back fault it
     in again (a 0.25 s fetch became 0.5-1.0 s); the benches' last line says it happened."""
     timing = _timing()
+    monkeypatch.setattr(timing.time, "sleep", lambda s: None)
     counter = tmp_path / "reported_kib"
     monkeypatch.setattr(timing, "REPORTED_KIB", str(counter))
     counter.write_text("1000\n")
@@ -89,4 +90,49 @@ def test_the_end_says_how_much_memory_the_host_took_back(tmp_path, monkeypatch, 
     counter.unlink()  # a machine without it: no such line
     timing.load_average("start")
     timing.load_average("end")
-    assert "host" not in capsys.readouterr().out
+    assert "freed memory" not in capsys.readouterr().out
+
+
+def test_a_run_is_judged_by_what_other_work_took_not_by_the_load_average(
+        tmp_path, monkeypatch, capsys):
+    """The load average counts the benchmark's own threads (and, for minutes, a benchmark that
+    ran just before), so a run is judged by the CPU time others took: the kernel's busy time
+    less this process's, in the second before the start and during the run."""
+    timing = _timing()
+    stat = tmp_path / "stat"
+    monkeypatch.setattr(timing, "PROC_STAT", str(stat))
+    tick = os.sysconf("SC_CLK_TCK")
+    clock = iter([100.0, 101.0, 111.0, 200.0, 201.0, 211.0])
+    monkeypatch.setattr(timing.time, "monotonic", lambda: next(clock))
+    own = iter([5.0, 5.0, 15.0, 5.0, 5.0, 15.0])
+    monkeypatch.setattr(timing.os, "times", lambda: os.times_result((next(own), 0, 0, 0, 0)))
+    monkeypatch.setattr(timing.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    monkeypatch.setattr(timing.os, "cpu_count", lambda: 2)
+
+    def cpu(busy, steal=0.0):  # user nice system idle iowait irq softirq steal
+        stat.write_text(f"cpu  {round(busy * tick)} 0 0 1000 0 0 0 {round(steal * tick)} 0 0\n")
+
+    during_the_second = []
+    monkeypatch.setattr(timing.time, "sleep", lambda s: cpu(*during_the_second.pop()))
+    cpu(0)
+    during_the_second.append((0,))
+    timing.load_average("start")
+    cpu(10.5)  # 10 s of it this process's own, over 10 s on 2 CPUs
+    timing.load_average("end")
+    out = capsys.readouterr().out
+    assert "in the second before the start (1 s on 2 CPUs): this benchmark 0.0 s, other work " \
+           "0.0 s (0% of the machine)" in out
+    assert "during the run (10 s on 2 CPUs): this benchmark 10.0 s, other work 0.5 s (2% of " \
+           "the machine)" in out
+    assert "WARNING" not in out  # a load average of 9 judges nothing
+    cpu(0)
+    during_the_second.append((1.5,))  # others kept 1.5 of the 2 CPUs busy
+    timing.load_average("start")
+    cpu(13.5, 1.5)
+    timing.load_average("end")
+    start, end = capsys.readouterr().out.split("# load average at the end")
+    assert "WARNING: other work or the host took more than 5% of the machine in the second " \
+           "before the start" in start
+    assert "other work 2.0 s (10% of the machine), taken by the host (steal) 1.5 s (8%)" in end
+    assert "WARNING: other work or the host took more than 5% of the machine during the run" \
+           in end
