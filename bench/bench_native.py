@@ -14,7 +14,11 @@ consumer's new tensor, and its release. Rows:
 - the creations and exchanges every array API operation leans on, each beside NumPy's own
   equivalent (ADR-059): ``hurray.Tensor(bytes, ...)`` and ``np.frombuffer``,
   ``hurray.from_numpy(ndarray)``, ``hurray.from_dlpack(ndarray)`` and
-  ``np.from_dlpack(tensor)`` beside ``np.from_dlpack(ndarray)``.
+  ``np.from_dlpack(tensor)`` beside ``np.from_dlpack(ndarray)``;
+- ``np.asarray(t)`` through the buffer protocol beside other exporters of the same shape
+  (ADR-104): the 64x64 tensor beside a ctypes 64x64 float array (the standard library's
+  exporter of more than one dimension), and a 1-D tensor of the same 4096 elements beside an
+  ``array.array``, with a ``memoryview`` of that array as the floor no exporter reaches.
 
 The cases are timed in interleaved rounds (bench/timing.py: the order rotates each round, so
 machine noise hits them alike) and the minimum and the median of the rounds are reported, in
@@ -30,6 +34,7 @@ A benchmark, not a test: it asserts nothing about speed.
 
 import argparse
 import array
+import ctypes
 import os
 import platform
 
@@ -59,7 +64,8 @@ NUMPY_EQUIVALENT = {
     "NumPy -> Hurray, from_numpy": "NumPy -> NumPy, DLPack",
     "NumPy -> Hurray, DLPack": "NumPy -> NumPy, DLPack",
     "Hurray -> NumPy, DLPack": "NumPy -> NumPy, DLPack",
-    "Hurray -> NumPy, np.asarray (buffer)": "array.array -> NumPy, np.asarray (buffer)",
+    "Hurray -> NumPy, np.asarray (buffer)": "ctypes 64x64 -> NumPy, np.asarray (buffer)",
+    "Hurray 1-D -> NumPy, np.asarray (buffer)": "array.array -> NumPy, np.asarray (buffer)",
 }
 
 
@@ -74,9 +80,11 @@ def cases():
     torch_from, numpy_from, frombuffer = torch.from_dlpack, np.from_dlpack, np.frombuffer
     Tensor, float32 = hurray.Tensor, hurray.float32
     asarray = np.asarray
-    # NumPy's np.asarray of other buffer exporters: array.array builds a fresh Py_buffer per
-    # call, as every exporter does; a memoryview hands over one it already holds (CPython's
-    # managed buffer), a shortcut no exporter can take (ADR-104).
+    # NumPy's np.asarray of other buffer exporters of the same shapes: ctypes and array.array
+    # build a fresh Py_buffer per call, as every exporter does; a memoryview hands over one it
+    # already holds (CPython's managed buffer), a shortcut no exporter can take (ADR-104).
+    flat = hurray.from_numpy(np.zeros(arr.size, np.float32))
+    grid = (ctypes.c_float * shape[1] * shape[0])()
     words = array.array("f", data)
     view = memoryview(words)
     return {
@@ -91,6 +99,8 @@ def cases():
         "NumPy -> Hurray, DLPack": lambda: from_dlpack(arr),
         "Hurray -> NumPy, DLPack": lambda: numpy_from(t),
         "Hurray -> NumPy, np.asarray (buffer)": lambda: asarray(t),
+        "ctypes 64x64 -> NumPy, np.asarray (buffer)": lambda: asarray(grid),
+        "Hurray 1-D -> NumPy, np.asarray (buffer)": lambda: asarray(flat),
         "array.array -> NumPy, np.asarray (buffer)": lambda: asarray(words),
         "memoryview -> NumPy, np.asarray (buffer)": lambda: asarray(view),
     }
