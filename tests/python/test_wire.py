@@ -814,7 +814,7 @@ def hand_over(tmp_path, fd, kind, offset, length=8, fds=True, stray=None):
                     socket.send_fds(conn, [data], [fd, null] if stray == "second" else [fd])
             finally:
                 os.close(null)
-            if not fds and stray != "data":
+            if not fds:
                 conn.sendall(data)
             with contextlib.suppress(ConnectionResetError):  # a client that failed the session
                 conn.recv(1)
@@ -875,7 +875,7 @@ def test_a_descriptor_comes_only_with_a_data_fd_frame_and_never_stays(tmp_path):
 
     before = open_fds()
     with pytest.raises(hurray.WireError, match="a file descriptor came with a DATA frame"):
-        hand_over(tmp_path, memfd(X), 1, 0, fds=False, stray="data")
+        hand_over(tmp_path, memfd(X), 1, 0, stray="data")
     with pytest.raises(hurray.WireError, match="sent a file descriptor where none may come"):
         hand_over(tmp_path, memfd(X), 1, 0, stray="second")
     assert hand_over(tmp_path, memfd(X), 1, 0, stray="header") == [1.0, 2.0]
