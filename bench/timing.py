@@ -150,10 +150,11 @@ def one_cpu():
 
 class Sample:
     """One contender's rounds: wall and CPU seconds (of this process, every thread, user and
-    system) per call, one entry a round."""
+    system) per call, one entry a round, and the KiB of freed memory the machine gave back to
+    its host while the round ran, `before` included (None where it does not count)."""
 
     def __init__(self):
-        self.wall, self.cpu = [], []
+        self.wall, self.cpu, self.returned = [], [], []
 
     @property
     def min(self):
@@ -166,6 +167,24 @@ class Sample:
     @property
     def cpu_min(self):
         return min(self.cpu)
+
+    def returned_note(self, name, unit="s"):
+        """A line naming the rounds in which the machine gave freed memory back to its host
+        (free page reporting), with their median against the other rounds', or None where
+        no round saw it: a call that allocates memory just given back faults every page of it
+        in from the host, which raises the median, not the minimum."""
+        hit = [i for i, kib in enumerate(self.returned) if kib]
+        if not hit:
+            return None
+        scale = _SCALE[unit]
+        line = (f"{name}: the machine gave {sum(self.returned[i] for i in hit) / 1024:.0f} MiB "
+                f"of freed memory back to its host during {len(hit)} of {len(self.wall)} "
+                f"rounds, median {_num(statistics.median(self.wall[i] for i in hit) * scale)} "
+                f"{unit}")
+        rest = [w for i, w in enumerate(self.wall) if i not in hit]
+        if rest:
+            line += f" against {_num(statistics.median(rest) * scale)} {unit} in the others"
+        return line
 
 
 def interleaved(contenders, rounds, number=1, before=None):
@@ -187,6 +206,7 @@ def interleaved(contenders, rounds, number=1, before=None):
         k = r % len(names)
         for name in names[k:] + names[:k]:
             fn = contenders[name]
+            reported = _reported_kib()
             if before is None:
                 timer = timeit.Timer(fn)
                 c0 = time.process_time()
@@ -202,6 +222,9 @@ def interleaved(contenders, rounds, number=1, before=None):
                     cpu += time.process_time() - c0
             samples[name].wall.append(wall / number)
             samples[name].cpu.append(cpu / number)
+            after = _reported_kib()
+            samples[name].returned.append(
+                None if reported is None or after is None else after - reported)
     return samples
 
 
@@ -287,6 +310,10 @@ class Table:
                     values.append(ratio(s.cpu_min / self.sample(refs[0]).cpu_min))
             values += list(extra)
             print(f"  {name:{width}}" + "".join(f"  {v:>{w}}" for v, w in zip(values, widths)))
+        for name, s, _ in self.rows:
+            note = s is not None and s.returned_note(name, self.unit)
+            if note:
+                print(f"  ({note})")
         for line in self.verdicts:
             print(f"  {line}")
 
