@@ -19,9 +19,11 @@ A sceptic's rules, which every bench follows through this module:
   what they took during the run, each with a warning line when either is above
   ``OTHER_SHARE`` of the machine: such a run's figures are noisy;
 - on a virtual machine that gives freed memory back to its host (virtio-balloon free page
-  reporting), the end says how much it gave back during the run: a call that allocates fresh
-  memory after such a report faults every page back in from the host, and on a VM of 2 CPUs
-  that made a 0.25 s fetch of 512 MiB take 0.5-1.0 s. Such rounds raise medians, not minima;
+  reporting), the end says how much it gave back during the run, and every table names each
+  contender's rounds in which it did, with their median beside the others' (ADR-110): a call
+  that allocates fresh memory after such a report faults every page back in from the host,
+  and on a VM of 2 CPUs that made a 0.25 s fetch of 512 MiB take 0.5-1.0 s. Such rounds stay
+  in the median, as a program on that VM pays for them;
 - a round trip wakes one thread of each side, and a VM is slow to wake a virtual CPU that has
   gone idle: on 2 vCPUs a 64-byte get took 11 us while client and server ran on one CPU and
   80-110 us once the scheduler had put them on two, whichever contender that fell on. Tables of
