@@ -35,11 +35,15 @@ struct FileSource {
   bool writable; /* views of the mapping are writable */
   HurrayOwnerReleaseFn release; /* memory lent by a caller */
   void *owner;
+  uint32_t head_length; /* bytes of `head`: the file's first HEAD_SIZE, or all of a shorter one */
+  uint8_t head[];       /* read once at open; the header, the magic a loader sniffs, and all of a
+                           small file's metadata are read from here, not with a pread each */
 };
 
 enum {
   HASH_STEP = 64u << 20, /* bytes between progress reports */
   READ_CHUNK = 1u << 20, /* pread scratch */
+  HEAD_SIZE = 4096,      /* the first bytes of a file read at open */
 };
 
 static int system_error(HurrayError *error, const char *what) {
@@ -48,13 +52,16 @@ static int system_error(HurrayError *error, const char *what) {
                             what, strerror(code));
 }
 
-static FileSource *source_new(void) {
-  FileSource *source = calloc(1, sizeof *source);
+static FileSource *source_new(size_t head) {
+  FileSource *source = calloc(1, sizeof *source + head);
   if (source == NULL) return NULL;
   atomic_init(&source->refs, 1);
   source->fd = -1;
   return source;
 }
+
+static int pread_all(const FileSource *source, uint64_t offset, uint8_t *out, size_t len,
+                     HurrayError *error);
 
 int hurray__source_open(const char *path, uint32_t flags, FileSource **out, HurrayError *error) {
   int fd;
@@ -63,27 +70,31 @@ int hurray__source_open(const char *path, uint32_t flags, FileSource **out, Hurr
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return system_error(error, path);
   struct stat st;
-  int fd_flags = 0;
   int status = fstat(fd, &st) != 0 ? system_error(error, path) : HURRAY_OK;
   if (status == HURRAY_OK && !S_ISREG(st.st_mode)) {
     status = hurray__fail_errno(error, HURRAY_EIO, S_ISDIR(st.st_mode) ? EISDIR : 0,
                                 "%s: not a regular file", path);
   }
-  if (status == HURRAY_OK && ((fd_flags = fcntl(fd, F_GETFL)) < 0 ||
-                              fcntl(fd, F_SETFL, fd_flags & ~O_NONBLOCK) < 0)) {
-    status = system_error(error, path);
-  }
+  /* O_NONBLOCK stays: it has no effect on a regular file (open(2)), and clearing it cost two
+   * system calls on every open. */
   if (status != HURRAY_OK) {
     close(fd);
     return status;
   }
-  FileSource *source = source_new();
+  FileSource *source = source_new(HEAD_SIZE);
   if (source == NULL) {
     close(fd);
     return hurray__fail(error, HURRAY_ENOMEM, "out of memory");
   }
   source->fd = fd;
   source->size = (uint64_t)st.st_size;
+  uint32_t head = source->size < HEAD_SIZE ? (uint32_t)source->size : HEAD_SIZE;
+  status = pread_all(source, 0, source->head, head, error);
+  if (status != HURRAY_OK) {
+    hurray__source_release(source);
+    return status;
+  }
+  source->head_length = head;
   source->use_pread = (flags & HURRAY_FILE_OPEN_PREAD) != 0;
   source->writable = (flags & HURRAY_FILE_OPEN_WRITABLE) != 0;
   *out = source;
@@ -92,7 +103,7 @@ int hurray__source_open(const char *path, uint32_t flags, FileSource **out, Hurr
 
 int hurray__source_memory(const void *data, uint64_t size, HurrayOwnerReleaseFn release,
                           void *owner, FileSource **out, HurrayError *error) {
-  FileSource *source = data != NULL ? source_new() : NULL;
+  FileSource *source = data != NULL ? source_new(0) : NULL;
   if (source == NULL) {
     if (release != NULL) release(owner);
     return data == NULL ? hurray__fail(error, HURRAY_EINVAL, "data is NULL")
@@ -200,7 +211,13 @@ static int pread_all(const FileSource *source, uint64_t offset, uint8_t *out, si
 
 int hurray__source_read(const FileSource *source, uint64_t offset, void *out, size_t len,
                         HurrayError *error) {
-  if (source->fd >= 0) return pread_all(source, offset, out, len, error);
+  if (source->fd >= 0 && (offset > source->head_length || len > source->head_length - offset)) {
+    return pread_all(source, offset, out, len, error);
+  }
+  if (source->fd >= 0) {
+    memcpy(out, source->head + offset, len);
+    return HURRAY_OK;
+  }
   if (len > 0) memcpy(out, source->base + offset, len);
   return HURRAY_OK;
 }
